@@ -1,0 +1,148 @@
+//! RDP curves over a fixed set of orders.
+
+use std::sync::Arc;
+
+use crate::AccountantError;
+
+/// A sorted, duplicate-free set of Rényi orders α > 1 (finite).
+///
+/// Cloning is cheap (the list is shared), so every curve can carry its orders
+/// and composition can check that two curves were measured at the same ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Orders(Arc<[f64]>);
+
+impl Orders {
+    /// An order set from any list: sorted and deduplicated. Every order must be
+    /// finite and greater than 1.
+    pub fn new(mut orders: Vec<f64>) -> Result<Self, AccountantError> {
+        if orders.is_empty() {
+            return Err(AccountantError::EmptyOrders);
+        }
+        if let Some(&bad) = orders.iter().find(|a| !(a.is_finite() && **a > 1.0)) {
+            return Err(AccountantError::InvalidOrder(bad));
+        }
+        orders.sort_by(f64::total_cmp);
+        orders.dedup();
+        Ok(Self(orders.into()))
+    }
+
+    /// dp_accounting's default orders: `1 + x/10` for x in 1..=99, the integers
+    /// 11..=63, and 128, 256, 512, 1024 (`rdp_privacy_accountant.py`).
+    pub fn dp_accounting_default() -> Self {
+        let mut v: Vec<f64> = (1..100).map(|x| 1.0 + f64::from(x) / 10.0).collect();
+        v.extend((11..64).map(f64::from));
+        v.extend([128.0, 256.0, 512.0, 1024.0]);
+        Self::new(v).expect("the default orders are valid")
+    }
+
+    /// The integer orders 2..=max, the set on which subsampling bounds are tight.
+    pub fn integers(max: u32) -> Result<Self, AccountantError> {
+        if max < 2 {
+            return Err(AccountantError::EmptyOrders);
+        }
+        Self::new((2..=max).map(f64::from).collect())
+    }
+
+    /// The orders, ascending.
+    pub fn as_slice(&self) -> &[f64] {
+        &self.0
+    }
+
+    /// How many orders there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Always false: an order set is never empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Default for Orders {
+    fn default() -> Self {
+        Self::dp_accounting_default()
+    }
+}
+
+/// An RDP guarantee: at each order α of `orders`, the mechanism is (α, ε(α))-RDP.
+///
+/// Values are non-negative and may be +∞ (no guarantee at that order); NaN is
+/// rejected at construction so it can never reach a reported ε.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RdpCurve {
+    orders: Orders,
+    epsilons: Vec<f64>,
+}
+
+impl RdpCurve {
+    /// A curve from one value per order.
+    pub fn new(orders: Orders, epsilons: Vec<f64>) -> Result<Self, AccountantError> {
+        if epsilons.len() != orders.len() {
+            return Err(AccountantError::LengthMismatch {
+                orders: orders.len(),
+                values: epsilons.len(),
+            });
+        }
+        for (&order, &value) in orders.as_slice().iter().zip(&epsilons) {
+            if value.is_nan() || value < 0.0 {
+                return Err(AccountantError::InvalidEpsilon { order, value });
+            }
+        }
+        Ok(Self { orders, epsilons })
+    }
+
+    /// The curve of a mechanism that reveals nothing: ε(α) = 0 everywhere.
+    pub fn zero(orders: Orders) -> Self {
+        let epsilons = vec![0.0; orders.len()];
+        Self { orders, epsilons }
+    }
+
+    /// A curve from a function of the order (an analytic bound).
+    pub fn from_fn(orders: Orders, f: impl FnMut(f64) -> f64) -> Result<Self, AccountantError> {
+        let epsilons = orders.as_slice().iter().copied().map(f).collect();
+        Self::new(orders, epsilons)
+    }
+
+    /// The orders this curve is measured at.
+    pub fn orders(&self) -> &Orders {
+        &self.orders
+    }
+
+    /// ε(α) at each order, in the order of [`Self::orders`].
+    pub fn epsilons(&self) -> &[f64] {
+        &self.epsilons
+    }
+
+    /// Sequential composition (Mironov 2017, Prop. 1): RDP values add order by order.
+    pub fn compose(&self, other: &RdpCurve) -> Result<RdpCurve, AccountantError> {
+        if self.orders != other.orders {
+            return Err(AccountantError::OrdersDiffer);
+        }
+        let epsilons = self
+            .epsilons
+            .iter()
+            .zip(&other.epsilons)
+            .map(|(a, b)| a + b)
+            .collect();
+        Ok(Self {
+            orders: self.orders.clone(),
+            epsilons,
+        })
+    }
+
+    /// `count`-fold self-composition: every value times `count`.
+    pub fn self_compose(&self, count: u64) -> RdpCurve {
+        // 0 · ∞ must stay 0: zero runs of a mechanism cost nothing.
+        let k = count as f64;
+        let epsilons = self
+            .epsilons
+            .iter()
+            .map(|&e| if count == 0 { 0.0 } else { e * k })
+            .collect();
+        Self {
+            orders: self.orders.clone(),
+            epsilons,
+        }
+    }
+}

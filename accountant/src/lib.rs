@@ -1,0 +1,15 @@
+//! # privmix-accountant
+//!
+//! Rényi-DP accounting: RDP curves over a set of orders, composition, privacy
+//! amplification by subsampling, conversion to (ε, δ), calibration, budgets and
+//! a durable ledger.
+//!
+//! A mechanism M is (α, ε)-RDP when D_α(M(D) ‖ M(D')) ≤ ε for all neighbouring
+//! datasets D, D' (Mironov 2017). An [`RdpCurve`] records such a bound at every
+//! order of an [`Orders`] set; curves over the same orders compose by addition.
+
+mod curve;
+mod error;
+
+pub use curve::{Orders, RdpCurve};
+pub use error::AccountantError;

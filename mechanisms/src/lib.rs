@@ -1,0 +1,3 @@
+//! # privmix-mechanisms
+//!
+//! PMixED, AdaPMixED, SubMix, DPS-MOZO and their baselines.

@@ -1,0 +1,124 @@
+//! `cargo xtask` — the project's developer tasks.
+//!
+//! * `cargo xtask test`  — everything CI checks: formatting, clippy with warnings
+//!   denied, and every unit, integration, property and doc test of the workspace.
+//!   It installs what the tests need by itself (today: nothing beyond the Rust
+//!   toolchain's own rustfmt and clippy components).
+//! * `cargo xtask bench` — the main job. Until the model crates land it runs the
+//!   criterion benches of the privacy crates and writes a Markdown report of the
+//!   measured times and of the ratios the issues ask for, each measured in one run.
+
+mod bench;
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "privmix developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run every check CI runs: fmt, clippy (-D warnings), all tests and doc tests.
+    Test {
+        /// Skip `cargo fmt --check` and clippy (tests only).
+        #[arg(long)]
+        tests_only: bool,
+    },
+    /// Run the criterion benches and write a report with the measured ratios.
+    Bench {
+        /// Where to write the report.
+        #[arg(long, default_value = "reports/bench")]
+        out: PathBuf,
+        /// Shorter measurement (criterion --quick): for smoke runs.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Test { tests_only } => test(tests_only),
+        Task::Bench { out, quick } => bench::run(&out, quick),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `cargo <args>` from the workspace root, failing with the command's name.
+pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .map_err(|e| format!("could not start cargo {}: {e}", args.join(" ")))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}
+
+pub(crate) fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+/// Makes sure rustfmt and clippy are there; rustup installs them from its own
+/// channel when missing (they ship with the toolchain on the project's machines).
+fn ensure_components() -> Result<(), String> {
+    for (probe, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
+        let present = Command::new("cargo")
+            .args([probe, "--version"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !present {
+            eprintln!("xtask: installing {component}");
+            let ok = Command::new("rustup")
+                .args(["component", "add", component])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                return Err(format!(
+                    "{component} is missing and rustup could not add it"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn test(tests_only: bool) -> Result<(), String> {
+    if !tests_only {
+        ensure_components()?;
+        cargo(&["fmt", "--all", "--check"])?;
+        cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])?;
+    }
+    // `cargo test` runs unit, integration, property and doc tests.
+    cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    Ok(())
+}
