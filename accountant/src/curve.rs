@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::AccountantError;
+use crate::round::{add_up, mul_up};
 
 /// A sorted, duplicate-free set of Rényi orders α > 1 (finite).
 ///
@@ -114,7 +115,9 @@ impl RdpCurve {
         &self.epsilons
     }
 
-    /// Sequential composition (Mironov 2017, Prop. 1): RDP values add order by order.
+    /// Sequential composition (Mironov 2017, Prop. 1): RDP values add order by
+    /// order. Each sum is rounded up, so the result never under-states the
+    /// exact sum of the two curves.
     pub fn compose(&self, other: &RdpCurve) -> Result<RdpCurve, AccountantError> {
         if self.orders != other.orders {
             return Err(AccountantError::OrdersDiffer);
@@ -123,7 +126,7 @@ impl RdpCurve {
             .epsilons
             .iter()
             .zip(&other.epsilons)
-            .map(|(a, b)| a + b)
+            .map(|(&a, &b)| add_up(a, b))
             .collect();
         Ok(Self {
             orders: self.orders.clone(),
@@ -131,14 +134,19 @@ impl RdpCurve {
         })
     }
 
-    /// `count`-fold self-composition: every value times `count`.
+    /// `count`-fold self-composition (Mironov 2017, Prop. 1 applied `count`
+    /// times): every value times `count`, rounded up.
     pub fn self_compose(&self, count: u64) -> RdpCurve {
+        // `count as f64` rounds to nearest above 2^53: take the float at or above it.
+        let mut k = count as f64;
+        if (k as u128) < u128::from(count) {
+            k = k.next_up();
+        }
         // 0 · ∞ must stay 0: zero runs of a mechanism cost nothing.
-        let k = count as f64;
         let epsilons = self
             .epsilons
             .iter()
-            .map(|&e| if count == 0 { 0.0 } else { e * k })
+            .map(|&e| if count == 0 { 0.0 } else { mul_up(e, k) })
             .collect();
         Self {
             orders: self.orders.clone(),

@@ -8,8 +8,12 @@
 //! datasets D, D' (Mironov 2017). An [`RdpCurve`] records such a bound at every
 //! order of an [`Orders`] set; curves over the same orders compose by addition.
 
+mod conversion;
 mod curve;
 mod error;
+#[allow(dead_code)] // some directions are only used by modules still being written
+mod round;
 
+pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;
