@@ -1,0 +1,207 @@
+//! Divergences along mixing paths, with their derivative in λ from the same pass: the
+//! quantity the λ solvers of PMixED, AdaPMixED and SubMix search over.
+
+use crate::kernel::{CHUNK, RATIO_PATH_MIN};
+use crate::mixture_kernel::{Endpoint, PathAcc, PathChunk};
+use crate::validate::{self, ProbSummary};
+use crate::{Order, Result};
+
+/// A divergence and its derivative in λ at one point of a path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ValueAndSlope {
+    /// `D(λ)`, in nats; `+∞` when the first argument has mass where the second has none.
+    pub value: f64,
+    /// `dD/dλ`: the right derivative for λ < 1, the left derivative at λ = 1 (so that a
+    /// solver can step inwards from either end). `+∞` when `value` is `+∞`, or when the
+    /// divergence is finite at λ = 0 but infinite for every λ > 0. Never NaN.
+    pub slope: f64,
+}
+
+/// The path `λ ↦ D_α(λa + (1−λ)c ‖ λb + (1−λ)c)`, λ ∈ [0, 1].
+///
+/// Both arguments are probability vectors for every λ (convex combinations), and the
+/// divergence is that of their normalised versions, as for [`crate::divergence`]. The
+/// vectors are validated once, in the constructor; [`MixturePath::evaluate`] is then a
+/// single pass over them with no heap allocation, returning the value and its slope
+///
+/// `dD/dλ = (1/(α−1))·Σ_x w_x·[α(a_x−c_x)/m_x + (1−α)(b_x−c_x)/n_x]`,
+/// `w_x = m_x^α n_x^{1−α} / Σ_y m_y^α n_y^{1−α}`,
+///
+/// (plus the derivative of the normalisation, zero for exactly normalised inputs), or
+/// for α = ∞ the slope of the maximal term `log(m_x/n_x)`. Rényi divergence is
+/// jointly quasi-convex and `D(λ) = 0` at λ = 0 (van Erven & Harremoës 2014, Thm. 13), so
+/// along the paths [`MixturePath::forward`] and [`MixturePath::reverse`] the value is
+/// non-decreasing in λ: a bisection or Newton solver may rely on that.
+#[derive(Debug, Clone)]
+pub struct MixturePath<'a> {
+    a: &'a [f64],
+    b: &'a [f64],
+    c: &'a [f64],
+    alpha: Order,
+    min_positive: [f64; 3],
+    /// `a` (resp. `b`) is the very slice `c`: that argument is then exactly `c` for every
+    /// λ (not `λc + (1−λ)c`, which can differ in the last bit).
+    a_is_c: bool,
+    b_is_c: bool,
+}
+
+impl<'a> MixturePath<'a> {
+    /// Validates `a`, `b`, `c` (probability vectors of one length) and `alpha`.
+    pub fn new(a: &'a [f64], b: &'a [f64], c: &'a [f64], alpha: Order) -> Result<Self> {
+        let alpha = alpha.checked()?;
+        let sa = validate::probabilities(a)?;
+        let sb = validate::probabilities(b)?;
+        let sc = validate::probabilities(c)?;
+        validate::same_length(a.len(), b.len())?;
+        validate::same_length(a.len(), c.len())?;
+        let min_positive = [sa.min_positive, sb.min_positive, sc.min_positive];
+        let (a_is_c, b_is_c) = (std::ptr::eq(a, c), std::ptr::eq(b, c));
+        Ok(MixturePath {
+            a,
+            b,
+            c,
+            alpha,
+            min_positive,
+            a_is_c,
+            b_is_c,
+        })
+    }
+
+    /// `λ ↦ D_α(λp + (1−λ)q ‖ q)` (`a = p`, `b = c = q`).
+    pub fn forward(p: &'a [f64], q: &'a [f64], alpha: Order) -> Result<Self> {
+        Self::new(p, q, q, alpha)
+    }
+
+    /// `λ ↦ D_α(q ‖ λp + (1−λ)q)` (`a = c = q`, `b = p`).
+    pub fn reverse(p: &'a [f64], q: &'a [f64], alpha: Order) -> Result<Self> {
+        Self::new(q, p, q, alpha)
+    }
+
+    /// The divergence and its slope at `lambda`; [`crate::RenyiError::InvalidLambda`] for
+    /// λ outside [0, 1] or NaN. The value may be `+∞` (support mismatch), never NaN.
+    pub fn evaluate(&self, lambda: f64) -> Result<ValueAndSlope> {
+        validate::lambda(lambda)?;
+        let [ma, mb, mc] = self.min_positive;
+        let ratio_ok = mixture_floor(lambda, ma, mc) >= RATIO_PATH_MIN
+            && mixture_floor(lambda, mb, mc) >= RATIO_PATH_MIN;
+        let mut acc = PathAcc::new(self.alpha, ratio_ok, Endpoint::of(lambda));
+        let mut chunk = PathChunk::new();
+        let mu = 1.0 - lambda;
+        for ((ac, bc), cc) in self
+            .a
+            .chunks(CHUNK)
+            .zip(self.b.chunks(CHUNK))
+            .zip(self.c.chunks(CHUNK))
+        {
+            if ac.len() < CHUNK {
+                chunk = PathChunk::new();
+            }
+            for i in 0..ac.len() {
+                let (a, b, c) = (ac[i], bc[i], cc[i]);
+                chunk.m[i] = if self.a_is_c { c } else { lambda * a + mu * c };
+                chunk.n[i] = if self.b_is_c { c } else { lambda * b + mu * c };
+                chunk.dm[i] = a - c;
+                chunk.dn[i] = b - c;
+            }
+            acc.add(&chunk);
+        }
+        Ok(acc.finish())
+    }
+}
+
+/// A lower bound on the non-zero entries of `λx + (1−λ)c` from those of `x` and `c`.
+fn mixture_floor(lambda: f64, min_x: f64, min_c: f64) -> f64 {
+    let from_x = if lambda > 0.0 {
+        lambda * min_x
+    } else {
+        f64::INFINITY
+    };
+    let from_c = if lambda < 1.0 {
+        (1.0 - lambda) * min_c
+    } else {
+        f64::INFINITY
+    };
+    from_x.min(from_c)
+}
+
+/// Both directions of the PMixED constraint at one λ.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SymmetricValue {
+    /// `D_α(λp + (1−λ)q ‖ q)` and its slope.
+    pub forward: ValueAndSlope,
+    /// `D_α(q ‖ λp + (1−λ)q)` and its slope.
+    pub reverse: ValueAndSlope,
+}
+
+impl SymmetricValue {
+    /// The symmetric divergence `max(forward, reverse)`.
+    pub fn max(&self) -> f64 {
+        self.forward.value.max(self.reverse.value)
+    }
+}
+
+/// `λ ↦ (D_α(λp + (1−λ)q ‖ q), D_α(q ‖ λp + (1−λ)q))`, both from ONE pass over memory:
+/// the constraint `max(forward, reverse) ≤ βα` of PMixED (Flemings et al. 2024, §3.2) and
+/// DPS-MOZO. Equal to [`MixturePath::forward`] and [`MixturePath::reverse`] evaluated
+/// separately (same formulas, same summation order), at half the memory traffic.
+#[derive(Debug, Clone)]
+pub struct SymmetricMixture<'a> {
+    p: &'a [f64],
+    q: &'a [f64],
+    alpha: Order,
+    summaries: [ProbSummary; 2],
+}
+
+impl<'a> SymmetricMixture<'a> {
+    /// Validates `p`, `q` (probability vectors of one length) and `alpha`.
+    pub fn new(p: &'a [f64], q: &'a [f64], alpha: Order) -> Result<Self> {
+        let alpha = alpha.checked()?;
+        let sp = validate::probabilities(p)?;
+        let sq = validate::probabilities(q)?;
+        validate::same_length(p.len(), q.len())?;
+        Ok(SymmetricMixture {
+            p,
+            q,
+            alpha,
+            summaries: [sp, sq],
+        })
+    }
+
+    /// Both divergences and their slopes at `lambda` (λ ∈ [0, 1], else
+    /// [`crate::RenyiError::InvalidLambda`]).
+    pub fn evaluate(&self, lambda: f64) -> Result<SymmetricValue> {
+        validate::lambda(lambda)?;
+        let [sp, sq] = self.summaries;
+        let floor = mixture_floor(lambda, sp.min_positive, sq.min_positive);
+        let ratio_ok = floor >= RATIO_PATH_MIN && sq.min_positive >= RATIO_PATH_MIN;
+        let endpoint = Endpoint::of(lambda);
+        let mut fwd = PathAcc::new(self.alpha, ratio_ok, endpoint);
+        let mut rev = PathAcc::new(self.alpha, ratio_ok, endpoint);
+        // Forward reads (m, n, m', n') = (mix, q, p − q, 0); reverse (q, mix, 0, p − q).
+        let mut f = PathChunk::new();
+        let mut r = PathChunk::new();
+        let mu = 1.0 - lambda;
+        for (pc, qc) in self.p.chunks(CHUNK).zip(self.q.chunks(CHUNK)) {
+            if pc.len() < CHUNK {
+                f = PathChunk::new();
+                r = PathChunk::new();
+            }
+            for i in 0..pc.len() {
+                let (p, q) = (pc[i], qc[i]);
+                let mix = lambda * p + mu * q;
+                f.m[i] = mix;
+                f.n[i] = q;
+                f.dm[i] = p - q;
+                r.m[i] = q;
+                r.n[i] = mix;
+                r.dn[i] = p - q;
+            }
+            fwd.add(&f);
+            rev.add(&r);
+        }
+        Ok(SymmetricValue {
+            forward: fwd.finish(),
+            reverse: rev.finish(),
+        })
+    }
+}

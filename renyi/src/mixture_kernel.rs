@@ -1,0 +1,438 @@
+//! Streaming value-and-slope accumulators for divergences along a mixing path.
+//!
+//! Along a path the two arguments are `m(λ) = λa + (1−λ)c` and `n(λ) = λb + (1−λ)c`, with
+//! derivatives `m' = a − c`, `n' = b − c`. With `e = α − 1` and `S = Σ m^α n^{1−α}`,
+//!
+//! `dS/dλ = Σ m^α n^{1−α} (α·m'/m − e·n'/n) = Σ (m/n)^e (α·m' − e·n'·m/n)`,
+//!
+//! which needs one division per element (`m/n`). The value and slope of the normalised
+//! divergence `D = (log S − α log M)/e + log N` (`M = Σm`, `N = Σn`) follow as
+//! `D' = S'/(e·S) − (α/e)·M'/M + N'/N`.
+//!
+//! Elements where both `m` and `n` vanish at an endpoint (`c_x = 0` at λ = 0, or
+//! `a_x = b_x = 0` at λ = 1) have a term linear in the distance to the endpoint,
+//! `|λ − λ₀|·|m'|^α |n'|^{1−α}`: it adds nothing to the value there but its full
+//! one-sided rate to `S'`. The slope reported is the right derivative for λ < 1 and the
+//! left derivative at λ = 1; it is `+∞` when the value is `+∞`, or when the value is
+//! finite at λ = 0 but infinite for every λ > 0.
+
+use crate::kernel::{
+    Buf, CHUNK, ScaledLse, lane_dot, lane_max, lane_sum, non_negative, pow_int_in_place, powi_u32,
+};
+use crate::mixture_max::MaxAcc;
+use crate::{Order, ValueAndSlope};
+
+/// Orders up to this use ratio arithmetic (with terms bounded by about `α·1e150`);
+/// above it the log-space accumulator is used, whose exponents are scaled by `1/(α − 1)`.
+pub(crate) const RATIO_PATH_MAX_ORDER: f64 = 1e12;
+
+/// One chunk of a path: `m`, `n` at the current λ and their derivatives, zero-padded.
+pub(crate) struct PathChunk {
+    pub m: Buf,
+    pub n: Buf,
+    pub dm: Buf,
+    pub dn: Buf,
+}
+
+impl PathChunk {
+    pub(crate) fn new() -> Self {
+        PathChunk {
+            m: [0.0; CHUNK],
+            n: [0.0; CHUNK],
+            dm: [0.0; CHUNK],
+            dn: [0.0; CHUNK],
+        }
+    }
+}
+
+/// Where λ lies: endpoints need the one-sided terms described in the module docs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Endpoint {
+    Interior,
+    Zero,
+    One,
+}
+
+impl Endpoint {
+    pub(crate) fn of(lambda: f64) -> Self {
+        if lambda == 0.0 {
+            Endpoint::Zero
+        } else if lambda == 1.0 {
+            Endpoint::One
+        } else {
+            Endpoint::Interior
+        }
+    }
+}
+
+/// `M, N, M', N'`, accumulated per chunk.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sums {
+    pub(crate) m: f64,
+    pub(crate) n: f64,
+    pub(crate) dm: f64,
+    pub(crate) dn: f64,
+}
+
+impl Sums {
+    pub(crate) fn add(&mut self, c: &PathChunk) {
+        self.m += lane_sum(&c.m);
+        self.n += lane_sum(&c.n);
+        self.dm += lane_sum(&c.dm);
+        self.dn += lane_sum(&c.dn);
+    }
+
+    /// `−(α/e)·M'/M + N'/N`, the slope of the normalisation terms.
+    pub(crate) fn slope(&self, alpha: f64, e: f64) -> f64 {
+        -(alpha / e) * (self.dm / self.m) + self.dn / self.n
+    }
+}
+
+/// `s₁·exp(x) + s₂·exp(y)` for signs `s ∈ {−1, 1}`: finite or ±∞, never NaN.
+pub(crate) fn signed_exp_sum(s1: f64, x: f64, s2: f64, y: f64) -> f64 {
+    let (hi_s, hi, lo_s, lo) = if x >= y {
+        (s1, x, s2, y)
+    } else {
+        (s2, y, s1, x)
+    };
+    if hi == f64::NEG_INFINITY {
+        return 0.0;
+    }
+    if hi_s == lo_s {
+        hi_s * hi.exp() * (1.0 + (lo - hi).exp())
+    } else if hi == lo {
+        0.0
+    } else {
+        hi_s * hi.exp() * -(lo - hi).exp_m1()
+    }
+}
+
+/// A value-and-slope accumulator; `add` is called once per chunk.
+pub(crate) enum PathAcc {
+    Ratio(Box<RatioAcc>),
+    Log(Box<LogAcc>),
+    Max(Box<MaxAcc>),
+}
+
+impl PathAcc {
+    /// `ratio_ok`: every non-zero `m`, `n` is at least `RATIO_PATH_MIN`.
+    pub(crate) fn new(alpha: Order, ratio_ok: bool, endpoint: Endpoint) -> Self {
+        match alpha {
+            Order::Infinite => PathAcc::Max(Box::new(MaxAcc::new(endpoint))),
+            Order::Finite(a) if ratio_ok && a <= RATIO_PATH_MAX_ORDER => {
+                PathAcc::Ratio(Box::new(RatioAcc::new(alpha, a, endpoint)))
+            }
+            Order::Finite(a) => PathAcc::Log(Box::new(LogAcc::new(a, endpoint))),
+        }
+    }
+
+    pub(crate) fn add(&mut self, c: &PathChunk) {
+        match self {
+            PathAcc::Ratio(acc) => acc.add(c),
+            PathAcc::Log(acc) => acc.add(c),
+            PathAcc::Max(acc) => acc.add(c),
+        }
+    }
+
+    pub(crate) fn finish(&self) -> ValueAndSlope {
+        let infinite = ValueAndSlope {
+            value: f64::INFINITY,
+            slope: f64::INFINITY,
+        };
+        match self {
+            PathAcc::Ratio(acc) if acc.infinite => infinite,
+            PathAcc::Log(acc) if acc.infinite => infinite,
+            PathAcc::Max(acc) if acc.infinite => infinite,
+            PathAcc::Ratio(acc) => acc.finish(),
+            PathAcc::Log(acc) => acc.finish(),
+            PathAcc::Max(acc) => acc.finish(),
+        }
+    }
+}
+
+/// The one-sided endpoint terms of a finite order: `log Σ |m'|^α |n'|^{1−α}`, all of one
+/// sign (+ at λ = 0, − at λ = 1), with `+∞` slope when `n' = 0 < m'` at λ = 0.
+struct EndpointTerms {
+    endpoint: Endpoint,
+    log_sum: ScaledLse,
+    jumps_to_infinity: bool,
+}
+
+impl EndpointTerms {
+    fn new(endpoint: Endpoint, kappa: f64) -> Self {
+        EndpointTerms {
+            endpoint,
+            log_sum: ScaledLse::new(kappa),
+            jumps_to_infinity: false,
+        }
+    }
+
+    /// Scans a chunk for elements with `m = n = 0` (only at endpoints).
+    fn scan(&mut self, c: &PathChunk, e: f64) {
+        if self.endpoint == Endpoint::Interior {
+            return;
+        }
+        let kappa = self.log_sum_kappa();
+        for i in 0..CHUNK {
+            let (dm, dn) = (c.dm[i].abs(), c.dn[i].abs());
+            if c.m[i] != 0.0 || c.n[i] != 0.0 || dm == 0.0 {
+                continue;
+            }
+            if dn == 0.0 {
+                // Only possible at λ = 0 (at λ = 1 both derivatives are −c_x).
+                self.jumps_to_infinity = true;
+                continue;
+            }
+            let (ldm, ldn) = (dm.ln(), dn.ln());
+            self.log_sum.add(ldm / kappa + (e / kappa) * (ldm - ldn));
+        }
+    }
+
+    fn log_sum_kappa(&self) -> f64 {
+        self.log_sum.kappa()
+    }
+
+    fn sign(&self) -> f64 {
+        if self.endpoint == Endpoint::One {
+            -1.0
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Ratio arithmetic (see [`crate::ratio`]): `S` and `S'` scaled by `r*^e`.
+pub(crate) struct RatioAcc {
+    alpha: f64,
+    e: f64,
+    int_e: Option<u32>,
+    r_star: f64,
+    s: f64,
+    g: f64,
+    sums: Sums,
+    ends: EndpointTerms,
+    infinite: bool,
+}
+
+impl RatioAcc {
+    fn new(order: Order, alpha: f64, endpoint: Endpoint) -> Self {
+        RatioAcc {
+            alpha,
+            e: alpha - 1.0,
+            int_e: order.integer().map(|k| k - 1).filter(|&k| k >= 1),
+            r_star: 0.0,
+            s: 0.0,
+            g: 0.0,
+            sums: Sums::default(),
+            ends: EndpointTerms::new(endpoint, 1.0),
+            infinite: false,
+        }
+    }
+
+    fn power(&self, x: f64) -> f64 {
+        match self.int_e {
+            Some(k) => powi_u32(x, k),
+            None => x.powf(self.e),
+        }
+    }
+
+    fn add(&mut self, c: &PathChunk) {
+        if self.infinite {
+            return;
+        }
+        self.sums.add(c);
+        self.ends.scan(c, self.e);
+        let mut r = [0.0; CHUNK];
+        for ((dst, &m), &n) in r.iter_mut().zip(&c.m).zip(&c.n) {
+            *dst = if m > 0.0 { m / n } else { 0.0 };
+        }
+        let c_max = lane_max(&r, 0.0);
+        if c_max == f64::INFINITY {
+            self.infinite = true;
+            return;
+        }
+        if c_max == 0.0 {
+            return;
+        }
+        let inv = 1.0 / c_max;
+        let mut x = [0.0; CHUNK];
+        for (dst, &v) in x.iter_mut().zip(&r) {
+            let y = v * inv;
+            *dst = if v >= c_max || y > 1.0 { 1.0 } else { y };
+        }
+        match self.int_e {
+            Some(k) => pow_int_in_place(&mut x, &mut [0.0; CHUNK], k),
+            None => x.iter_mut().for_each(|v| *v = v.powf(self.e)),
+        }
+        let s_chunk = lane_dot(&c.m, &x);
+        let mut gt = [0.0; CHUNK];
+        for i in 0..CHUNK {
+            gt[i] = x[i] * (self.alpha * c.dm[i]) - (x[i] * r[i]) * (self.e * c.dn[i]);
+        }
+        let g_chunk = lane_sum(&gt);
+        if c_max > self.r_star {
+            let f = self.power(self.r_star / c_max);
+            self.s = self.s * f + s_chunk;
+            self.g = self.g * f + g_chunk;
+            self.r_star = c_max;
+        } else {
+            let f = self.power(c_max / self.r_star);
+            self.s += s_chunk * f;
+            self.g += g_chunk * f;
+        }
+    }
+
+    fn finish(&self) -> ValueAndSlope {
+        let (e, m) = (self.e, self.sums.m);
+        let ln_r = self.r_star.ln();
+        let value = ln_r + (self.sums.n / m).ln() + (self.s / m).ln() / e;
+        let mut rate = self.g / self.s;
+        if self.ends.jumps_to_infinity {
+            rate = f64::INFINITY;
+        } else {
+            // Endpoint terms are unscaled: divide by S_raw = r*^e·s in log space.
+            let log_ratio = self.ends.log_sum.value() - (e * ln_r + self.s.ln());
+            rate += self.ends.sign() * log_ratio.exp();
+        }
+        let slope = rate / e + self.sums.slope(self.alpha, e);
+        ValueAndSlope {
+            value: non_negative(value),
+            slope,
+        }
+    }
+}
+
+/// Log-space accumulator for tiny entries or huge orders. Exponents are stored divided by
+/// `κ` (1, or `α − 1` above [`RATIO_PATH_MAX_ORDER`]) so that nothing overflows; the
+/// slope's positive and negative parts are summed apart and combined once, so the
+/// result is finite or ±∞ but never NaN.
+pub(crate) struct LogAcc {
+    alpha: f64,
+    e: f64,
+    kappa: f64,
+    log_s: ScaledLse,
+    log_m: ScaledLse,
+    log_n: ScaledLse,
+    g_pos: ScaledLse,
+    g_neg: ScaledLse,
+    sums: Sums,
+    ends: EndpointTerms,
+    infinite: bool,
+}
+
+impl LogAcc {
+    fn new(alpha: f64, endpoint: Endpoint) -> Self {
+        let e = alpha - 1.0;
+        let kappa = if alpha <= RATIO_PATH_MAX_ORDER {
+            1.0
+        } else {
+            e
+        };
+        LogAcc {
+            alpha,
+            e,
+            kappa,
+            log_s: ScaledLse::new(kappa),
+            log_m: ScaledLse::new(1.0),
+            log_n: ScaledLse::new(1.0),
+            g_pos: ScaledLse::new(kappa),
+            g_neg: ScaledLse::new(kappa),
+            sums: Sums::default(),
+            ends: EndpointTerms::new(endpoint, kappa),
+            infinite: false,
+        }
+    }
+
+    fn add(&mut self, c: &PathChunk) {
+        if self.infinite {
+            return;
+        }
+        self.sums.add(c);
+        self.ends.scan(c, self.e);
+        let (k, e) = (self.kappa, self.e);
+        let (ln_alpha, ln_e) = (self.alpha.ln(), e.ln());
+        for i in 0..CHUNK {
+            let (m, n) = (c.m[i], c.n[i]);
+            if m > 0.0 {
+                if n == 0.0 {
+                    self.infinite = true;
+                    return;
+                }
+                let (lm, ln) = (m.ln(), n.ln());
+                let d = lm - ln;
+                self.log_m.add(lm);
+                self.log_n.add(ln);
+                // log of m^α n^{1−α} = lm + e·d, divided by κ.
+                self.log_s.add(lm / k + (e / k) * d);
+                let dm = c.dm[i];
+                if dm != 0.0 {
+                    // α·m'·(m/n)^e
+                    let v = (ln_alpha + dm.abs().ln()) / k + (e / k) * d;
+                    if dm > 0.0 {
+                        self.g_pos.add(v)
+                    } else {
+                        self.g_neg.add(v)
+                    }
+                }
+                let dn = c.dn[i];
+                if dn != 0.0 {
+                    // −e·n'·(m/n)^{e+1}
+                    let v = (ln_e + dn.abs().ln()) / k + ((e + 1.0) / k) * d;
+                    if dn < 0.0 {
+                        self.g_pos.add(v)
+                    } else {
+                        self.g_neg.add(v)
+                    }
+                }
+            } else if n > 0.0 {
+                self.log_n.add(n.ln());
+            }
+        }
+    }
+
+    fn finish(&self) -> ValueAndSlope {
+        let (e, k) = (self.e, self.kappa);
+        let (lm, ln) = (self.log_m.value(), self.log_n.value());
+        let ls = self.log_s.value_over_kappa();
+        let head = if k == 1.0 { (ls - lm) / e } else { ls - lm / e };
+        let value = head + (ln - lm);
+        let rate = if self.ends.jumps_to_infinity {
+            f64::INFINITY
+        } else {
+            // Every part relative to S, as exponents divided by κ (so still finite).
+            let rel = |acc: &ScaledLse| acc.value_over_kappa() - ls;
+            let (ends, pos, neg) = (rel(&self.ends.log_sum), rel(&self.g_pos), rel(&self.g_neg));
+            // Fold the endpoint part into the side of its sign, then subtract once.
+            let (pos, neg) = if self.ends.sign() > 0.0 {
+                (log_add(pos, ends, k), neg)
+            } else {
+                (pos, log_add(neg, ends, k))
+            };
+            exp_diff(pos, neg, k)
+        };
+        let slope = rate / e + self.sums.slope(self.alpha, e);
+        ValueAndSlope {
+            value: non_negative(value),
+            slope,
+        }
+    }
+}
+
+/// `log(exp(κx) + exp(κy))/κ` for `x, y ∈ [−∞, ∞)`, never NaN.
+fn log_add(x: f64, y: f64, kappa: f64) -> f64 {
+    let (hi, lo) = if x >= y { (x, y) } else { (y, x) };
+    if lo == f64::NEG_INFINITY {
+        hi
+    } else {
+        hi + (kappa * (lo - hi)).exp().ln_1p() / kappa
+    }
+}
+
+/// `exp(κx) − exp(κy)` for `x, y ∈ [−∞, ∞)`: finite or ±∞ with the right sign, never NaN.
+fn exp_diff(x: f64, y: f64, kappa: f64) -> f64 {
+    if x == y {
+        return 0.0;
+    }
+    let (sign, hi, lo) = if x > y { (1.0, x, y) } else { (-1.0, y, x) };
+    sign * (kappa * hi).exp() * -(kappa * (lo - hi)).exp_m1()
+}

@@ -1,0 +1,176 @@
+//! Input validation, done once per call (or once per construction) before any kernel runs,
+//! so that the kernels never re-check their input inside hot loops.
+
+use crate::{NORMALISATION_TOLERANCE, RenyiError, Result};
+
+/// Element types accepted as probabilities: `f32` and `f64`. Every computation widens to
+/// `f64` first.
+pub trait Probability: Copy + Send + Sync + 'static {
+    /// The value widened to `f64` (exactly: every `f32` is an `f64`).
+    fn to_f64(self) -> f64;
+}
+
+impl Probability for f32 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Probability for f64 {
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// What validation learnt about a probability vector.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ProbSummary {
+    /// Smallest strictly positive entry (`+∞` when every entry is 0, which normalisation
+    /// already excludes).
+    pub min_positive: f64,
+}
+
+/// Checks that `p` is a probability vector: non-empty, every entry finite and ≥ 0, and
+/// `|Σp − 1| ≤ NORMALISATION_TOLERANCE` (summed in f64).
+pub(crate) fn probabilities<T: Probability>(p: &[T]) -> Result<ProbSummary> {
+    if p.is_empty() {
+        return Err(RenyiError::Empty);
+    }
+    let mut sum = 0.0_f64;
+    let mut min_positive = f64::INFINITY;
+    for (index, &entry) in p.iter().enumerate() {
+        let value = entry.to_f64();
+        if !value.is_finite() {
+            return Err(RenyiError::NonFinite { index, value });
+        }
+        if value < 0.0 {
+            return Err(RenyiError::Negative { index, value });
+        }
+        if value > 0.0 && value < min_positive {
+            min_positive = value;
+        }
+        sum += value;
+    }
+    check_sum(sum)?;
+    Ok(ProbSummary { min_positive })
+}
+
+/// Checks that `log_p` holds log-probabilities: non-empty, no NaN and no `+∞` (`−∞` is
+/// probability 0), and `|exp(logsumexp) − 1| ≤ NORMALISATION_TOLERANCE`.
+pub(crate) fn log_probabilities(log_p: &[f64]) -> Result<()> {
+    if log_p.is_empty() {
+        return Err(RenyiError::Empty);
+    }
+    let mut max = f64::NEG_INFINITY;
+    for (index, &value) in log_p.iter().enumerate() {
+        if value.is_nan() || value == f64::INFINITY {
+            return Err(RenyiError::NonFinite { index, value });
+        }
+        max = max.max(value);
+    }
+    let sum = if max == f64::NEG_INFINITY {
+        0.0
+    } else {
+        let scaled: f64 = log_p.iter().map(|&l| (l - max).exp()).sum();
+        (max + scaled.ln()).exp()
+    };
+    check_sum(sum)
+}
+
+/// Both vectors of a pair are non-empty (checked by the callee) and equally long.
+pub(crate) fn same_length(left: usize, right: usize) -> Result<()> {
+    if left == right {
+        Ok(())
+    } else {
+        Err(RenyiError::LengthMismatch { left, right })
+    }
+}
+
+/// λ must be a number in [0, 1].
+pub(crate) fn lambda(lambda: f64) -> Result<()> {
+    if (0.0..=1.0).contains(&lambda) {
+        Ok(())
+    } else {
+        Err(RenyiError::InvalidLambda(lambda))
+    }
+}
+
+fn check_sum(sum: f64) -> Result<()> {
+    // Written so that a NaN or infinite sum fails too.
+    if (sum - 1.0).abs() <= NORMALISATION_TOLERANCE {
+        Ok(())
+    } else {
+        Err(RenyiError::NotNormalised { sum })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_distributions_within_tolerance() {
+        assert!(probabilities(&[0.5_f32, 0.5]).is_ok());
+        assert!(probabilities(&[0.5, 0.5 + 0.9e-4]).is_ok());
+        let s = probabilities(&[0.0, 1e-300, 1.0]).unwrap();
+        assert_eq!(s.min_positive, 1e-300);
+        assert!(log_probabilities(&[f64::NEG_INFINITY, 0.0]).is_ok());
+        assert!(log_probabilities(&[0.5_f64.ln(), 0.5_f64.ln()]).is_ok());
+    }
+
+    #[test]
+    fn names_each_problem() {
+        assert_eq!(probabilities::<f64>(&[]), Err(RenyiError::Empty));
+        assert_eq!(
+            probabilities(&[0.5, -0.25, 0.75]),
+            Err(RenyiError::Negative {
+                index: 1,
+                value: -0.25
+            })
+        );
+        assert_eq!(
+            probabilities(&[0.5, f64::INFINITY]),
+            Err(RenyiError::NonFinite {
+                index: 1,
+                value: f64::INFINITY
+            })
+        );
+        assert!(matches!(
+            probabilities(&[f32::NAN, 1.0]),
+            Err(RenyiError::NonFinite { index: 0, value }) if value.is_nan()
+        ));
+        assert_eq!(
+            probabilities(&[0.5, 0.6]),
+            Err(RenyiError::NotNormalised { sum: 1.1 })
+        );
+        assert_eq!(
+            probabilities(&[1e308, 1e308]),
+            Err(RenyiError::NotNormalised { sum: f64::INFINITY })
+        );
+        assert_eq!(log_probabilities(&[]), Err(RenyiError::Empty));
+        assert_eq!(
+            log_probabilities(&[0.0, f64::INFINITY]),
+            Err(RenyiError::NonFinite {
+                index: 1,
+                value: f64::INFINITY
+            })
+        );
+        assert_eq!(
+            log_probabilities(&[f64::NEG_INFINITY]),
+            Err(RenyiError::NotNormalised { sum: 0.0 })
+        );
+        assert!(matches!(
+            log_probabilities(&[0.0, 0.0]),
+            Err(RenyiError::NotNormalised { .. })
+        ));
+        assert_eq!(
+            same_length(2, 3),
+            Err(RenyiError::LengthMismatch { left: 2, right: 3 })
+        );
+        assert_eq!(lambda(1.5), Err(RenyiError::InvalidLambda(1.5)));
+        assert!(lambda(f64::NAN).is_err());
+        assert!(lambda(0.0).is_ok() && lambda(1.0).is_ok());
+    }
+}
