@@ -57,6 +57,7 @@ mod kernel;
 mod logspace;
 mod mixture;
 mod mixture_kernel;
+mod mixture_log;
 mod mixture_max;
 mod order;
 mod ratio;

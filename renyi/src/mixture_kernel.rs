@@ -19,6 +19,7 @@
 use crate::kernel::{
     Buf, CHUNK, ScaledLse, lane_dot, lane_max, lane_sum, non_negative, pow_int_in_place, powi_u32,
 };
+use crate::mixture_log::LogAcc;
 use crate::mixture_max::MaxAcc;
 use crate::{Order, ValueAndSlope};
 
@@ -152,14 +153,14 @@ impl PathAcc {
 
 /// The one-sided endpoint terms of a finite order: `log Σ |m'|^α |n'|^{1−α}`, all of one
 /// sign (+ at λ = 0, − at λ = 1), with `+∞` slope when `n' = 0 < m'` at λ = 0.
-struct EndpointTerms {
+pub(crate) struct EndpointTerms {
     endpoint: Endpoint,
-    log_sum: ScaledLse,
-    jumps_to_infinity: bool,
+    pub(crate) log_sum: ScaledLse,
+    pub(crate) jumps_to_infinity: bool,
 }
 
 impl EndpointTerms {
-    fn new(endpoint: Endpoint, kappa: f64) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, kappa: f64) -> Self {
         EndpointTerms {
             endpoint,
             log_sum: ScaledLse::new(kappa),
@@ -168,7 +169,7 @@ impl EndpointTerms {
     }
 
     /// Scans a chunk for elements with `m = n = 0` (only at endpoints).
-    fn scan(&mut self, c: &PathChunk, e: f64) {
+    pub(crate) fn scan(&mut self, c: &PathChunk, e: f64) {
         if self.endpoint == Endpoint::Interior {
             return;
         }
@@ -192,7 +193,7 @@ impl EndpointTerms {
         self.log_sum.kappa()
     }
 
-    fn sign(&self) -> f64 {
+    pub(crate) fn sign(&self) -> f64 {
         if self.endpoint == Endpoint::One {
             -1.0
         } else {
@@ -300,139 +301,4 @@ impl RatioAcc {
             slope,
         }
     }
-}
-
-/// Log-space accumulator for tiny entries or huge orders. Exponents are stored divided by
-/// `κ` (1, or `α − 1` above [`RATIO_PATH_MAX_ORDER`]) so that nothing overflows; the
-/// slope's positive and negative parts are summed apart and combined once, so the
-/// result is finite or ±∞ but never NaN.
-pub(crate) struct LogAcc {
-    alpha: f64,
-    e: f64,
-    kappa: f64,
-    log_s: ScaledLse,
-    log_m: ScaledLse,
-    log_n: ScaledLse,
-    g_pos: ScaledLse,
-    g_neg: ScaledLse,
-    sums: Sums,
-    ends: EndpointTerms,
-    infinite: bool,
-}
-
-impl LogAcc {
-    fn new(alpha: f64, endpoint: Endpoint) -> Self {
-        let e = alpha - 1.0;
-        let kappa = if alpha <= RATIO_PATH_MAX_ORDER {
-            1.0
-        } else {
-            e
-        };
-        LogAcc {
-            alpha,
-            e,
-            kappa,
-            log_s: ScaledLse::new(kappa),
-            log_m: ScaledLse::new(1.0),
-            log_n: ScaledLse::new(1.0),
-            g_pos: ScaledLse::new(kappa),
-            g_neg: ScaledLse::new(kappa),
-            sums: Sums::default(),
-            ends: EndpointTerms::new(endpoint, kappa),
-            infinite: false,
-        }
-    }
-
-    fn add(&mut self, c: &PathChunk) {
-        if self.infinite {
-            return;
-        }
-        self.sums.add(c);
-        self.ends.scan(c, self.e);
-        let (k, e) = (self.kappa, self.e);
-        let (ln_alpha, ln_e) = (self.alpha.ln(), e.ln());
-        for i in 0..CHUNK {
-            let (m, n) = (c.m[i], c.n[i]);
-            if m > 0.0 {
-                if n == 0.0 {
-                    self.infinite = true;
-                    return;
-                }
-                let (lm, ln) = (m.ln(), n.ln());
-                let d = lm - ln;
-                self.log_m.add(lm);
-                self.log_n.add(ln);
-                // log of m^α n^{1−α} = lm + e·d, divided by κ.
-                self.log_s.add(lm / k + (e / k) * d);
-                let dm = c.dm[i];
-                if dm != 0.0 {
-                    // α·m'·(m/n)^e
-                    let v = (ln_alpha + dm.abs().ln()) / k + (e / k) * d;
-                    if dm > 0.0 {
-                        self.g_pos.add(v)
-                    } else {
-                        self.g_neg.add(v)
-                    }
-                }
-                let dn = c.dn[i];
-                if dn != 0.0 {
-                    // −e·n'·(m/n)^{e+1}
-                    let v = (ln_e + dn.abs().ln()) / k + ((e + 1.0) / k) * d;
-                    if dn < 0.0 {
-                        self.g_pos.add(v)
-                    } else {
-                        self.g_neg.add(v)
-                    }
-                }
-            } else if n > 0.0 {
-                self.log_n.add(n.ln());
-            }
-        }
-    }
-
-    fn finish(&self) -> ValueAndSlope {
-        let (e, k) = (self.e, self.kappa);
-        let (lm, ln) = (self.log_m.value(), self.log_n.value());
-        let ls = self.log_s.value_over_kappa();
-        let head = if k == 1.0 { (ls - lm) / e } else { ls - lm / e };
-        let value = head + (ln - lm);
-        let rate = if self.ends.jumps_to_infinity {
-            f64::INFINITY
-        } else {
-            // Every part relative to S, as exponents divided by κ (so still finite).
-            let rel = |acc: &ScaledLse| acc.value_over_kappa() - ls;
-            let (ends, pos, neg) = (rel(&self.ends.log_sum), rel(&self.g_pos), rel(&self.g_neg));
-            // Fold the endpoint part into the side of its sign, then subtract once.
-            let (pos, neg) = if self.ends.sign() > 0.0 {
-                (log_add(pos, ends, k), neg)
-            } else {
-                (pos, log_add(neg, ends, k))
-            };
-            exp_diff(pos, neg, k)
-        };
-        let slope = rate / e + self.sums.slope(self.alpha, e);
-        ValueAndSlope {
-            value: non_negative(value),
-            slope,
-        }
-    }
-}
-
-/// `log(exp(κx) + exp(κy))/κ` for `x, y ∈ [−∞, ∞)`, never NaN.
-fn log_add(x: f64, y: f64, kappa: f64) -> f64 {
-    let (hi, lo) = if x >= y { (x, y) } else { (y, x) };
-    if lo == f64::NEG_INFINITY {
-        hi
-    } else {
-        hi + (kappa * (lo - hi)).exp().ln_1p() / kappa
-    }
-}
-
-/// `exp(κx) − exp(κy)` for `x, y ∈ [−∞, ∞)`: finite or ±∞ with the right sign, never NaN.
-fn exp_diff(x: f64, y: f64, kappa: f64) -> f64 {
-    if x == y {
-        return 0.0;
-    }
-    let (sign, hi, lo) = if x > y { (1.0, x, y) } else { (-1.0, y, x) };
-    sign * (kappa * hi).exp() * -(kappa * (lo - hi)).exp_m1()
 }

@@ -50,18 +50,27 @@ fn empty_and_mismatched() {
         batched_divergence(&[0.5, 0.5, 1.0], &P, two(), Direction::Forward),
         Err(RenyiError::RaggedBatch { len: 3, row_len: 2 })
     );
-    assert_eq!(batched_divergence(&[], &P, two(), Direction::Forward), Ok(vec![]));
+    assert_eq!(
+        batched_divergence(&[], &P, two(), Direction::Forward),
+        Ok(vec![])
+    );
 }
 
 #[test]
 fn bad_entries() {
     assert_eq!(
         divergence(&[0.5, f64::INFINITY], &P, two()),
-        Err(RenyiError::NonFinite { index: 1, value: f64::INFINITY })
+        Err(RenyiError::NonFinite {
+            index: 1,
+            value: f64::INFINITY
+        })
     );
     assert_eq!(
         symmetric_divergence(&[0.5_f32, 0.5], &[1.5_f32, -0.5], two()),
-        Err(RenyiError::Negative { index: 1, value: -0.5 })
+        Err(RenyiError::Negative {
+            index: 1,
+            value: -0.5
+        })
     );
     assert!(matches!(
         kl_divergence(&[f64::NAN, 1.0], &P),
@@ -69,7 +78,10 @@ fn bad_entries() {
     ));
     assert_eq!(
         divergence_log(&[0.0, f64::INFINITY], &[0.0, f64::NEG_INFINITY], two()),
-        Err(RenyiError::NonFinite { index: 1, value: f64::INFINITY })
+        Err(RenyiError::NonFinite {
+            index: 1,
+            value: f64::INFINITY
+        })
     );
     assert!(matches!(
         symmetric_divergence_log(&[0.0], &[f64::NAN], two()),
@@ -79,7 +91,10 @@ fn bad_entries() {
 
 #[test]
 fn not_normalised_beyond_tolerance() {
-    assert_eq!(divergence(&[0.5, 0.6], &P, two()), Err(RenyiError::NotNormalised { sum: 1.1 }));
+    assert_eq!(
+        divergence(&[0.5, 0.6], &P, two()),
+        Err(RenyiError::NotNormalised { sum: 1.1 })
+    );
     // Within NORMALISATION_TOLERANCE (1e-4) is accepted, beyond is not.
     assert!(divergence(&[0.5, 0.50009], &P, two()).is_ok());
     assert!(divergence(&[0.5, 0.50011], &P, two()).is_err());
@@ -99,9 +114,18 @@ fn bad_rows_are_named() {
             source: Box::new(RenyiError::NotNormalised { sum: 0.5 })
         })
     );
-    let msg = batched_divergence(&rows[..2].iter().chain(&rows[4..]).copied().collect::<Vec<_>>(), &P, two(), Direction::Forward)
-        .unwrap_err()
-        .to_string();
+    let msg = batched_divergence(
+        &rows[..2]
+            .iter()
+            .chain(&rows[4..])
+            .copied()
+            .collect::<Vec<_>>(),
+        &P,
+        two(),
+        Direction::Forward,
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(msg, "row 1: entry 1 is negative: -0.7");
 }
 

@@ -22,19 +22,35 @@ fn logs(v: &[f64]) -> Vec<f64> {
 /// Weights `10^e` with `e` uniform in `[lo, 0]`, normalised; optional exact zeros.
 fn wide(len: usize, lo: f64, zeros: bool) -> impl Strategy<Value = Vec<f64>> {
     prop::collection::vec((lo..0.0_f64, 0..8u8), len).prop_map(move |raw| {
-        let mut v: Vec<f64> =
-            raw.iter().map(|&(e, z)| if zeros && z == 0 { 0.0 } else { 10f64.powf(e) }).collect();
+        let mut v: Vec<f64> = raw
+            .iter()
+            .map(|&(e, z)| if zeros && z == 0 { 0.0 } else { 10f64.powf(e) })
+            .collect();
         v[0] = 1.0; // keep the sum ≈ 1 before normalising
         normalised(v)
     })
 }
 
 fn all_orders() -> Vec<Order> {
-    [1.0 + 1e-9, 1.01, 1.5, 2.0, 3.0, 17.5, 18.0, 64.0, 1000.0, 1e6, 1e6 + 0.5, 1e12, 1e300]
-        .into_iter()
-        .map(|a| Order::new(a).unwrap())
-        .chain([Order::Infinite])
-        .collect()
+    [
+        1.0 + 1e-9,
+        1.01,
+        1.5,
+        2.0,
+        3.0,
+        17.5,
+        18.0,
+        64.0,
+        1000.0,
+        1e6,
+        1e6 + 0.5,
+        1e12,
+        1e300,
+    ]
+    .into_iter()
+    .map(|a| Order::new(a).unwrap())
+    .chain([Order::Infinite])
+    .collect()
 }
 
 fn close(a: f64, b: f64, tol: f64) -> bool {
@@ -121,7 +137,10 @@ fn one_hot_vectors() {
         assert_eq!(divergence(&uniform, &e0, alpha).unwrap(), f64::INFINITY);
         let d = divergence(&e0, &uniform, alpha).unwrap();
         assert!((d - 1000f64.ln()).abs() < 1e-12, "{alpha:?}: {d}");
-        assert_eq!(symmetric_divergence(&e0, &uniform, alpha).unwrap(), f64::INFINITY);
+        assert_eq!(
+            symmetric_divergence(&e0, &uniform, alpha).unwrap(),
+            f64::INFINITY
+        );
     }
     assert!((kl_divergence(&e0, &uniform).unwrap() - 1000f64.ln()).abs() < 1e-12);
 }
@@ -153,7 +172,10 @@ fn extreme_log_inputs() {
     let d = divergence_log(&lp, &lq, Order::new(1e300).unwrap()).unwrap();
     assert!(d > 1e299 && d.is_finite(), "{d}");
     assert!(divergence_log(&lp, &lq, Order::new(1.0 + 1e-12).unwrap()).unwrap() > 1e299);
-    assert_eq!(divergence_log(&lp, &lq, Order::Infinite).unwrap(), 0.5_f64.ln() + 1e300);
+    assert_eq!(
+        divergence_log(&lp, &lq, Order::Infinite).unwrap(),
+        0.5_f64.ln() + 1e300
+    );
     let kl = kl_divergence_log(&lp, &lq).unwrap();
     assert!(kl > 1e299 && kl.is_finite());
     // The other way round the huge log-ratio is weighted by q's tiny mass.
@@ -173,9 +195,13 @@ fn orders_close_to_one_and_huge() {
         let d = divergence(&p, &q, Order::new(a).unwrap()).unwrap();
         assert!((d - inf).abs() < 1e-10, "α={a}: {d} vs {inf}");
     }
-    let batch =
-        batched_divergence(&[p, q].concat(), &q, Order::new(1e6).unwrap(), Direction::Symmetric)
-            .unwrap();
+    let batch = batched_divergence(
+        &[p, q].concat(),
+        &q,
+        Order::new(1e6).unwrap(),
+        Direction::Symmetric,
+    )
+    .unwrap();
     assert!(batch.iter().all(|d| !d.is_nan()));
     assert_eq!(batch[1], 0.0);
 }

@@ -20,6 +20,13 @@ use privmix_renyi::{
     kl_divergence_log, symmetric_divergence, symmetric_divergence_log,
 };
 
+/// The mpmath values carry more digits than f64 holds, on purpose (they are rounded
+/// once, by the compiler).
+#[allow(
+    clippy::excessive_precision,
+    clippy::type_complexity,
+    clippy::approx_constant
+)]
 mod golden {
     include!("golden/values.rs");
 }
@@ -29,32 +36,86 @@ const ORDERS: [f64; 6] = [1.5, 2.5, 5.0, 50.0, 100.0, f64::INFINITY];
 /// dp_accounting's expected values, copied verbatim from the test file cited above:
 /// (name, noise_parameter, num_buckets, expected RDP at ORDERS).
 const REPLACE_SPECIAL: [(&str, f64, usize, [f64; 6]); 3] = [
-    ("small_eps", 0.3, 10, [
-        1.5030552584146897, 1.7801182478869704, 1.9091969256833639,
-        1.9814516798923105, 1.9846954517418232, 1.9878743481543455,
-    ]),
-    ("medium_eps", 0.05, 20, [
-        2.8985312222056674, 2.9615414620514047, 2.982908949957726,
-        2.994685471627712, 2.9952141594692665, 2.995732273553991,
-    ]),
-    ("large_eps", 0.01, 3, [
-        3.851345343526459, 4.334924907685137, 4.503803908976894,
-        4.596895387863428, 4.601074578835478, 4.605170185988092,
-    ]),
+    (
+        "small_eps",
+        0.3,
+        10,
+        [
+            1.5030552584146897,
+            1.7801182478869704,
+            1.9091969256833639,
+            1.9814516798923105,
+            1.9846954517418232,
+            1.9878743481543455,
+        ],
+    ),
+    (
+        "medium_eps",
+        0.05,
+        20,
+        [
+            2.8985312222056674,
+            2.9615414620514047,
+            2.982908949957726,
+            2.994685471627712,
+            2.9952141594692665,
+            2.995732273553991,
+        ],
+    ),
+    (
+        "large_eps",
+        0.01,
+        3,
+        [
+            3.851345343526459,
+            4.334924907685137,
+            4.503803908976894,
+            4.596895387863428,
+            4.601074578835478,
+            4.605170185988092,
+        ],
+    ),
 ];
 const REPLACE_ONE: [(&str, f64, usize, [f64; 6]); 3] = [
-    ("small_eps", 0.3, 10, [
-        2.6946320226546314, 2.983865364028855, 3.11316970070507,
-        3.1854244842182466, 3.1886682560677593, 3.1918471524802814,
-    ]),
-    ("medium_eps", 0.05, 20, [
-        5.850317703374384, 5.910360162307462, 5.930633082131939,
-        5.94180620835157, 5.942307807732949, 5.942799375126701,
-    ]),
-    ("large_eps", 0.01, 3, [
-        5.684126770932727, 5.692634596034571, 5.695421239467805,
-        5.696956976543137, 5.697025920968522, 5.697093486505405,
-    ]),
+    (
+        "small_eps",
+        0.3,
+        10,
+        [
+            2.6946320226546314,
+            2.983865364028855,
+            3.11316970070507,
+            3.1854244842182466,
+            3.1886682560677593,
+            3.1918471524802814,
+        ],
+    ),
+    (
+        "medium_eps",
+        0.05,
+        20,
+        [
+            5.850317703374384,
+            5.910360162307462,
+            5.930633082131939,
+            5.94180620835157,
+            5.942307807732949,
+            5.942799375126701,
+        ],
+    ),
+    (
+        "large_eps",
+        0.01,
+        3,
+        [
+            5.684126770932727,
+            5.692634596034571,
+            5.695421239467805,
+            5.696956976543137,
+            5.697025920968522,
+            5.697093486505405,
+        ],
+    ),
 ];
 
 /// Randomised response on k buckets with noise p: P answers bucket 0, Q bucket 1, U is
@@ -94,12 +155,20 @@ fn dp_accounting_randomized_response_replace_one() {
         for (a, want) in ORDERS.into_iter().zip(expected) {
             let what = format!("{name} α={a}");
             assert_rel(divergence(&p, &q, order(a)).unwrap(), want, 1e-13, &what);
-            assert_rel(divergence_log(&logs(&p), &logs(&q), order(a)).unwrap(), want, 1e-13, &what);
+            assert_rel(
+                divergence_log(&logs(&p), &logs(&q), order(a)).unwrap(),
+                want,
+                1e-13,
+                &what,
+            );
             let batch = batched_divergence(&p, &q, order(a), Direction::Forward).unwrap();
             assert_rel(batch[0], want, 1e-13, &what);
             // f32 inputs: the vectors themselves move by ~6e-8 relative.
-            let (p32, q32): (Vec<f32>, Vec<f32>) =
-                p.iter().zip(&q).map(|(&x, &y)| (x as f32, y as f32)).unzip();
+            let (p32, q32): (Vec<f32>, Vec<f32>) = p
+                .iter()
+                .zip(&q)
+                .map(|(&x, &y)| (x as f32, y as f32))
+                .unzip();
             assert_rel(divergence(&p32, &q32, order(a)).unwrap(), want, 1e-6, &what);
         }
     }
@@ -111,7 +180,12 @@ fn dp_accounting_randomized_response_replace_special() {
         let (p, _, u) = rr(noise, k);
         for (a, want) in ORDERS.into_iter().zip(expected) {
             let what = format!("{name} α={a}");
-            assert_rel(symmetric_divergence(&p, &u, order(a)).unwrap(), want, 1e-13, &what);
+            assert_rel(
+                symmetric_divergence(&p, &u, order(a)).unwrap(),
+                want,
+                1e-13,
+                &what,
+            );
             let sym_log = symmetric_divergence_log(&logs(&p), &logs(&u), order(a)).unwrap();
             assert_rel(sym_log, want, 1e-13, &what);
             let batch = batched_divergence(&p, &u, order(a), Direction::Symmetric).unwrap();
@@ -121,11 +195,22 @@ fn dp_accounting_randomized_response_replace_special() {
 }
 
 #[test]
+#[allow(clippy::approx_constant)] // dp_accounting's value is log 10, copied verbatim
 fn dp_accounting_randomized_response_inf_order_and_boundaries() {
     // test_compute_rdp_randomized_response_inf_order: noise 0.1, 10 buckets.
     let (p, q, u) = rr(0.1, 10);
-    assert_rel(symmetric_divergence(&p, &u, Order::Infinite).unwrap(), 2.302585092994046, 1e-13, "special ∞");
-    assert_rel(divergence(&p, &q, Order::Infinite).unwrap(), 4.51085950651685, 1e-13, "one ∞");
+    assert_rel(
+        symmetric_divergence(&p, &u, Order::Infinite).unwrap(),
+        2.302585092994046,
+        1e-13,
+        "special ∞",
+    );
+    assert_rel(
+        divergence(&p, &q, Order::Infinite).unwrap(),
+        4.51085950651685,
+        1e-13,
+        "one ∞",
+    );
     // test_compute_rdp_randomized_response_boundary, orders 1.1 and 1.2:
     // noise 1 → 0, noise 0 → ∞, one bucket → 0.
     for a in [1.1, 1.2] {
@@ -134,7 +219,10 @@ fn dp_accounting_randomized_response_inf_order_and_boundaries() {
         assert_eq!(symmetric_divergence(&p, &u, order(a)).unwrap(), 0.0);
         let (p, q, u) = rr(0.0, 2);
         assert_eq!(divergence(&p, &q, order(a)).unwrap(), f64::INFINITY);
-        assert_eq!(symmetric_divergence(&p, &u, order(a)).unwrap(), f64::INFINITY);
+        assert_eq!(
+            symmetric_divergence(&p, &u, order(a)).unwrap(),
+            f64::INFINITY
+        );
         let (p, _, u) = rr(0.1, 1);
         assert_eq!(symmetric_divergence(&p, &u, order(a)).unwrap(), 0.0);
     }
@@ -142,7 +230,7 @@ fn dp_accounting_randomized_response_inf_order_and_boundaries() {
 
 #[test]
 fn randomized_response_each_direction_against_mpmath() {
-    assert!(golden::RR_UPSTREAM_VS_MPMATH < 1e-14);
+    const { assert!(golden::RR_UPSTREAM_VS_MPMATH < 1e-14) };
     for &(name, noise, k, rows) in golden::RR_MPMATH {
         let (p, q, u) = rr(noise, k);
         for &(a, one, fwd, rev) in rows {
@@ -162,7 +250,10 @@ fn small_distributions_against_mpmath() {
         for &(a, want) in rows {
             let what = format!("{name} α={a}");
             let (got, got_log) = if a == 1.0 {
-                (kl_divergence(p, q).unwrap(), kl_divergence_log(&logs(p), &logs(q)).unwrap())
+                (
+                    kl_divergence(p, q).unwrap(),
+                    kl_divergence_log(&logs(p), &logs(q)).unwrap(),
+                )
             } else {
                 (
                     divergence(p, q, order(a)).unwrap(),
@@ -178,7 +269,13 @@ fn small_distributions_against_mpmath() {
 /// Closed forms on two points, p = (a, 1−a), q = (b, 1−b).
 #[test]
 fn two_point_closed_forms() {
-    let pairs: [(f64, f64); 5] = [(0.75, 0.25), (0.9, 0.3), (0.5, 0.01), (0.01, 0.99), (0.3, 0.3)];
+    let pairs: [(f64, f64); 5] = [
+        (0.75, 0.25),
+        (0.9, 0.3),
+        (0.5, 0.01),
+        (0.01, 0.99),
+        (0.3, 0.3),
+    ];
     for (a, b) in pairs {
         let (p, q) = ([a, 1.0 - a], [b, 1.0 - b]);
         let what = format!("a={a} b={b}");
@@ -190,7 +287,12 @@ fn two_point_closed_forms() {
         assert_rel(divergence(&p, &q, order(3.0)).unwrap(), d3, 1e-13, &what);
         // α = ∞: log max(a/b, (1−a)/(1−b)).
         let dinf = (a / b).max((1.0 - a) / (1.0 - b)).ln();
-        assert_rel(divergence(&p, &q, Order::Infinite).unwrap(), dinf, 1e-13, &what);
+        assert_rel(
+            divergence(&p, &q, Order::Infinite).unwrap(),
+            dinf,
+            1e-13,
+            &what,
+        );
         // KL.
         let kl = a * (a / b).ln() + (1.0 - a) * ((1.0 - a) / (1.0 - b)).ln();
         assert_rel(kl_divergence(&p, &q).unwrap(), kl, 1e-12, &what);
@@ -201,9 +303,19 @@ fn two_point_closed_forms() {
         for a in [1.5, 2.0, 7.25, 18.0, 1e6, f64::INFINITY] {
             let what = format!("point mass b={b} α={a}");
             assert_rel(divergence(&p, &q, order(a)).unwrap(), -b.ln(), 1e-13, &what);
-            assert_rel(divergence_log(&logs(&p), &logs(&q), order(a)).unwrap(), -b.ln(), 1e-13, &what);
+            assert_rel(
+                divergence_log(&logs(&p), &logs(&q), order(a)).unwrap(),
+                -b.ln(),
+                1e-13,
+                &what,
+            );
         }
-        assert_rel(kl_divergence(&p, &q).unwrap(), -b.ln(), 1e-13, "point mass KL");
+        assert_rel(
+            kl_divergence(&p, &q).unwrap(),
+            -b.ln(),
+            1e-13,
+            "point mass KL",
+        );
         // The other way round q has mass where the point mass has none: +∞.
         assert_eq!(divergence(&q, &p, order(2.0)).unwrap(), f64::INFINITY);
         assert_eq!(kl_divergence(&q, &p).unwrap(), f64::INFINITY);

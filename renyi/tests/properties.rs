@@ -14,7 +14,13 @@ fn distribution(len: std::ops::Range<usize>, zeros: bool) -> impl Strategy<Value
     prop::collection::vec((0.0..1.0_f64, -12.0..0.0_f64, 0..10u8), len).prop_map(move |raw| {
         let mut v: Vec<f64> = raw
             .iter()
-            .map(|&(u, e, z)| if zeros && z == 0 { 0.0 } else { (0.1 + u) * 10f64.powf(e) })
+            .map(|&(u, e, z)| {
+                if zeros && z == 0 {
+                    0.0
+                } else {
+                    (0.1 + u) * 10f64.powf(e)
+                }
+            })
             .collect();
         if v.iter().all(|&x| x == 0.0) {
             v[0] = 1.0;
@@ -55,17 +61,22 @@ proptest! {
         prop_assert_eq!(divergence_log(&lp, &lp, alpha).unwrap(), 0.0);
     }
 
-    /// D = 0 only for equal distributions: moving mass ε between two points gives
-    /// D ≥ KL ≥ ε²/2 (Pinsker: KL ≥ 2·TV² with TV = ε).
+    /// D = 0 only for equal distributions: moving mass δ from the largest entry to
+    /// another gives D ≥ KL ≥ 2δ² (Pinsker, TV = δ). δ ≥ 1e-4/(2·30) keeps the bound
+    /// (≥ 5e-12) far above f64 rounding of the result (~1e-16); differences below that
+    /// noise floor are not resolvable in f64 and may come out as 0.
     #[test]
-    fn positive_on_different_inputs(q in distribution(2..30, false), eps in 1e-4..0.5_f64, alpha in order()) {
+    fn positive_on_different_inputs(q in distribution(2..30, false), eps in 1e-4..0.5_f64, to in 0usize..30, alpha in order()) {
+        let from = (0..q.len()).max_by(|&i, &j| q[i].total_cmp(&q[j])).unwrap();
+        let to = if to % q.len() == from { (from + 1) % q.len() } else { to % q.len() };
         let mut p = q.clone();
-        let moved = eps * p[0].min(0.5);
-        p[0] -= moved;
-        p[1] += moved;
+        let moved = eps * 0.5 * p[from];
+        p[from] -= moved;
+        p[to] += moved;
         let pinsker = 2.0 * moved * moved;
-        prop_assert!(divergence(&p, &q, alpha).unwrap() >= pinsker * (1.0 - 1e-6));
-        prop_assert!(kl_divergence(&p, &q).unwrap() >= pinsker * (1.0 - 1e-6));
+        prop_assert!(divergence(&p, &q, alpha).unwrap() >= pinsker * (1.0 - 1e-3));
+        prop_assert!(divergence(&q, &p, alpha).unwrap() >= pinsker * (1.0 - 1e-3));
+        prop_assert!(kl_divergence(&p, &q).unwrap() >= pinsker * (1.0 - 1e-3));
     }
 
     #[test]

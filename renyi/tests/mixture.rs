@@ -1,0 +1,253 @@
+//! Mixture paths: the value equals the divergence of the explicit mixture, the slope
+//! equals a finite difference of the value, endpoints and support changes behave as
+//! documented, and the one-pass symmetric evaluator equals the two separate paths.
+
+use privmix_renyi::{MixturePath, Order, SymmetricMixture, divergence};
+use proptest::prelude::*;
+
+fn distribution(n: usize, lo: f64, zeros: bool) -> impl Strategy<Value = Vec<f64>> {
+    prop::collection::vec((lo..0.0_f64, 0..6u8), n).prop_map(move |raw| {
+        let mut v: Vec<f64> = raw
+            .iter()
+            .map(|&(e, z)| if zeros && z == 0 { 0.0 } else { 10f64.powf(e) })
+            .collect();
+        v[0] = 1.0;
+        let s: f64 = v.iter().sum();
+        v.iter_mut().for_each(|x| *x /= s);
+        v
+    })
+}
+
+/// (a, b, c): `a` and `b` may have zeros, `c` has full support (a finite path).
+fn triple(lo: f64) -> impl Strategy<Value = (Vec<f64>, Vec<f64>, Vec<f64>)> {
+    (2..60usize).prop_flat_map(move |n| {
+        (
+            distribution(n, lo, true),
+            distribution(n, lo, true),
+            distribution(n, lo, false),
+        )
+    })
+}
+
+fn order() -> impl Strategy<Value = Order> {
+    prop_oneof![
+        (1.05..4.0_f64).prop_map(|a| Order::new(a).unwrap()),
+        (4.0..30.0_f64).prop_map(|a| Order::new(a).unwrap()),
+        (2..33u32).prop_map(|k| Order::new(f64::from(k)).unwrap()),
+        Just(Order::Infinite),
+    ]
+}
+
+fn mix(lambda: f64, x: &[f64], c: &[f64]) -> Vec<f64> {
+    x.iter()
+        .zip(c)
+        .map(|(&x, &c)| lambda * x + (1.0 - lambda) * c)
+        .collect()
+}
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    a == b || (a - b).abs() <= tol * (1.0 + a.abs().max(b.abs()))
+}
+
+/// Central difference of the value, and whether the left and right differences agree
+/// (they do not at a kink of the max divergence).
+fn central_difference(path: &MixturePath, lambda: f64, h: f64) -> (f64, bool) {
+    let v = |l: f64| path.evaluate(l).unwrap().value;
+    let (lo, mid, hi) = (v(lambda - h), v(lambda), v(lambda + h));
+    let (left, right) = ((mid - lo) / h, (hi - mid) / h);
+    ((hi - lo) / (2.0 * h), close(left, right, 1e-3))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn value_is_the_divergence_of_the_mixture((a, b, c) in triple(-6.0), alpha in order(), lambda in 0.0..=1.0_f64) {
+        let (m, n) = (mix(lambda, &a, &c), mix(lambda, &b, &c));
+        let got = MixturePath::new(&a, &b, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        let want = divergence(&m, &n, alpha).unwrap();
+        prop_assert!(close(got.value, want, 1e-12), "{} vs {}", got.value, want);
+        prop_assert!(!got.slope.is_nan());
+        // forward / reverse against the explicit mixture with q itself.
+        let fwd = MixturePath::forward(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert!(close(fwd.value, divergence(&mix(lambda, &a, &c), &c, alpha).unwrap(), 1e-12));
+        let rev = MixturePath::reverse(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert!(close(rev.value, divergence(&c, &mix(lambda, &a, &c), alpha).unwrap(), 1e-12));
+    }
+
+    #[test]
+    fn slope_matches_finite_differences((a, b, c) in triple(-6.0), alpha in order(), lambda in 0.01..0.99_f64) {
+        let path = MixturePath::new(&a, &b, &c, alpha).unwrap();
+        let got = path.evaluate(lambda).unwrap();
+        prop_assume!(got.value.is_finite());
+        let (fd, smooth) = central_difference(&path, lambda, 1e-6);
+        prop_assume!(smooth || alpha != Order::Infinite);
+        prop_assert!(close(got.slope, fd, 1e-5), "slope {} vs finite difference {}", got.slope, fd);
+    }
+
+    /// `SymmetricMixture` is the two `MixturePath`s in one pass, bitwise.
+    #[test]
+    fn symmetric_equals_both_paths((a, _b, c) in triple(-6.0), alpha in order(), lambda in 0.0..=1.0_f64) {
+        let both = SymmetricMixture::new(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        let fwd = MixturePath::forward(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        let rev = MixturePath::reverse(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert_eq!(both.forward, fwd);
+        prop_assert_eq!(both.reverse, rev);
+        prop_assert_eq!(both.max(), fwd.value.max(rev.value));
+    }
+
+    /// Along λp + (1−λ)q against q (either direction) the divergence starts at 0 and does
+    /// not decrease (quasi-convexity), so its slope is ≥ 0.
+    #[test]
+    fn forward_and_reverse_paths_are_monotone((a, _b, c) in triple(-6.0), alpha in order(), l1 in 0.0..=1.0_f64, l2 in 0.0..=1.0_f64) {
+        let (lo, hi) = if l1 <= l2 { (l1, l2) } else { (l2, l1) };
+        for path in [MixturePath::forward(&a, &c, alpha).unwrap(), MixturePath::reverse(&a, &c, alpha).unwrap()] {
+            prop_assert_eq!(path.evaluate(0.0).unwrap().value, 0.0);
+            let (x, y) = (path.evaluate(lo).unwrap(), path.evaluate(hi).unwrap());
+            prop_assert!(x.value <= y.value * (1.0 + 1e-12) + 1e-15, "{} > {}", x.value, y.value);
+            prop_assert!(x.slope >= -1e-9 * (1.0 + x.value), "negative slope {}", x.slope);
+        }
+    }
+
+    /// Entries down to 1e-250 (log-space accumulator) and orders above 1e12 (exponents
+    /// scaled by 1/(α−1)): values still match the explicit mixture, slopes the finite
+    /// differences, and nothing is NaN.
+    #[test]
+    fn log_space_accumulator((a, b, c) in triple(-250.0), big in prop::bool::ANY, lambda in 0.01..0.99_f64) {
+        let alpha = if big { Order::new(3e13).unwrap() } else { Order::new(7.5).unwrap() };
+        let path = MixturePath::new(&a, &b, &c, alpha).unwrap();
+        let got = path.evaluate(lambda).unwrap();
+        let want = divergence(&mix(lambda, &a, &c), &mix(lambda, &b, &c), alpha).unwrap();
+        prop_assert!(close(got.value, want, 1e-10), "{} vs {}", got.value, want);
+        let (fd, smooth) = central_difference(&path, lambda, 1e-7);
+        prop_assume!(smooth);
+        prop_assert!(close(got.slope, fd, 1e-4), "slope {} vs {}", got.slope, fd);
+    }
+
+    #[test]
+    fn never_nan_at_extremes(
+        (a, b, c) in (2..20usize).prop_flat_map(|n| (distribution(n, -323.0, true), distribution(n, -323.0, true), distribution(n, -323.0, true))),
+        alpha in prop_oneof![Just(1.0 + 1e-12), Just(2.0), Just(18.0), Just(1e6), Just(1e300), Just(f64::INFINITY)],
+        lambda in prop_oneof![Just(0.0), Just(1e-300), Just(0.5), Just(1.0 - 1e-16), Just(1.0)],
+    ) {
+        let alpha = Order::new(alpha).unwrap();
+        for path in [
+            MixturePath::new(&a, &b, &c, alpha).unwrap(),
+            MixturePath::forward(&a, &c, alpha).unwrap(),
+            MixturePath::reverse(&a, &c, alpha).unwrap(),
+        ] {
+            let v = path.evaluate(lambda).unwrap();
+            prop_assert!(!v.value.is_nan() && !v.slope.is_nan() && v.value >= 0.0, "{:?}", v);
+        }
+        let s = SymmetricMixture::new(&a, &b, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert!(!s.max().is_nan() && !s.forward.slope.is_nan() && !s.reverse.slope.is_nan());
+    }
+}
+
+fn order_of(a: f64) -> Order {
+    Order::new(a).unwrap()
+}
+
+#[test]
+fn slope_at_zero_is_zero_for_full_support() {
+    let p = [0.7, 0.2, 0.1];
+    let q = [0.2, 0.3, 0.5];
+    for alpha in [1.5, 2.0, 18.0, 18.5] {
+        let path = MixturePath::forward(&p, &q, order_of(alpha)).unwrap();
+        let at0 = path.evaluate(0.0).unwrap();
+        assert_eq!(at0.value, 0.0);
+        assert!(at0.slope.abs() < 1e-12, "{alpha}: {}", at0.slope);
+        // D(λ) ≈ (α/2)·χ²(p‖q)·λ² near 0.
+        let chi2: f64 = p.iter().zip(&q).map(|(a, b)| (a - b) * (a - b) / b).sum();
+        let small = path.evaluate(1e-4).unwrap();
+        assert!(
+            close(small.value, 0.5 * alpha * chi2 * 1e-8, 1e-3),
+            "{alpha}: {}",
+            small.value
+        );
+        assert!(close(small.slope, alpha * chi2 * 1e-4, 1e-3));
+    }
+}
+
+#[test]
+fn support_mismatch_is_infinite_and_slope_at_zero_too() {
+    let p = [0.5, 0.5];
+    let q = [1.0, 0.0];
+    for alpha in [order_of(2.0), order_of(2.5), Order::Infinite] {
+        let fwd = MixturePath::forward(&p, &q, alpha).unwrap();
+        let at0 = fwd.evaluate(0.0).unwrap();
+        assert_eq!((at0.value, at0.slope), (0.0, f64::INFINITY));
+        let later = fwd.evaluate(0.25).unwrap();
+        assert_eq!((later.value, later.slope), (f64::INFINITY, f64::INFINITY));
+        // The reverse direction stays finite below λ = 1 ...
+        let rev = MixturePath::reverse(&p, &q, alpha).unwrap();
+        assert!(rev.evaluate(0.5).unwrap().value.is_finite());
+        // ... and at λ = 1 it is D(q‖p), finite here (q ≪ p).
+        let at1 = rev.evaluate(1.0).unwrap();
+        assert!((at1.value - 2f64.ln()).abs() < 1e-15, "{:?}", at1);
+    }
+    // Reverse path whose end point lacks support: value → ∞ as λ → 1.
+    let rev = MixturePath::reverse(&q, &p, order_of(2.0)).unwrap();
+    assert_eq!(rev.evaluate(1.0).unwrap().value, f64::INFINITY);
+    let near = rev.evaluate(1.0 - 1e-9).unwrap();
+    assert!(near.value.is_finite() && near.slope > 1e8, "{near:?}");
+}
+
+/// At λ = 0 an element with c = 0 < a, b contributes λ·a^α b^{1−α} to Σ m^α n^{1−α}:
+/// the slope there is its full rate. At λ = 1 an element with a = b = 0 < c contributes
+/// (1−λ)·c. Both checked against one-sided finite differences.
+#[test]
+fn one_sided_slopes_where_both_arguments_vanish() {
+    let a = [0.5, 0.3, 0.2, 0.0];
+    let b = [0.2, 0.2, 0.6, 0.0];
+    let c = [0.6, 0.4, 0.0, 0.0];
+    let c1 = [0.4, 0.3, 0.0, 0.3]; // a = b = 0 < c at the last element
+    for alpha in [
+        order_of(2.0),
+        order_of(3.5),
+        order_of(18.0),
+        Order::Infinite,
+    ] {
+        let h = 1e-7;
+        let path = MixturePath::new(&a, &b, &c, alpha).unwrap();
+        let (v0, vh) = (path.evaluate(0.0).unwrap(), path.evaluate(h).unwrap());
+        assert_eq!(v0.value, 0.0);
+        let fd = (vh.value - v0.value) / h;
+        if alpha == Order::Infinite {
+            // Limit ratio a/b = 1/3 at the c = 0 element is below 1: no jump.
+            assert!(close(v0.slope, fd, 1e-4), "{alpha:?}: {} vs {fd}", v0.slope);
+        } else {
+            assert!(close(v0.slope, fd, 1e-4), "{alpha:?}: {} vs {fd}", v0.slope);
+            assert!(v0.slope > 0.0);
+        }
+        let path = MixturePath::new(&a, &b, &c1, alpha).unwrap();
+        let (v1, v1h) = (path.evaluate(1.0).unwrap(), path.evaluate(1.0 - h).unwrap());
+        let fd = (v1.value - v1h.value) / h;
+        assert!(
+            close(v1.slope, fd, 1e-4),
+            "{alpha:?} at 1: {} vs {fd}",
+            v1.slope
+        );
+    }
+    // c = 0 < a with b = 0: infinite for every λ > 0, so +∞ slope at 0.
+    let b0 = [0.2, 0.2, 0.0, 0.6];
+    let path = MixturePath::new(&a, &b0, &c, order_of(2.0)).unwrap();
+    assert_eq!(path.evaluate(0.0).unwrap().slope, f64::INFINITY);
+    assert_eq!(path.evaluate(0.5).unwrap().value, f64::INFINITY);
+}
+
+#[test]
+fn max_divergence_path_takes_the_active_term() {
+    let p = [0.6, 0.3, 0.1];
+    let q = [0.2, 0.3, 0.5];
+    let path = MixturePath::forward(&p, &q, Order::Infinite).unwrap();
+    // D_∞(λ) = log(1 + λ(p₀/q₀ − 1)) = log(1 + 2λ); slope 2/(1 + 2λ).
+    for lambda in [0.0, 0.1, 0.5, 1.0] {
+        let v = path.evaluate(lambda).unwrap();
+        assert!((v.value - (1.0 + 2.0 * lambda).ln()).abs() < 1e-15);
+        assert!(
+            (v.slope - 2.0 / (1.0 + 2.0 * lambda)).abs() < 1e-14,
+            "{lambda}: {v:?}"
+        );
+    }
+}
