@@ -11,9 +11,14 @@
 mod conversion;
 mod curve;
 mod error;
+mod ledger;
 #[allow(dead_code)] // some directions are only used by modules still being written
 mod round;
 
 pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;
+pub use ledger::{
+    EntryKind, Ledger, LedgerEntry, LedgerError, LedgerReader, LedgerSummary, MAX_LABEL_BYTES,
+    PrivacyBudget, Receipt, verify,
+};

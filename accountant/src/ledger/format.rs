@@ -1,0 +1,291 @@
+//! The on-disk layout of a ledger file, and nothing else: encoding and
+//! checking bytes. All integers and floats are little-endian; floats are stored
+//! bit-exactly, so a total recomputed from the file equals the one in memory.
+//!
+//! ```text
+//! header  = MAGIC "PRIVMIX-LEDGER" (14 B) | version u32 | len u32 | crc u32 | payload (len B)
+//!           payload = n u32 | n × order f64 | budget (17 B)
+//!           crc = CRC-32 of every header byte before it and of the payload
+//! record  = len u32 | crc u32 | payload (len B)      crc = CRC-32 of len's 4 bytes ‖ payload
+//!           payload = kind u8 | sequence u64 | unix time ms u64 | body
+//!           charge body = n × RDP value f64 | label len u16 | label (UTF-8)
+//!           budget body = 17 B
+//! budget  = flag u8 (0 none, 1 some) | ε f64 | δ f64
+//! ```
+//!
+//! The record's length is inside its checksum, so a damaged length is caught
+//! like damaged contents. The largest record is bounded (the label is), which
+//! bounds how many bytes one torn write can leave behind (see `reader.rs`).
+
+use std::io::Read;
+use std::path::Path;
+
+use super::{EntryKind, LedgerEntry, LedgerError, PrivacyBudget};
+use crate::{Orders, RdpCurve};
+
+/// The first bytes of every ledger file.
+pub(crate) const MAGIC: &[u8; 14] = b"PRIVMIX-LEDGER";
+/// The format version written by this build.
+pub(crate) const VERSION: u32 = 1;
+/// Longest label a charge may carry, in bytes.
+pub const MAX_LABEL_BYTES: usize = 1024;
+/// Most orders a header may list (guards allocation when reading a bad file).
+const MAX_ORDERS: usize = 1 << 16;
+const HEADER_PREFIX_LEN: usize = MAGIC.len() + 12;
+const BUDGET_LEN: usize = 17;
+/// Length of a record's `len | crc` prefix.
+pub(crate) const FRAME_PREFIX_LEN: usize = 8;
+/// Bytes of a payload before its body: kind, sequence, timestamp.
+const PAYLOAD_PREFIX_LEN: usize = 17;
+const KIND_CHARGE: u8 = 1;
+const KIND_BUDGET: u8 = 2;
+
+/// The largest payload a record over `n_orders` orders can have.
+pub(crate) fn max_payload_len(n_orders: usize) -> usize {
+    PAYLOAD_PREFIX_LEN + (8 * n_orders + 2 + MAX_LABEL_BYTES).max(BUDGET_LEN)
+}
+
+/// The header bytes of a new ledger.
+pub(crate) fn encode_header(orders: &Orders, budget: Option<PrivacyBudget>) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(4 + 8 * orders.len() + BUDGET_LEN);
+    let n = u32::try_from(orders.len()).expect("an order set is far below 2^32 orders");
+    payload.extend_from_slice(&n.to_le_bytes());
+    for order in orders.as_slice() {
+        payload.extend_from_slice(&order.to_le_bytes());
+    }
+    encode_budget(&mut payload, budget);
+    let mut header = Vec::with_capacity(HEADER_PREFIX_LEN + payload.len());
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header);
+    hasher.update(&payload);
+    header.extend_from_slice(&hasher.finalize().to_le_bytes());
+    header.extend_from_slice(&payload);
+    header
+}
+
+/// Reads and checks a header; returns the orders, the initial budget and the
+/// header's length in bytes. The header is complete before a ledger file
+/// appears under its name (see `Ledger::create`), so any damage is corruption.
+pub(crate) fn read_header(
+    input: &mut impl Read,
+    path: &Path,
+) -> Result<(Orders, Option<PrivacyBudget>, u64), LedgerError> {
+    let corrupt = |reason: &str| LedgerError::corrupt(path, 0, format!("header: {reason}"));
+    let mut prefix = Vec::with_capacity(HEADER_PREFIX_LEN);
+    read_up_to(input, HEADER_PREFIX_LEN, &mut prefix, path)?;
+    if !prefix.starts_with(&MAGIC[..prefix.len().min(MAGIC.len())]) || prefix.is_empty() {
+        return Err(LedgerError::NotALedger(path.to_path_buf()));
+    }
+    if prefix.len() < HEADER_PREFIX_LEN {
+        return Err(corrupt("file ends inside the header"));
+    }
+    let version = u32_at(&prefix, MAGIC.len());
+    if version != VERSION {
+        return Err(LedgerError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: VERSION,
+        });
+    }
+    let len = u32_at(&prefix, MAGIC.len() + 4) as usize;
+    if len > 4 + 8 * MAX_ORDERS + BUDGET_LEN {
+        return Err(corrupt("length field out of range"));
+    }
+    let mut payload = Vec::with_capacity(len);
+    read_up_to(input, len, &mut payload, path)?;
+    if payload.len() < len {
+        return Err(corrupt("file ends inside the header"));
+    }
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&prefix[..MAGIC.len() + 8]);
+    hasher.update(&payload);
+    if hasher.finalize() != u32_at(&prefix, MAGIC.len() + 8) {
+        return Err(corrupt("checksum mismatch"));
+    }
+    let n = if len >= 4 {
+        u32_at(&payload, 0) as usize
+    } else {
+        0
+    };
+    if n == 0 || len != 4 + 8 * n + BUDGET_LEN {
+        return Err(corrupt("order count does not match the header length"));
+    }
+    let stored: Vec<f64> = (0..n).map(|i| f64_at(&payload, 4 + 8 * i)).collect();
+    let orders = Orders::new(stored.clone()).map_err(|e| corrupt(&e.to_string()))?;
+    if orders.as_slice() != stored.as_slice() {
+        return Err(corrupt("orders are not sorted and distinct"));
+    }
+    let budget = decode_budget(&payload[4 + 8 * n..]).map_err(corrupt)?;
+    Ok((orders, budget, (HEADER_PREFIX_LEN + len) as u64))
+}
+
+/// A complete record: `len | crc | payload`.
+pub(crate) fn encode_frame(payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_le_bytes();
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&len);
+    hasher.update(payload);
+    let mut frame = Vec::with_capacity(FRAME_PREFIX_LEN + payload.len());
+    frame.extend_from_slice(&len);
+    frame.extend_from_slice(&hasher.finalize().to_le_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The payload of a charge record.
+pub(crate) fn charge_payload(sequence: u64, time_ms: u64, values: &[f64], label: &str) -> Vec<u8> {
+    let mut p = payload_prefix(
+        KIND_CHARGE,
+        sequence,
+        time_ms,
+        8 * values.len() + 2 + label.len(),
+    );
+    for v in values {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    let label_len = u16::try_from(label.len()).expect("labels are checked against MAX_LABEL_BYTES");
+    p.extend_from_slice(&label_len.to_le_bytes());
+    p.extend_from_slice(label.as_bytes());
+    p
+}
+
+/// The payload of a budget record.
+pub(crate) fn budget_payload(
+    sequence: u64,
+    time_ms: u64,
+    budget: Option<PrivacyBudget>,
+) -> Vec<u8> {
+    let mut p = payload_prefix(KIND_BUDGET, sequence, time_ms, BUDGET_LEN);
+    encode_budget(&mut p, budget);
+    p
+}
+
+/// What the bytes at a record's start hold.
+#[derive(Debug)]
+pub(crate) enum Frame<'a> {
+    /// Length in range, all bytes present, checksum right.
+    Intact {
+        /// The checked payload.
+        payload: &'a [u8],
+    },
+    /// Anything else: what a torn write or damage leaves.
+    Damaged(&'static str),
+}
+
+/// Checks the record starting at `bytes[0]`; `bytes` may run past its end.
+pub(crate) fn check_frame(bytes: &[u8], max_payload: usize) -> Frame<'_> {
+    if bytes.len() < FRAME_PREFIX_LEN {
+        return Frame::Damaged("file ends inside a record's length and checksum");
+    }
+    let len = u32_at(bytes, 0) as usize;
+    if !(PAYLOAD_PREFIX_LEN..=max_payload).contains(&len) {
+        return Frame::Damaged("record length out of range");
+    }
+    let frame_len = FRAME_PREFIX_LEN + len;
+    if bytes.len() < frame_len {
+        return Frame::Damaged("file ends inside a record");
+    }
+    let payload = &bytes[FRAME_PREFIX_LEN..frame_len];
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&bytes[..4]);
+    hasher.update(payload);
+    if hasher.finalize() != u32_at(bytes, 4) {
+        return Frame::Damaged("record checksum mismatch");
+    }
+    Frame::Intact { payload }
+}
+
+/// The sequence number of a checked payload.
+pub(crate) fn payload_sequence(payload: &[u8]) -> u64 {
+    u64_at(payload, 1)
+}
+
+/// Decodes a checked payload. An error here means the record was *written*
+/// wrong (its checksum holds), never that it was torn.
+pub(crate) fn decode_payload(payload: &[u8], orders: &Orders) -> Result<LedgerEntry, String> {
+    let sequence = payload_sequence(payload);
+    let time_ms = u64_at(payload, 9);
+    let body = &payload[PAYLOAD_PREFIX_LEN..];
+    let kind = match payload[0] {
+        KIND_CHARGE => {
+            let n = orders.len();
+            if body.len() < 8 * n + 2 {
+                return Err("charge record too short for the ledger's orders".into());
+            }
+            let label_len = usize::from(u16::from_le_bytes([body[8 * n], body[8 * n + 1]]));
+            if body.len() != 8 * n + 2 + label_len {
+                return Err("charge record length does not match its label length".into());
+            }
+            let values = (0..n).map(|i| f64_at(body, 8 * i)).collect();
+            let curve = RdpCurve::new(orders.clone(), values).map_err(|e| e.to_string())?;
+            let label = std::str::from_utf8(&body[8 * n + 2..])
+                .map_err(|_| "charge label is not UTF-8".to_string())?
+                .to_owned();
+            EntryKind::Charge { curve, label }
+        }
+        KIND_BUDGET if body.len() == BUDGET_LEN => {
+            EntryKind::Budget(decode_budget(body).map_err(str::to_owned)?)
+        }
+        KIND_BUDGET => return Err("budget record has the wrong length".into()),
+        other => return Err(format!("unknown record kind {other}")),
+    };
+    Ok(LedgerEntry {
+        sequence,
+        time_ms,
+        kind,
+    })
+}
+
+fn payload_prefix(kind: u8, sequence: u64, time_ms: u64, body_len: usize) -> Vec<u8> {
+    let mut p = Vec::with_capacity(PAYLOAD_PREFIX_LEN + body_len);
+    p.push(kind);
+    p.extend_from_slice(&sequence.to_le_bytes());
+    p.extend_from_slice(&time_ms.to_le_bytes());
+    p
+}
+
+fn encode_budget(out: &mut Vec<u8>, budget: Option<PrivacyBudget>) {
+    let (flag, eps, delta) = budget.map_or((0u8, 0.0, 0.0), |b| (1, b.epsilon(), b.delta()));
+    out.push(flag);
+    out.extend_from_slice(&f64::to_le_bytes(eps));
+    out.extend_from_slice(&f64::to_le_bytes(delta));
+}
+
+fn decode_budget(bytes: &[u8]) -> Result<Option<PrivacyBudget>, &'static str> {
+    match bytes[0] {
+        0 => Ok(None),
+        1 => PrivacyBudget::new(f64_at(bytes, 1), f64_at(bytes, 9))
+            .map(Some)
+            .map_err(|_| "stored budget is not a valid (ε, δ)"),
+        _ => Err("unknown budget flag"),
+    }
+}
+
+/// Reads until `want` bytes are in `out` or the input ends.
+fn read_up_to(
+    input: &mut impl Read,
+    want: usize,
+    out: &mut Vec<u8>,
+    path: &Path,
+) -> Result<(), LedgerError> {
+    input
+        .take(want as u64)
+        .read_to_end(out)
+        .map(drop)
+        .map_err(|e| LedgerError::io(path, e))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn f64_at(b: &[u8], at: usize) -> f64 {
+    f64::from_bits(u64_at(b, at))
+}

@@ -1,0 +1,241 @@
+//! Unit tests of the byte format and of records that are intact but wrong,
+//! which only hand-made bytes can produce.
+
+use std::path::{Path, PathBuf};
+
+use super::format::{self, Frame};
+use super::*;
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "privmix-ledger-unit-{tag}-{}-{n}-{}",
+            std::process::id(),
+            now_ms()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn orders() -> Orders {
+    Orders::new(vec![1.5, 2.0, 8.0]).unwrap()
+}
+
+fn curve(values: [f64; 3]) -> RdpCurve {
+    RdpCurve::new(orders(), values.to_vec()).unwrap()
+}
+
+/// Writes a header and the given record payloads, framed.
+fn write_ledger(path: &Path, payloads: &[Vec<u8>]) {
+    let mut bytes = format::encode_header(&orders(), None);
+    for p in payloads {
+        bytes.extend(format::encode_frame(p));
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn expect_corrupt(result: Result<Ledger, LedgerError>, needle: &str) {
+    match result {
+        Err(LedgerError::Corrupt { reason, .. }) => {
+            assert!(
+                reason.contains(needle),
+                "reason {reason:?} lacks {needle:?}"
+            )
+        }
+        other => panic!("expected corruption mentioning {needle:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn header_round_trips_orders_and_budget() {
+    let budget = PrivacyBudget::new(2.5, 1e-6).unwrap();
+    for b in [None, Some(budget)] {
+        let bytes = format::encode_header(&orders(), b);
+        let (o, got, len) = format::read_header(&mut bytes.as_slice(), Path::new("x")).unwrap();
+        assert_eq!(o, orders());
+        assert_eq!(got, b);
+        assert_eq!(len, bytes.len() as u64);
+    }
+}
+
+#[test]
+fn every_header_byte_is_checked() {
+    let bytes = format::encode_header(&orders(), Some(PrivacyBudget::new(1.0, 1e-5).unwrap()));
+    for i in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 0x10;
+        let got = format::read_header(&mut bad.as_slice(), Path::new("x"));
+        assert!(got.is_err(), "flip at header byte {i} went unnoticed");
+    }
+    for cut in 0..bytes.len() {
+        assert!(format::read_header(&mut &bytes[..cut], Path::new("x")).is_err());
+    }
+}
+
+#[test]
+fn charge_payload_round_trips_bit_exact() {
+    let values = [0.1 + 0.2, f64::INFINITY, 5e-324];
+    let frame = format::encode_frame(&format::charge_payload(7, 1234, &values, "gauß"));
+    let Frame::Intact { payload } = format::check_frame(&frame, format::max_payload_len(3)) else {
+        panic!("fresh frame must be intact");
+    };
+    let entry = format::decode_payload(payload, &orders()).unwrap();
+    assert_eq!((entry.sequence, entry.time_ms), (7, 1234));
+    let EntryKind::Charge { curve, label } = entry.kind else {
+        panic!("expected a charge")
+    };
+    assert_eq!(label, "gauß");
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(curve.epsilons()), bits(&values));
+}
+
+#[test]
+fn every_frame_byte_is_checked() {
+    let frame = format::encode_frame(&format::charge_payload(0, 1, &[1.0, 2.0, 3.0], "m"));
+    for i in 0..frame.len() {
+        for bit in 0..8 {
+            let mut bad = frame.clone();
+            bad[i] ^= 1 << bit;
+            assert!(
+                matches!(
+                    format::check_frame(&bad, format::max_payload_len(3)),
+                    Frame::Damaged(_)
+                ),
+                "flip of bit {bit} in byte {i} went unnoticed"
+            );
+        }
+    }
+}
+
+#[test]
+fn intact_record_with_wrong_sequence_is_corruption() {
+    let dir = TempDir::new("seq");
+    let path = dir.file("l");
+    // Sequence 0, then 2: the checksum holds, the order does not.
+    let p0 = format::charge_payload(0, 0, &[1.0, 1.0, 1.0], "a");
+    let p2 = format::charge_payload(2, 0, &[1.0, 1.0, 1.0], "b");
+    write_ledger(&path, &[p0.clone(), p2]);
+    expect_corrupt(Ledger::open(&path), "sequence number 2, expected 1");
+    // Even as the last record it is not a torn write.
+    write_ledger(&path, &[p0.clone(), p0]);
+    expect_corrupt(Ledger::open(&path), "sequence number 0, expected 1");
+}
+
+#[test]
+fn intact_record_with_bad_contents_is_corruption() {
+    let dir = TempDir::new("contents");
+    let path = dir.file("l");
+    let nan = format::charge_payload(0, 0, &[1.0, f64::NAN, 1.0], "a");
+    write_ledger(&path, &[nan]);
+    expect_corrupt(Ledger::open(&path), "invalid");
+    let mut unknown = format::charge_payload(0, 0, &[1.0, 1.0, 1.0], "a");
+    unknown[0] = 9;
+    write_ledger(&path, &[unknown]);
+    expect_corrupt(Ledger::open(&path), "unknown record kind 9");
+    let mut bad_utf8 = format::charge_payload(0, 0, &[1.0, 1.0, 1.0], "ab");
+    *bad_utf8.last_mut().unwrap() = 0xff;
+    write_ledger(&path, &[bad_utf8]);
+    expect_corrupt(Ledger::open(&path), "UTF-8");
+    let mut budget = format::budget_payload(0, 0, Some(PrivacyBudget::new(1.0, 0.5).unwrap()));
+    let delta_at = budget.len() - 8;
+    budget[delta_at..].copy_from_slice(&2.0f64.to_le_bytes());
+    write_ledger(&path, &[budget]);
+    expect_corrupt(Ledger::open(&path), "budget");
+}
+
+#[test]
+fn garbage_tail_within_one_record_is_torn_beyond_it_corrupt() {
+    let dir = TempDir::new("garbage");
+    let path = dir.file("l");
+    let good = format::charge_payload(0, 0, &[1.0, 2.0, 3.0], "a");
+    let max_frame = format::FRAME_PREFIX_LEN + format::max_payload_len(3);
+    for (fill, len, torn) in [
+        (0u8, max_frame, true),
+        (0xa5, 9, true),
+        (0, max_frame + 1, false),
+    ] {
+        write_ledger(&path, std::slice::from_ref(&good));
+        let clean_len = std::fs::metadata(&path).unwrap().len();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend(std::iter::repeat_n(fill, len));
+        std::fs::write(&path, bytes).unwrap();
+        let opened = Ledger::open(&path);
+        if torn {
+            let ledger = opened.unwrap();
+            assert_eq!(ledger.charges(), 1);
+            assert_eq!(ledger.recovered_torn_bytes(), len as u64);
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), clean_len);
+        } else {
+            expect_corrupt(opened, "more data follows");
+        }
+    }
+    // A torn write whose length field is garbage, followed by an intact record.
+    let mut bytes = format::encode_header(&orders(), None);
+    bytes.extend(format::encode_frame(&good));
+    bytes.extend([0xff; 5]);
+    bytes.extend(format::encode_frame(&format::charge_payload(
+        1, 0, &[1.0; 3], "b",
+    )));
+    std::fs::write(&path, bytes).unwrap();
+    expect_corrupt(Ledger::open(&path), "followed by an intact record");
+}
+
+#[test]
+fn budgets_are_validated() {
+    assert!(PrivacyBudget::new(1.0, 1e-5).is_ok());
+    assert!(PrivacyBudget::new(0.0, 0.5).is_ok());
+    for (eps, delta) in [
+        (-1.0, 1e-5),
+        (f64::NAN, 1e-5),
+        (f64::INFINITY, 1e-5),
+        (1.0, 0.0),
+        (1.0, 1.0),
+        (1.0, f64::NAN),
+    ] {
+        assert!(
+            matches!(
+                PrivacyBudget::new(eps, delta),
+                Err(AccountantError::InvalidParameter { .. })
+            ),
+            "({eps}, {delta}) accepted"
+        );
+    }
+}
+
+#[test]
+fn labels_over_the_limit_are_refused_without_writing() {
+    let dir = TempDir::new("label");
+    let path = dir.file("l");
+    let mut ledger = Ledger::create(&path, orders(), None).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    let long = "x".repeat(MAX_LABEL_BYTES + 1);
+    assert!(matches!(
+        ledger.charge(&curve([1.0; 3]), &long),
+        Err(LedgerError::LabelTooLong {
+            len: 1025,
+            max: 1024
+        })
+    ));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    let longest = "y".repeat(MAX_LABEL_BYTES);
+    ledger.charge(&curve([1.0; 3]), &longest).unwrap();
+    drop(ledger);
+    assert_eq!(Ledger::open(&path).unwrap().charges(), 1);
+}
