@@ -1,3 +1,31 @@
 //! # privmix-mechanisms
 //!
-//! PMixED, AdaPMixED, SubMix, DPS-MOZO and their baselines.
+//! Private next-token prediction: PMixED and AdaPMixED (Flemings et al.), SubMix
+//! (Ginart et al.), DPS-MOZO (Flemings et al.) and the baselines the papers
+//! compare against, over next-token distributions from any source.
+//!
+//! Every mechanism implements one step: given the public distribution, the
+//! members' distributions (rows of one buffer), a random source and an
+//! [`Account`], it charges the account *before* it releases a token and returns
+//! the token, the charge and diagnostics ([`StepOutcome`]). The [`driver`]
+//! module runs steps over any [`DistributionSource`].
+//!
+//! Randomness: [`PrivacyRng::from_os`] (ChaCha20 seeded by the operating system)
+//! is the default; [`PrivacyRng::from_seed`] exists for tests and benchmarks and
+//! must not be used to serve private text.
+
+mod account;
+pub mod driver;
+mod error;
+mod input;
+mod rng;
+mod sample;
+mod step;
+
+pub use account::Account;
+pub use driver::DistributionSource;
+pub use error::MechanismError;
+pub use input::{Ensemble, Rows};
+pub use rng::PrivacyRng;
+pub use sample::{sample_index, sample_log_index};
+pub use step::{Diagnostics, EnsembleMechanism, PublicReason, StepOutcome};

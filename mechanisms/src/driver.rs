@@ -1,0 +1,55 @@
+//! A generation driver: runs mechanism steps over any source of distributions.
+
+use crate::step::EnsembleMechanism;
+use crate::{Account, Ensemble, MechanismError, PrivacyRng, StepOutcome};
+
+/// Anything that can give the next-token distributions of the public model and
+/// the members for a context (a model ensemble, a fixture in tests).
+pub trait DistributionSource {
+    /// Distributions for the next token after `context`.
+    fn next_distributions(&mut self, context: &[u32]) -> Result<Ensemble, MechanismError>;
+}
+
+/// The tokens a driver released and the outcome of every step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    /// The released tokens (not including the prompt).
+    pub tokens: Vec<u32>,
+    /// Per-step outcomes, in order.
+    pub steps: Vec<StepOutcome>,
+}
+
+/// Generates up to `max_tokens` tokens after `prompt`, stopping early at
+/// `stop_token`. Each token is charged to `account` before it is appended; the
+/// first error ends generation and is returned with nothing more released.
+pub fn generate(
+    mechanism: &mut dyn EnsembleMechanism,
+    source: &mut dyn DistributionSource,
+    prompt: &[u32],
+    max_tokens: usize,
+    stop_token: Option<u32>,
+    rng: &mut PrivacyRng,
+    account: &mut dyn Account,
+) -> Result<Generation, MechanismError> {
+    let mut context = prompt.to_vec();
+    let mut generation = Generation {
+        tokens: Vec::new(),
+        steps: Vec::new(),
+    };
+    for _ in 0..max_tokens {
+        let ensemble = source.next_distributions(&context)?;
+        let outcome = mechanism.step(&ensemble, rng, account)?;
+        let token = u32::try_from(outcome.token).map_err(|_| MechanismError::InvalidParameter {
+            name: "token",
+            value: outcome.token as f64,
+            reason: "token index does not fit in u32",
+        })?;
+        context.push(token);
+        generation.tokens.push(token);
+        generation.steps.push(outcome);
+        if Some(token) == stop_token {
+            break;
+        }
+    }
+    Ok(generation)
+}
