@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::AccountantError;
-use crate::round::{add_up, mul_up};
+use crate::round::{add_up, mul_up, u64_up};
 
 /// A sorted, duplicate-free set of Rényi orders α > 1 (finite).
 ///
@@ -138,10 +138,7 @@ impl RdpCurve {
     /// times): every value times `count`, rounded up.
     pub fn self_compose(&self, count: u64) -> RdpCurve {
         // `count as f64` rounds to nearest above 2^53: take the float at or above it.
-        let mut k = count as f64;
-        if (k as u128) < u128::from(count) {
-            k = k.next_up();
-        }
+        let k = u64_up(count);
         // 0 · ∞ must stay 0: zero runs of a mechanism cost nothing.
         let epsilons = self
             .epsilons

@@ -41,4 +41,58 @@ pub enum AccountantError {
         /// What the domain is.
         reason: &'static str,
     },
+    /// A charge was refused because it would take the spent privacy past the budget.
+    /// Nothing was recorded.
+    #[error(
+        "charge refused: spending would reach ε = {would_spend} at δ = {delta}, over the budget ε = {limit}"
+    )]
+    BudgetExceeded {
+        /// ε (at `delta`) that the budget would have spent with the charge, rounded up.
+        would_spend: f64,
+        /// The budget's ε limit.
+        limit: f64,
+        /// The δ at which ε is measured (0 for a pure RDP budget at one order).
+        delta: f64,
+    },
+    /// A per-part (SubMix) charge was refused: that part's budget would be exceeded.
+    #[error("charge refused: part {part} would spend {would_spend}, over its budget {limit}")]
+    PartBudgetExceeded {
+        /// Index of the first part whose budget would be exceeded.
+        part: usize,
+        /// What that part would have spent with the charge (RDP at the budget's order).
+        would_spend: f64,
+        /// That part's budget.
+        limit: f64,
+    },
+    /// A budget was created below what has already been spent.
+    #[error("budget ε = {limit} is below the ε = {spent} already spent")]
+    BudgetBelowSpent {
+        /// The requested budget.
+        limit: f64,
+        /// What is already spent, rounded up.
+        spent: f64,
+    },
+    /// A curve was asked for an order it does not hold.
+    #[error("the curve holds no value at order {0}")]
+    MissingOrder(f64),
+    /// A per-part charge listed the wrong number of parts.
+    #[error("{given} per-part values given for {parts} parts")]
+    PartCountMismatch {
+        /// Number of parts in the budget.
+        parts: usize,
+        /// Number of values given.
+        given: usize,
+    },
+    /// A calibration found no feasible value in its search range.
+    #[error("no feasible {name} in [{lo}, {hi}]: {reason}")]
+    Infeasible {
+        /// The parameter calibrated (`beta`, `sigma`).
+        name: &'static str,
+        /// Lower end of the range searched.
+        lo: f64,
+        /// Upper end of the range searched.
+        hi: f64,
+        /// Why.
+        reason: &'static str,
+    },
 }

@@ -8,17 +8,26 @@
 //! datasets D, D' (Mironov 2017). An [`RdpCurve`] records such a bound at every
 //! order of an [`Orders`] set; curves over the same orders compose by addition.
 
+mod amplify;
 mod conversion;
 mod curve;
 mod error;
+mod events;
+mod interval;
 mod ledger;
+mod poisson;
 #[allow(dead_code)] // some directions are only used by modules still being written
 mod round;
+mod special;
+mod without_replacement;
 
 pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;
+pub use events::{adapmixed_screening, dps_mozo_token, gaussian, pmixed_query, pmixed_subsampled};
 pub use ledger::{
     EntryKind, Ledger, LedgerEntry, LedgerError, LedgerReader, LedgerSummary, MAX_LABEL_BYTES,
     PrivacyBudget, Receipt, verify,
 };
+pub use poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
+pub use without_replacement::without_replacement_gaussian;

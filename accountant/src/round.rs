@@ -154,6 +154,60 @@ pub(crate) fn exp_m1_down(x: f64) -> f64 {
     }
 }
 
+/// `√x` rounded up (`x ≥ 0`). IEEE square root is correctly rounded; the FMA
+/// residual tells on which side of the truth it landed.
+pub(crate) fn sqrt_up(x: f64) -> f64 {
+    let s = x.sqrt();
+    if !s.is_finite() || x == 0.0 {
+        return s;
+    }
+    if x < SAFE_RESIDUAL_MIN {
+        // The residual could underflow: step regardless.
+        return s.next_up();
+    }
+    if s.mul_add(s, -x) < 0.0 {
+        s.next_up()
+    } else {
+        s
+    }
+}
+
+/// `√x` rounded down (`x ≥ 0`).
+pub(crate) fn sqrt_down(x: f64) -> f64 {
+    let s = x.sqrt();
+    if !s.is_finite() || x == 0.0 {
+        return s;
+    }
+    if x < SAFE_RESIDUAL_MIN {
+        return s.next_down();
+    }
+    if s.mul_add(s, -x) > 0.0 {
+        s.next_down()
+    } else {
+        s
+    }
+}
+
+/// The largest f64 not above `n` (`n as f64` rounds to nearest above 2^53).
+pub(crate) fn u64_down(n: u64) -> f64 {
+    let x = n as f64;
+    if x as u128 > u128::from(n) {
+        x.next_down()
+    } else {
+        x
+    }
+}
+
+/// The smallest f64 not below `n`.
+pub(crate) fn u64_up(n: u64) -> f64 {
+    let x = n as f64;
+    if (x as u128) < u128::from(n) {
+        x.next_up()
+    } else {
+        x
+    }
+}
+
 /// Below this magnitude an FMA residual may itself be rounded (subnormal range).
 const SAFE_RESIDUAL_MIN: f64 = f64::MIN_POSITIVE * (1u64 << 53) as f64;
 
@@ -240,5 +294,10 @@ mod tests {
         assert_eq!(exp_m1_down(-1000.0), -1.0);
         assert!(ln_1p_up(1e-20) > 1e-20 && ln_1p_down(1e-20) < 1e-20);
         assert!(exp_m1_up(1e-20) > 1e-20);
+        assert_eq!(sqrt_up(4.0), 2.0);
+        assert_eq!(sqrt_down(4.0), 2.0);
+        let (lo, hi) = (sqrt_down(2.0), sqrt_up(2.0));
+        assert_eq!(lo.next_up(), hi);
+        assert!(lo * lo < 2.0 || hi * hi > 2.0);
     }
 }
