@@ -3,6 +3,9 @@
 //!
 //! Run: `cargo bench -p privmix-accountant --bench accountant`
 
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

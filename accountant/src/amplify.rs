@@ -40,7 +40,7 @@ pub(crate) fn check_sigma(sigma: f64) -> Result<(), AccountantError> {
 /// Upper bound on `ln Σ exp(tᵢ)` given upper bounds tᵢ (rounded up throughout).
 pub(crate) fn log_sum_exp_up(terms: &[f64]) -> f64 {
     let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if max == f64::NEG_INFINITY || max == f64::INFINITY {
+    if max.is_infinite() {
         return max;
     }
     let sum = terms

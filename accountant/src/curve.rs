@@ -105,6 +105,22 @@ impl RdpCurve {
         Self::new(orders, epsilons)
     }
 
+    /// A curve at a single order: a measured (data-dependent) charge such as
+    /// AdaPMixED's `max_i Dsym_α(p ‖ p₋ᵢ)` or SubMix's per-query divergence.
+    pub fn single(order: f64, epsilon: f64) -> Result<Self, AccountantError> {
+        Self::new(Orders::new(vec![order])?, vec![epsilon])
+    }
+
+    /// ε at one of the curve's orders.
+    pub fn at(&self, order: f64) -> Result<f64, AccountantError> {
+        self.orders
+            .as_slice()
+            .iter()
+            .position(|&a| a == order)
+            .map(|i| self.epsilons[i])
+            .ok_or(AccountantError::MissingOrder(order))
+    }
+
     /// The orders this curve is measured at.
     pub fn orders(&self) -> &Orders {
         &self.orders

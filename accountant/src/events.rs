@@ -20,19 +20,6 @@ pub(crate) fn check_non_negative(name: &'static str, value: f64) -> Result<(), A
     }
 }
 
-/// Checks a finite, strictly positive parameter.
-pub(crate) fn check_positive(name: &'static str, value: f64) -> Result<(), AccountantError> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(AccountantError::InvalidParameter {
-            name,
-            value,
-            reason: "must be finite and > 0",
-        })
-    }
-}
-
 /// The Gaussian mechanism: noise N(0, σ²) added to a query of L2 sensitivity Δ.
 ///
 /// Guarantee: `ε(α) = α·Δ²/(2σ²)` at every order (Mironov 2017, Prop. 7), rounded up.
@@ -207,7 +194,10 @@ mod tests {
             let x = 4.0 * beta * alpha * (alpha - 1.0);
             let want = (x.exp_m1() / m as f64).ln_1p() / (alpha - 1.0);
             let got = pmixed_query_at(alpha, beta, m);
-            assert!(got >= want * (1.0 - 1e-15) && got - want < 1e-13 * want, "m = {m}");
+            assert!(
+                got >= want * (1.0 - 1e-15) && got - want < 1e-13 * want,
+                "m = {m}"
+            );
         }
         // m = 1 costs what m = 2 costs (its add-a-member neighbour), above βα.
         assert_eq!(

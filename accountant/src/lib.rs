@@ -9,6 +9,8 @@
 //! order of an [`Orders`] set; curves over the same orders compose by addition.
 
 mod amplify;
+mod budget;
+mod calibrate;
 mod conversion;
 mod curve;
 mod error;
@@ -16,11 +18,15 @@ mod events;
 mod interval;
 mod ledger;
 mod poisson;
-#[allow(dead_code)] // some directions are only used by modules still being written
 mod round;
 mod special;
 mod without_replacement;
 
+pub use budget::{Budget, PartBudgets, random_stopping_epsilon};
+pub use calibrate::{
+    REL_TOL, dps_mozo_beta, dps_mozo_total, largest_feasible, pmixed_beta, poisson_gaussian_sigma,
+    smallest_feasible,
+};
 pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;

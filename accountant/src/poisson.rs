@@ -4,7 +4,9 @@
 use crate::amplify::{
     IntegerBounds, amplified_curve, as_integer_order, check_q, check_sigma, log_sum_exp_up,
 };
-use crate::round::{add_up, div_up, ln_1p_up, ln_up, mul_down, mul_up, sub_down};
+use crate::round::{
+    add_up, div_up, exp_m1_up, exp_up, ln_1p_up, ln_up, mul_down, mul_up, sub_down,
+};
 use crate::special::ln_binomials_up;
 use crate::{AccountantError, Orders, RdpCurve};
 
@@ -17,22 +19,24 @@ mod gaussian_fractional;
 /// `(1−q)^{α−1}(1+(α−1)q)` is the k = 0 and k = 1 terms here); for the Gaussian
 /// with `c(k) = k(k−1)/(2σ²)` it is the exact moment of Mironov, Talwar & Zhang
 /// 2019, §3.3.
+///
+/// Evaluated as `A = 1 + Σ_{k=2}^{α} C(α,k) (1−q)^{α−k} q^k (e^{c(k)} − 1)` (the
+/// binomial weights sum to 1), a sum of non-negative terms, so that `ln A` keeps
+/// its relative accuracy when A is close to 1.
 fn ln_moment_integer_up(alpha: u32, q: f64, mut cgf_up: impl FnMut(u32) -> f64) -> f64 {
     let ln_binom = ln_binomials_up(alpha);
     let ln_q = ln_up(q);
     let ln_1mq = ln_1p_up(-q);
-    let mut terms = Vec::with_capacity(alpha as usize + 1);
-    for k in 0..=alpha {
-        let c = if k < 2 { 0.0 } else { cgf_up(k) };
+    let mut terms = Vec::with_capacity(alpha as usize);
+    for k in 2..=alpha {
+        let c = cgf_up(k);
         if c == f64::INFINITY {
             return f64::INFINITY;
         }
+        // ln(eᶜ − 1) ≤ c; use the exact form while eᶜ − 1 is representable.
+        let ln_excess = if c < 700.0 { ln_up(exp_m1_up(c)) } else { c };
         // k·ln q and (α−k)·ln(1−q) grow with their (upper-bounded) logarithms.
-        let q_part = if k == 0 {
-            0.0
-        } else {
-            mul_up(f64::from(k), ln_q)
-        };
+        let q_part = mul_up(f64::from(k), ln_q);
         let r_part = if k == alpha {
             0.0
         } else {
@@ -40,10 +44,16 @@ fn ln_moment_integer_up(alpha: u32, q: f64, mut cgf_up: impl FnMut(u32) -> f64) 
         };
         terms.push(add_up(
             add_up(add_up(ln_binom[k as usize], q_part), r_part),
-            c,
+            ln_excess,
         ));
     }
-    log_sum_exp_up(&terms)
+    // ln(1 + eᴸ), without overflowing for large L.
+    let l = log_sum_exp_up(&terms);
+    if l < 0.0 {
+        ln_1p_up(exp_up(l))
+    } else {
+        add_up(l, ln_1p_up(exp_up(-l)))
+    }
 }
 
 impl RdpCurve {

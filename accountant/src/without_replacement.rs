@@ -180,7 +180,7 @@ impl ForwardDifferences {
             let mut sum = Interval::exact(0.0);
             for (k, t) in logs.iter().enumerate() {
                 let v = t.sub(Interval::exact(scale)).exp();
-                sum = if (i as usize - k) % 2 == 0 {
+                sum = if (i as usize - k).is_multiple_of(2) {
                     sum.add(v)
                 } else {
                     sum.sub(v)

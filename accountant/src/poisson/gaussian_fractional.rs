@@ -34,8 +34,8 @@
 
 use crate::interval::Interval;
 use crate::round::{
-    add_up, exp_up, ln_1p_down, ln_1p_up, ln_down, ln_up, mul_down, mul_up, sqrt_down, sqrt_up,
-    sub_up,
+    add_up, exp_m1_down, exp_m1_up, exp_up, ln_1p_down, ln_1p_up, ln_down, ln_up, mul_down, mul_up,
+    sqrt_down, sqrt_up, sub_up,
 };
 use crate::special::{Binomials, ln_erfc};
 
@@ -45,6 +45,71 @@ const TAIL_REL_TOL: f64 = 1e-10;
 const TAIL_ABS_TOL: f64 = 1e-18;
 /// … or after this many terms per series (the bound stays valid, only looser).
 const MAX_TERMS: u32 = 1 << 17;
+
+/// `A − 1` as a sum of signed terms given by enclosures of their logarithms,
+/// kept as `e^scale · total` so that neither huge nor tiny terms over- or
+/// underflow (the scale follows the largest term seen, as in a streaming
+/// log-sum-exp).
+///
+/// Tracking `A − 1` rather than A keeps `ln A` relatively accurate when A ≈ 1:
+/// the dominant left k = 0 term `(1−q)^α·½erfc(−a/(√2σ))` is entered as
+/// `((1−q)^α − 1) − (1−q)^α·½erfc(a/(√2σ))` (as ½erfc(−x) = 1 − ½erfc(x)), whose
+/// parts are small and cancel only against other small terms.
+struct ExcessSum {
+    scale: f64,
+    total: Interval,
+}
+
+impl ExcessSum {
+    fn new() -> Self {
+        Self {
+            scale: f64::NEG_INFINITY,
+            total: Interval::exact(0.0),
+        }
+    }
+
+    /// Adds ±e^{ln_term}.
+    fn add(&mut self, ln_term: Interval, negative: bool) {
+        if ln_term.hi == f64::NEG_INFINITY {
+            return;
+        }
+        if ln_term.hi > self.scale {
+            if self.scale > f64::NEG_INFINITY {
+                let shrink = Interval::exact(self.scale)
+                    .sub(Interval::exact(ln_term.hi))
+                    .exp();
+                self.total = self.total.mul(shrink);
+            }
+            self.scale = ln_term.hi;
+        }
+        let v = ln_term.sub(Interval::exact(self.scale)).exp();
+        self.total = if negative {
+            self.total.sub(v)
+        } else {
+            self.total.add(v)
+        };
+    }
+
+    /// Upper bound on ln(1 + (A − 1) + e^{ln_extra}) = ln(A + extra).
+    fn ln_one_plus_up(&self, ln_extra: f64) -> f64 {
+        let s = add_up(self.total.hi, exp_up(sub_up(ln_extra, self.scale)));
+        if s <= 0.0 {
+            // A − 1 ≤ 0 as bounded, and A ≥ 1 always (a Rényi moment), so ln A = 0.
+            return 0.0;
+        }
+        let l = add_up(self.scale, ln_up(s)); // ≥ ln(A − 1 + extra)
+        if l < 0.0 {
+            ln_1p_up(exp_up(l))
+        } else {
+            add_up(l, ln_1p_up(exp_up(-l)))
+        }
+    }
+
+    /// Rough (float) value of ln(A − 1), for the stopping rule only.
+    fn ln_estimate(&self) -> f64 {
+        self.scale + self.total.hi.max(f64::MIN_POSITIVE).ln()
+    }
+}
 
 /// Upper bound on `ln A_α` for fractional α > 1 and 0 < q < 1.
 pub(super) fn ln_moment_up(q: f64, sigma: f64, alpha: f64) -> f64 {
@@ -60,50 +125,66 @@ pub(super) fn ln_moment_up(q: f64, sigma: f64, alpha: f64) -> f64 {
 
     // The tail bounds hold from K ≥ α on.
     let k_min = alpha.ceil();
+    let ln_rel_tol = TAIL_REL_TOL.ln();
+    let ln_abs_tol = TAIL_ABS_TOL.ln();
+
+    let mut excess = ExcessSum::new();
+    // ln (1−q)^α
+    let ln_keep_all = alpha_i.mul(ln_1mq);
+    if a > 0.0 {
+        // Left k = 0 term, split: ((1−q)^α − 1) − (1−q)^α·½erfc(a/(√2σ)).
+        let drop = Interval::new(exp_m1_down(ln_keep_all.lo), exp_m1_up(ln_keep_all.hi)).neg();
+        excess.add(drop.ln(), true);
+        let erfc_part = ln_keep_all
+            .add(ln_half)
+            .add(ln_erfc(Interval::exact(a).div_pos(sqrt2_sigma)));
+        excess.add(erfc_part, true);
+    } else {
+        excess.add(Interval::exact(0.0), true); // the −1
+    }
 
     let mut binom = Binomials::new(alpha);
-    let mut sum = Interval::exact(0.0);
-    let tail = loop {
+    let ln_tail = loop {
         let k = f64::from(binom.k());
         let ln_c = binom.ln_abs();
         if ln_c.hi > f64::NEG_INFINITY {
             let kk = Interval::exact(k);
             let j = alpha_i.sub(kk);
-            let left = ln_c
-                .add(kk.mul(ln_q))
-                .add(j.mul(ln_1mq))
-                .add(kk.mul(kk).sub(kk).div_pos(two_var))
-                .add(ln_half)
-                .add(ln_erfc(kk.sub(Interval::exact(a)).div_pos(sqrt2_sigma)));
+            if binom.k() > 0 || a <= 0.0 {
+                let left = ln_c
+                    .add(kk.mul(ln_q))
+                    .add(j.mul(ln_1mq))
+                    .add(kk.mul(kk).sub(kk).div_pos(two_var))
+                    .add(ln_half)
+                    .add(ln_erfc(kk.sub(Interval::exact(a)).div_pos(sqrt2_sigma)));
+                excess.add(left, binom.negative());
+            }
             let right = ln_c
                 .add(j.mul(ln_q))
                 .add(kk.mul(ln_1mq))
                 .add(j.mul(j).sub(j).div_pos(two_var))
                 .add(ln_half)
                 .add(ln_erfc(Interval::exact(b).sub(j).div_pos(sqrt2_sigma)));
-            let term = left.exp().add(right.exp());
-            sum = if binom.negative() {
-                sum.sub(term)
-            } else {
-                sum.add(term)
-            };
+            excess.add(right, binom.negative());
         }
         if k >= k_min {
-            let tail = tail_bound_up(ln_c.hi, k, alpha, a, b, sigma, ln_1mq.hi);
-            let excess = sub_up(sum.hi, 1.0).max(0.0);
-            if tail <= TAIL_ABS_TOL.max(TAIL_REL_TOL * excess) || binom.k() >= MAX_TERMS {
-                break tail;
+            let ln_tail = ln_tail_bound_up(ln_c.hi, k, alpha, a, b, sigma, ln_1mq.hi);
+            let target = ln_abs_tol.max(ln_rel_tol + excess.ln_estimate());
+            if ln_tail <= target || binom.k() >= MAX_TERMS {
+                break ln_tail;
             }
         }
         binom.advance();
     };
-    let total = add_up(add_up(sum.hi, tail), sliver_up(a, b, q, sigma, alpha));
-    ln_up(total)
+    let ln_sliver = ln_sliver_up(a, b, q, sigma, alpha);
+    // e^{ln_tail} + e^{ln_sliver} ≤ 2·e^{max}.
+    let ln_extra = add_up(ln_tail.max(ln_sliver), std::f64::consts::LN_2.next_up());
+    excess.ln_one_plus_up(ln_extra)
 }
 
-/// Upper bound on the sum of |left| + |right| terms over k > K, for K ≥ α
-/// (module docs, "Tails").
-fn tail_bound_up(
+/// Upper bound on the ln of the sum of |left| + |right| terms over k > K, for
+/// K ≥ α (module docs, "Tails").
+fn ln_tail_bound_up(
     ln_c_k: f64,
     k: f64,
     alpha: f64,
@@ -136,15 +217,14 @@ fn tail_bound_up(
     let k_far = k.max(a.ceil());
     let mid_left = if k_far > k {
         let top = parabola(k + 1.0, a).max(parabola(k_far, a));
-        exp_up(add_up(common.hi, top))
+        add_up(common.hi, top)
     } else {
-        0.0
+        f64::NEG_INFINITY
     };
     let far_left = common
         .sub(x(a).mul(x(a)).div_pos(two_var))
         .add(ln_gauss)
         .sub(x(k_far + 1.0).sub(x(a)).ln())
-        .exp()
         .hi;
     // Right series, in j = α − k ≤ 0: middle terms bounded by e^{j(j−2b)/(2σ²)},
     // far terms (b − j ≥ 1) by the erfc tail.
@@ -153,24 +233,25 @@ fn tail_bound_up(
         let j_first = x(alpha).sub(x(k + 1.0));
         let j_last = x(alpha).sub(x(k_far_r));
         let at = |j: Interval| j.mul(j.sub(x(2.0).mul(x(b)))).div_pos(two_var).hi;
-        exp_up(add_up(common.hi, at(j_first).max(at(j_last))))
+        add_up(common.hi, at(j_first).max(at(j_last)))
     } else {
-        0.0
+        f64::NEG_INFINITY
     };
     let far_right = common
         .sub(x(b).mul(x(b)).div_pos(two_var))
         .add(ln_gauss)
         .sub(x(b).add(x(k_far_r + 1.0)).sub(x(alpha)).ln())
-        .exp()
         .hi;
-    add_up(add_up(mid_left, far_left), add_up(mid_right, far_right))
+    // ln of a sum of four terms ≤ ln 4 + the largest.
+    let largest = mid_left.max(far_left).max(mid_right).max(far_right);
+    add_up(largest, ln_up(4.0))
 }
 
-/// Upper bound on `∫_a^b μ₀ (1 − q + q·r)^α` (zero when a = b): width × the
+/// Upper bound on `ln ∫_a^b μ₀ (1 − q + q·r)^α` (−∞ when a = b): width × the
 /// largest density on [a, b] × the integrand factor at b (it increases in z).
-fn sliver_up(a: f64, b: f64, q: f64, sigma: f64, alpha: f64) -> f64 {
+fn ln_sliver_up(a: f64, b: f64, q: f64, sigma: f64, alpha: f64) -> f64 {
     if a == b {
-        return 0.0;
+        return f64::NEG_INFINITY;
     }
     let x = Interval::exact;
     let two_var = x(sigma).mul(x(sigma)).mul(x(2.0));
@@ -192,10 +273,12 @@ fn sliver_up(a: f64, b: f64, q: f64, sigma: f64, alpha: f64) -> f64 {
         .neg()
         .sub(x(mul_down(sigma, sqrt_down(2.0 * std::f64::consts::PI))).ln());
     let ln_width = x(sub_up(b, a)).ln();
-    exp_up(ln_width.add(ln_density).add(ln_power).hi)
+    ln_width.add(ln_density).add(ln_power).hi
 }
 
 #[cfg(test)]
+// Reference values are quoted with every digit their source printed.
+#[allow(clippy::excessive_precision)]
 mod tests {
     use super::*;
 
@@ -222,10 +305,10 @@ mod tests {
 
     #[test]
     fn sliver_is_negligible() {
-        assert_eq!(sliver_up(1.0, 1.0, 0.1, 1.0, 2.5), 0.0);
-        let s = sliver_up(1.0, 1.0f64.next_up(), 0.1, 1.0, 2.5);
-        assert!(s > 0.0 && s < 1e-14);
+        assert_eq!(ln_sliver_up(1.0, 1.0, 0.1, 1.0, 2.5), f64::NEG_INFINITY);
+        let s = ln_sliver_up(1.0, 1.0f64.next_up(), 0.1, 1.0, 2.5);
+        assert!(s > -1000.0 && s < 1e-14f64.ln());
         // Far from 0 the density, not just the width, makes it vanish.
-        assert!(sliver_up(2e4, 2e4 + 1e-11, 0.1, 100.0, 20.5) < 1e-300);
+        assert!(ln_sliver_up(2e4, 2e4 + 1e-11, 0.1, 100.0, 20.5) < -1000.0);
     }
 }
