@@ -3,8 +3,10 @@
 
 use rayon::prelude::*;
 
-use crate::scalar::forward_prob;
-use crate::validate::{self, Probability};
+use crate::ratio;
+use crate::ratio::{SCREEN_P, SCREEN_Q};
+use crate::scalar::{forward_prob, forward_prob_screened};
+use crate::validate::{self, ProbSummary, Probability};
 use crate::{Order, RenyiError, Result};
 
 /// Which divergence a batched kernel computes for each row `r` against the reference `q`.
@@ -41,21 +43,57 @@ pub fn batched_divergence<T: Probability>(
             row_len,
         });
     }
+    // The reference is the denominator of every forward ratio: take its reciprocals once.
+    let inv_ref = match direction {
+        Direction::Forward | Direction::Symmetric => Some(ratio::reciprocals(reference)),
+        Direction::Reverse => None,
+    };
+    let inv_ref = inv_ref.as_deref();
     let results: Vec<Result<f64>> = rows
         .par_chunks(row_len)
         .enumerate()
         .map(|(row, r)| {
-            let s_row = validate::probabilities(r).map_err(|e| RenyiError::Row {
+            one_row(r, reference, inv_ref, s_ref, alpha, direction).map_err(|e| RenyiError::Row {
                 row,
                 source: Box::new(e),
-            })?;
-            Ok(match direction {
-                Direction::Forward => forward_prob(r, reference, s_row, s_ref, alpha),
-                Direction::Reverse => forward_prob(reference, r, s_ref, s_row, alpha),
-                Direction::Symmetric => forward_prob(r, reference, s_row, s_ref, alpha)
-                    .max(forward_prob(reference, r, s_ref, s_row, alpha)),
             })
         })
         .collect();
     results.into_iter().collect()
+}
+
+/// One row. The row is validated by the kernel's own pass where possible (the row is then
+/// read from memory once); otherwise, or when that screen finds anything unusual, by
+/// [`validate::probabilities`], which names the problem.
+fn one_row<T: Probability>(
+    r: &[T],
+    reference: &[T],
+    inv_ref: Option<&[f64]>,
+    s_ref: ProbSummary,
+    alpha: Order,
+    direction: Direction,
+) -> Result<f64> {
+    let screened = match direction {
+        Direction::Forward => {
+            forward_prob_screened::<T, SCREEN_P>(r, reference, inv_ref, s_ref, alpha)
+        }
+        Direction::Reverse | Direction::Symmetric => {
+            forward_prob_screened::<T, SCREEN_Q>(reference, r, None, s_ref, alpha)
+        }
+    };
+    let (first, s_row) = match screened {
+        Some(found) => found,
+        None => {
+            let s_row = validate::probabilities(r)?;
+            let d = match direction {
+                Direction::Forward => forward_prob(r, reference, inv_ref, s_row, s_ref, alpha),
+                _ => forward_prob(reference, r, None, s_ref, s_row, alpha),
+            };
+            (d, s_row)
+        }
+    };
+    Ok(match direction {
+        Direction::Symmetric => first.max(forward_prob(r, reference, inv_ref, s_row, s_ref, alpha)),
+        _ => first,
+    })
 }

@@ -11,7 +11,7 @@
 /// Elements per chunk: 8 buffers of this many f64 fit comfortably in L1.
 pub(crate) const CHUNK: usize = 256;
 /// Independent accumulators per reduction: lets the compiler keep them in SIMD registers.
-const LANES: usize = 8;
+pub(crate) const LANES: usize = 4;
 
 /// A chunk-sized f64 buffer.
 pub(crate) type Buf = [f64; CHUNK];
@@ -50,8 +50,10 @@ pub(crate) fn lane_dot(a: &Buf, b: &Buf) -> f64 {
     combine(acc)
 }
 
-fn combine(acc: [f64; LANES]) -> f64 {
-    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
+/// The fixed order in which lane accumulators are added up (every sum that must be
+/// reproducible bitwise uses it).
+pub(crate) fn combine(acc: [f64; LANES]) -> f64 {
+    (acc[0] + acc[2]) + (acc[1] + acc[3])
 }
 
 /// Maximum of a buffer that holds no NaN (`init` is returned for a buffer below it).

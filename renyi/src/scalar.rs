@@ -22,36 +22,82 @@
 
 use crate::kernel::{RATIO_PATH_MIN, SMALL_EXPONENT, non_negative};
 use crate::logspace::{self, LnOf, LogSource, Logs};
-use crate::ratio::{self, Power};
+use crate::ratio::{self, Denominator, Power, SCREEN_NONE, SCREEN_P};
 use crate::validate::{self, ProbSummary, Probability};
 use crate::{Order, Result};
 
-/// `D_α(p/P ‖ q/Q)` for validated probability vectors: picks the kernel.
+/// `D_α(p/P ‖ q/Q)` for validated probability vectors: picks the kernel. `inv_q`, when
+/// given, holds `fl(1/q_x)` (see [`ratio::reciprocals`]); the result is bitwise the same
+/// with or without it.
 pub(crate) fn forward_prob<T: Probability>(
     p: &[T],
     q: &[T],
+    inv_q: Option<&[f64]>,
     sp: ProbSummary,
     sq: ProbSummary,
     alpha: Order,
 ) -> f64 {
-    let ratio_ok = sp.min_positive >= RATIO_PATH_MIN && sq.min_positive >= RATIO_PATH_MIN;
+    let den = Denominator { q, inv: inv_q };
+    let ratio_ok = ratio::applicable(sp.min_positive, sq.min_positive);
+    let done = |outcome: ratio::Outcome| outcome.map_or(f64::INFINITY, |(d, _)| d);
     let d = match alpha {
-        Order::Infinite if ratio_ok => ratio::infinite(p, q),
+        Order::Infinite if ratio_ok => done(ratio::infinite::<T, SCREEN_NONE>(p, den)),
         Order::Infinite => logspace::infinite(&LnOf(p), &LnOf(q)),
-        Order::Finite(a) => {
-            let n = a - 1.0;
-            if !ratio_ok {
-                logspace::finite(&LnOf(p), &LnOf(q), n)
-            } else if n < SMALL_EXPONENT {
-                ratio::finite_small(p, q, n)
-            } else if let Some(k) = alpha.integer() {
-                ratio::finite(p, q, Power::Int(k - 1))
-            } else {
-                ratio::finite(p, q, Power::Real(n))
-            }
-        }
+        Order::Finite(a) if !ratio_ok => logspace::finite(&LnOf(p), &LnOf(q), a - 1.0),
+        Order::Finite(_) => done(ratio_finite::<T, SCREEN_NONE>(p, den, alpha)),
     };
     non_negative(d)
+}
+
+/// The ratio kernel for a finite order (`alpha` is finite).
+fn ratio_finite<T: Probability, const S: u8>(
+    p: &[T],
+    den: Denominator<'_, T>,
+    alpha: Order,
+) -> ratio::Outcome {
+    let n = alpha.value() - 1.0;
+    if n < SMALL_EXPONENT {
+        ratio::finite_small::<T, S>(p, den, n)
+    } else if let Some(k) = alpha.integer() {
+        ratio::finite::<T, S>(p, den, Power::Int(k - 1))
+    } else {
+        ratio::finite::<T, S>(p, den, Power::Real(n))
+    }
+}
+
+/// [`forward_prob`] where one side (`S`: [`SCREEN_P`] or [`SCREEN_Q`]) has NOT been
+/// validated: the ratio kernel's own pass screens it (same sum, sign and support checks
+/// as validation, at no extra memory traffic). Returns the divergence and that side's
+/// summary when the side is valid and the ratio kernels apply; `None` otherwise (the
+/// caller then validates, which names any problem, and calls [`forward_prob`]). When it
+/// returns a value, that value is bitwise what [`forward_prob`] would return.
+pub(crate) fn forward_prob_screened<T: Probability, const S: u8>(
+    p: &[T],
+    q: &[T],
+    inv_q: Option<&[f64]>,
+    validated: ProbSummary,
+    alpha: Order,
+) -> Option<(f64, ProbSummary)> {
+    if !ratio::applicable(validated.min_positive, RATIO_PATH_MIN) {
+        return None;
+    }
+    let den = Denominator { q, inv: inv_q };
+    let (d, pass) = match alpha {
+        Order::Infinite => ratio::infinite::<T, S>(p, den),
+        Order::Finite(_) => ratio_finite::<T, S>(p, den, alpha),
+    }?;
+    let sum = if S == SCREEN_P {
+        pass.p_sum
+    } else {
+        pass.q_sum
+    };
+    let screen = pass.screen;
+    let valid = validate::check_sum(sum).is_ok() && screen.min >= 0.0;
+    let summary = ProbSummary {
+        min_positive: screen.min_positive,
+    };
+    (valid && ratio::applicable(summary.min_positive, RATIO_PATH_MIN))
+        .then(|| (non_negative(d), summary))
 }
 
 fn forward_log<S: LogSource>(lp: &S, lq: &S, alpha: Order) -> f64 {
@@ -83,7 +129,7 @@ fn check_log_pair(log_p: &[f64], log_q: &[f64]) -> Result<()> {
 pub fn divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> Result<f64> {
     let alpha = alpha.checked()?;
     let (sp, sq) = check_pair(p, q)?;
-    Ok(forward_prob(p, q, sp, sq, alpha))
+    Ok(forward_prob(p, q, None, sp, sq, alpha))
 }
 
 /// `max(D_α(p‖q), D_α(q‖p))`: the symmetric divergence that PMixED, AdaPMixED and
@@ -91,19 +137,20 @@ pub fn divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> Result<f64>
 pub fn symmetric_divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> Result<f64> {
     let alpha = alpha.checked()?;
     let (sp, sq) = check_pair(p, q)?;
-    Ok(forward_prob(p, q, sp, sq, alpha).max(forward_prob(q, p, sq, sp, alpha)))
+    Ok(forward_prob(p, q, None, sp, sq, alpha).max(forward_prob(q, p, None, sq, sp, alpha)))
 }
 
 /// The Kullback-Leibler divergence `KL(p‖q) = Σ_x p_x log(p_x/q_x)`, the limit of `D_α` as
 /// α → 1 (van Erven & Harremoës 2014, Thm. 5).
 pub fn kl_divergence<T: Probability>(p: &[T], q: &[T]) -> Result<f64> {
     let (sp, sq) = check_pair(p, q)?;
-    let ratio_ok = sp.min_positive >= RATIO_PATH_MIN && sq.min_positive >= RATIO_PATH_MIN;
-    Ok(non_negative(if ratio_ok {
-        ratio::kl(p, q)
-    } else {
-        logspace::kl(&LnOf(p), &LnOf(q))
-    }))
+    Ok(non_negative(
+        if ratio::applicable(sp.min_positive, sq.min_positive) {
+            ratio::kl(p, Denominator { q, inv: None })
+        } else {
+            logspace::kl(&LnOf(p), &LnOf(q))
+        },
+    ))
 }
 
 /// [`divergence`] for log-probability vectors (natural logs; `−∞` is probability 0).

@@ -1,6 +1,7 @@
 //! Input validation, done once per call (or once per construction) before any kernel runs,
 //! so that the kernels never re-check their input inside hot loops.
 
+use crate::kernel::{CHUNK, LANES, combine};
 use crate::{NORMALISATION_TOLERANCE, RenyiError, Result};
 
 /// Element types accepted as probabilities: `f32` and `f64`. Every computation widens to
@@ -38,23 +39,70 @@ pub(crate) fn probabilities<T: Probability>(p: &[T]) -> Result<ProbSummary> {
     if p.is_empty() {
         return Err(RenyiError::Empty);
     }
-    let mut sum = 0.0_f64;
-    let mut min_positive = f64::INFINITY;
-    for (index, &entry) in p.iter().enumerate() {
-        let value = entry.to_f64();
-        if !value.is_finite() {
-            return Err(RenyiError::NonFinite { index, value });
+    // One branch-free pass in LANES independent lanes (so it vectorises): a NaN or
+    // infinite entry makes the sum non-finite, a negative one the minimum negative; only
+    // then is the first bad entry looked for. The sum is formed exactly as the kernels
+    // form theirs (per CHUNK, lane-wise, lanes combined in a fixed order), so that a
+    // kernel's own screening accepts exactly the vectors this function accepts.
+    let mut sum = 0.0;
+    let (mut min, mut min_positive) = ([0.0_f64; LANES], [f64::INFINITY; LANES]);
+    for chunk in p.chunks(CHUNK) {
+        let mut lanes = [0.0_f64; LANES];
+        let blocks = chunk.chunks_exact(LANES);
+        let tail = blocks.remainder();
+        for block in blocks {
+            for j in 0..LANES {
+                lane(
+                    block[j].to_f64(),
+                    &mut lanes[j],
+                    &mut min[j],
+                    &mut min_positive[j],
+                );
+            }
         }
-        if value < 0.0 {
-            return Err(RenyiError::Negative { index, value });
+        for (j, &entry) in tail.iter().enumerate() {
+            lane(
+                entry.to_f64(),
+                &mut lanes[j],
+                &mut min[j],
+                &mut min_positive[j],
+            );
         }
-        if value > 0.0 && value < min_positive {
-            min_positive = value;
-        }
-        sum += value;
+        sum += combine(lanes);
+    }
+    if (!sum.is_finite() || min.iter().any(|&m| m < 0.0))
+        && let Some(problem) = first_bad_entry(p)
+    {
+        return Err(problem);
     }
     check_sum(sum)?;
-    Ok(ProbSummary { min_positive })
+    Ok(ProbSummary {
+        min_positive: min_positive.into_iter().fold(f64::INFINITY, f64::min),
+    })
+}
+
+#[inline(always)]
+fn lane(v: f64, sum: &mut f64, min: &mut f64, min_positive: &mut f64) {
+    *sum += v;
+    *min = if v < *min { v } else { *min };
+    *min_positive = if (v > 0.0) & (v < *min_positive) {
+        v
+    } else {
+        *min_positive
+    };
+}
+
+fn first_bad_entry<T: Probability>(p: &[T]) -> Option<RenyiError> {
+    p.iter().enumerate().find_map(|(index, &entry)| {
+        let value = entry.to_f64();
+        if !value.is_finite() {
+            Some(RenyiError::NonFinite { index, value })
+        } else if value < 0.0 {
+            Some(RenyiError::Negative { index, value })
+        } else {
+            None
+        }
+    })
 }
 
 /// Checks that `log_p` holds log-probabilities: non-empty, no NaN and no `+∞` (`−∞` is
@@ -97,7 +145,7 @@ pub(crate) fn lambda(lambda: f64) -> Result<()> {
     }
 }
 
-fn check_sum(sum: f64) -> Result<()> {
+pub(crate) fn check_sum(sum: f64) -> Result<()> {
     // Written so that a NaN or infinite sum fails too.
     if (sum - 1.0).abs() <= NORMALISATION_TOLERANCE {
         Ok(())
