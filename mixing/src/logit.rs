@@ -1,0 +1,255 @@
+//! DPS-MOZO's logit-space mixing (Flemings et al. 2025, dps-mozo §4, Eq. 2–3): the largest
+//! `λ ∈ [0, λ_max]` with
+//!
+//! `Dsym(softmax(λ·l₁ + (1−λ)·l₀), softmax(l₀)) ≤ b`,
+//!
+//! where `l₀` are the zero-shot and `l₁` the one-shot logits, both already truncated to the
+//! top-k support of the zero-shot logits (see [`crate::top_k_indices`]), and `Dsym` is the
+//! larger of the two Rényi divergences of order α.
+//!
+//! # Why the constraint is monotone in λ ≥ 0
+//!
+//! With `T = l₁ − l₀`, the mixed logits are `l₀ + λT`, so `P_λ = softmax(l₀ + λT)` is a
+//! one-parameter exponential family with natural parameter λ and log-partition
+//! `A(λ) = log Σ exp(l₀ + λT)`, which is convex (`A'' = Var_{P_λ}(T) ≥ 0`). Then
+//!
+//! - `D_α(P_λ ‖ P₀) = [A(αλ) − αA(λ) + (α−1)A(0)]/(α−1)`, with derivative
+//!   `α/(α−1)·(A'(αλ) − A'(λ))`, which is `≥ 0` for λ ≥ 0 because `αλ ≥ λ` and `A'` is
+//!   non-decreasing;
+//! - `D_α(P₀ ‖ P_λ) = [A((1−α)λ) − αA(0) + (α−1)A(λ)]/(α−1)`, with derivative
+//!   `A'(λ) − A'((1−α)λ) ≥ 0` for λ ≥ 0 because `(1−α)λ ≤ λ`;
+//! - at α = ∞ both are limits of non-decreasing functions: `max_x λT_x − A(λ) + A(0)` and
+//!   `max_x (−λT_x) + A(λ) − A(0)`.
+//!
+//! So `Dsym` is non-decreasing on `[0, ∞)` — beyond 1 as well, which the extrapolating
+//! range `[0, 1.5]` needs — and the feasible set is an interval `[0, λ*]`. It is strictly
+//! increasing unless `T` is constant on the support (then `P_λ = P₀` for every λ). The
+//! derivatives above, written as expectations (`A'(s) = E_{P_s}[T]`, and `P_{αλ}` is the
+//! escort `∝ P_λ^α P₀^{1−α}`), give the slopes used by the solver.
+//!
+//! Newton works on `Dsym − b` directly (κ = 0): the forward divergence saturates (at
+//! `−log P₀(argmax T)`) and the reverse one grows linearly in λ, shapes for which an
+//! exponential transform would slow Newton down.
+
+use privmix_renyi::{Order, divergence_log};
+
+use crate::solver::{Evaluation, Part, Search, check_bound, check_upper};
+use crate::{MixingError, Solution};
+
+/// The default upper end of the λ range (Xu 2023; dps-mozo §4).
+pub const DEFAULT_LOGIT_UPPER: f64 = 1.5;
+
+/// `log softmax(logits)` in f64 via log-sum-exp. Errors: [`MixingError::Empty`], or
+/// [`MixingError::NonFiniteLogit`] for a NaN or infinite logit.
+pub fn log_softmax(logits: &[f64]) -> Result<Vec<f64>, MixingError> {
+    check_logits(logits)?;
+    let lse = log_sum_exp(logits);
+    Ok(logits.iter().map(|&l| l - lse).collect())
+}
+
+fn check_logits(logits: &[f64]) -> Result<(), MixingError> {
+    if logits.is_empty() {
+        return Err(MixingError::Empty);
+    }
+    match logits.iter().position(|l| !l.is_finite()) {
+        Some(index) => Err(MixingError::NonFiniteLogit {
+            index,
+            value: logits[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+/// `log Σ exp(v)` for finite `v` (non-empty).
+fn log_sum_exp(v: &[f64]) -> f64 {
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    max + v.iter().map(|&x| (x - max).exp()).sum::<f64>().ln()
+}
+
+/// `E[t]` under `softmax(u)`.
+fn expectation(u: &[f64], t: &[f64]) -> f64 {
+    let max = u.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (mut num, mut den) = (0.0, 0.0);
+    for (&ux, &tx) in u.iter().zip(t) {
+        let w = (ux - max).exp();
+        num += w * tx;
+        den += w;
+    }
+    num / den
+}
+
+/// The logit-mixing projection of one demonstration (one-shot logits) toward the
+/// zero-shot logits.
+///
+/// Guarantee: [`LogitMixing::solve`] returns a λ at which [`LogitMixing::constraint`] — the
+/// value DPS-MOZO's privacy analysis (dps-mozo Thm. B.3) bounds by `βα` — is at most the
+/// bound as computed in f64, and within [`crate::LAMBDA_TOLERANCE`] of the supremum of the
+/// feasible interval, or the upper end when that is feasible. The distribution to sample
+/// from is [`LogitMixing::mixed_log_probs`] at that λ: the very vector the constraint was
+/// evaluated on.
+#[derive(Debug, Clone)]
+pub struct LogitMixing {
+    zero_shot: Vec<f64>,
+    /// `T = l₁ − l₀`: the direction of the path, and its derivative in λ.
+    shift: Vec<f64>,
+    log_public: Vec<f64>,
+    alpha: Order,
+    bound: f64,
+    upper: f64,
+}
+
+impl LogitMixing {
+    /// Validates the logits (non-empty, equal lengths, finite, with a finite difference),
+    /// the order and the bound (≥ 0 or `+∞`); the λ range is `[0, DEFAULT_LOGIT_UPPER]`.
+    pub fn new(
+        one_shot: &[f64],
+        zero_shot: &[f64],
+        alpha: Order,
+        bound: f64,
+    ) -> Result<Self, MixingError> {
+        let alpha = Order::new(alpha.value())?;
+        check_bound(bound)?;
+        check_logits(one_shot)?;
+        check_logits(zero_shot)?;
+        if one_shot.len() != zero_shot.len() {
+            return Err(MixingError::LengthMismatch {
+                left: one_shot.len(),
+                right: zero_shot.len(),
+            });
+        }
+        let shift: Vec<f64> = one_shot
+            .iter()
+            .zip(zero_shot)
+            .map(|(&a, &b)| a - b)
+            .collect();
+        check_logits(&shift)?;
+        Ok(LogitMixing {
+            zero_shot: zero_shot.to_vec(),
+            shift,
+            log_public: log_softmax(zero_shot)?,
+            alpha,
+            bound,
+            upper: DEFAULT_LOGIT_UPPER,
+        })
+    }
+
+    /// The same projection over `[0, upper]` (finite, > 0).
+    pub fn with_upper_end(mut self, upper: f64) -> Result<Self, MixingError> {
+        self.upper = check_upper(upper)?;
+        Ok(self)
+    }
+
+    /// The upper end of the λ range.
+    pub fn upper_end(&self) -> f64 {
+        self.upper
+    }
+
+    /// The mixed logits `l₀ + λ(l₁ − l₀)` (the paper's `λl₁ + (1−λ)l₀`, written so that
+    /// λ = 0 and identical inputs give `l₀` exactly). Errors:
+    /// [`MixingError::LambdaOutOfRange`] outside `[0, upper]`, and
+    /// [`MixingError::NonFiniteLogit`] if a mixed logit overflows.
+    pub fn mixed_logits(&self, lambda: f64) -> Result<Vec<f64>, MixingError> {
+        if !(0.0..=self.upper).contains(&lambda) {
+            return Err(MixingError::LambdaOutOfRange {
+                lambda,
+                upper: self.upper,
+            });
+        }
+        let mixed: Vec<f64> = self
+            .zero_shot
+            .iter()
+            .zip(&self.shift)
+            .map(|(&l, &t)| l + lambda * t)
+            .collect();
+        check_logits(&mixed)?;
+        Ok(mixed)
+    }
+
+    /// `log softmax` of [`LogitMixing::mixed_logits`]: the mixed distribution `P_λ`.
+    pub fn mixed_log_probs(&self, lambda: f64) -> Result<Vec<f64>, MixingError> {
+        log_softmax(&self.mixed_logits(lambda)?)
+    }
+
+    /// The forward `D_α(P_λ ‖ P₀)` and reverse `D_α(P₀ ‖ P_λ)`, with `log P_λ`.
+    fn divergences(&self, lambda: f64) -> Result<(f64, f64, Vec<f64>), MixingError> {
+        let lp = self.mixed_log_probs(lambda)?;
+        let forward = divergence_log(&lp, &self.log_public, self.alpha)?;
+        let reverse = divergence_log(&self.log_public, &lp, self.alpha)?;
+        Ok((forward, reverse, lp))
+    }
+
+    /// The constraint `Dsym(P_λ, P₀) = max(D_α(P_λ ‖ P₀), D_α(P₀ ‖ P_λ))`, computed by
+    /// `privmix_renyi::divergence_log` on the log-probabilities of
+    /// [`LogitMixing::mixed_log_probs`] and of the zero-shot logits.
+    pub fn constraint(&self, lambda: f64) -> Result<f64, MixingError> {
+        let (forward, reverse, _) = self.divergences(lambda)?;
+        Ok(forward.max(reverse))
+    }
+
+    /// The constraint and its two directions with their derivatives in λ (see the module
+    /// documentation).
+    fn evaluate(&self, lambda: f64) -> Result<Evaluation, MixingError> {
+        let (forward, reverse, lp) = self.divergences(lambda)?;
+        let t = &self.shift;
+        let mean: f64 = lp.iter().zip(t).map(|(&l, &tx)| l.exp() * tx).sum();
+        let (slope_f, slope_r) = match self.alpha {
+            Order::Finite(alpha) => {
+                let e = alpha - 1.0;
+                let lq = &self.log_public;
+                let escort_f: Vec<f64> =
+                    lp.iter().zip(lq).map(|(&a, &b)| a + e * (a - b)).collect();
+                let escort_r: Vec<f64> =
+                    lq.iter().zip(&lp).map(|(&a, &b)| a + e * (a - b)).collect();
+                (
+                    (alpha / e) * (expectation(&escort_f, t) - mean),
+                    mean - expectation(&escort_r, t),
+                )
+            }
+            Order::Infinite => {
+                let max = t.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let min = t.iter().copied().fold(f64::INFINITY, f64::min);
+                (max - mean, mean - min)
+            }
+        };
+        Ok(Evaluation {
+            value: forward.max(reverse),
+            parts: [
+                Part {
+                    value: forward,
+                    slope: slope_f,
+                    kappa: 0.0,
+                },
+                Part {
+                    value: reverse,
+                    slope: slope_r,
+                    kappa: 0.0,
+                },
+            ],
+        })
+    }
+
+    /// The largest feasible λ (see the type's guarantee). A zero bound gives λ = 0 unless
+    /// the constraint is 0 at the upper end (the constraint is strictly increasing unless
+    /// `l₁ − l₀` is constant).
+    pub fn solve(&self) -> Result<Solution, MixingError> {
+        Search {
+            upper: self.upper,
+            bound: self.bound,
+        }
+        .run(|x| self.evaluate(x))
+    }
+}
+
+/// [`LogitMixing::new`] then [`LogitMixing::solve`], over `[0, DEFAULT_LOGIT_UPPER]`.
+pub fn logit_mixing_lambda(
+    one_shot: &[f64],
+    zero_shot: &[f64],
+    alpha: Order,
+    bound: f64,
+) -> Result<Solution, MixingError> {
+    LogitMixing::new(one_shot, zero_shot, alpha, bound)?.solve()
+}
+
+#[cfg(test)]
+#[path = "logit_tests.rs"]
+mod tests;

@@ -1,0 +1,169 @@
+//! PMixED's projection (Flemings et al. 2024, "Differentially private next-token prediction
+//! of large language models", §3.2 and Alg. 2; AdaPMixED, adapmixed Alg. 1 line 11): the
+//! largest `λ ∈ [0, 1]` with
+//!
+//! `Dsym(λ·p_i + (1−λ)·p₀, p₀) = max(D_α(m_λ ‖ p₀), D_α(p₀ ‖ m_λ)) ≤ b`   (`b = βα`).
+//!
+//! # Why the constraint is monotone in λ
+//!
+//! Rényi divergence of order α ∈ [0, ∞] is jointly quasi-convex (van Erven & Harremoës
+//! 2014, Thm. 13). For `0 ≤ λ₁ < λ₂` the pair `(m_{λ₁}, p₀)` is the convex combination
+//! `(λ₁/λ₂)·(m_{λ₂}, p₀) + (1 − λ₁/λ₂)·(p₀, p₀)`, so
+//! `D(m_{λ₁} ‖ p₀) ≤ max(D(m_{λ₂} ‖ p₀), D(p₀ ‖ p₀)) = D(m_{λ₂} ‖ p₀)`, and likewise for the
+//! reverse direction and hence for their maximum. Both directions are in fact strictly
+//! increasing when `p_i ≠ p₀`: with `w = m_λ/p₀ = 1 + λ(p_i/p₀ − 1)`, affine in λ,
+//! `Σ p₀ w^α` is strictly convex in λ with zero slope at 0 (`Σ (p_i − p₀) = 0`), and so is
+//! `Σ p₀ w^{1−α}`. A zero bound therefore admits only λ = 0.
+//!
+//! # Why Newton works on `exp(Dsym)`
+//!
+//! With the power mean `M_s(w) = (Σ p₀ w^s)^{1/s}` (a norm for `s ≥ 1`, concave for
+//! `s ≤ 1`): `exp(D_α(m ‖ p₀)) = M_α(w)^{α/(α−1)}`, a convex function raised to a power
+//! `> 1`, and `exp(D_α(p₀ ‖ m)) = 1/M_{1−α}(w)`, the reciprocal of a positive concave
+//! function; both are convex in λ, and so is their maximum `exp(Dsym)`. (At α = ∞ they are
+//! `max_x w_x`, linear, and `1/min_x w_x`.) So the solver runs Newton on
+//! `exp(Dsym − b) − 1` (κ = 1): convex, close to linear for the large orders PMixED uses,
+//! where `D_α ≈ log(1 + λR)`, and free of the exponent `α − 1` that would make
+//! `exp((α−1)Dsym)` steep.
+
+use privmix_renyi::{Order, RenyiError, SymmetricMixture};
+use rayon::prelude::*;
+
+use crate::solver::{Evaluation, Part, Search, check_bound};
+use crate::{MixingError, Solution};
+
+/// The PMixED projection of one private distribution toward the public one.
+///
+/// Guarantee: [`PmixedProjection::solve`] returns a λ ∈ [0, 1] at which
+/// [`PmixedProjection::constraint`] — `privmix_renyi::SymmetricMixture` evaluated at λ, the
+/// symmetric divergence that PMixED's Thm. 3.1 requires to be at most `βα` — is at most the
+/// bound as computed in f64; and the supremum of the feasible set lies within
+/// [`crate::LAMBDA_TOLERANCE`] above it, unless λ = 1 (feasible) or the bound is 0 (then
+/// λ = 0, exactly the supremum, see the module documentation). The mixture to output is
+/// [`PmixedProjection::mixture`] at that λ, formed exactly as the evaluator forms it.
+#[derive(Debug, Clone)]
+pub struct PmixedProjection<'a> {
+    path: SymmetricMixture<'a>,
+    private: &'a [f64],
+    public: &'a [f64],
+    bound: f64,
+}
+
+impl<'a> PmixedProjection<'a> {
+    /// Validates `private` and `public` (probability vectors of one length, see
+    /// `privmix_renyi`), the order (finite or ∞) and the bound (≥ 0 or `+∞`).
+    pub fn new(
+        private: &'a [f64],
+        public: &'a [f64],
+        alpha: Order,
+        bound: f64,
+    ) -> Result<Self, MixingError> {
+        check_bound(bound)?;
+        let path = SymmetricMixture::new(private, public, alpha)?;
+        Ok(PmixedProjection {
+            path,
+            private,
+            public,
+            bound,
+        })
+    }
+
+    /// `Dsym(λp_i + (1−λ)p₀, p₀)` as evaluated by `privmix_renyi::SymmetricMixture`.
+    /// Errors for λ outside [0, 1] or NaN.
+    pub fn constraint(&self, lambda: f64) -> Result<f64, MixingError> {
+        Ok(self.path.evaluate(lambda)?.max())
+    }
+
+    /// The mixture `λ·p_i + (1−λ)·p₀`, entry by entry with the same f64 expression as the
+    /// evaluator (`λ·p + (1 − λ)·q`). Errors for λ outside [0, 1] or NaN.
+    pub fn mixture(&self, lambda: f64) -> Result<Vec<f64>, MixingError> {
+        if !(0.0..=1.0).contains(&lambda) {
+            return Err(RenyiError::InvalidLambda(lambda).into());
+        }
+        let mu = 1.0 - lambda;
+        Ok(self
+            .private
+            .iter()
+            .zip(self.public)
+            .map(|(&p, &q)| lambda * p + mu * q)
+            .collect())
+    }
+
+    /// The constraint and its two directions, each with the transform that makes it
+    /// convex (κ = 1 forward, κ = −1 reverse; see the module documentation).
+    fn evaluate(&self, lambda: f64) -> Result<Evaluation, MixingError> {
+        let v = self.path.evaluate(lambda)?;
+        let (f, r) = (v.forward, v.reverse);
+        Ok(Evaluation {
+            value: v.max(),
+            parts: [
+                Part {
+                    value: f.value,
+                    slope: f.slope,
+                    kappa: 1.0,
+                },
+                Part {
+                    value: r.value,
+                    slope: r.slope,
+                    kappa: -1.0,
+                },
+            ],
+        })
+    }
+
+    /// The largest feasible λ (see the type's guarantee).
+    pub fn solve(&self) -> Result<Solution, MixingError> {
+        Search {
+            upper: 1.0,
+            bound: self.bound,
+        }
+        .run(|x| self.evaluate(x))
+    }
+}
+
+/// [`PmixedProjection::new`] then [`PmixedProjection::solve`].
+pub fn pmixed_lambda(
+    private: &[f64],
+    public: &[f64],
+    alpha: Order,
+    bound: f64,
+) -> Result<Solution, MixingError> {
+    PmixedProjection::new(private, public, alpha, bound)?.solve()
+}
+
+/// [`pmixed_lambda`] for each of the N rows of `rows` (row-major, each of `public.len()`
+/// entries) against the same `public`, in parallel over rows (rayon). Errors:
+/// [`MixingError::Empty`] for an empty `public`, [`MixingError::RaggedBatch`] unless
+/// `rows.len()` is a multiple of `public.len()`, and [`MixingError::Row`] naming the first
+/// row (by index) that was rejected.
+pub fn pmixed_lambdas(
+    rows: &[f64],
+    public: &[f64],
+    alpha: Order,
+    bound: f64,
+) -> Result<Vec<Solution>, MixingError> {
+    if public.is_empty() {
+        return Err(MixingError::Empty);
+    }
+    if !rows.len().is_multiple_of(public.len()) {
+        return Err(MixingError::RaggedBatch {
+            len: rows.len(),
+            row_len: public.len(),
+        });
+    }
+    rows.par_chunks(public.len())
+        .enumerate()
+        .map(|(row, p)| {
+            pmixed_lambda(p, public, alpha, bound).map_err(|e| MixingError::Row {
+                row,
+                source: Box::new(e),
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "pmixed_tests.rs"]
+mod tests;

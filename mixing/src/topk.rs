@@ -1,0 +1,190 @@
+//! Top-k truncation from a public distribution (DPS-MOZO, Tang et al. 2023 and Flemings
+//! et al. 2024, §4 "Output Space Truncation"; AdaPMixED's noisy screening).
+//!
+//! The indices are chosen from the *public* vector only (zero-shot logits, or `p0`), so
+//! the choice reveals nothing about private data. Ranking is a strict total order — larger
+//! value first, and among equal values the lower index first — so the chosen set and its
+//! order are a deterministic function of the public vector, whatever the selection
+//! algorithm does internally.
+
+use std::cmp::Ordering;
+
+use crate::MixingError;
+
+/// The `k` indices of the largest entries of `values`, largest first; ties are broken by
+/// the lower index (`+0.0` and `−0.0` tie). `−∞` ranks last, `+∞` first.
+///
+/// Runs in O(V) on average (`select_nth_unstable_by`) plus O(k log k) to order the k.
+/// Errors: [`MixingError::Empty`] for an empty vector, [`MixingError::InvalidK`] unless
+/// `1 ≤ k ≤ values.len()`, [`MixingError::NotANumber`] for a NaN entry.
+pub fn top_k_indices<T: Copy + Into<f64>>(
+    values: &[T],
+    k: usize,
+) -> Result<Vec<usize>, MixingError> {
+    if values.is_empty() {
+        return Err(MixingError::Empty);
+    }
+    if k == 0 || k > values.len() {
+        return Err(MixingError::InvalidK {
+            k,
+            len: values.len(),
+        });
+    }
+    if let Some(index) = values.iter().position(|&v| v.into().is_nan()) {
+        return Err(MixingError::NotANumber { index });
+    }
+    let rank = |&i: &usize, &j: &usize| -> Ordering {
+        let (a, b): (f64, f64) = (values[i].into(), values[j].into());
+        b.partial_cmp(&a).unwrap_or(Ordering::Equal).then(i.cmp(&j))
+    };
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    if k < order.len() {
+        order.select_nth_unstable_by(k - 1, rank);
+        order.truncate(k);
+    }
+    order.sort_unstable_by(rank);
+    Ok(order)
+}
+
+/// The entries of `row` at `indices`, in that order, widened to f64.
+///
+/// Errors: [`MixingError::IndexOutOfRange`] for an index `≥ row.len()`.
+pub fn gather<T: Copy + Into<f64>>(row: &[T], indices: &[usize]) -> Result<Vec<f64>, MixingError> {
+    indices
+        .iter()
+        .map(|&index| {
+            row.get(index)
+                .map(|&v| v.into())
+                .ok_or(MixingError::IndexOutOfRange {
+                    index,
+                    len: row.len(),
+                })
+        })
+        .collect()
+}
+
+/// Divides `weights` by their f64 sum, in place, so that they sum to 1 (within rounding).
+///
+/// Renormalising is a deterministic function of the vector it is given, hence
+/// post-processing of whatever produced that vector: apply it *after* any noise (as
+/// AdaPMixED's screening must, so that the noise is calibrated to the sensitivity of the
+/// un-renormalised truncation).
+///
+/// Errors: [`MixingError::CannotRenormalise`] if an entry is negative or not finite, or the
+/// sum is not a finite number > 0.
+pub fn renormalise(weights: &mut [f64]) -> Result<(), MixingError> {
+    let sum: f64 = weights.iter().sum();
+    let valid = weights.iter().all(|&w| w.is_finite() && w >= 0.0);
+    if !(valid && sum.is_finite() && sum > 0.0) {
+        return Err(MixingError::CannotRenormalise { sum });
+    }
+    weights.iter_mut().for_each(|w| *w /= sum);
+    Ok(())
+}
+
+/// A probability row restricted to `indices` and renormalised: [`gather`] then
+/// [`renormalise`] (the "truncate and rescale" of DPS-MOZO's Alg. 1, lines 7 and 10).
+pub fn truncate_renormalised<T: Copy + Into<f64>>(
+    row: &[T],
+    indices: &[usize],
+) -> Result<Vec<f64>, MixingError> {
+    let mut out = gather(row, indices)?;
+    renormalise(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference: full stable sort by (value desc, index asc).
+    fn reference(values: &[f64], k: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..values.len()).collect();
+        order.sort_by(|&i, &j| values[j].partial_cmp(&values[i]).unwrap());
+        order.truncate(k);
+        order
+    }
+
+    #[test]
+    fn matches_a_full_stable_sort_with_ties() {
+        let values = [0.1, 0.3, 0.3, 0.05, 0.3, 0.25, 0.0, 0.25];
+        for k in 1..=values.len() {
+            assert_eq!(
+                top_k_indices(&values, k).unwrap(),
+                reference(&values, k),
+                "k = {k}"
+            );
+        }
+        assert_eq!(top_k_indices(&values, 3).unwrap(), vec![1, 2, 4]);
+        assert_eq!(top_k_indices(&values, 5).unwrap(), vec![1, 2, 4, 5, 7]);
+    }
+
+    #[test]
+    fn pseudo_random_rows_agree_with_reference() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for len in [1usize, 2, 7, 64, 1000] {
+            // Few distinct values, so ties are common.
+            let values: Vec<f64> = (0..len)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    ((state >> 59) as f64) / 8.0
+                })
+                .collect();
+            for k in [1, len / 2 + 1, len] {
+                assert_eq!(top_k_indices(&values, k).unwrap(), reference(&values, k));
+            }
+        }
+    }
+
+    #[test]
+    fn signed_zeros_tie_and_infinities_rank() {
+        assert_eq!(top_k_indices(&[-0.0, 0.0, -0.0], 2).unwrap(), vec![0, 1]);
+        let logits = [f64::NEG_INFINITY, 2.0, f64::INFINITY, -1.0];
+        assert_eq!(top_k_indices(&logits, 4).unwrap(), vec![2, 1, 3, 0]);
+        assert_eq!(
+            top_k_indices(&[0.5_f32, 0.25, 0.25], 2).unwrap(),
+            vec![0, 1]
+        );
+    }
+
+    #[test]
+    fn rejects_bad_k_nan_and_empty() {
+        assert_eq!(
+            top_k_indices(&[0.5, 0.5], 0),
+            Err(MixingError::InvalidK { k: 0, len: 2 })
+        );
+        assert_eq!(
+            top_k_indices(&[0.5, 0.5], 3),
+            Err(MixingError::InvalidK { k: 3, len: 2 })
+        );
+        assert_eq!(
+            top_k_indices(&[0.5, f64::NAN], 1),
+            Err(MixingError::NotANumber { index: 1 })
+        );
+        assert_eq!(top_k_indices::<f64>(&[], 1), Err(MixingError::Empty));
+    }
+
+    #[test]
+    fn gather_and_renormalise() {
+        let row = [0.1_f32, 0.2, 0.3, 0.4];
+        let kept = truncate_renormalised(&row, &[3, 1]).unwrap();
+        let (a, b) = (f64::from(0.4_f32), f64::from(0.2_f32));
+        assert_eq!(kept, vec![a / (a + b), b / (a + b)]);
+        assert_eq!(
+            gather(&row, &[4]),
+            Err(MixingError::IndexOutOfRange { index: 4, len: 4 })
+        );
+        assert_eq!(
+            renormalise(&mut [0.0, 0.0]),
+            Err(MixingError::CannotRenormalise { sum: 0.0 })
+        );
+        assert!(renormalise(&mut [0.5, -0.1]).is_err());
+        assert!(renormalise(&mut [f64::INFINITY, 1.0]).is_err());
+        assert!(matches!(
+            renormalise(&mut [f64::NAN]),
+            Err(MixingError::CannotRenormalise { .. })
+        ));
+    }
+}
