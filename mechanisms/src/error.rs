@@ -77,4 +77,8 @@ pub enum MechanismError {
         /// The domain.
         reason: &'static str,
     },
+    /// The durable ledger failed for a reason other than a refused charge
+    /// (I/O, a poisoned handle, a label too long, …); nothing was released.
+    #[error(transparent)]
+    Ledger(#[from] privmix_accountant::LedgerError),
 }

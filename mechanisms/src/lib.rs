@@ -15,7 +15,10 @@
 //! must not be used to serve private text.
 
 mod account;
+pub mod bounds;
+mod pmixed;
 pub mod driver;
+pub mod exact;
 mod error;
 mod input;
 mod rng;
@@ -23,6 +26,8 @@ mod sample;
 mod step;
 
 pub use account::Account;
+pub use account::Unbudgeted;
+pub use pmixed::{Pmixed, PmixedConfig, PmixedOutput, temper};
 pub use driver::DistributionSource;
 pub use error::MechanismError;
 pub use input::{Ensemble, Rows};

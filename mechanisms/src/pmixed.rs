@@ -1,0 +1,452 @@
+//! PMixED: private mixing of ensemble distributions (Flemings et al. 2024;
+//! adapmixed.txt §3.2, Alg. 2, App. C), with the proven bound of
+//! [`crate::bounds`].
+//!
+//! Per query: each member is kept independently with probability q (Poisson
+//! subsampling — a member appears at most once, unlike the reference code's
+//! sampling with replacement); each kept member is projected toward the public
+//! distribution, `p̄ᵢ = λᵢpᵢ + (1−λᵢ)p₀` with the largest λᵢ ∈ [0, 1] such that
+//! `Dsym_{α_c}(p̄ᵢ, p₀) ≤ b` (privmix-mixing's [`PmixedProjection`]); the output
+//! is the average of the p̄ᵢ (p₀ when no member is drawn), and one token is
+//! sampled from it.
+//!
+//! Guarantee: each query is (α, ε(α))-RDP under add/remove-one-member adjacency
+//! with ε = [`pmixed_curve`] (data-independent: computed once per configuration,
+//! account orders and ensemble size, never per step). Orders above
+//! `α_max = α_c²/(2α_c − 1)` are charged +∞.
+//!
+//! Temperature: [`temper`] raises each model's distribution (public and
+//! members) to the power 1/T before the mechanism. It is part of the *model*:
+//! the mechanism's guarantee holds for whatever distributions it is given, so a
+//! temperature applied to its inputs costs nothing. It is NOT applied to the
+//! mechanism's output — sharpening the mixture after the projection would
+//! change the output distribution the bound was proven for.
+
+use privmix_accountant::{Orders, RdpCurve};
+use privmix_mixing::{PmixedProjection, Solution};
+use privmix_renyi::Order;
+use rand::Rng;
+use rayon::prelude::*;
+
+use crate::bounds::{
+    check_enforcement_order, check_probability, check_radius, max_accounted_order, pmixed_curve,
+};
+use crate::{
+    Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
+    StepOutcome, sample_index,
+};
+
+/// Vocabulary entries per parallel task when averaging mixtures.
+const CHUNK: usize = 4096;
+
+/// A validated PMixED configuration: enforcement order α_c, radius b, and the
+/// Poisson sampling probability q of each member.
+///
+/// Choosing α_c: the bound is finite up to `α_max = α_c²/(2α_c − 1)`; to
+/// account at the paper's α = 18 take α_c ≥ 18 + √(18·17) ≈ 35.5, e.g. 36
+/// (α_max ≈ 18.25).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PmixedConfig {
+    alpha_c: f64,
+    radius: f64,
+    q: f64,
+}
+
+impl PmixedConfig {
+    /// α_c finite > 1, b finite ≥ 0, q ∈ [0, 1].
+    pub fn new(alpha_c: f64, radius: f64, q: f64) -> Result<Self, MechanismError> {
+        check_enforcement_order(alpha_c)?;
+        check_radius(radius)?;
+        check_probability("q", q)?;
+        Ok(Self { alpha_c, radius, q })
+    }
+
+    /// The largest radius b such that `queries` PMixED queries (ensembles of
+    /// `n_members`, sampling probability q, enforcement order α_c) compose over
+    /// `orders` to at most ε at δ, with the same rounded-up arithmetic that
+    /// charges them.
+    ///
+    /// Bisection on b that keeps a bracket [good, bad] with `good` checked
+    /// feasible and `bad` infeasible, and returns `good` once
+    /// `bad − good ≤ 1e-9·bad`. Errors if no order of `orders` is ≤ α_max
+    /// (nothing finite could be charged), for ε ≤ 0 or non-finite, δ ∉ (0, 1),
+    /// zero queries or members.
+    pub fn calibrate(
+        epsilon: f64,
+        delta: f64,
+        queries: u64,
+        q: f64,
+        n_members: u64,
+        alpha_c: f64,
+        orders: &Orders,
+    ) -> Result<Self, MechanismError> {
+        check_enforcement_order(alpha_c)?;
+        check_probability("q", q)?;
+        if !(epsilon.is_finite() && epsilon > 0.0) {
+            return Err(MechanismError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                reason: "the target ε must be finite and > 0",
+            });
+        }
+        if !(delta > 0.0 && delta < 1.0) {
+            return Err(MechanismError::InvalidParameter {
+                name: "delta",
+                value: delta,
+                reason: "δ must lie in (0, 1)",
+            });
+        }
+        if queries == 0 || n_members == 0 {
+            return Err(MechanismError::InvalidParameter {
+                name: if queries == 0 { "queries" } else { "n_members" },
+                value: 0.0,
+                reason: "must be at least 1",
+            });
+        }
+        if orders.as_slice()[0] > max_accounted_order(alpha_c) {
+            return Err(MechanismError::InvalidParameter {
+                name: "alpha_c",
+                value: alpha_c,
+                reason: "no order of the account is ≤ α_c²/(2α_c − 1): every charge would be +∞",
+            });
+        }
+        let feasible = |b: f64| -> Result<bool, MechanismError> {
+            let curve = pmixed_curve(orders, alpha_c, b, n_members, q)?.self_compose(queries);
+            Ok(curve.epsilon(delta)?.epsilon <= epsilon)
+        };
+        let mut good = 0.0;
+        let mut bad = epsilon / queries as f64;
+        let mut doublings = 0;
+        while feasible(bad)? {
+            good = bad;
+            bad *= 2.0;
+            doublings += 1;
+            if doublings > 2000 || !bad.is_finite() {
+                // q = 0 (or a budget nothing can exhaust): any radius fits.
+                return Self::new(alpha_c, f64::MAX, q);
+            }
+        }
+        while bad - good > 1e-9 * bad {
+            let mid = good + (bad - good) / 2.0;
+            if mid <= good || mid >= bad {
+                break;
+            }
+            if feasible(mid)? {
+                good = mid;
+            } else {
+                bad = mid;
+            }
+        }
+        Self::new(alpha_c, good, q)
+    }
+
+    /// The enforcement order α_c.
+    pub fn alpha_c(&self) -> f64 {
+        self.alpha_c
+    }
+
+    /// The radius b.
+    pub fn radius(&self) -> f64 {
+        self.radius
+    }
+
+    /// The sampling probability q.
+    pub fn q(&self) -> f64 {
+        self.q
+    }
+
+    /// The per-query charge for ensembles of `n_members` ([`pmixed_curve`]).
+    pub fn curve(&self, orders: &Orders, n_members: u64) -> Result<RdpCurve, MechanismError> {
+        pmixed_curve(orders, self.alpha_c, self.radius, n_members, self.q)
+    }
+}
+
+/// Projects each listed member toward p₀ (in parallel) and returns the
+/// solutions, in the order of `members`.
+pub(crate) fn solve_lambdas(
+    ensemble: &Ensemble,
+    members: &[usize],
+    alpha_c: f64,
+    radius: f64,
+) -> Result<Vec<Solution>, MechanismError> {
+    let order = Order::new(alpha_c)?;
+    let public = ensemble.public();
+    members
+        .par_iter()
+        .map(|&i| {
+            PmixedProjection::new(ensemble.member(i), public, order, radius)?
+                .solve()
+                .map_err(MechanismError::from)
+        })
+        .collect()
+}
+
+/// `out[x] = Σ_k (λ_k·p_{members[k]}(x) + (1 − λ_k)·p₀(x))`, summed over k in
+/// order (deterministic), parallel over vocabulary chunks. The mixture entry is
+/// the expression [`PmixedProjection::mixture`] uses.
+pub(crate) fn mixture_sum(
+    ensemble: &Ensemble,
+    members: &[usize],
+    lambdas: &[f64],
+    out: &mut [f64],
+) {
+    let public = ensemble.public();
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, acc)| {
+        let start = c * CHUNK;
+        let p0 = &public[start..start + acc.len()];
+        acc.fill(0.0);
+        for (&i, &lambda) in members.iter().zip(lambdas) {
+            let mu = 1.0 - lambda;
+            let row = &ensemble.member(i)[start..start + acc.len()];
+            for ((a, &p), &q) in acc.iter_mut().zip(row).zip(p0) {
+                *a += lambda * p + mu * q;
+            }
+        }
+    });
+}
+
+/// The output distribution of one PMixED query for a fixed draw, with the
+/// solutions of the drawn members' projections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PmixedOutput {
+    /// The average of the drawn members' mixtures (p₀ if none was drawn).
+    pub distribution: Vec<f64>,
+    /// The projection of each drawn member, in the order of the draw.
+    pub solutions: Vec<Solution>,
+}
+
+/// The PMixED mechanism (see the module docs for its guarantee).
+#[derive(Debug, Clone)]
+pub struct Pmixed {
+    config: PmixedConfig,
+    cached: Option<(Orders, usize, RdpCurve)>,
+}
+
+impl Pmixed {
+    /// A mechanism with a validated configuration.
+    pub fn new(config: PmixedConfig) -> Self {
+        Self {
+            config,
+            cached: None,
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &PmixedConfig {
+        &self.config
+    }
+
+    /// Poisson subsampling: each of `n` members independently with probability
+    /// q, returned in increasing order. q = 1 keeps all, q = 0 none.
+    pub fn draw_members(&self, n: usize, rng: &mut impl Rng) -> Vec<usize> {
+        (0..n)
+            .filter(|_| rng.random::<f64>() < self.config.q)
+            .collect()
+    }
+
+    /// The output distribution for a fixed draw: `drawn` must be strictly
+    /// increasing member indices (else [`MechanismError::InvalidParameter`]).
+    /// The exact property tests enumerate every draw through this function.
+    pub fn output_distribution(
+        &self,
+        ensemble: &Ensemble,
+        drawn: &[usize],
+    ) -> Result<PmixedOutput, MechanismError> {
+        if let Some(w) = drawn.windows(2).find(|w| w[0] >= w[1]) {
+            return Err(MechanismError::InvalidParameter {
+                name: "drawn",
+                value: w[1] as f64,
+                reason: "drawn members must be strictly increasing (each at most once)",
+            });
+        }
+        if let Some(&bad) = drawn.iter().find(|&&i| i >= ensemble.len()) {
+            return Err(MechanismError::InvalidParameter {
+                name: "drawn",
+                value: bad as f64,
+                reason: "member index out of range",
+            });
+        }
+        if drawn.is_empty() {
+            return Ok(PmixedOutput {
+                distribution: ensemble.public().to_vec(),
+                solutions: Vec::new(),
+            });
+        }
+        let solutions = solve_lambdas(ensemble, drawn, self.config.alpha_c, self.config.radius)?;
+        let lambdas: Vec<f64> = solutions.iter().map(|s| s.lambda).collect();
+        let mut distribution = vec![0.0; ensemble.vocab()];
+        mixture_sum(ensemble, drawn, &lambdas, &mut distribution);
+        let m = drawn.len() as f64;
+        distribution.iter_mut().for_each(|x| *x /= m);
+        Ok(PmixedOutput {
+            distribution,
+            solutions,
+        })
+    }
+
+    /// The per-query charge for `n_members` at `orders`, computed once and
+    /// reused while the orders and ensemble size stay the same.
+    pub fn charge_curve(
+        &mut self,
+        orders: &Orders,
+        n_members: usize,
+    ) -> Result<&RdpCurve, MechanismError> {
+        let stale = !matches!(&self.cached, Some((o, n, _)) if o == orders && *n == n_members);
+        if stale {
+            let curve = self.config.curve(orders, n_members as u64)?;
+            self.cached = Some((orders.clone(), n_members, curve));
+        }
+        Ok(&self.cached.as_ref().expect("just filled").2)
+    }
+}
+
+impl EnsembleMechanism for Pmixed {
+    fn step(
+        &mut self,
+        ensemble: &Ensemble,
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError> {
+        if ensemble.is_empty() {
+            return Err(MechanismError::EmptyEnsemble);
+        }
+        let charge = self.charge_curve(account.orders(), ensemble.len())?.clone();
+        let drawn = self.draw_members(ensemble.len(), rng);
+        let output = self.output_distribution(ensemble, &drawn)?;
+        account.charge(&charge, self.name())?;
+        let token = sample_index(&output.distribution, rng)?;
+        Ok(StepOutcome {
+            token,
+            charge,
+            diagnostics: Diagnostics {
+                lambdas: output.solutions.iter().map(|s| s.lambda).collect(),
+                public_reason: drawn.is_empty().then_some(PublicReason::NoMemberDrawn),
+                solver_evaluations: output
+                    .solutions
+                    .iter()
+                    .map(|s| s.evaluations as usize)
+                    .sum(),
+                drawn,
+                data_dependent_loss: None,
+            },
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "pmixed"
+    }
+}
+
+/// Every distribution of `ensemble` (public and members) raised to the power
+/// 1/`temperature` and renormalised, in log space (zeros stay zero).
+///
+/// A pre-processing of the models' outputs, before any mechanism (see the
+/// module docs for why that costs no privacy and why it is not applied to a
+/// mechanism's output). `temperature` must be finite and > 0.
+pub fn temper(ensemble: &Ensemble, temperature: f64) -> Result<Ensemble, MechanismError> {
+    if !(temperature.is_finite() && temperature > 0.0) {
+        return Err(MechanismError::InvalidParameter {
+            name: "temperature",
+            value: temperature,
+            reason: "the temperature must be finite and > 0",
+        });
+    }
+    let scale = |row: &[f64]| -> Vec<f64> {
+        let logs: Vec<f64> = row.iter().map(|&p| p.ln() / temperature).collect();
+        let max = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = logs.iter().map(|&l| (l - max).exp()).collect();
+        let s: f64 = w.iter().sum();
+        w.into_iter().map(|x| x / s).collect()
+    };
+    let public = scale(ensemble.public());
+    let mut members = Vec::with_capacity(ensemble.members().len());
+    for i in 0..ensemble.len() {
+        members.extend(scale(ensemble.member(i)));
+    }
+    Ensemble::from_probabilities(&public, &members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::account::Unbudgeted;
+
+    fn ensemble() -> Ensemble {
+        Ensemble::from_probabilities(
+            &[0.5, 0.3, 0.2],
+            &[0.1, 0.2, 0.7, 0.6, 0.3, 0.1, 0.5, 0.3, 0.2],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn identical_members_get_lambda_one_and_public_draws_are_p0() {
+        let e = ensemble();
+        let p = Pmixed::new(PmixedConfig::new(8.0, 0.1, 1.0).unwrap());
+        let out = p.output_distribution(&e, &[2]).unwrap();
+        assert_eq!(out.solutions[0].lambda, 1.0);
+        assert_eq!(out.distribution, e.public());
+        assert_eq!(
+            p.output_distribution(&e, &[]).unwrap().distribution,
+            e.public()
+        );
+        assert!(p.output_distribution(&e, &[1, 1]).is_err());
+        assert!(p.output_distribution(&e, &[3]).is_err());
+    }
+
+    #[test]
+    fn step_charges_the_cached_curve_and_is_reproducible() {
+        let e = ensemble();
+        let orders = Orders::integers(8).unwrap();
+        let mut p = Pmixed::new(PmixedConfig::new(8.0, 0.1, 0.5).unwrap());
+        let mut acc = Unbudgeted::new(orders.clone());
+        let mut r1 = PrivacyRng::from_seed(3);
+        let mut r2 = PrivacyRng::from_seed(3);
+        let a: Vec<_> = (0..20)
+            .map(|_| p.step(&e, &mut r1, &mut acc).unwrap())
+            .collect();
+        let b: Vec<_> = (0..20)
+            .map(|_| p.step(&e, &mut r2, &mut acc).unwrap())
+            .collect();
+        assert_eq!(a, b);
+        assert_eq!(a[0].charge, p.config().curve(&orders, 3).unwrap());
+        assert_eq!(acc.charges(), 40);
+        let empty = Ensemble::from_probabilities(&[0.5, 0.5], &[]).unwrap();
+        assert!(matches!(
+            p.step(&empty, &mut r1, &mut acc),
+            Err(MechanismError::EmptyEnsemble)
+        ));
+    }
+
+    #[test]
+    fn calibration_returns_a_feasible_radius_that_is_nearly_maximal() {
+        let orders = Orders::dp_accounting_default();
+        let c = PmixedConfig::calibrate(8.0, 1e-5, 1000, 0.2, 100, 36.0, &orders).unwrap();
+        let spent = |b: f64| {
+            pmixed_curve(&orders, 36.0, b, 100, 0.2)
+                .unwrap()
+                .self_compose(1000)
+                .epsilon(1e-5)
+                .unwrap()
+                .epsilon
+        };
+        assert!(c.radius() > 0.0 && spent(c.radius()) <= 8.0);
+        assert!(spent(c.radius() * (1.0 + 1e-8)) > 8.0);
+        let high = Orders::new(vec![30.0, 40.0]).unwrap();
+        assert!(PmixedConfig::calibrate(8.0, 1e-5, 10, 0.2, 10, 36.0, &high).is_err());
+        assert!(PmixedConfig::calibrate(0.0, 1e-5, 10, 0.2, 10, 36.0, &orders).is_err());
+        assert!(PmixedConfig::calibrate(1.0, 1.0, 10, 0.2, 10, 36.0, &orders).is_err());
+        assert!(PmixedConfig::calibrate(1.0, 1e-5, 0, 0.2, 10, 36.0, &orders).is_err());
+        assert!(PmixedConfig::calibrate(1.0, 1e-5, 10, 1.2, 10, 36.0, &orders).is_err());
+    }
+
+    #[test]
+    fn temperature_sharpens_and_keeps_zeros() {
+        let e = Ensemble::from_probabilities(&[0.5, 0.5, 0.0], &[0.8, 0.2, 0.0]).unwrap();
+        let t = temper(&e, 0.5).unwrap();
+        assert!((t.member(0)[0] - 0.64 / 0.68).abs() < 1e-15);
+        assert_eq!(t.member(0)[2], 0.0);
+        assert!(temper(&e, 0.0).is_err());
+        assert!(temper(&e, f64::NAN).is_err());
+    }
+}
