@@ -24,6 +24,8 @@ mod input;
 mod rng;
 mod sample;
 mod step;
+mod submix;
+mod submix_protocol;
 
 pub use account::Account;
 pub use account::Unbudgeted;
@@ -34,3 +36,5 @@ pub use input::{Ensemble, Rows};
 pub use rng::PrivacyRng;
 pub use sample::{sample_index, sample_log_index};
 pub use step::{Diagnostics, EnsembleMechanism, PublicReason, StepOutcome};
+pub use submix::{SubmixDistribution, submix_distribution};
+pub use submix_protocol::{RandomStopping, SubMix};
