@@ -38,18 +38,6 @@ pub(crate) fn lane_sum(buf: &Buf) -> f64 {
     combine(acc)
 }
 
-/// Sum of element-wise products of two buffers, in the same order as [`lane_sum`].
-#[inline]
-pub(crate) fn lane_dot(a: &Buf, b: &Buf) -> f64 {
-    let mut acc = [0.0_f64; LANES];
-    for (x, y) in a.chunks_exact(LANES).zip(b.chunks_exact(LANES)) {
-        for j in 0..LANES {
-            acc[j] += x[j] * y[j];
-        }
-    }
-    combine(acc)
-}
-
 /// The fixed order in which lane accumulators are added up (every sum that must be
 /// reproducible bitwise uses it).
 pub(crate) fn combine(acc: [f64; LANES]) -> f64 {
@@ -68,33 +56,46 @@ pub(crate) fn lane_max(buf: &Buf, init: f64) -> f64 {
     acc.into_iter().fold(init, |m, x| if x > m { x } else { m })
 }
 
-/// Replaces `x` by `x^n` element-wise (`n ≥ 1`) by binary powering: the loop over the
-/// exponent's bits is outside, the loop over elements inside, so each step is a plain
-/// vectorised multiply over the buffer. `scratch` is overwritten.
-pub(crate) fn pow_int_in_place(x: &mut Buf, scratch: &mut Buf, n: u32) {
-    debug_assert!(n >= 1);
+/// Elements per block of the powering loop: two accumulator lanes' worth, for more
+/// independent multiplications in flight.
+pub(crate) const PW: usize = 2 * LANES;
+
+/// `x^n` for a block, by binary powering with both operands in registers.
+#[inline(always)]
+pub(crate) fn pow8(x: [f64; PW], n: u32) -> [f64; PW] {
+    if n == 0 {
+        return [1.0; PW];
+    }
+    let mut base = x;
     let mut e = n;
-    let mut started = false;
+    while e & 1 == 0 {
+        for j in 0..PW {
+            base[j] *= base[j];
+        }
+        e >>= 1;
+    }
+    let mut acc = base;
+    e >>= 1;
+    if e == 0 {
+        return acc;
+    }
+    for j in 0..PW {
+        base[j] *= base[j];
+    }
     loop {
         if e & 1 == 1 {
-            if started {
-                for (s, &v) in scratch.iter_mut().zip(x.iter()) {
-                    *s *= v;
-                }
-            } else {
-                *scratch = *x;
-                started = true;
+            for j in 0..PW {
+                acc[j] *= base[j];
             }
         }
         e >>= 1;
         if e == 0 {
-            break;
+            return acc;
         }
-        for v in x.iter_mut() {
-            *v *= *v;
+        for j in 0..PW {
+            base[j] *= base[j];
         }
     }
-    *x = *scratch;
 }
 
 /// `x^n` for one value, by the same binary powering (used to merge chunk scales).
@@ -201,24 +202,21 @@ mod tests {
 
     #[test]
     fn binary_powering_matches_powi() {
-        for n in [1_u32, 2, 3, 17, 64, 1000] {
-            let mut x = [0.0; CHUNK];
-            let mut s = [0.0; CHUNK];
-            for (i, v) in x.iter_mut().enumerate() {
-                *v = 0.5 + i as f64 / (2.0 * CHUNK as f64);
-            }
-            let orig = x;
-            pow_int_in_place(&mut x, &mut s, n);
-            for (got, base) in x.iter().zip(orig) {
+        for n in [1_u32, 2, 3, 17, 64, 1000, 1_000_000] {
+            let x: [f64; PW] = std::array::from_fn(|i| 0.5 + i as f64 / (2.0 * PW as f64));
+            let got = pow8(x, n);
+            for (g, base) in got.iter().zip(x) {
                 let want = base.powi(n as i32);
                 assert!(
-                    (got - want).abs() <= 1e-12 * want.max(1e-300),
-                    "{n}: {got} {want}"
+                    (g - want).abs() <= 1e-12 * want.max(1e-300),
+                    "{n}: {g} {want}"
                 );
-                assert_eq!(*got, powi_u32(base, n));
+                // Same multiplications in the same order as the scalar version.
+                assert_eq!(*g, powi_u32(base, n));
             }
         }
         assert_eq!(powi_u32(3.0, 0), 1.0);
+        assert_eq!(pow8([3.0; PW], 0), [1.0; PW]);
     }
 
     #[test]
@@ -229,7 +227,6 @@ mod tests {
         }
         assert_eq!(lane_sum(&b), (CHUNK * (CHUNK - 1) / 2) as f64);
         assert_eq!(lane_max(&b, f64::NEG_INFINITY), (CHUNK - 1) as f64);
-        assert_eq!(lane_dot(&b, &[1.0; CHUNK]), lane_sum(&b));
     }
 
     #[test]

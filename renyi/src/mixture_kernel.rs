@@ -17,7 +17,7 @@
 //! finite at λ = 0 but infinite for every λ > 0.
 
 use crate::kernel::{
-    Buf, CHUNK, ScaledLse, lane_dot, lane_max, lane_sum, non_negative, pow_int_in_place, powi_u32,
+    Buf, CHUNK, LANES, PW, ScaledLse, combine, lane_sum, non_negative, pow8, powi_u32,
 };
 use crate::mixture_log::LogAcc;
 use crate::mixture_max::MaxAcc;
@@ -241,13 +241,31 @@ impl RatioAcc {
         if self.infinite {
             return;
         }
-        self.sums.add(c);
         self.ends.scan(c, self.e);
+        // Pass 1 (lane-wise): the ratios m/n (0 where m = 0, +∞ where m > 0 = n), their
+        // maximum, and the sums M, N, M', N'.
         let mut r = [0.0; CHUNK];
-        for ((dst, &m), &n) in r.iter_mut().zip(&c.m).zip(&c.n) {
-            *dst = if m > 0.0 { m / n } else { 0.0 };
+        let mut lanes = [[0.0_f64; LANES]; 5];
+        let input = c.m.chunks_exact(LANES).zip(c.n.chunks_exact(LANES));
+        let derivs = c.dm.chunks_exact(LANES).zip(c.dn.chunks_exact(LANES));
+        for ((dst, (bm, bn)), (bdm, bdn)) in r.chunks_exact_mut(LANES).zip(input).zip(derivs) {
+            for j in 0..LANES {
+                let v = if bm[j] > 0.0 { bm[j] / bn[j] } else { 0.0 };
+                dst[j] = v;
+                lanes[0][j] = if v > lanes[0][j] { v } else { lanes[0][j] };
+                lanes[1][j] += bm[j];
+                lanes[2][j] += bn[j];
+                lanes[3][j] += bdm[j];
+                lanes[4][j] += bdn[j];
+            }
         }
-        let c_max = lane_max(&r, 0.0);
+        let c_max = lanes[0]
+            .into_iter()
+            .fold(0.0, |a, b| if b > a { b } else { a });
+        self.sums.m += combine(lanes[1]);
+        self.sums.n += combine(lanes[2]);
+        self.sums.dm += combine(lanes[3]);
+        self.sums.dn += combine(lanes[4]);
         if c_max == f64::INFINITY {
             self.infinite = true;
             return;
@@ -255,22 +273,14 @@ impl RatioAcc {
         if c_max == 0.0 {
             return;
         }
-        let inv = 1.0 / c_max;
-        let mut x = [0.0; CHUNK];
-        for (dst, &v) in x.iter_mut().zip(&r) {
-            let y = v * inv;
-            *dst = if v >= c_max || y > 1.0 { 1.0 } else { y };
-        }
-        match self.int_e {
-            Some(k) => pow_int_in_place(&mut x, &mut [0.0; CHUNK], k),
-            None => x.iter_mut().for_each(|v| *v = v.powf(self.e)),
-        }
-        let s_chunk = lane_dot(&c.m, &x);
-        let mut gt = [0.0; CHUNK];
-        for i in 0..CHUNK {
-            gt[i] = x[i] * (self.alpha * c.dm[i]) - (x[i] * r[i]) * (self.e * c.dn[i]);
-        }
-        let g_chunk = lane_sum(&gt);
+        // Pass 2 (blocks of PW in registers): S and S' of the chunk, scaled by c_max^e.
+        let (s_chunk, g_chunk) = match self.int_e {
+            Some(k) => self.scaled_sums(c, &r, c_max, false, |x| pow8(x, k)),
+            None => {
+                let e = self.e;
+                self.scaled_sums(c, &r, c_max, true, |x| x.map(|v| v.powf(e)))
+            }
+        };
         if c_max > self.r_star {
             let f = self.power(self.r_star / c_max);
             self.s = self.s * f + s_chunk;
@@ -281,6 +291,42 @@ impl RatioAcc {
             self.s += s_chunk * f;
             self.g += g_chunk * f;
         }
+    }
+
+    /// `Σ m·x^e` and `Σ x^e·(α·m' − e·n'·r)` with `x = r/c_max` (exactly 1 at the
+    /// maximum when `exact_top`, else within an ulp of it), lane `j` taking elements
+    /// `j, j + LANES, …` as the sum `M` did, so that `m = n` gives `S = M` bitwise.
+    #[inline]
+    fn scaled_sums(
+        &self,
+        c: &PathChunk,
+        r: &Buf,
+        c_max: f64,
+        exact_top: bool,
+        f: impl Fn([f64; PW]) -> [f64; PW],
+    ) -> (f64, f64) {
+        let inv = 1.0 / c_max;
+        let (alpha, e) = (self.alpha, self.e);
+        let (mut s, mut g) = ([0.0; LANES], [0.0; LANES]);
+        let blocks = c.m.chunks_exact(PW).zip(r.chunks_exact(PW));
+        let derivs = c.dm.chunks_exact(PW).zip(c.dn.chunks_exact(PW));
+        for ((bm, br), (bdm, bdn)) in blocks.zip(derivs) {
+            let mut x = [0.0; PW];
+            for j in 0..PW {
+                let y = br[j] * inv;
+                x[j] = if (exact_top && br[j] >= c_max) || y > 1.0 {
+                    1.0
+                } else {
+                    y
+                };
+            }
+            let xe = f(x);
+            for j in 0..PW {
+                s[j % LANES] += bm[j] * xe[j];
+                g[j % LANES] += xe[j] * (alpha * bdm[j]) - (xe[j] * br[j]) * (e * bdn[j]);
+            }
+        }
+        (combine(s), combine(g))
     }
 
     fn finish(&self) -> ValueAndSlope {

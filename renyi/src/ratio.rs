@@ -17,7 +17,7 @@
 //! many rows against one reference computes the reciprocals once ([`Denominator::inv`]);
 //! a relative error of 2 ulp in `r` costs `2nε` relative in `S`, `2ε` in `D`.
 
-use crate::kernel::{Buf, CHUNK, RATIO_PATH_MIN, SMALL_EXPONENT, combine, powi_u32};
+use crate::kernel::{Buf, CHUNK, PW, RATIO_PATH_MIN, SMALL_EXPONENT, combine, pow8, powi_u32};
 use crate::validate::Probability;
 
 /// Block width of the register-resident inner loops.
@@ -66,48 +66,6 @@ fn ratio(a: f64, b: f64, inv_b: f64) -> f64 {
     // Written as two selects (no branches) so that it vectorises.
     let r = if a == b { 1.0 } else { a * inv_b };
     if a > 0.0 { r } else { 0.0 }
-}
-
-/// Elements per block of the powering loop: two accumulator lanes' worth, for more
-/// independent multiplications in flight.
-const PW: usize = 2 * W;
-
-/// `x^n` for a block, by binary powering with both operands in registers.
-#[inline(always)]
-fn pow8(x: [f64; PW], n: u32) -> [f64; PW] {
-    if n == 0 {
-        return [1.0; PW];
-    }
-    let mut base = x;
-    let mut e = n;
-    while e & 1 == 0 {
-        for j in 0..PW {
-            base[j] *= base[j];
-        }
-        e >>= 1;
-    }
-    let mut acc = base;
-    e >>= 1;
-    if e == 0 {
-        return acc;
-    }
-    for j in 0..PW {
-        base[j] *= base[j];
-    }
-    loop {
-        if e & 1 == 1 {
-            for j in 0..PW {
-                acc[j] *= base[j];
-            }
-        }
-        e >>= 1;
-        if e == 0 {
-            return acc;
-        }
-        for j in 0..PW {
-            base[j] *= base[j];
-        }
-    }
 }
 
 /// Which side's entries a kernel pass screens (see [`Screen`]).
@@ -355,20 +313,4 @@ pub(crate) fn kl<T: Probability>(p: &[T], q: Denominator<'_, T>) -> f64 {
 /// True when both vectors' non-zero entries allow the ratio kernels.
 pub(crate) fn applicable(min_p: f64, min_q: f64) -> bool {
     min_p >= RATIO_PATH_MIN && min_q >= RATIO_PATH_MIN
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn register_powering_matches_scalar_powering() {
-        let x = [0.5, 0.999, 1.0, 0.0, 1e-3, 0.75, 0.3, 0.9];
-        for n in [1_u32, 2, 17, 64, 1_000_000] {
-            let got = pow8(x, n);
-            for j in 0..W {
-                assert_eq!(got[j], powi_u32(x[j], n), "{n} {j}");
-            }
-        }
-    }
 }
