@@ -21,13 +21,36 @@
 //!   positions where both vanish contribute nothing; bitwise-equal inputs give exactly 0.
 //! * Inputs are validated once per call ([`RenyiError`] names any problem); vectors that
 //!   sum to 1 within [`NORMALISATION_TOLERANCE`] are accepted and the divergence returned
-//!   is that of the normalised distributions (see [`divergence`]).
+//!   is that of the normalised distributions (below).
 //!
 //! Entry points: [`divergence`], [`symmetric_divergence`], [`kl_divergence`] (f32 or f64
 //! probabilities) and their `_log` variants (log-probabilities); [`batched_divergence`]
 //! (N rows against one reference, parallel, exp/log-free for integer α); and
 //! [`MixturePath`] / [`SymmetricMixture`], the value and λ-derivative of the divergence
 //! along `λp + (1−λ)q`, for λ solvers.
+//!
+//! ## What is computed
+//!
+//! Inputs are accepted when they sum to 1 within [`NORMALISATION_TOLERANCE`]; the
+//! divergence returned is that of the normalised distributions `p/Σp` and `q/Σq` (sums
+//! in f64), which is ≥ 0 by Hölder's (Rényi) or Gibbs' (KL) inequality and 0 exactly
+//! when they are equal. A negative result can
+//! therefore only be rounding error and is returned as 0, the nearer value to the true
+//! one; bitwise-equal inputs give exactly 0. A zero of `q` where `p` has mass gives
+//! `+∞`; positions where both are zero contribute nothing. No valid input gives NaN.
+//!
+//! ## Accuracy
+//!
+//! Every term is scaled by the running maximum and summed in f64 in 4 interleaved
+//! lanes, so the relative error of `S = Σ p^α q^{1−α}` is at worst about
+//! `(len/4 + 2(α−1))·ε` (`ε = 2^-53`; far less in practice), and the absolute error of
+//! `D_α = log(S)/(α−1)` about that divided by `α − 1`, plus a few `ε·|log max p/q|`. For
+//! `α − 1 < 0.125` the `expm1` form keeps the error near `ε·E_p|log p/q|` instead of
+//! `ε/(α−1)`. The log-space kernels lose a further `ε·|log p|` per term (ulps of the
+//! logarithms). The tests check agreement with 60-digit mpmath values to 1e-13 relative.
+//! Callers that report a privacy bound should round it up.
+//!
+//! ## Example
 //!
 //! ```
 //! use privmix_renyi::{divergence, kl_divergence, symmetric_divergence, MixturePath, Order};

@@ -110,20 +110,20 @@ pub(crate) fn signed_exp_sum(s1: f64, x: f64, s2: f64, y: f64) -> f64 {
 
 /// A value-and-slope accumulator; `add` is called once per chunk.
 pub(crate) enum PathAcc {
-    Ratio(Box<RatioAcc>),
-    Log(Box<LogAcc>),
-    Max(Box<MaxAcc>),
+    Ratio(RatioAcc),
+    Log(LogAcc),
+    Max(MaxAcc),
 }
 
 impl PathAcc {
     /// `ratio_ok`: every non-zero `m`, `n` is at least `RATIO_PATH_MIN`.
     pub(crate) fn new(alpha: Order, ratio_ok: bool, endpoint: Endpoint) -> Self {
         match alpha {
-            Order::Infinite => PathAcc::Max(Box::new(MaxAcc::new(endpoint))),
+            Order::Infinite => PathAcc::Max(MaxAcc::new(endpoint)),
             Order::Finite(a) if ratio_ok && a <= RATIO_PATH_MAX_ORDER => {
-                PathAcc::Ratio(Box::new(RatioAcc::new(alpha, a, endpoint)))
+                PathAcc::Ratio(RatioAcc::new(alpha, a, endpoint))
             }
-            Order::Finite(a) => PathAcc::Log(Box::new(LogAcc::new(a, endpoint))),
+            Order::Finite(a) => PathAcc::Log(LogAcc::new(a, endpoint)),
         }
     }
 

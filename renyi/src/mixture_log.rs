@@ -244,7 +244,8 @@ mod tests {
             let endpoint = Endpoint::of(lambda);
             let ratio = run(&mut PathAcc::new(order, true, endpoint), &a, &b, &c, lambda);
             let log = run(&mut PathAcc::new(order, false, endpoint), &a, &b, &c, lambda);
-            let close = |x: f64, y: f64| x == y || (x - y).abs() <= 1e-10 * (1.0 + x.abs().max(y.abs()));
+            let close =
+                |x: f64, y: f64| x == y || (x - y).abs() <= 1e-10 * (1.0 + x.abs().max(y.abs()));
             prop_assert!(close(ratio.value, log.value), "{:?} vs {:?}", ratio, log);
             prop_assert!(close(ratio.slope, log.slope), "{:?} vs {:?}", ratio, log);
         }

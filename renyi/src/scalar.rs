@@ -2,23 +2,13 @@
 //!
 //! Every function validates its input once, then runs one kernel:
 //! * probability vectors whose non-zero entries are all ≥ 1e-150 go through the ratio
-//!   kernels ([`crate::ratio`]), with an exp/log-free inner loop for integer α;
+//!   kernels (module `ratio`): ratios `p·fl(1/q)` scaled by their running maximum, raised
+//!   to `α − 1` by repeated multiplication for integer α (no `exp`/`log` per element),
+//!   by `powf` otherwise, and by an `expm1` form for `α − 1 < 0.125`;
 //! * other probability vectors (entries down to the smallest subnormal) and all
 //!   log-probability vectors go through the log-space kernels (module `logspace`).
 //!
-//! **What is computed.** Inputs are accepted when they sum to 1 within
-//! [`crate::NORMALISATION_TOLERANCE`]; the divergence returned is that of the normalised
-//! distributions `p/Σp` and `q/Σq` (sums in f64), which is ≥ 0 by Hölder's (Rényi) or
-//! Gibbs' (KL) inequality and 0 exactly when they are equal. A negative result can
-//! therefore only be rounding error and is returned as 0, the nearer value to the true
-//! one; bitwise-equal inputs give exactly 0. A zero of `q` where `p` has mass gives
-//! `+∞`; positions where both are zero contribute nothing. No valid input gives NaN.
-//!
-//! **Accuracy.** Sums are accumulated in f64 with every term ≤ the largest (scaled by the
-//! running maximum), so the relative error of `Σ p^α q^{1−α}` is a small multiple of
-//! `(len/8 + log₂α)·ε` and the absolute error of `D_α` about that divided by `α − 1`
-//! (for `α − 1 < 0.125` an `expm1` formulation keeps the error near `ε·E_p|log p/q|`).
-//! Callers that report a privacy bound should round it up.
+//! What is computed and how accurately is documented at the crate root.
 
 use crate::kernel::{RATIO_PATH_MIN, SMALL_EXPONENT, non_negative};
 use crate::logspace::{self, LnOf, LogSource, Logs};
@@ -124,8 +114,8 @@ fn check_log_pair(log_p: &[f64], log_q: &[f64]) -> Result<()> {
 /// `D_α(p‖q) = 1/(α−1) · log Σ_x p_x^α q_x^{1−α}` (and `log max_x p_x/q_x` for α = ∞),
 /// of two probability vectors (van Erven & Harremoës, "Rényi divergence and
 /// Kullback-Leibler divergence", IEEE Trans. Inf. Theory 2014, Def. 2). It is the
-/// privacy loss of Rényi differential privacy (Mironov 2017). See the module docs for
-/// what is computed on inputs normalised only within tolerance, and the accuracy.
+/// privacy loss of Rényi differential privacy (Mironov 2017). See the crate documentation
+/// for what is computed on inputs normalised only within tolerance, and the accuracy.
 pub fn divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> Result<f64> {
     let alpha = alpha.checked()?;
     let (sp, sq) = check_pair(p, q)?;

@@ -62,7 +62,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
-    fn value_is_the_divergence_of_the_mixture((a, b, c) in triple(-6.0), alpha in order(), lambda in 0.0..=1.0_f64) {
+    fn value_is_the_divergence_of_the_mixture(
+        (a, b, c) in triple(-6.0),
+        alpha in order(),
+        lambda in 0.0..=1.0_f64,
+    ) {
         let (m, n) = (mix(lambda, &a, &c), mix(lambda, &b, &c));
         let got = MixturePath::new(&a, &b, &c, alpha).unwrap().evaluate(lambda).unwrap();
         let want = divergence(&m, &n, alpha).unwrap();
@@ -76,7 +80,11 @@ proptest! {
     }
 
     #[test]
-    fn slope_matches_finite_differences((a, b, c) in triple(-6.0), alpha in order(), lambda in 0.01..0.99_f64) {
+    fn slope_matches_finite_differences(
+        (a, b, c) in triple(-6.0),
+        alpha in order(),
+        lambda in 0.01..0.99_f64,
+    ) {
         let path = MixturePath::new(&a, &b, &c, alpha).unwrap();
         let got = path.evaluate(lambda).unwrap();
         prop_assume!(got.value.is_finite());
@@ -87,7 +95,11 @@ proptest! {
 
     /// `SymmetricMixture` is the two `MixturePath`s in one pass, bitwise.
     #[test]
-    fn symmetric_equals_both_paths((a, _b, c) in triple(-6.0), alpha in order(), lambda in 0.0..=1.0_f64) {
+    fn symmetric_equals_both_paths(
+        (a, _b, c) in triple(-6.0),
+        alpha in order(),
+        lambda in 0.0..=1.0_f64,
+    ) {
         let both = SymmetricMixture::new(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
         let fwd = MixturePath::forward(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
         let rev = MixturePath::reverse(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
@@ -99,9 +111,18 @@ proptest! {
     /// Along λp + (1−λ)q against q (either direction) the divergence starts at 0 and does
     /// not decrease (quasi-convexity), so its slope is ≥ 0.
     #[test]
-    fn forward_and_reverse_paths_are_monotone((a, _b, c) in triple(-6.0), alpha in order(), l1 in 0.0..=1.0_f64, l2 in 0.0..=1.0_f64) {
+    fn forward_and_reverse_paths_are_monotone(
+        (a, _b, c) in triple(-6.0),
+        alpha in order(),
+        l1 in 0.0..=1.0_f64,
+        l2 in 0.0..=1.0_f64,
+    ) {
         let (lo, hi) = if l1 <= l2 { (l1, l2) } else { (l2, l1) };
-        for path in [MixturePath::forward(&a, &c, alpha).unwrap(), MixturePath::reverse(&a, &c, alpha).unwrap()] {
+        let paths = [
+            MixturePath::forward(&a, &c, alpha).unwrap(),
+            MixturePath::reverse(&a, &c, alpha).unwrap(),
+        ];
+        for path in paths {
             prop_assert_eq!(path.evaluate(0.0).unwrap().value, 0.0);
             let (x, y) = (path.evaluate(lo).unwrap(), path.evaluate(hi).unwrap());
             prop_assert!(x.value <= y.value * (1.0 + 1e-12) + 1e-15, "{} > {}", x.value, y.value);
@@ -113,7 +134,11 @@ proptest! {
     /// scaled by 1/(α−1)): values still match the explicit mixture, slopes the finite
     /// differences, and nothing is NaN.
     #[test]
-    fn log_space_accumulator((a, b, c) in triple(-250.0), big in prop::bool::ANY, lambda in 0.01..0.99_f64) {
+    fn log_space_accumulator(
+        (a, b, c) in triple(-250.0),
+        big in prop::bool::ANY,
+        lambda in 0.01..0.99_f64,
+    ) {
         let alpha = if big { Order::new(3e13).unwrap() } else { Order::new(7.5).unwrap() };
         let path = MixturePath::new(&a, &b, &c, alpha).unwrap();
         let got = path.evaluate(lambda).unwrap();
@@ -126,8 +151,13 @@ proptest! {
 
     #[test]
     fn never_nan_at_extremes(
-        (a, b, c) in (2..20usize).prop_flat_map(|n| (distribution(n, -323.0, true), distribution(n, -323.0, true), distribution(n, -323.0, true))),
-        alpha in prop_oneof![Just(1.0 + 1e-12), Just(2.0), Just(18.0), Just(1e6), Just(1e300), Just(f64::INFINITY)],
+        (a, b, c) in (2..20usize).prop_flat_map(|n| {
+            let d = || distribution(n, -323.0, true);
+            (d(), d(), d())
+        }),
+        alpha in prop_oneof![
+            Just(1.0 + 1e-12), Just(2.0), Just(18.0), Just(1e6), Just(1e300), Just(f64::INFINITY)
+        ],
         lambda in prop_oneof![Just(0.0), Just(1e-300), Just(0.5), Just(1.0 - 1e-16), Just(1.0)],
     ) {
         let alpha = Order::new(alpha).unwrap();
