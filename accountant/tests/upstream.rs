@@ -89,6 +89,25 @@ fn dp_accounting_log_a_equals_mp() {
     }
 }
 
+/// Where dp_accounting's absolute-value series is far off (q near ½, α near 1,
+/// large σ): its ln A is 0.0425 instead of 9.77e-5 at (0.5, 20, 1.25) and
+/// 1.93e-4 instead of 1.39e-4 at (0.5, 1, 1.001). The signed series with the
+/// Leibniz remainder bound matches mpmath quadrature
+/// (tests/golden/poisson_gaussian.py, output in poisson_gaussian.out).
+#[test]
+fn fractional_series_where_absolute_sums_fail() {
+    let cases: [(f64, f64, f64, f64); 3] = [
+        (0.5, 20.0, 1.25, 9.770_201_921_928_059_2e-5),
+        (0.5, 1.0, 1.001, 1.387_500_535_006_656_7e-4),
+        (0.3, 5.0, 7.5, 9.382_410_998_784_508_7e-2),
+    ];
+    for (q, sigma, alpha, want) in cases {
+        let got = poisson_subsampled_gaussian_at(q, sigma, alpha).unwrap() * (alpha - 1.0);
+        assert!(close(got, want, 1e-9, 0.0), "{q} {sigma} {alpha}: {got} vs {want}");
+        assert!(got >= want * (1.0 - 1e-12), "{q} {sigma} {alpha}: {got} below {want}");
+    }
+}
+
 /// dp_accounting `test_compute_epsilon_delta_pure_dp`: orders 2..=32, RDP 1.1
 /// everywhere, δ = 1e-5 → ε = 1.32783806176 at order 32, and back.
 #[test]

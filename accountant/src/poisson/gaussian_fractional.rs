@@ -19,22 +19,28 @@
 //! series is evaluated exactly where it converges; the sliver between them is
 //! at most `(b−a)·(1/(σ√(2π)))·(1 − q + q·r(b))^α`).
 //!
-//! # Tails
+//! # The tail: an alternating series with decreasing terms
 //!
-//! For k > α the coefficients alternate in sign. Using `erfc(x) ≤ e^{−x²}/(x√π)`
-//! (x > 0) and `(2a−1)/(2σ²) ≤ ln((1−q)/q)` (as a ≤ z₀), every left term with
-//! k > a satisfies `|t_k| ≤ |C(α,k)| (1−q)^α e^{−a²/(2σ²)} σ/((k−a)√(2π))`, and
-//! likewise every right term with b + k − α > 0 satisfies
-//! `|t_k| ≤ |C(α,k)| (1−q)^α e^{−b²/(2σ²)} σ/((b+k−α)√(2π))`. For K ≥ α,
-//! `|C(α,k)| ≤ |C(α,K)| ((K+1)/(k+1))^{α+1}` for k > K (from
-//! `1 − (1+α)/i ≤ e^{−(1+α)/i}`), so `Σ_{k>K} |C(α,k)| ≤ |C(α,K)|(K+1)/α`.
-//! Summing terms k ≤ K in interval arithmetic and adding these two tail bounds
-//! gives an upper bound on A_α whatever K is; K grows until the tail is
+//! For k > α the coefficients C(α,k) alternate in sign, and the combined term
+//! `T_k = left_k + right_k` (both share C(α,k)'s sign) decreases in magnitude
+//! for k ≥ α. With `erfc(x + h) ≤ e^{−2xh−h²}·erfc(x)` for h ≥ 0 (substitute
+//! t = s + h in the integral and use e^{−2sh} ≤ e^{−2xh} for s ≥ x):
+//!
+//! * left: `|t_{k+1}/t_k| ≤ (k−α)/(k+1) · (q/(1−q)) · e^{k/σ²} · e^{−(2k−2a+1)/(2σ²)}
+//!   = (k−α)/(k+1) · (q/(1−q)) e^{(2a−1)/(2σ²)} ≤ (k−α)/(k+1) < 1`, because
+//!   a ≤ z₀ means `(2a−1)/(2σ²) ≤ ln((1−q)/q)`;
+//! * right (j = α − k): `|t_{k+1}/t_k| ≤ (k−α)/(k+1) · ((1−q)/q) · e^{(1−j)/σ²} ·
+//!   e^{−(2b−2j+1)/(2σ²)} = (k−α)/(k+1) · ((1−q)/q) e^{(1−2b)/(2σ²)} ≤ (k−α)/(k+1)`,
+//!   because b ≥ z₀.
+//!
+//! So by Leibniz's rule the remainder `Σ_{i≥k} T_i` (k > α) has the sign of
+//! `T_k` and magnitude at most `|T_k|`: stopping before T_k, the partial sum
+//! plus `max(0, T_k)` bounds A_α from above. k grows until `|T_k|` is
 //! negligible against `A_α − 1` (or a cap is reached, which only loosens).
 
 use crate::interval::Interval;
 use crate::round::{
-    add_up, exp_m1_down, exp_m1_up, exp_up, ln_1p_down, ln_1p_up, ln_down, ln_up, mul_down, mul_up,
+    add_up, exp_m1_down, exp_m1_up, exp_up, ln_1p_down, ln_1p_up, ln_down, ln_up, mul_down,
     sqrt_down, sqrt_up, sub_up,
 };
 use crate::special::{Binomials, ln_erfc};
@@ -123,8 +129,8 @@ pub(super) fn ln_moment_up(q: f64, sigma: f64, alpha: f64) -> f64 {
     let ln_half = Interval::exact(0.5).ln();
     let alpha_i = Interval::exact(alpha);
 
-    // The tail bounds hold from K ≥ α on.
-    let k_min = alpha.ceil();
+    // Terms decrease and alternate from ⌈α⌉ on; stopping is allowed after it.
+    let first_alternating = alpha.ceil();
     let ln_rel_tol = TAIL_REL_TOL.ln();
     let ln_abs_tol = TAIL_ABS_TOL.ln();
 
@@ -144,107 +150,53 @@ pub(super) fn ln_moment_up(q: f64, sigma: f64, alpha: f64) -> f64 {
     }
 
     let mut binom = Binomials::new(alpha);
-    let ln_tail = loop {
+    let ln_remainder = loop {
         let k = f64::from(binom.k());
         let ln_c = binom.ln_abs();
-        if ln_c.hi > f64::NEG_INFINITY {
-            let kk = Interval::exact(k);
-            let j = alpha_i.sub(kk);
-            if binom.k() > 0 || a <= 0.0 {
-                let left = ln_c
-                    .add(kk.mul(ln_q))
-                    .add(j.mul(ln_1mq))
-                    .add(kk.mul(kk).sub(kk).div_pos(two_var))
-                    .add(ln_half)
-                    .add(ln_erfc(kk.sub(Interval::exact(a)).div_pos(sqrt2_sigma)));
-                excess.add(left, binom.negative());
-            }
-            let right = ln_c
-                .add(j.mul(ln_q))
-                .add(kk.mul(ln_1mq))
-                .add(j.mul(j).sub(j).div_pos(two_var))
-                .add(ln_half)
-                .add(ln_erfc(Interval::exact(b).sub(j).div_pos(sqrt2_sigma)));
-            excess.add(right, binom.negative());
-        }
-        if k >= k_min {
-            let ln_tail = ln_tail_bound_up(ln_c.hi, k, alpha, a, b, sigma, ln_1mq.hi);
+        let kk = Interval::exact(k);
+        let j = alpha_i.sub(kk);
+        let left = ln_c
+            .add(kk.mul(ln_q))
+            .add(j.mul(ln_1mq))
+            .add(kk.mul(kk).sub(kk).div_pos(two_var))
+            .add(ln_half)
+            .add(ln_erfc(kk.sub(Interval::exact(a)).div_pos(sqrt2_sigma)));
+        let right = ln_c
+            .add(j.mul(ln_q))
+            .add(kk.mul(ln_1mq))
+            .add(j.mul(j).sub(j).div_pos(two_var))
+            .add(ln_half)
+            .add(ln_erfc(Interval::exact(b).sub(j).div_pos(sqrt2_sigma)));
+        if k >= first_alternating {
+            // Remainder from k on: sign of T_k, magnitude ≤ |T_k| (module docs).
+            let ln_term = log_add_up(left.hi, right.hi);
             let target = ln_abs_tol.max(ln_rel_tol + excess.ln_estimate());
-            if ln_tail <= target || binom.k() >= MAX_TERMS {
-                break ln_tail;
+            if ln_term <= target || binom.k() >= MAX_TERMS {
+                break if binom.negative() {
+                    f64::NEG_INFINITY
+                } else {
+                    ln_term
+                };
             }
         }
+        if binom.k() > 0 || a <= 0.0 {
+            excess.add(left, binom.negative());
+        }
+        excess.add(right, binom.negative());
         binom.advance();
     };
     let ln_sliver = ln_sliver_up(a, b, q, sigma, alpha);
-    // e^{ln_tail} + e^{ln_sliver} ≤ 2·e^{max}.
-    let ln_extra = add_up(ln_tail.max(ln_sliver), std::f64::consts::LN_2.next_up());
+    let ln_extra = log_add_up(ln_remainder, ln_sliver);
     excess.ln_one_plus_up(ln_extra)
 }
 
-/// Upper bound on the ln of the sum of |left| + |right| terms over k > K, for
-/// K ≥ α (module docs, "Tails").
-fn ln_tail_bound_up(
-    ln_c_k: f64,
-    k: f64,
-    alpha: f64,
-    a: f64,
-    b: f64,
-    sigma: f64,
-    ln_1mq_up: f64,
-) -> f64 {
-    let x = Interval::exact;
-    let two_var = x(sigma).mul(x(sigma)).mul(x(2.0));
-    // ln[|C(α,K)|·(K+1)/α·(1−q)^α] bounds ln of Σ_{k>K} |C(α,k)|·(1−q)^α.
-    let common = x(ln_c_k)
-        .add(x(k + 1.0).ln())
-        .sub(x(alpha).ln())
-        .add(x(mul_up(alpha, ln_1mq_up)));
-    // ln(σ/√(2π)); the f64 PI is below π.
-    let ln_gauss = x(sigma).ln().sub(
-        x(2.0)
-            .mul(Interval::new(
-                std::f64::consts::PI,
-                std::f64::consts::PI.next_up(),
-            ))
-            .ln()
-            .mul(x(0.5)),
-    );
-    let parabola = |t: f64, c: f64| x(t).mul(x(t).sub(x(2.0).mul(x(c)))).div_pos(two_var).hi;
-
-    // Left series: middle terms K < k ≤ k_far bounded by e^{k(k−2a)/(2σ²)}
-    // (convex in k: largest at an end), far terms by the erfc tail.
-    let k_far = k.max(a.ceil());
-    let mid_left = if k_far > k {
-        let top = parabola(k + 1.0, a).max(parabola(k_far, a));
-        add_up(common.hi, top)
-    } else {
-        f64::NEG_INFINITY
-    };
-    let far_left = common
-        .sub(x(a).mul(x(a)).div_pos(two_var))
-        .add(ln_gauss)
-        .sub(x(k_far + 1.0).sub(x(a)).ln())
-        .hi;
-    // Right series, in j = α − k ≤ 0: middle terms bounded by e^{j(j−2b)/(2σ²)},
-    // far terms (b − j ≥ 1) by the erfc tail.
-    let k_far_r = k.max((alpha - b).ceil());
-    let mid_right = if k_far_r > k {
-        let j_first = x(alpha).sub(x(k + 1.0));
-        let j_last = x(alpha).sub(x(k_far_r));
-        let at = |j: Interval| j.mul(j.sub(x(2.0).mul(x(b)))).div_pos(two_var).hi;
-        add_up(common.hi, at(j_first).max(at(j_last)))
-    } else {
-        f64::NEG_INFINITY
-    };
-    let far_right = common
-        .sub(x(b).mul(x(b)).div_pos(two_var))
-        .add(ln_gauss)
-        .sub(x(b).add(x(k_far_r + 1.0)).sub(x(alpha)).ln())
-        .hi;
-    // ln of a sum of four terms ≤ ln 4 + the largest.
-    let largest = mid_left.max(far_left).max(mid_right).max(far_right);
-    add_up(largest, ln_up(4.0))
+/// Upper bound on `ln(eˣ + eʸ)`.
+fn log_add_up(x: f64, y: f64) -> f64 {
+    let (hi, lo) = if x >= y { (x, y) } else { (y, x) };
+    if lo == f64::NEG_INFINITY {
+        return hi;
+    }
+    add_up(hi, ln_1p_up(exp_up(sub_up(lo, hi))))
 }
 
 /// Upper bound on `ln ∫_a^b μ₀ (1 − q + q·r)^α` (−∞ when a = b): width × the

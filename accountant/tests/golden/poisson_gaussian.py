@@ -50,6 +50,10 @@ for q, sigma, alpha in [
     (0.1, 100, 20.5),
     (0.99, 0.1, 256),
     (0.999, 100, 256.1),
+    # slowly converging alternating tails (q near 1/2, alpha near 1, large sigma)
+    (0.5, 20, 1.25),
+    (0.5, 1, 1.001),
+    (0.3, 5, 7.5),
 ]:
     mpv = log_a_mp(q, sigma, alpha)
     print(f"({q!r}, {sigma!r}, {alpha!r}, {mp.nstr(mpv, 17)}, {rdp._compute_log_a(q, sigma, alpha)!r}),")
