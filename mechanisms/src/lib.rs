@@ -15,6 +15,8 @@
 //! must not be used to serve private text.
 
 mod account;
+mod adapmixed;
+pub mod baselines;
 pub mod bounds;
 mod pmixed;
 pub mod driver;
@@ -29,6 +31,7 @@ mod submix_protocol;
 
 pub use account::Account;
 pub use account::Unbudgeted;
+pub use adapmixed::{Adapmixed, AdapmixedConfig, PrivateAnswer, ScreenDecision, ScreeningVector};
 pub use pmixed::{Pmixed, PmixedConfig, PmixedOutput, temper};
 pub use driver::DistributionSource;
 pub use error::MechanismError;

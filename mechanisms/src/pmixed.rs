@@ -89,7 +89,7 @@ impl PmixedConfig {
                 reason: "the target ε must be finite and > 0",
             });
         }
-        if !(delta > 0.0 && delta < 1.0) {
+        if delta.is_nan() || delta <= 0.0 || delta >= 1.0 {
             return Err(MechanismError::InvalidParameter {
                 name: "delta",
                 value: delta,
