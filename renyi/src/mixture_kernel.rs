@@ -250,7 +250,14 @@ impl RatioAcc {
         let derivs = c.dm.chunks_exact(LANES).zip(c.dn.chunks_exact(LANES));
         for ((dst, (bm, bn)), (bdm, bdn)) in r.chunks_exact_mut(LANES).zip(input).zip(derivs) {
             for j in 0..LANES {
-                let v = if bm[j] > 0.0 { bm[j] / bn[j] } else { 0.0 };
+                // Formed exactly as the scalar kernels form p/q, so that on this path the
+                // value is bitwise that of `divergence` on the explicit mixture.
+                let r = if bm[j] == bn[j] {
+                    1.0
+                } else {
+                    bm[j] * (1.0 / bn[j])
+                };
+                let v = if bm[j] > 0.0 { r } else { 0.0 };
                 dst[j] = v;
                 lanes[0][j] = if v > lanes[0][j] { v } else { lanes[0][j] };
                 lanes[1][j] += bm[j];

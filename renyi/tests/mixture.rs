@@ -2,7 +2,7 @@
 //! equals a finite difference of the value, endpoints and support changes behave as
 //! documented, and the one-pass symmetric evaluator equals the two separate paths.
 
-use privmix_renyi::{MixturePath, Order, SymmetricMixture, divergence};
+use privmix_renyi::{MixturePath, Order, SymmetricMixture, divergence, symmetric_divergence};
 use proptest::prelude::*;
 
 fn distribution(n: usize, lo: f64, zeros: bool) -> impl Strategy<Value = Vec<f64>> {
@@ -91,6 +91,26 @@ proptest! {
         let (fd, smooth) = central_difference(&path, lambda, 1e-6);
         prop_assume!(smooth || alpha != Order::Infinite);
         prop_assert!(close(got.slope, fd, 1e-5), "slope {} vs finite difference {}", got.slope, fd);
+    }
+
+    /// On the ratio kernels (α ≥ 1.125, entries ≥ 1e-150) the path's value is bitwise the
+    /// scalar divergence of the explicit mixture, in every direction.
+    #[test]
+    fn value_is_bitwise_the_scalar_divergence(
+        (a, b, c) in triple(-6.0),
+        alpha in prop_oneof![
+            (1.125..30.0_f64).prop_map(|a| Order::new(a).unwrap()),
+            (2..33u32).prop_map(|k| Order::new(f64::from(k)).unwrap()),
+        ],
+        lambda in prop_oneof![Just(0.0), Just(1.0), 0.0..=1.0_f64],
+    ) {
+        let (m, n) = (mix(lambda, &a, &c), mix(lambda, &b, &c));
+        let path = MixturePath::new(&a, &b, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert_eq!(path.value, divergence(&m, &n, alpha).unwrap());
+        let sym = SymmetricMixture::new(&a, &c, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert_eq!(sym.forward.value, divergence(&m, &c, alpha).unwrap());
+        prop_assert_eq!(sym.reverse.value, divergence(&c, &m, alpha).unwrap());
+        prop_assert_eq!(sym.max(), symmetric_divergence(&m, &c, alpha).unwrap());
     }
 
     /// `SymmetricMixture` is the two `MixturePath`s in one pass, bitwise.
