@@ -28,6 +28,8 @@ mod sample;
 mod step;
 mod submix;
 mod submix_protocol;
+mod dps_mozo;
+mod dps_mozo_step;
 
 pub use account::Account;
 pub use account::Unbudgeted;
@@ -41,3 +43,11 @@ pub use sample::{sample_index, sample_log_index};
 pub use step::{Diagnostics, EnsembleMechanism, PublicReason, StepOutcome};
 pub use submix::{SubmixDistribution, submix_distribution};
 pub use submix_protocol::{RandomStopping, SubMix};
+pub use dps_mozo::{
+    DpsMozoConfig, IclOutput, calibrate_radius, dps_mozo_charge, dps_mozo_output,
+    dps_mozo_pure_epsilon, dps_mozo_token_curve, draw_demonstrations,
+};
+pub use dps_mozo_step::{
+    DpDemonstration, DpDemonstrations, DpFewShot, DpsMozo, FewShotProduct, FewShotSource,
+    IclMechanism, IclSource, ZeroShot, generate_dp_demonstrations, generate_icl,
+};

@@ -43,8 +43,13 @@ pub const DEFAULT_LOGIT_UPPER: f64 = 1.5;
 /// [`MixingError::NonFiniteLogit`] for a NaN or infinite logit.
 pub fn log_softmax(logits: &[f64]) -> Result<Vec<f64>, MixingError> {
     check_logits(logits)?;
-    let lse = log_sum_exp(logits);
-    Ok(logits.iter().map(|&l| l - lse).collect())
+    // `(l − max) − ln Σ exp(l − max)`, not `l − (max + ln Σ …)`: near ±f64::MAX the sum
+    // `max + ln Σ` absorbs the logarithm and the result would not be normalised. A
+    // difference `l − max` that overflows is −∞: a probability that underflows to 0.
+    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let shifted: Vec<f64> = logits.iter().map(|&l| l - max).collect();
+    let ln_sum = shifted.iter().map(|&x| x.exp()).sum::<f64>().ln();
+    Ok(shifted.into_iter().map(|x| x - ln_sum).collect())
 }
 
 fn check_logits(logits: &[f64]) -> Result<(), MixingError> {
@@ -60,7 +65,8 @@ fn check_logits(logits: &[f64]) -> Result<(), MixingError> {
     }
 }
 
-/// `log Σ exp(v)` for finite `v` (non-empty).
+/// `log Σ exp(v)` for finite `v` (non-empty): the tests' independent evaluator.
+#[cfg(test)]
 fn log_sum_exp(v: &[f64]) -> f64 {
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     max + v.iter().map(|&x| (x - max).exp()).sum::<f64>().ln()

@@ -189,3 +189,23 @@ fn rejects_bad_input() {
     let log_p = log_softmax(&[0.0, 0.0]).unwrap();
     assert_eq!(log_p, vec![-(2.0f64.ln()); 2]);
 }
+
+#[test]
+fn log_softmax_stays_normalised_near_the_largest_logits() {
+    // `max + ln Σ` would absorb ln 3 at this magnitude and give three zeros (sum 3).
+    let lp = log_softmax(&[-1.5e308, -1.5e308, -1.5e308]).unwrap();
+    let sum: f64 = lp.iter().map(|x| x.exp()).sum();
+    assert!((sum - 1.0).abs() < 1e-15, "{lp:?}");
+    // A difference that overflows is a probability that underflows to 0.
+    let lp = log_softmax(&[1e308, -1e308, 0.0]).unwrap();
+    assert_eq!(lp, vec![0.0, f64::NEG_INFINITY, -1e308]);
+    // Mixing logits of that size solves instead of failing validation downstream.
+    let sol = logit_mixing_lambda(
+        &[-1e308, -1e308, -1e308],
+        &[1e300, 3.0, 0.0],
+        Order::Infinite,
+        0.5,
+    )
+    .unwrap();
+    assert!(sol.value <= 0.5);
+}

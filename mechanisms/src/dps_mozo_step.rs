@@ -1,0 +1,392 @@
+//! DPS-MOZO as a step API over a source of in-context-learning logits, its +On and +Off
+//! workflows (dps-mozo.txt §4, Alg. 2–3), and the ICL baselines (zero-shot, few-shot).
+
+use privmix_accountant::{Orders, RdpCurve};
+
+use crate::dps_mozo::{DpsMozoConfig, draw_demonstrations, mixed_output, support};
+use crate::driver::Generation;
+use crate::{
+    Account, Diagnostics, IclOutput, MechanismError, PrivacyRng, PublicReason, StepOutcome,
+    sample_log_index,
+};
+
+/// Where an ICL mechanism gets its logits: one language model prompted with the query
+/// and the tokens generated so far (`context`), either alone (zero-shot) or after one
+/// private demonstration (one-shot). Rows are full-vocabulary logits; −∞ is allowed
+/// (a zero probability), NaN and +∞ are errors.
+pub trait IclSource {
+    /// |D|: how many private demonstrations there are.
+    fn demonstrations(&self) -> usize;
+    /// Logits of the zero-shot prompt `context` (public: no private data in it).
+    fn zero_shot_logits(&mut self, context: &[u32]) -> Result<Vec<f64>, MechanismError>;
+    /// Logits of the one-shot prompt: demonstration `demo` followed by `context`.
+    fn one_shot_logits(&mut self, demo: usize, context: &[u32])
+    -> Result<Vec<f64>, MechanismError>;
+}
+
+/// A mechanism that generates one token from an [`IclSource`] (DPS-MOZO and the ICL
+/// baselines). Same contract as [`crate::EnsembleMechanism`]: the account accepts the
+/// charge before the token is drawn; a refused charge releases nothing.
+pub trait IclMechanism {
+    /// One token after `context`.
+    fn step(
+        &mut self,
+        source: &mut dyn IclSource,
+        context: &[u32],
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError>;
+
+    /// A short name for ledgers and reports.
+    fn name(&self) -> &'static str;
+}
+
+/// The logits of one step: the zero-shot row, the drawn demonstrations, their rows.
+type Fetched = (Vec<f64>, Vec<usize>, Vec<Vec<f64>>);
+
+/// Draws the demonstrations and fetches the logits.
+fn fetch(
+    source: &mut dyn IclSource,
+    context: &[u32],
+    n_shots: usize,
+    rng: &mut PrivacyRng,
+) -> Result<Fetched, MechanismError> {
+    let drawn = draw_demonstrations(source.demonstrations(), n_shots, rng)?;
+    let zero = source.zero_shot_logits(context)?;
+    let rows = drawn
+        .iter()
+        .map(|&d| source.one_shot_logits(d, context))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((zero, drawn, rows))
+}
+
+/// Charges, then samples a token from `out`.
+fn release(
+    out: &IclOutput,
+    charge: RdpCurve,
+    label: &str,
+    diagnostics: Diagnostics,
+    rng: &mut PrivacyRng,
+    account: &mut dyn Account,
+) -> Result<StepOutcome, MechanismError> {
+    account.charge(&charge, label)?;
+    let j = sample_log_index(&out.log_probs, rng)?;
+    Ok(StepOutcome {
+        token: out.support[j],
+        charge,
+        diagnostics,
+    })
+}
+
+/// DPS-MOZO (+On when its tokens answer queries; +Off through
+/// [`generate_dp_demonstrations`]).
+///
+/// Guarantee: each token is charged [`DpsMozoConfig::token_charge`] — (4b)-DP for a fixed
+/// subset, as RDP `min(4b, α(4b)²/2)`, amplified by sampling `n_shots` of |D| without
+/// replacement — for replace-one adjacency of the private demonstration set (see
+/// [`crate::dps_mozo_output`]'s module docs). The charge is data-independent, so a
+/// calibrated radius ([`crate::calibrate_radius`]) fixes the total for n_test · T_max
+/// tokens in advance.
+#[derive(Debug, Clone)]
+pub struct DpsMozo {
+    config: DpsMozoConfig,
+    cached: Option<(Orders, usize, RdpCurve)>,
+}
+
+impl DpsMozo {
+    /// A DPS-MOZO mechanism with `config`.
+    pub fn new(config: DpsMozoConfig) -> Self {
+        Self {
+            config,
+            cached: None,
+        }
+    }
+
+    /// Its parameters.
+    pub fn config(&self) -> &DpsMozoConfig {
+        &self.config
+    }
+
+    /// The per-token charge at `orders` for a set of `dataset_size` demonstrations
+    /// (computed once per order set and size).
+    pub fn charge(
+        &mut self,
+        orders: &Orders,
+        dataset_size: usize,
+    ) -> Result<RdpCurve, MechanismError> {
+        if let Some((o, n, c)) = &self.cached
+            && o == orders
+            && *n == dataset_size
+        {
+            return Ok(c.clone());
+        }
+        let c = self.config.token_charge(orders, dataset_size)?;
+        self.cached = Some((orders.clone(), dataset_size, c.clone()));
+        Ok(c)
+    }
+}
+
+impl IclMechanism for DpsMozo {
+    fn step(
+        &mut self,
+        source: &mut dyn IclSource,
+        context: &[u32],
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError> {
+        let charge = self.charge(account.orders(), source.demonstrations())?;
+        let (zero, drawn, rows) = fetch(source, context, self.config.n_shots(), rng)?;
+        let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+        let out = mixed_output(&self.config, &zero, &refs, true)?;
+        let diagnostics = Diagnostics {
+            lambdas: out.lambdas.clone(),
+            drawn,
+            public_reason: None,
+            data_dependent_loss: None,
+            solver_evaluations: out.solver_evaluations,
+        };
+        release(&out, charge, "dps-mozo", diagnostics, rng, account)
+    }
+
+    fn name(&self) -> &'static str {
+        "dps-mozo"
+    }
+}
+
+/// Non-private few-shot baseline: the normalised product of the drawn demonstrations'
+/// one-shot distributions on the same top-k support, without mixing (every λ = 1).
+/// It offers no privacy, and is charged +∞ at every order — honestly.
+#[derive(Debug, Clone)]
+pub struct FewShotProduct {
+    config: DpsMozoConfig,
+}
+
+impl FewShotProduct {
+    /// Uses `config`'s `n_shots` and `top_k` (its radius is ignored).
+    pub fn new(config: DpsMozoConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl IclMechanism for FewShotProduct {
+    fn step(
+        &mut self,
+        source: &mut dyn IclSource,
+        context: &[u32],
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError> {
+        let orders = account.orders().clone();
+        let charge = RdpCurve::new(orders.clone(), vec![f64::INFINITY; orders.len()])?;
+        let (zero, drawn, rows) = fetch(source, context, self.config.n_shots(), rng)?;
+        let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+        let out = mixed_output(&self.config, &zero, &refs, false)?;
+        let diagnostics = Diagnostics {
+            lambdas: out.lambdas.clone(),
+            drawn,
+            ..Diagnostics::default()
+        };
+        release(&out, charge, "few-shot", diagnostics, rng, account)
+    }
+
+    fn name(&self) -> &'static str {
+        "few-shot"
+    }
+}
+
+/// Zero-shot baseline: samples the zero-shot distribution truncated to its top-k. It
+/// reads no private demonstration, so it is charged zero.
+#[derive(Debug, Clone, Copy)]
+pub struct ZeroShot {
+    top_k: usize,
+}
+
+impl ZeroShot {
+    /// Keeps the `top_k` ≥ 1 most likely tokens.
+    pub fn new(top_k: usize) -> Result<Self, MechanismError> {
+        if top_k == 0 {
+            return Err(MechanismError::InvalidParameter {
+                name: "top_k",
+                value: 0.0,
+                reason: "at least one index must be kept",
+            });
+        }
+        Ok(Self { top_k })
+    }
+
+    /// The output for `zero_shot` logits: the softmax on the top-k support.
+    pub fn output(&self, zero_shot: &[f64]) -> Result<IclOutput, MechanismError> {
+        let support = support(zero_shot, self.top_k)?;
+        let l0 = privmix_mixing::gather(zero_shot, &support)?;
+        Ok(IclOutput {
+            log_probs: privmix_mixing::log_softmax(&l0)?,
+            support,
+            lambdas: Vec::new(),
+            solver_evaluations: 0,
+        })
+    }
+}
+
+impl IclMechanism for ZeroShot {
+    fn step(
+        &mut self,
+        source: &mut dyn IclSource,
+        context: &[u32],
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError> {
+        let out = self.output(&source.zero_shot_logits(context)?)?;
+        let diagnostics = Diagnostics {
+            public_reason: Some(PublicReason::PublicOnly),
+            ..Diagnostics::default()
+        };
+        let charge = RdpCurve::zero(account.orders().clone());
+        release(&out, charge, "zero-shot", diagnostics, rng, account)
+    }
+
+    fn name(&self) -> &'static str {
+        "zero-shot"
+    }
+}
+
+/// Generates up to `max_tokens` tokens after the query `prompt` (stopping after
+/// `stop_token`), each charged to `account` before it is appended (+On). The first error
+/// ends generation with nothing more released.
+pub fn generate_icl(
+    mechanism: &mut dyn IclMechanism,
+    source: &mut dyn IclSource,
+    prompt: &[u32],
+    max_tokens: usize,
+    stop_token: Option<u32>,
+    rng: &mut PrivacyRng,
+    account: &mut dyn Account,
+) -> Result<Generation, MechanismError> {
+    let mut context = prompt.to_vec();
+    let mut generation = Generation {
+        tokens: Vec::new(),
+        steps: Vec::new(),
+    };
+    for _ in 0..max_tokens {
+        let outcome = mechanism.step(source, &context, rng, account)?;
+        let token = u32::try_from(outcome.token).map_err(|_| MechanismError::InvalidParameter {
+            name: "token",
+            value: outcome.token as f64,
+            reason: "token index does not fit in u32",
+        })?;
+        context.push(token);
+        generation.tokens.push(token);
+        generation.steps.push(outcome);
+        if Some(token) == stop_token {
+            break;
+        }
+    }
+    Ok(generation)
+}
+
+/// One demonstration generated by DPS-MOZO+Off: a public input and its DP output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DpDemonstration {
+    /// The public input (prompt tokens).
+    pub input: Vec<u32>,
+    /// The output generated for it by DPS-MOZO.
+    pub output: Vec<u32>,
+}
+
+/// Demonstrations produced by DPS-MOZO+Off (Alg. 3, `Offline`): public inputs paired with
+/// DP outputs. They can only be made by [`generate_dp_demonstrations`], which charged
+/// every generated token; by post-processing (dps-mozo Thm A.1) any later use of them —
+/// as ordinary few-shot demonstrations, with any decoding, for any number of queries —
+/// costs nothing more ([`DpFewShot`] charges zero).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DpDemonstrations {
+    demos: Vec<DpDemonstration>,
+    cost: RdpCurve,
+}
+
+impl DpDemonstrations {
+    /// The demonstrations.
+    pub fn demonstrations(&self) -> &[DpDemonstration] {
+        &self.demos
+    }
+
+    /// What generating them cost (the composition of every token's charge).
+    pub fn cost(&self) -> &RdpCurve {
+        &self.cost
+    }
+}
+
+/// DPS-MOZO+Off, offline phase: for each public input, generates an output with
+/// `mechanism` from the private demonstrations behind `source` (each token charged).
+pub fn generate_dp_demonstrations(
+    mechanism: &mut DpsMozo,
+    source: &mut dyn IclSource,
+    public_inputs: &[Vec<u32>],
+    max_tokens: usize,
+    stop_token: Option<u32>,
+    rng: &mut PrivacyRng,
+    account: &mut dyn Account,
+) -> Result<DpDemonstrations, MechanismError> {
+    let mut cost = RdpCurve::zero(account.orders().clone());
+    let mut demos = Vec::with_capacity(public_inputs.len());
+    for input in public_inputs {
+        let g = generate_icl(
+            mechanism, source, input, max_tokens, stop_token, rng, account,
+        )?;
+        for step in &g.steps {
+            cost = cost.compose(&step.charge)?;
+        }
+        demos.push(DpDemonstration {
+            input: input.clone(),
+            output: g.tokens,
+        });
+    }
+    Ok(DpDemonstrations { demos, cost })
+}
+
+/// Logits of a prompt made of DP demonstrations followed by `context`: the online phase
+/// of DPS-MOZO+Off (a function of public data and DP outputs only).
+pub trait FewShotSource {
+    /// Logits for the next token after `demos` then `context`.
+    fn few_shot_logits(
+        &mut self,
+        demos: &[DpDemonstration],
+        context: &[u32],
+    ) -> Result<Vec<f64>, MechanismError>;
+}
+
+/// DPS-MOZO+Off, online phase: ordinary few-shot decoding (softmax on the top-k of the
+/// logits) with [`DpDemonstrations`] in the prompt. Post-processing of DP outputs: every
+/// token is charged zero.
+#[derive(Debug, Clone)]
+pub struct DpFewShot<'a> {
+    demos: &'a DpDemonstrations,
+    decode: ZeroShot,
+}
+
+impl<'a> DpFewShot<'a> {
+    /// Decodes with `demos` in the prompt, keeping the `top_k` most likely tokens.
+    pub fn new(demos: &'a DpDemonstrations, top_k: usize) -> Result<Self, MechanismError> {
+        Ok(Self {
+            demos,
+            decode: ZeroShot::new(top_k)?,
+        })
+    }
+
+    /// One token after `context`, charged zero.
+    pub fn step(
+        &self,
+        source: &mut dyn FewShotSource,
+        context: &[u32],
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError> {
+        let logits = source.few_shot_logits(self.demos.demonstrations(), context)?;
+        let out = self.decode.output(&logits)?;
+        let charge = RdpCurve::zero(account.orders().clone());
+        let diagnostics = Diagnostics {
+            public_reason: Some(PublicReason::PublicOnly),
+            ..Diagnostics::default()
+        };
+        release(&out, charge, "dp-few-shot", diagnostics, rng, account)
+    }
+}
