@@ -257,6 +257,33 @@ pub fn poisson_gaussian_sigma(
     smallest_feasible("sigma", hi, fits)
 }
 
+/// AdaPMixED's screening noise: the smallest σ whose screening cost
+/// `(λ/(N·σ))²·α` ([`crate::adapmixed_screening`]) at order `alpha` is at most
+/// `per_query_epsilon`.
+///
+/// Guarantee: the returned σ satisfies the budget as evaluated (rounded up);
+/// σ/(1 + 1e-9) does not. The closed form `λ/N·√(α/budget)` seeds the search.
+pub fn screening_sigma(
+    alpha: f64,
+    lambda: f64,
+    members: u64,
+    per_query_epsilon: f64,
+) -> Result<f64, AccountantError> {
+    check_order(alpha)?;
+    check_budget("per_query_epsilon", per_query_epsilon)?;
+    check_non_negative("lambda", lambda)?;
+    if lambda == 0.0 {
+        // Nothing to hide: any σ > 0 costs nothing.
+        return Ok(f64::MIN_POSITIVE);
+    }
+    let orders = Orders::new(vec![alpha])?;
+    let closed = lambda / members.max(1) as f64 * (alpha / per_query_epsilon).sqrt();
+    smallest_feasible("sigma", closed * 2.0, |sigma| {
+        let cost = crate::adapmixed_screening(&orders, lambda, members, sigma)?.epsilons()[0];
+        Ok(cost <= per_query_epsilon)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,6 +317,23 @@ mod tests {
         let full = pmixed_beta(4.0, 8, 1.0, 0.01).unwrap();
         let sub = pmixed_beta(4.0, 8, 0.1, 0.01).unwrap();
         assert!(sub > full);
+    }
+
+    #[test]
+    fn screening_sigma_matches_the_closed_form() {
+        // AdaPMixED Table 4: λ = 1e-4, N = 100, α = 18; budget 1e-6 per query.
+        let sigma = screening_sigma(18.0, 1e-4, 100, 1e-6).unwrap();
+        let closed = 1e-4 / 100.0 * (18.0f64 / 1e-6).sqrt();
+        assert!((sigma - closed).abs() <= 2.0 * REL_TOL * closed);
+        let o = Orders::new(vec![18.0]).unwrap();
+        let cost = |s: f64| {
+            crate::adapmixed_screening(&o, 1e-4, 100, s)
+                .unwrap()
+                .epsilons()[0]
+        };
+        assert!(cost(sigma) <= 1e-6);
+        assert!(cost(sigma / (1.0 + 2.0 * REL_TOL)) > 1e-6);
+        assert!(screening_sigma(18.0, 1e-4, 100, 0.0).is_err());
     }
 
     #[test]

@@ -8,14 +8,21 @@ use proptest::prelude::*;
 
 /// A mixed set of fractional and integer orders, small enough for quick cases.
 fn orders() -> Orders {
-    Orders::new(vec![1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.5, 8.0, 12.0, 16.0, 32.0]).unwrap()
+    Orders::new(vec![
+        1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.5, 8.0, 12.0, 16.0, 32.0,
+    ])
+    .unwrap()
 }
 
 /// Non-decreasing curves (as every true RDP curve is), with values spanning
 /// several magnitudes.
 fn curve() -> impl Strategy<Value = RdpCurve> {
-    (1e-4f64..1.0, 0.0f64..2.0, prop::collection::vec(0.0f64..1.0, 11)).prop_map(
-        |(scale, power, jitter)| {
+    (
+        1e-4f64..1.0,
+        0.0f64..2.0,
+        prop::collection::vec(0.0f64..1.0, 11),
+    )
+        .prop_map(|(scale, power, jitter)| {
             let o = orders();
             let mut acc = 0.0f64;
             let values = o
@@ -28,8 +35,7 @@ fn curve() -> impl Strategy<Value = RdpCurve> {
                 })
                 .collect();
             RdpCurve::new(o, values).unwrap()
-        },
-    )
+        })
 }
 
 proptest! {

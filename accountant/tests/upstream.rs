@@ -103,8 +103,14 @@ fn fractional_series_where_absolute_sums_fail() {
     ];
     for (q, sigma, alpha, want) in cases {
         let got = poisson_subsampled_gaussian_at(q, sigma, alpha).unwrap() * (alpha - 1.0);
-        assert!(close(got, want, 1e-9, 0.0), "{q} {sigma} {alpha}: {got} vs {want}");
-        assert!(got >= want * (1.0 - 1e-12), "{q} {sigma} {alpha}: {got} below {want}");
+        assert!(
+            close(got, want, 1e-9, 0.0),
+            "{q} {sigma} {alpha}: {got} vs {want}"
+        );
+        assert!(
+            got >= want * (1.0 - 1e-12),
+            "{q} {sigma} {alpha}: {got} below {want}"
+        );
     }
 }
 
@@ -397,5 +403,38 @@ fn dps_mozo_token_matches_mpmath() {
             close(*g, w, 1e-11, 0.0) && *g >= w * (1.0 - 1e-15),
             "{g} vs {w}"
         );
+    }
+}
+
+/// Opacus `tests/accountants_test.py::test_get_noise_multiplier_rdp_steps` and
+/// `_rdp_epochs`: ε = 8, δ = 1e-5, q = 0.04, Opacus's default orders, 2000 steps
+/// → σ = 1.3562; 90 epochs (2250 steps) → σ = 1.416 (4 places). Opacus bisects
+/// until ε is within 0.01 *below* the target and returns that σ, so its value
+/// sits slightly above the smallest feasible σ that we return: ours must be
+/// feasible, no larger than Opacus's (up to its 4 places) and within the σ
+/// change that 0.01 of ε allows.
+#[test]
+fn opacus_get_noise_multiplier() {
+    let mut v: Vec<f64> = (1..100).map(|x| 1.0 + f64::from(x) / 10.0).collect();
+    v.extend((12..64).map(f64::from));
+    let orders = Orders::new(v).unwrap();
+    for (steps, opacus) in [(2000u64, 1.3562), (2250, 1.416)] {
+        let sigma =
+            privmix_accountant::poisson_gaussian_sigma(&orders, 0.04, steps, 8.0, 1e-5).unwrap();
+        let eps = |s: f64| {
+            poisson_subsampled_gaussian(&orders, 0.04, s)
+                .unwrap()
+                .self_compose(steps)
+                .epsilon(1e-5)
+                .unwrap()
+                .epsilon
+        };
+        assert!(eps(sigma) <= 8.0);
+        assert!(sigma <= opacus + 5e-5, "{steps}: {sigma} vs {opacus}");
+        assert!(
+            eps(opacus + 5e-5) >= 8.0 - 0.01 - 1e-3,
+            "{steps}: Opacus's σ is not within 0.01"
+        );
+        assert!(opacus - sigma < 5e-4, "{steps}: {sigma} vs {opacus}");
     }
 }
