@@ -27,9 +27,11 @@
 //! derivatives above, written as expectations (`A'(s) = E_{P_s}[T]`, and `P_{αλ}` is the
 //! escort `∝ P_λ^α P₀^{1−α}`), give the slopes used by the solver.
 //!
-//! Newton works on `Dsym − b` directly (κ = 0): the forward divergence saturates (at
-//! `−log P₀(argmax T)`) and the reverse one grows linearly in λ, shapes for which an
-//! exponential transform would slow Newton down.
+//! The search models each direction as a power of λ directly (κ = 0, `H = D`): both grow
+//! like `λ²` near 0 (`α·Var_{P₀}(T)·λ²/2`); the reverse one is convex (its second
+//! derivative is `(α−1)A''((1−α)λ) + A''(λ) ≥ 0`) and grows linearly for large λ, and
+//! the forward one saturates at `−log P₀(argmax T)` — shapes for which an exponential
+//! transform would slow Newton down.
 
 use privmix_renyi::{Order, divergence_log};
 

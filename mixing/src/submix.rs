@@ -16,9 +16,9 @@
 //!
 //! `S(λ) = Σ m^α n^{1−α}` is jointly convex in `(m, n)` (the perspective of `x ↦ x^α`), hence
 //! convex along the affine path; `exp(D) = S^{1/(α−1)}` is then convex for α ≤ 2 (a power
-//! ≥ 1 of a convex function ≥ 1), which covers the order SubMix uses (α = 2). The solver
-//! runs Newton on `exp(D − β) − 1` (κ = 1); for α > 2 convexity is not guaranteed and the
-//! bracketing safeguards carry the search.
+//! ≥ 1 of a convex function ≥ 1), which covers the order SubMix uses (α = 2). The search
+//! models `H = e^D − 1` (κ = 1) as a power of λ (`∝ λ²` near 0); for α > 2 convexity is
+//! not guaranteed and the bracketing safeguards carry the search.
 
 use privmix_renyi::{MixturePath, Order};
 
