@@ -183,7 +183,8 @@ fn convert_row(
         out.push(p);
     }
     let sum: f64 = out.iter().sum();
-    if !((sum - 1.0).abs() <= NORMALISATION_TOLERANCE) {
+    // Entries are finite, so the sum is finite (or +∞ on overflow, which fails too).
+    if sum.is_nan() || (sum - 1.0).abs() > NORMALISATION_TOLERANCE {
         return Err(MechanismError::NotNormalised {
             row,
             sum,

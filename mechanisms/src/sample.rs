@@ -29,7 +29,7 @@ pub fn sample_index(p: &[f64], rng: &mut impl Rng) -> Result<usize, MechanismErr
         }
         total += x;
     }
-    if !(total > 0.0) {
+    if total.is_nan() || total <= 0.0 {
         return Err(MechanismError::NotNormalised {
             row: 0,
             sum: total,
