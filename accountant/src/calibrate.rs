@@ -136,6 +136,10 @@ fn check_order(alpha: f64) -> Result<(), AccountantError> {
 /// maximum is Lemma C.1's closed form `ln(m·e^{(α−1)ε} + 1 − m)/(4α(α−1))`
 /// with m = max(members, 2) (see [`crate::pmixed_query`] for why m = 1 costs
 /// what m = 2 does); it seeds the search.
+///
+/// With subsampling (q < 1) the sampled ensemble can have any size, so the base
+/// cost is the m = 2 worst case whatever `members` is (see
+/// [`crate::pmixed_subsampled`]).
 pub fn pmixed_beta(
     alpha: f64,
     members: u64,
