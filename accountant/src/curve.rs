@@ -167,3 +167,44 @@ impl RdpCurve {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_are_sorted_deduplicated_and_default_to_dp_accounting() {
+        let o = Orders::new(vec![3.0, 2.0, 3.0, 1.5]).unwrap();
+        assert_eq!(o.as_slice(), &[1.5, 2.0, 3.0]);
+        let d = Orders::default();
+        assert_eq!(d.len(), 99 + 53 + 4);
+        assert_eq!((d.as_slice()[0], d.as_slice()[d.len() - 1]), (1.1, 1024.0));
+        assert_eq!(Orders::integers(4).unwrap().as_slice(), &[2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn single_and_at_look_up_values() {
+        let c = RdpCurve::single(18.0, 0.25).unwrap();
+        assert_eq!(c.at(18.0), Ok(0.25));
+        assert_eq!(c.at(2.0), Err(AccountantError::MissingOrder(2.0)));
+        assert!(RdpCurve::single(1.0, 0.1).is_err());
+        assert!(RdpCurve::single(2.0, -0.1).is_err());
+    }
+
+    #[test]
+    fn self_composition_rounds_up_and_zero_runs_cost_nothing() {
+        let c = RdpCurve::new(
+            Orders::new(vec![2.0, 3.0]).unwrap(),
+            vec![0.1, f64::INFINITY],
+        )
+        .unwrap();
+        let k = c.self_compose(3);
+        assert!(k.epsilons()[0] >= 0.30000000000000004 && k.epsilons()[0] <= 0.3 + 1e-15);
+        assert_eq!(k.epsilons()[1], f64::INFINITY);
+        assert_eq!(c.self_compose(0), RdpCurve::zero(c.orders().clone()));
+        // 0.1 + 0.2 is inexact; the composed value is the float above it.
+        let a = RdpCurve::single(2.0, 0.1).unwrap();
+        let b = RdpCurve::single(2.0, 0.2).unwrap();
+        assert!(a.compose(&b).unwrap().epsilons()[0] >= 0.1 + 0.2);
+    }
+}
