@@ -1,11 +1,12 @@
 //! λ solvers against the reference implementations' search and against one plain pass.
 //!
 //! Groups (each with one `baseline_…`, as `cargo xtask bench` reports ratios to it):
-//! * `pmixed_lambda_vs_bisection`: one PMixED λ at V = 50257 (GPT-2's vocabulary), α = 18,
-//!   b = βα = 3.6, against `baseline_bisection20`: the scipy-style search of the public
+//! * `pmixed_lambda_vs_bisection_{near,far}`: one PMixED λ at V = 50257 (GPT-2's
+//!   vocabulary), α = 18, b = βα = 3.6, for a private model near the public one and one
+//!   far from it, against `baseline_bisection20`: the scipy-style search of the public
 //!   PMixED code (check λ = 1, then 20 halvings of [0, 1], return the lower end) on the same
 //!   f64 evaluator.
-//! * `pmixed_lambda_vs_pass`: the same solve and a single constraint evaluation against
+//! * `pmixed_lambda_vs_pass`: the "far" solve and a single constraint evaluation against
 //!   `baseline_streaming_pass`, one plain f64 sum over the private row: the solve's cost in
 //!   units of "reading the row once".
 //! * `logit_mixing_vs_bisection`: DPS-MOZO's logit λ on a top-60 support, α = 18.
@@ -76,24 +77,29 @@ fn bisection20(p: &[f64], q: &[f64], alpha: Order, bound: f64) -> f64 {
 
 fn benches(c: &mut Criterion) {
     let alpha = Order::new(ALPHA).unwrap();
-    let (z1, z0) = language_model_pair(VOCAB, 1.0, 7);
+    // σ = 1: a private model close to the public one (λ near 1); σ = 3: far from it
+    // (λ of a few hundredths, the harder search).
+    for (name, sigma) in [("near", 1.0), ("far", 3.0)] {
+        let (z1, z0) = language_model_pair(VOCAB, sigma, 7);
+        let (p, q) = (softmax(&z1), softmax(&z0));
+        let sol = pmixed_lambda(&p, &q, alpha, BOUND).unwrap();
+        let bis = bisection20(&p, &q, alpha, BOUND);
+        eprintln!("pmixed {name} V={VOCAB} α={ALPHA} b={BOUND}: {sol:?}; bisection20 λ = {bis}");
+        let mut g = c.benchmark_group(format!("pmixed_lambda_vs_bisection_{name}"));
+        g.sample_size(10)
+            .measurement_time(Duration::from_secs(3))
+            .warm_up_time(Duration::from_millis(500));
+        g.bench_function("baseline_bisection20", |b| {
+            b.iter(|| bisection20(black_box(&p), black_box(&q), alpha, BOUND))
+        });
+        g.bench_function("safeguarded_newton", |b| {
+            b.iter(|| pmixed_lambda(black_box(&p), black_box(&q), alpha, BOUND))
+        });
+        g.finish();
+    }
+
+    let (z1, z0) = language_model_pair(VOCAB, 3.0, 7);
     let (p, q) = (softmax(&z1), softmax(&z0));
-    let sol = pmixed_lambda(&p, &q, alpha, BOUND).unwrap();
-    let bis = bisection20(&p, &q, alpha, BOUND);
-    eprintln!("pmixed V={VOCAB} α={ALPHA} b={BOUND}: {sol:?}; bisection20 λ = {bis}");
-
-    let mut g = c.benchmark_group("pmixed_lambda_vs_bisection");
-    g.sample_size(10)
-        .measurement_time(Duration::from_secs(3))
-        .warm_up_time(Duration::from_millis(500));
-    g.bench_function("baseline_bisection20", |b| {
-        b.iter(|| bisection20(black_box(&p), black_box(&q), alpha, BOUND))
-    });
-    g.bench_function("safeguarded_newton", |b| {
-        b.iter(|| pmixed_lambda(black_box(&p), black_box(&q), alpha, BOUND))
-    });
-    g.finish();
-
     let mut g = c.benchmark_group("pmixed_lambda_vs_pass");
     g.sample_size(10)
         .measurement_time(Duration::from_secs(3))

@@ -120,6 +120,18 @@ fn identical_inputs_give_one_and_mismatch_gives_zero() {
         (sol.lambda, sol.value, sol.violated_at, sol.evaluations),
         (0.0, 0.0, Some(LAMBDA_TOLERANCE), 3)
     );
+    // An infinite bound admits everything, even an infinite divergence.
+    let sol = pmixed_lambda(&p, &q, order(18.0), f64::INFINITY).unwrap();
+    assert_eq!(
+        (sol.lambda, sol.value, sol.violated_at, sol.evaluations),
+        (1.0, f64::INFINITY, None, 1)
+    );
+    // A zero bound: λ = 0 exactly (the constraint is strictly increasing).
+    let sol = pmixed_lambda(&q, &p, order(18.0), 0.0).unwrap();
+    assert_eq!(
+        (sol.lambda, sol.value, sol.violated_at),
+        (0.0, 0.0, Some(1.0))
+    );
     // q puts mass where p has none: only λ = 1 is infinite.
     let sol = pmixed_lambda(&q, &p, order(18.0), 0.5).unwrap();
     assert!(
