@@ -70,6 +70,16 @@ pub fn adapmixed_screening(
 /// Guarantee: `ε(α) = 4βα`, rounded up, at every order — which presumes the
 /// mechanism enforces the β·α constraint at every order it is accounted at
 /// (REFERENCE §2: enforcing it at one α does not bound the others). β ≥ 0.
+///
+/// **Caution — the paper's bound, not a proven one.** Thm B.3's proof applies the
+/// additivity of Rényi divergence for *product measures* (van Erven & Harremoës,
+/// Thm 28) to the *normalised pointwise product* of next-token distributions over
+/// one vocabulary, which is not a product measure; renormalisation acts like
+/// conditioning and can exceed 4βα (privmix-mechanisms keeps counterexamples in
+/// `tests/dps_mozo_paper_bound.rs`, 42× over at α = 2). privmix's DPS-MOZO
+/// mechanism therefore enforces a max-divergence constraint and charges its own
+/// proven per-token bound (`privmix_mechanisms::dps_mozo`); this function stays
+/// for comparison with the paper's reported figures.
 pub fn dps_mozo_token(orders: &Orders, beta: f64) -> Result<RdpCurve, AccountantError> {
     check_non_negative("beta", beta)?;
     let four_beta = mul_up(4.0, beta);
@@ -129,6 +139,15 @@ pub(crate) fn pmixed_query_at(alpha: f64, beta: f64, members: u64) -> f64 {
 ///
 /// The triangle-like inequality needs the member constraint at every order
 /// the curve is used at (REFERENCE §2); the mechanism must enforce it there.
+///
+/// **Caution — the paper's bound, not a proven one.** The triangle-like
+/// inequality the proof cites (Steinke 2022, Lemma 33.7) is a zCDP statement whose
+/// proof moves to other orders (Hölder); with λ enforced at a single order the
+/// bound can fail (privmix-mechanisms keeps a counterexample in
+/// `tests/pmixed_paper_bound.rs`: Dsym₄ ≈ 0.80 between exact outputs against
+/// 0.0206 here). privmix's PMixED and AdaPMixED mechanisms charge the proven bound
+/// of `privmix_mechanisms::bounds` (Mironov 2017, Prop. 11, from a constraint at
+/// one enforcement order); this function stays for comparison with the papers.
 pub fn pmixed_query(orders: &Orders, beta: f64, members: u64) -> Result<RdpCurve, AccountantError> {
     check_non_negative("beta", beta)?;
     RdpCurve::from_fn(orders.clone(), |a| pmixed_query_at(a, beta, members))
