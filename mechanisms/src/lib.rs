@@ -18,31 +18,21 @@ mod account;
 mod adapmixed;
 pub mod baselines;
 pub mod bounds;
-mod pmixed;
+mod dps_mozo;
+mod dps_mozo_step;
 pub mod driver;
-pub mod exact;
 mod error;
+pub mod exact;
 mod input;
+mod pmixed;
 mod rng;
 mod sample;
 mod step;
 mod submix;
 mod submix_protocol;
-mod dps_mozo;
-mod dps_mozo_step;
 
-pub use account::Account;
-pub use account::Unbudgeted;
+pub use account::{Account, Unbudgeted};
 pub use adapmixed::{Adapmixed, AdapmixedConfig, PrivateAnswer, ScreenDecision, ScreeningVector};
-pub use pmixed::{Pmixed, PmixedConfig, PmixedOutput, temper};
-pub use driver::DistributionSource;
-pub use error::MechanismError;
-pub use input::{Ensemble, Rows};
-pub use rng::PrivacyRng;
-pub use sample::{sample_index, sample_log_index};
-pub use step::{Diagnostics, EnsembleMechanism, PublicReason, StepOutcome};
-pub use submix::{SubmixDistribution, submix_distribution};
-pub use submix_protocol::{RandomStopping, SubMix};
 pub use dps_mozo::{
     DpsMozoConfig, IclOutput, calibrate_radius, dps_mozo_charge, dps_mozo_output,
     dps_mozo_pure_epsilon, dps_mozo_token_curve, draw_demonstrations,
@@ -51,3 +41,12 @@ pub use dps_mozo_step::{
     DpDemonstration, DpDemonstrations, DpFewShot, DpsMozo, FewShotProduct, FewShotSource,
     IclMechanism, IclSource, ZeroShot, generate_dp_demonstrations, generate_icl,
 };
+pub use driver::DistributionSource;
+pub use error::MechanismError;
+pub use input::{Ensemble, Rows};
+pub use pmixed::{Pmixed, PmixedConfig, PmixedOutput, temper};
+pub use rng::PrivacyRng;
+pub use sample::{sample_index, sample_log_index};
+pub use step::{Diagnostics, EnsembleMechanism, PublicReason, StepOutcome};
+pub use submix::{SubmixDistribution, submix_distribution};
+pub use submix_protocol::{RandomStopping, SubMix};
