@@ -1,10 +1,14 @@
 //! Divergences along mixing paths, with their derivative in λ from the same pass: the
 //! quantity the λ solvers of PMixED, AdaPMixED and SubMix search over.
 
+#[path = "mixture_fast.rs"]
+mod fast;
+
 use crate::kernel::{CHUNK, RATIO_PATH_MIN};
 use crate::mixture_kernel::{Endpoint, PathAcc, PathChunk};
 use crate::validate::{self, ProbSummary};
 use crate::{Order, Result};
+use fast::RatioTable;
 
 /// A divergence and its derivative in λ at one point of a path.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -147,14 +151,22 @@ impl SymmetricValue {
 
 /// `λ ↦ (D_α(λp + (1−λ)q ‖ q), D_α(q ‖ λp + (1−λ)q))`, both from ONE pass over memory:
 /// the constraint `max(forward, reverse) ≤ βα` of PMixED (Flemings et al. 2024, §3.2) and
-/// DPS-MOZO. Equal to [`MixturePath::forward`] and [`MixturePath::reverse`] evaluated
-/// separately (same formulas, same summation order), at half the memory traffic.
+/// DPS-MOZO.
+///
+/// For integer α ∈ [2, 4096] and entries ≥ 1e-150, the constructor precomputes
+/// `p/q − 1` once, and each λ ∈ (0, 1] is then evaluated in closed form from that
+/// vector and q (see `mixture_fast.rs`): equal to [`MixturePath::forward`] and
+/// [`MixturePath::reverse`] to rounding (relative ~1e-14), with each positive value
+/// rounded up one ulp. Elsewhere (other orders, tiny entries, λ = 0, or a scale that
+/// cannot keep every term representable) it is exactly those two paths evaluated
+/// together (same formulas, same summation order), at half the memory traffic.
 #[derive(Debug, Clone)]
 pub struct SymmetricMixture<'a> {
     p: &'a [f64],
     q: &'a [f64],
     alpha: Order,
     summaries: [ProbSummary; 2],
+    table: Option<RatioTable>,
 }
 
 impl<'a> SymmetricMixture<'a> {
@@ -164,11 +176,13 @@ impl<'a> SymmetricMixture<'a> {
         let sp = validate::probabilities(p)?;
         let sq = validate::probabilities(q)?;
         validate::same_length(p.len(), q.len())?;
+        let table = RatioTable::new(p, q, alpha, [sp, sq]);
         Ok(SymmetricMixture {
             p,
             q,
             alpha,
             summaries: [sp, sq],
+            table,
         })
     }
 
@@ -176,6 +190,11 @@ impl<'a> SymmetricMixture<'a> {
     /// [`crate::RenyiError::InvalidLambda`]).
     pub fn evaluate(&self, lambda: f64) -> Result<SymmetricValue> {
         validate::lambda(lambda)?;
+        if let Some((forward, reverse)) =
+            self.table.as_ref().and_then(|t| t.evaluate(self.q, lambda))
+        {
+            return Ok(SymmetricValue { forward, reverse });
+        }
         let [sp, sq] = self.summaries;
         let floor = mixture_floor(lambda, sp.min_positive, sq.min_positive);
         let ratio_ok = floor >= RATIO_PATH_MIN && sq.min_positive >= RATIO_PATH_MIN;
