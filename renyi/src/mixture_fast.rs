@@ -61,22 +61,36 @@ impl RatioTable {
         let mut d = vec![0.0; p.len()];
         let (mut lo, mut hi) = ([f64::INFINITY; LANES], [f64::NEG_INFINITY; LANES]);
         let (mut ps, mut qs, mut off) = ([0.0; LANES], [0.0; LANES], [0.0; LANES]);
-        let blocks = d
-            .chunks_mut(LANES)
-            .zip(p.chunks(LANES).zip(q.chunks(LANES)));
-        for (db, (pb, qb)) in blocks {
-            for j in 0..db.len() {
-                let (pv, qv) = (pb[j], qb[j]);
+        // Branch-free (selects, not `f64::min`) so that it vectorises; `p/0` is
+        // computed and discarded where q = 0.
+        let mut blocks = d.chunks_exact_mut(LANES);
+        let (mut pb, mut qb) = (p.chunks_exact(LANES), q.chunks_exact(LANES));
+        for ((db, pv), qv) in (&mut blocks).zip(&mut pb).zip(&mut qb) {
+            for j in 0..LANES {
+                let (pv, qv) = (pv[j], qv[j]);
                 ps[j] += pv;
                 qs[j] += qv;
-                if qv > 0.0 {
-                    let dv = pv / qv - 1.0;
-                    db[j] = dv;
-                    lo[j] = lo[j].min(dv);
-                    hi[j] = hi[j].max(dv);
-                } else {
-                    off[j] += pv;
-                }
+                let on = qv > 0.0;
+                let raw = pv / qv - 1.0;
+                let dv = if on { raw } else { 0.0 };
+                db[j] = dv;
+                let (l, h) = (if on { dv } else { lo[j] }, if on { dv } else { hi[j] });
+                lo[j] = if l < lo[j] { l } else { lo[j] };
+                hi[j] = if h > hi[j] { h } else { hi[j] };
+                off[j] += if on { 0.0 } else { pv };
+            }
+        }
+        let (db, pv, qv) = (blocks.into_remainder(), pb.remainder(), qb.remainder());
+        for j in 0..db.len() {
+            ps[j] += pv[j];
+            qs[j] += qv[j];
+            if qv[j] > 0.0 {
+                let dv = pv[j] / qv[j] - 1.0;
+                db[j] = dv;
+                lo[j] = lo[j].min(dv);
+                hi[j] = hi[j].max(dv);
+            } else {
+                off[j] += pv[j];
             }
         }
         let d_min = lo.into_iter().fold(f64::INFINITY, f64::min);
@@ -150,36 +164,17 @@ impl RatioTable {
         let inv_max = 1.0 / t_max;
         let k = self.k;
         let mut acc = [[0.0_f64; LANES]; 4];
-        let mut add_block = |qb: &[f64; PW], db: &[f64; PW]| {
-            let t: [f64; PW] = std::array::from_fn(|j| 1.0 + lambda * db[j]);
-            let v: [f64; PW] = std::array::from_fn(|j| (t[j] * inv_max).min(1.0));
-            let u: [f64; PW] = std::array::from_fn(|j| (t_min / t[j]).min(1.0));
-            let vk1 = pow8(v, k - 1);
-            let uk = pow8(u, k);
-            for j in 0..PW {
-                let l = j % LANES;
-                let qv = qb[j] * vk1[j];
-                let qu = qb[j] * uk[j];
-                acc[0][l] += qv * v[j];
-                acc[1][l] += qv * db[j];
-                acc[2][l] += qu * t[j];
-                acc[3][l] += qu * db[j];
-            }
-        };
-        let blocks = q.chunks_exact(PW).zip(self.d.chunks_exact(PW));
-        let tail = (q.len() / PW) * PW;
-        for (qb, db) in blocks {
-            let qb: &[f64; PW] = qb.try_into().unwrap_or(&[0.0; PW]);
-            let db: &[f64; PW] = db.try_into().unwrap_or(&[0.0; PW]);
-            add_block(qb, db);
+        let (qb, db) = (q.chunks_exact(PW), self.d.chunks_exact(PW));
+        let (q_tail, d_tail) = (qb.remainder(), db.remainder());
+        for (qb, db) in qb.zip(db) {
+            block(&mut acc, qb, db, lambda, t_min, inv_max, k);
         }
-        if tail < q.len() {
+        if !q_tail.is_empty() {
             // Padding: q = 0 contributes nothing; d = 0 keeps t = 1 finite.
-            let mut qb = [0.0; PW];
-            let mut db = [0.0; PW];
-            qb[..q.len() - tail].copy_from_slice(&q[tail..]);
-            db[..q.len() - tail].copy_from_slice(&self.d[tail..]);
-            add_block(&qb, &db);
+            let (mut qp, mut dp) = ([0.0; PW], [0.0; PW]);
+            qp[..q_tail.len()].copy_from_slice(q_tail);
+            dp[..d_tail.len()].copy_from_slice(d_tail);
+            block(&mut acc, &qp, &dp, lambda, t_min, inv_max, k);
         }
         (
             combine(acc[0]),
@@ -188,6 +183,43 @@ impl RatioTable {
             combine(acc[3]),
         )
     }
+}
+
+/// One block of [`RatioTable::sums`], inlined so that its arrays stay in registers.
+#[inline(always)]
+fn block(
+    acc: &mut [[f64; LANES]; 4],
+    qb: &[f64],
+    db: &[f64],
+    lambda: f64,
+    t_min: f64,
+    inv_max: f64,
+    k: u32,
+) {
+    let (qb, db): (&[f64; PW], &[f64; PW]) = match (qb.try_into(), db.try_into()) {
+        (Ok(q), Ok(d)) => (q, d),
+        _ => return,
+    };
+    let t: [f64; PW] = std::array::from_fn(|j| 1.0 + lambda * db[j]);
+    let v: [f64; PW] = std::array::from_fn(|j| at_most_one(t[j] * inv_max));
+    let u: [f64; PW] = std::array::from_fn(|j| at_most_one(t_min / t[j]));
+    let vk1 = pow8(v, k - 1);
+    let uk = pow8(u, k);
+    for j in 0..PW {
+        let l = j % LANES;
+        let qv = qb[j] * vk1[j];
+        let qu = qb[j] * uk[j];
+        acc[0][l] += qv * v[j];
+        acc[1][l] += qv * db[j];
+        acc[2][l] += qu * t[j];
+        acc[3][l] += qu * db[j];
+    }
+}
+
+/// `min(x, 1)` as a select (no NaN here), which compiles to one vector instruction.
+#[inline(always)]
+fn at_most_one(x: f64) -> f64 {
+    if x > 1.0 { 1.0 } else { x }
 }
 
 /// A computed divergence, clamped at 0 (rounding can only make it negative) and, when
