@@ -36,7 +36,7 @@
 
 use privmix_accountant::{Orders, RdpCurve, adapmixed_screening};
 use privmix_mixing::{Solution, top_k_indices};
-use privmix_renyi::{Direction, Order, batched_divergence, divergence};
+use privmix_renyi::{Order, divergence, symmetric_divergence};
 use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
@@ -164,18 +164,13 @@ pub struct PrivateAnswer {
 #[derive(Debug, Clone)]
 pub struct Adapmixed {
     config: AdapmixedConfig,
-    /// Reused N×V buffer of leave-one-out averages (no per-step allocation).
-    leave_one_out: Vec<f64>,
 }
 
 impl Adapmixed {
     /// A mechanism with a validated configuration.
     pub fn new(config: AdapmixedConfig) -> Result<Self, MechanismError> {
         config.validate()?;
-        Ok(Self {
-            config,
-            leave_one_out: Vec::new(),
-        })
+        Ok(Self { config })
     }
 
     /// Its configuration.
@@ -288,44 +283,48 @@ impl Adapmixed {
         Self::check_members(ensemble)?;
         let (n, v) = (ensemble.len(), ensemble.vocab());
         let lambdas: Vec<f64> = answer.solutions.iter().map(|s| s.lambda).collect();
-        self.leave_one_out.resize(n * v, 0.0);
+        let orders: Vec<Order> = orders
+            .iter()
+            .map(|&a| Order::new(a))
+            .collect::<Result<_, _>>()?;
         let public = ensemble.public();
         let sum = &answer.sum;
         let scale = 1.0 / (n - 1) as f64;
-        self.leave_one_out
-            .par_chunks_mut(v)
-            .enumerate()
-            .for_each(|(i, row)| {
-                let (li, mi) = (lambdas[i], 1.0 - lambdas[i]);
-                let pi = ensemble.member(i);
-                for x in 0..v {
-                    let own = li * pi[x] + mi * public[x];
-                    let rest = if own > 0.5 * sum[x] {
-                        // Member i dominates this token: sum the others directly.
-                        (0..n)
-                            .filter(|&j| j != i)
-                            .map(|j| {
-                                lambdas[j] * ensemble.member(j)[x] + (1.0 - lambdas[j]) * public[x]
-                            })
-                            .sum::<f64>()
-                    } else {
-                        sum[x] - own
-                    };
-                    row[x] = rest.max(0.0) * scale;
-                }
-            });
-        orders
-            .iter()
-            .map(|&a| {
-                let d = batched_divergence(
-                    &self.leave_one_out,
-                    &answer.distribution,
-                    Order::new(a)?,
-                    Direction::Symmetric,
-                )?;
-                Ok(d.into_iter().fold(0.0, f64::max))
-            })
-            .collect()
+        // One leave-one-out row at a time per worker (it stays in cache for every
+        // order), never the N×V matrix: each row is written once and read back at once.
+        let per_member: Vec<Vec<f64>> = (0..n)
+            .into_par_iter()
+            .map_init(
+                || vec![0.0; v],
+                |row, i| {
+                    let (li, mi) = (lambdas[i], 1.0 - lambdas[i]);
+                    let pi = ensemble.member(i);
+                    for x in 0..v {
+                        let own = li * pi[x] + mi * public[x];
+                        let rest = if own > 0.5 * sum[x] {
+                            // Member i dominates this token: sum the others directly.
+                            (0..n)
+                                .filter(|&j| j != i)
+                                .map(|j| {
+                                    lambdas[j] * ensemble.member(j)[x]
+                                        + (1.0 - lambdas[j]) * public[x]
+                                })
+                                .sum::<f64>()
+                        } else {
+                            sum[x] - own
+                        };
+                        row[x] = rest.max(0.0) * scale;
+                    }
+                    orders
+                        .iter()
+                        .map(|&a| symmetric_divergence(row, &answer.distribution, a))
+                        .collect::<Result<Vec<f64>, _>>()
+                },
+            )
+            .collect::<Result<_, _>>()?;
+        Ok((0..orders.len())
+            .map(|k| per_member.iter().map(|d| d[k]).fold(0.0, f64::max))
+            .collect())
     }
 
     /// The private branch's charge at `orders`: per order
