@@ -157,6 +157,13 @@ fn benches(c: &mut Criterion) {
     .unwrap();
     let mut acc = Unbudgeted::new(orders.clone());
     let mut rng = PrivacyRng::from_seed(7);
+    // The λ solves dominate a step: say how many constraint evaluations one takes.
+    let evaluations = ada
+        .step(&e, &mut rng, &mut acc)
+        .unwrap()
+        .diagnostics
+        .solver_evaluations;
+    eprintln!("adapmixed_step: {evaluations} solver evaluations for {N} members");
     group.bench_function("adapmixed_step", |b| {
         b.iter(|| black_box(ada.step(&e, &mut rng, &mut acc).unwrap()))
     });
