@@ -31,14 +31,28 @@ pub fn generate(
     rng: &mut PrivacyRng,
     account: &mut dyn Account,
 ) -> Result<Generation, MechanismError> {
+    run_steps(prompt, max_tokens, stop_token, |context| {
+        let ensemble = source.next_distributions(context)?;
+        mechanism.step(&ensemble, rng, account)
+    })
+}
+
+/// The loop every driver shares: calls `step` with the context so far, appends
+/// each released token, stops after `max_tokens` or `stop_token`, and ends at
+/// the first error with nothing more released.
+pub(crate) fn run_steps(
+    prompt: &[u32],
+    max_tokens: usize,
+    stop_token: Option<u32>,
+    mut step: impl FnMut(&[u32]) -> Result<StepOutcome, MechanismError>,
+) -> Result<Generation, MechanismError> {
     let mut context = prompt.to_vec();
     let mut generation = Generation {
         tokens: Vec::new(),
         steps: Vec::new(),
     };
     for _ in 0..max_tokens {
-        let ensemble = source.next_distributions(&context)?;
-        let outcome = mechanism.step(&ensemble, rng, account)?;
+        let outcome = step(&context)?;
         let token = u32::try_from(outcome.token).map_err(|_| MechanismError::InvalidParameter {
             name: "token",
             value: outcome.token as f64,
