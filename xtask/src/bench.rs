@@ -135,8 +135,8 @@ fn render(measured: &[Measured], quick: bool) -> String {
     let _ = writeln!(
         s,
         "Produced by `cargo xtask bench{}` on {} logical CPUs. Times are criterion's mean \
-         with its 95% interval; a ratio divides a bench's mean by the mean of its group's \
-         `baseline…` bench, measured in the same run.\n",
+         with its 95% interval; a ratio divides a bench's mean by the mean of one of its group's \
+         `baseline…` benches, measured in the same run.\n",
         if quick { " --quick" } else { "" },
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -144,25 +144,70 @@ fn render(measured: &[Measured], quick: bool) -> String {
     );
     for (group, items) in groups {
         let _ = writeln!(s, "## {group}\n");
-        let _ = writeln!(s, "| bench | mean | 95% interval | ratio to baseline |");
-        let _ = writeln!(s, "|---|---|---|---|");
-        let base = items.iter().find(|m| m.id.starts_with("baseline"));
+        // One ratio column per `baseline…` bench of the group: a group may compare
+        // against both a plain pass and a straightforward implementation.
+        let bases: Vec<&&Measured> = items
+            .iter()
+            .filter(|m| m.id.starts_with("baseline"))
+            .collect();
+        let mut header = String::from("| bench | mean | 95% interval |");
+        let mut rule = String::from("|---|---|---|");
+        for b in &bases {
+            let _ = write!(header, " ratio to {} |", b.id);
+            rule.push_str("---|");
+        }
+        let _ = writeln!(s, "{header}\n{rule}");
         for m in &items {
-            let ratio = match base {
-                Some(b) if b.mean_ns > 0.0 => format!("{:.2}×", m.mean_ns / b.mean_ns),
-                _ => "—".into(),
-            };
-            let _ = writeln!(
+            let _ = write!(
                 s,
-                "| {} | {} | {} – {} | {} |",
+                "| {} | {} | {} – {} |",
                 m.id,
                 human(m.mean_ns),
                 human(m.lower_ns),
-                human(m.upper_ns),
-                ratio
+                human(m.upper_ns)
             );
+            for b in &bases {
+                if b.mean_ns > 0.0 {
+                    let _ = write!(s, " {:.2}× |", m.mean_ns / b.mean_ns);
+                } else {
+                    s.push_str(" — |");
+                }
+            }
+            s.push('\n');
         }
         let _ = writeln!(s);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(group: &str, id: &str, mean_ns: f64) -> Measured {
+        Measured {
+            group: group.into(),
+            id: id.into(),
+            mean_ns,
+            lower_ns: mean_ns * 0.9,
+            upper_ns: mean_ns * 1.1,
+        }
+    }
+
+    #[test]
+    fn ratios_are_given_against_every_baseline_of_the_group() {
+        let measured = vec![
+            m("g", "baseline_pass", 10.0),
+            m("g", "baseline_naive", 40.0),
+            m("g", "ours", 20.0),
+            m("h", "alone", 5.0),
+        ];
+        let report = render(&measured, true);
+        assert!(
+            report.contains("| ours | 20.0 ns | 18.0 ns – 22.0 ns | 2.00× | 0.50× |"),
+            "{report}"
+        );
+        assert!(report.contains("ratio to baseline_pass | ratio to baseline_naive |"));
+        assert!(report.contains("| alone | 5.0 ns | 4.5 ns – 5.5 ns |\n"));
+    }
 }
