@@ -15,7 +15,7 @@ mod error;
 mod metadata;
 mod types;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::path::Path;
 
 use cursor::Cursor;
@@ -148,13 +148,13 @@ fn parse_header(bytes: &[u8]) -> Result<Header, GgufError> {
 
     let n_kv = c.check_count(n_kv, MIN_KV_SIZE, "metadata key/value pairs")?;
     let mut metadata = Vec::with_capacity(n_kv);
-    let mut seen_keys = HashMap::with_capacity(n_kv);
+    let mut seen_keys = HashSet::with_capacity(n_kv);
     for _ in 0..n_kv {
         let key = c.string("metadata key")?;
         let type_offset = c.position();
         let type_id = c.u32("metadata value type")?;
         let value = metadata::read_value(&mut c, type_id, type_offset, 0)?;
-        if seen_keys.insert(key.clone(), ()).is_some() {
+        if !seen_keys.insert(key.clone()) {
             return Err(GgufError::Duplicate {
                 what: "metadata key",
                 name: key,
@@ -250,10 +250,10 @@ fn check_tensor_ranges(
     data_start: u64,
     file_len: u64,
 ) -> Result<(), GgufError> {
-    let mut names = HashMap::with_capacity(tensors.len());
+    let mut names = HashSet::with_capacity(tensors.len());
     let mut ranges = Vec::with_capacity(tensors.len());
     for (i, t) in tensors.iter().enumerate() {
-        if names.insert(t.name.as_str(), ()).is_some() {
+        if !names.insert(t.name.as_str()) {
             return Err(GgufError::Duplicate {
                 what: "tensor",
                 name: t.name.clone(),
