@@ -326,3 +326,66 @@ fn max_divergence_path_takes_the_active_term() {
         );
     }
 }
+
+/// The closed-form integer-order path of `SymmetricMixture` at the edges of its domain:
+/// ratios p/q from 0 to about 1e149 (entries down to 1e-150), λ from 1e-300 to 1, orders
+/// up to 4096. Values agree with the general kernels (`MixturePath`) to 1e-13, slopes
+/// to 1e-9, nothing is NaN, and a value is never below the general kernel's by more
+/// than rounding.
+#[test]
+fn symmetric_closed_form_at_extremes() {
+    let mut p = vec![1e-150, 0.0, 0.3, 0.2, 1e-3, 0.0];
+    let mut q = vec![0.25, 1e-150, 0.1, 0.35, 0.2, 1e-9];
+    for v in [&mut p, &mut q] {
+        let s: f64 = v.iter().sum();
+        v.iter_mut().for_each(|x| *x /= s);
+    }
+    for alpha in [2.0, 18.0, 36.0, 4096.0] {
+        let alpha = order_of(alpha);
+        let sym = SymmetricMixture::new(&p, &q, alpha).unwrap();
+        let (fwd, rev) = (
+            MixturePath::forward(&p, &q, alpha).unwrap(),
+            MixturePath::reverse(&p, &q, alpha).unwrap(),
+        );
+        for lambda in [1e-300, 1e-12, 1e-6, 0.01, 0.5, 0.999, 1.0 - 1e-16, 1.0] {
+            let got = sym.evaluate(lambda).unwrap();
+            let want = [fwd.evaluate(lambda).unwrap(), rev.evaluate(lambda).unwrap()];
+            for (g, w) in [(got.forward, want[0]), (got.reverse, want[1])] {
+                assert!(
+                    !g.value.is_nan() && !g.slope.is_nan(),
+                    "{alpha:?} {lambda}: {g:?}"
+                );
+                assert!(
+                    close(g.value, w.value, 1e-13),
+                    "{alpha:?} {lambda}: {g:?} vs {w:?}"
+                );
+                assert!(
+                    close(g.slope, w.slope, 1e-9),
+                    "{alpha:?} {lambda}: {g:?} vs {w:?}"
+                );
+                let floor = w.value - 1e-13 * (1.0 + w.value);
+                assert!(g.value == w.value || g.value >= floor, "{g:?} vs {w:?}");
+            }
+        }
+    }
+    // p has mass where q has none: forward +∞ for every λ > 0, reverse finite below 1.
+    let (p, q) = ([0.5, 0.25, 0.25], [0.5, 0.5, 0.0]);
+    let sym = SymmetricMixture::new(&p, &q, order_of(18.0)).unwrap();
+    let rev = MixturePath::reverse(&p, &q, order_of(18.0)).unwrap();
+    for lambda in [1e-9, 0.5, 1.0] {
+        let got = sym.evaluate(lambda).unwrap();
+        assert_eq!(
+            (got.forward.value, got.forward.slope),
+            (f64::INFINITY, f64::INFINITY)
+        );
+        let want = rev.evaluate(lambda).unwrap();
+        assert!(
+            close(got.reverse.value, want.value, 1e-13),
+            "{got:?} vs {want:?}"
+        );
+        assert!(
+            close(got.reverse.slope, want.slope, 1e-9),
+            "{got:?} vs {want:?}"
+        );
+    }
+}
