@@ -6,6 +6,7 @@
 //! sums in the same order, no fused multiply-add), so results agree bit for
 //! bit with the Python package (checked by `tests/gguf_golden.rs`).
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use super::error::GgufError;
@@ -49,24 +50,59 @@ pub fn dequantize(ty: GgmlType, data: &[u8], n_elements: u64) -> Result<Vec<f32>
             block: block_bytes as u64,
         });
     }
-    // n_blocks * block fits: it is at most data.len() * 256 / 2 elements... and
-    // the output is as many f32 as n_elements, which equals it.
-    let mut out = Vec::with_capacity(n_blocks * block as usize);
-    for b in data.chunks_exact(block_bytes) {
-        match ty {
-            GgmlType::F32 => out.push(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            GgmlType::F16 => out.push(f16_at(b, 0)),
-            GgmlType::BF16 => out.push(bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-            GgmlType::Q8_0 => q8_0(b, &mut out),
-            GgmlType::Q4_0 => q4_0(b, &mut out),
-            GgmlType::Q4_1 => q4_1(b, &mut out),
-            GgmlType::Q5_0 => q5_0(b, &mut out),
-            GgmlType::Q4_K => q4_k(b, &mut out),
-            GgmlType::Q6_K => q6_k(b, &mut out),
-            _ => return Err(GgufError::UnsupportedGgmlType(ty.name())),
-        }
-    }
+    // The output has exactly n_elements values (checked equal to n_blocks ×
+    // block above); each arm is one monomorphic loop, so the per-element work
+    // is not behind a per-block match.
+    let out = match ty {
+        GgmlType::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        GgmlType::F16 => f16_slice_to_f32(data),
+        GgmlType::BF16 => data
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        GgmlType::Q8_0 => per_block(data, n_blocks, block_bytes, 32, q8_0),
+        GgmlType::Q4_0 => per_block(data, n_blocks, block_bytes, 32, q4_0),
+        GgmlType::Q4_1 => per_block(data, n_blocks, block_bytes, 32, q4_1),
+        GgmlType::Q5_0 => per_block(data, n_blocks, block_bytes, 32, q5_0),
+        GgmlType::Q4_K => per_block(data, n_blocks, block_bytes, QK_K, q4_k),
+        GgmlType::Q6_K => per_block(data, n_blocks, block_bytes, QK_K, q6_k),
+        _ => return Err(GgufError::UnsupportedGgmlType(ty.name())),
+    };
     Ok(out)
+}
+
+/// F16 to f32 through `half`'s slice conversion, which uses the CPU's F16C
+/// instructions when present (detected at run time) on whole vectors rather
+/// than one call per element; f16 → f32 is exact either way.
+pub(crate) fn f16_slice_to_f32(data: &[u8]) -> Vec<f32> {
+    const CHUNK: usize = 256;
+    let mut out = vec![0f32; data.len() / 2];
+    let mut halves = [f16::ZERO; CHUNK];
+    for (src, dst) in data.chunks(2 * CHUNK).zip(out.chunks_mut(CHUNK)) {
+        for (h, b) in halves.iter_mut().zip(src.chunks_exact(2)) {
+            *h = f16::from_le_bytes([b[0], b[1]]);
+        }
+        halves[..dst.len()].convert_to_f32_slice(dst);
+    }
+    out
+}
+
+/// Runs `unpack` over each block, appending `block` values per block.
+fn per_block(
+    data: &[u8],
+    n_blocks: usize,
+    block_bytes: usize,
+    block: usize,
+    unpack: fn(&[u8], &mut Vec<f32>),
+) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n_blocks * block);
+    for b in data.chunks_exact(block_bytes) {
+        unpack(b, &mut out);
+    }
+    out
 }
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -103,16 +139,12 @@ fn q5_0(b: &[u8], out: &mut Vec<f32>) {
     let d = f16_at(b, 0);
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     let qs = &b[6..22];
-    for j in 0..32 {
-        let nibble = if j < 16 {
-            qs[j] & 0x0f
-        } else {
-            qs[j - 16] >> 4
-        };
+    let value = |nibble: u8, j: usize| {
         let high = ((qh >> j) & 1) as u8;
-        let q = (nibble | (high << 4)) as i8 - 16;
-        out.push(d * f32::from(q));
-    }
+        d * f32::from((nibble | (high << 4)) as i8 - 16)
+    };
+    out.extend(qs.iter().enumerate().map(|(j, &q)| value(q & 0x0f, j)));
+    out.extend(qs.iter().enumerate().map(|(j, &q)| value(q >> 4, j + 16)));
 }
 
 /// Unpacks the eight 6-bit scales and mins of a Q4_K/Q5_K super-block
@@ -155,18 +187,31 @@ fn q4_k(b: &[u8], out: &mut Vec<f32>) {
 /// `ql[64h + r % 64]` (high nibble if `r >= 64`) and its top two bits from
 /// `qh[32h + r % 32]` at shift `2 * (r / 32)`; `y = (d * scale[e / 16]) * (q - 32)`.
 fn q6_k(b: &[u8], out: &mut Vec<f32>) {
-    let ql = &b[0..128];
-    let qh = &b[128..192];
-    let scales = &b[192..208];
     let d = f16_at(b, 208);
-    for e in 0..QK_K {
-        let (h, r) = (e / 128, e % 128);
-        let low = (ql[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f;
-        let high = (qh[32 * h + r % 32] >> (2 * (r / 32))) & 0x03;
-        let q = (low | (high << 4)) as i8 - 32;
-        let scale = d * f32::from(scales[e / 16] as i8);
-        out.push(scale * f32::from(q));
+    let scales = &b[192..208];
+    // Scales first: `d * scale` is one f32 product per 16 elements, as in ggml.
+    let mut scale = [0f32; 16];
+    for (s, &raw) in scale.iter_mut().zip(scales) {
+        *s = d * f32::from(raw as i8);
     }
+    let mut y = [0f32; QK_K];
+    for h in 0..2 {
+        let ql = &b[64 * h..64 * h + 64];
+        let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+        for l in 0..32 {
+            let q = [
+                (ql[l] & 0x0f) | ((qh[l] & 0x03) << 4),
+                (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 0x03) << 4),
+                (ql[l] >> 4) | (((qh[l] >> 4) & 0x03) << 4),
+                (ql[l + 32] >> 4) | ((qh[l] >> 6) << 4),
+            ];
+            for (k, &qk) in q.iter().enumerate() {
+                let e = 128 * h + 32 * k + l;
+                y[e] = scale[e / 16] * f32::from(qk as i8 - 32);
+            }
+        }
+    }
+    out.extend_from_slice(&y);
 }
 
 #[cfg(test)]

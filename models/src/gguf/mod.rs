@@ -20,6 +20,7 @@ use std::path::Path;
 
 use cursor::Cursor;
 pub use dequant::dequantize;
+pub(crate) use dequant::f16_slice_to_f32;
 pub use error::GgufError;
 pub use metadata::{MAX_ARRAY_NESTING, MetadataValue};
 pub use types::{GgmlType, QK_K};

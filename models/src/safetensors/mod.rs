@@ -13,7 +13,7 @@ mod sharded;
 use std::path::Path;
 
 use ::safetensors::{Dtype, SafeTensors, tensor::Metadata};
-use half::{bf16, f16};
+use half::bf16;
 
 pub use ::safetensors::Dtype as SafetensorsDtype;
 pub use error::SafetensorsError;
@@ -153,10 +153,7 @@ fn to_f32(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f32>, Safetensor
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect(),
-        Dtype::F16 => bytes
-            .chunks_exact(2)
-            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-            .collect(),
+        Dtype::F16 => crate::gguf::f16_slice_to_f32(bytes),
         Dtype::BF16 => bytes
             .chunks_exact(2)
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
