@@ -91,9 +91,13 @@ fn single_file_written_by_the_python_package() {
     assert_eq!(bits(&ln[..3]), bits(&[2f32.powi(-24), -0.0, 65504.0]));
 }
 
+fn scratch_dir(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("privmix-models-{test}-{}", std::process::id()))
+}
+
 /// A scratch copy of the fixture folder, with the index replaced.
 fn scratch_with_index(test: &str, index: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("privmix-models-{test}-{}", std::process::id()));
+    let d = scratch_dir(test);
     std::fs::create_dir_all(&d).unwrap();
     for shard in [
         "model-00001-of-00002.safetensors",
@@ -151,4 +155,14 @@ fn index_errors_are_typed() {
         ShardedSafetensors::open(dir().join("no-such-index.json")),
         Err(SafetensorsError::Io { .. })
     ));
+
+    for test in [
+        "missing-shard",
+        "wrong-shard",
+        "escape",
+        "bad-json",
+        "corrupt-shard",
+    ] {
+        let _ = std::fs::remove_dir_all(scratch_dir(test));
+    }
 }
