@@ -16,6 +16,10 @@
 //! hidden_size 640, num_hidden_layers 18, num_attention_heads 4,
 //! num_key_value_heads 1, head_dim 256, intermediate_size 2048,
 //! vocab_size 262144, sliding_window 512).
+//!
+//! The dequantised values are compared, through two bit checksums over every
+//! value of the file, with llama.cpp's own Python reader (gguf-py 0.19.0):
+//! `real_weights_checksums.py` beside this file computed them.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -34,6 +38,9 @@ struct Expected {
     vocab: u64,
     /// Tensors per block plus the global ones (embedding, final norm, ...).
     tensor_count: usize,
+    /// `(plain, weighted)` bit checksums of every dequantised value, from
+    /// gguf-py (`real_weights_checksums.py`, definition there).
+    gguf_py_checksums: (u64, u64),
 }
 
 fn models_dir() -> PathBuf {
@@ -124,6 +131,7 @@ fn check_model(file_name: &str, expected: &Expected) {
     // match the dims, every value finite.
     let started = Instant::now();
     let mut total = 0u64;
+    let (mut plain, mut weighted) = (0u64, 0u64);
     for info in &file.tensors {
         assert!(
             info.ggml_type.is_dequantisable(),
@@ -143,8 +151,18 @@ fn check_model(file_name: &str, expected: &Expected) {
             "{} has a non-finite value",
             info.name
         );
-        total += values.len() as u64;
+        for v in &values {
+            total += 1;
+            let bits = u64::from(v.to_bits());
+            plain = plain.wrapping_add(bits);
+            weighted = weighted.wrapping_add(bits.wrapping_mul(total));
+        }
     }
+    assert_eq!(
+        (plain, weighted),
+        expected.gguf_py_checksums,
+        "dequantised values differ from gguf-py's"
+    );
     println!(
         "{file_name}: parsed in {parsed:?}, {} tensors / {total} values dequantised in {:?}",
         file.tensors.len(),
@@ -167,6 +185,7 @@ fn smollm2_135m_matches_its_published_architecture() {
             // 9 per block (2 norms, q k v o, gate up down) + embedding + final
             // norm; the output head is tied to the embedding.
             tensor_count: 30 * 9 + 2,
+            gguf_py_checksums: (0x03ec_200a_ca72_18c0, 0xbbed_9939_55da_7580),
         },
     );
 }
@@ -184,6 +203,7 @@ fn gemma3_270m_matches_its_published_architecture() {
         // 13 per block (q k v o, q/k norms, 4 norms, gate up down) +
         // embedding + final norm; output tied to the embedding.
         tensor_count: 18 * 13 + 2,
+        gguf_py_checksums: (0x07ae_17e1_1e89_f304, 0x04a5_0de6_d294_9f12),
     };
     check_model("gemma3.gguf", &expected);
     let path = models_dir().join("gemma3.gguf");
