@@ -52,9 +52,20 @@ pub fn largest_feasible(
         doublings += 1;
     }
     // Invariant: feasible(good), !feasible(bad), good < bad.
-    while bad - good > REL_TOL * bad {
+    narrow(good, bad, feasible)
+}
+
+/// Halves the bracket between a point checked feasible (`good`) and one checked
+/// infeasible (`bad`), on either side of it, until it is within [`REL_TOL`] of the
+/// larger end; returns the feasible end, which every step evaluated.
+fn narrow(
+    mut good: f64,
+    mut bad: f64,
+    mut feasible: impl FnMut(f64) -> Result<bool, AccountantError>,
+) -> Result<f64, AccountantError> {
+    while (bad - good).abs() > REL_TOL * good.max(bad) {
         let mid = good + (bad - good) / 2.0;
-        if mid <= good || mid >= bad {
+        if mid == good || mid == bad {
             break;
         }
         if feasible(mid)? {
@@ -90,18 +101,8 @@ pub fn smallest_feasible(
         }
         bad /= 2.0;
     }
-    while good - bad > REL_TOL * good {
-        let mid = bad + (good - bad) / 2.0;
-        if mid <= bad || mid >= good {
-            break;
-        }
-        if feasible(mid)? {
-            good = mid;
-        } else {
-            bad = mid;
-        }
-    }
-    Ok(good)
+    // Invariant: feasible(good), !feasible(bad), bad < good.
+    narrow(good, bad, feasible)
 }
 
 /// Checks a budget: finite and > 0.
