@@ -60,6 +60,31 @@ fn fetch(
     Ok((zero, drawn, rows))
 }
 
+/// The body DPS-MOZO and the few-shot baseline share: draw demonstrations, build
+/// the (mixed, when `private`) normalised product, then charge and sample.
+#[allow(clippy::too_many_arguments)]
+fn draw_mix_release(
+    config: &DpsMozoConfig,
+    private: bool,
+    charge: RdpCurve,
+    label: &str,
+    source: &mut dyn IclSource,
+    context: &[u32],
+    rng: &mut PrivacyRng,
+    account: &mut dyn Account,
+) -> Result<StepOutcome, MechanismError> {
+    let (zero, drawn, rows) = fetch(source, context, config.n_shots(), rng)?;
+    let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+    let out = mixed_output(config, &zero, &refs, private)?;
+    let diagnostics = Diagnostics {
+        lambdas: out.lambdas.clone(),
+        drawn,
+        solver_evaluations: out.solver_evaluations,
+        ..Diagnostics::default()
+    };
+    release(&out, charge, label, diagnostics, rng, account)
+}
+
 /// Charges, then samples a token from `out`.
 fn release(
     out: &IclOutput,
@@ -135,17 +160,16 @@ impl IclMechanism for DpsMozo {
         account: &mut dyn Account,
     ) -> Result<StepOutcome, MechanismError> {
         let charge = self.charge(account.orders(), source.demonstrations())?;
-        let (zero, drawn, rows) = fetch(source, context, self.config.n_shots(), rng)?;
-        let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
-        let out = mixed_output(&self.config, &zero, &refs, true)?;
-        let diagnostics = Diagnostics {
-            lambdas: out.lambdas.clone(),
-            drawn,
-            public_reason: None,
-            data_dependent_loss: None,
-            solver_evaluations: out.solver_evaluations,
-        };
-        release(&out, charge, "dps-mozo", diagnostics, rng, account)
+        draw_mix_release(
+            &self.config,
+            true,
+            charge,
+            "dps-mozo",
+            source,
+            context,
+            rng,
+            account,
+        )
     }
 
     fn name(&self) -> &'static str {
@@ -178,15 +202,16 @@ impl IclMechanism for FewShotProduct {
     ) -> Result<StepOutcome, MechanismError> {
         let orders = account.orders().clone();
         let charge = RdpCurve::new(orders.clone(), vec![f64::INFINITY; orders.len()])?;
-        let (zero, drawn, rows) = fetch(source, context, self.config.n_shots(), rng)?;
-        let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
-        let out = mixed_output(&self.config, &zero, &refs, false)?;
-        let diagnostics = Diagnostics {
-            lambdas: out.lambdas.clone(),
-            drawn,
-            ..Diagnostics::default()
-        };
-        release(&out, charge, "few-shot", diagnostics, rng, account)
+        draw_mix_release(
+            &self.config,
+            false,
+            charge,
+            "few-shot",
+            source,
+            context,
+            rng,
+            account,
+        )
     }
 
     fn name(&self) -> &'static str {
