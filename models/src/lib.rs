@@ -1,19 +1,56 @@
 //! # privmix-models
 //!
-//! Loading language-model weights for privmix.
+//! Language models for privmix on [burn](https://burn.dev) 0.21: Llama and
+//! Gemma 1/2/3 (GPT-2 in [`gpt2`] when present), loaded from Hugging Face
+//! safetensors folders or GGUF files, with a per-row KV cache, padded
+//! batches, log-probabilities on the device, greedy/sampled generation and a
+//! LoRA hook ([`LinearDelta`]) on every projection.
 //!
-//! What exists now:
-//! - [`gguf`]: a GGUF v2/v3 reader (metadata of every value type, the tensor
-//!   info table, alignment and data-range checks made before any allocation)
-//!   and dequantisation to `f32` of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-//!   Q4_K and Q6_K, checked bit for bit against the Python `gguf` package.
-//! - [`safetensors`]: single-file and sharded (`model.safetensors.index.json`)
-//!   safetensors checkpoints, F32/F16/BF16 tensors read as `f32`.
+//! - [`gguf`]: a GGUF v2/v3 reader and dequantisation to `f32` (F32, F16,
+//!   BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K), bit-exact against gguf-py.
+//! - [`safetensors`]: single-file and sharded safetensors checkpoints.
+//! - [`weights`]: tensors by canonical HF name from either format (GGUF names
+//!   mapped, llama.cpp's Q/K permutation and Gemma `1 + w` norms undone).
+//! - [`config`], [`llama`], [`gemma`]: configurations and forwards.
+//! - [`layers`]: linear + LoRA hook, RMSNorm, RoPE, attention, KV cache.
+//! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
+//! - [`model`]: [`Model`], any supported model loaded from a path.
 //!
-//! Still to come: GPT-2, Llama and Gemma models on burn (one model per file, a
-//! config struct and a forward) built from these weights and Hugging Face
-//! `config.json`, tokenizers through the `tokenizers` crate, a KV cache and
-//! batched decoding (the runtime).
+//! Numerics follow HF transformers in f32: the tests compare logits with
+//! transformers' own to 1e-4.
 
+pub mod config;
+pub mod error;
+pub mod gemma;
 pub mod gguf;
+pub mod layers;
+pub mod llama;
+pub mod model;
+pub mod runtime;
 pub mod safetensors;
+pub mod weights;
+
+pub use config::ModelConfig;
+pub use error::ModelError;
+pub use gemma::{Gemma, GemmaConfig, GemmaVersion};
+pub use layers::{KvCache, LinearDelta, Projection, Site};
+pub use llama::{Llama, LlamaConfig};
+pub use model::Model;
+pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};
+pub use weights::WeightSource;
+
+/// The CPU backend (burn-flex).
+#[cfg(feature = "flex")]
+pub type CpuBackend = burn::backend::Flex;
+
+/// The wgpu backend (Vulkan; Mesa lavapipe on CPU-only machines).
+#[cfg(feature = "wgpu")]
+pub type WgpuBackend = burn::backend::Wgpu;
+
+/// The CUDA backend.
+#[cfg(feature = "cuda")]
+pub type CudaBackend = burn::backend::Cuda;
+
+/// The CPU backend with autodiff, for training adapters.
+#[cfg(all(feature = "flex", feature = "autodiff"))]
+pub type CpuAutodiffBackend = burn::backend::Autodiff<burn::backend::Flex>;

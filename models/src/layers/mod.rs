@@ -1,0 +1,16 @@
+//! Small building blocks shared by the models: linear projections with the
+//! LoRA hook, RMS normalisation, rotary position embeddings, grouped-query
+//! attention, the per-row key/value cache and activations.
+
+pub mod activation;
+pub mod attention;
+pub mod kv_cache;
+pub mod linear;
+pub mod rms_norm;
+pub mod rope;
+
+pub use attention::{Attention, AttentionConfig};
+pub use kv_cache::KvCache;
+pub use linear::{Linear, LinearDelta, Projection, Site};
+pub use rms_norm::RmsNorm;
+pub use rope::{Rope, RopeAngles, RopeScaling, RopeStyle};

@@ -1,0 +1,247 @@
+//! Rotary position embeddings (Su et al. 2021, "RoFormer").
+//!
+//! Dimension pairs `(a, b)` of each head are rotated by the angle
+//! `position · inv_freq[i]`, `inv_freq[i] = θ^(-2i/d)`. Two pairings exist:
+//! - [`RopeStyle::RotateHalf`] pairs `(i, i + d/2)`: Hugging Face's
+//!   `rotate_half` (and llama.cpp's "NEOX" mode);
+//! - [`RopeStyle::Interleaved`] pairs `(2i, 2i + 1)`: the original Meta
+//!   Llama code and llama.cpp's "NORM" mode, which is why llama.cpp's
+//!   converter permutes the rows of HF Llama Q/K weights.
+//!
+//! Angles are computed as in HF transformers: `inv_freq` and the product
+//! `inv_freq · position` in f32, then `cos`/`sin` in f32.
+
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+
+/// How rotation pairs are laid out inside a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(i, i + d/2)` (HF `rotate_half`).
+    RotateHalf,
+    /// Pairs `(2i, 2i + 1)` (Meta / llama.cpp "NORM").
+    Interleaved,
+}
+
+/// Frequency scaling for context extension.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Position interpolation: every `inv_freq` divided by `factor` (HF `"linear"`).
+    Linear {
+        /// The divisor.
+        factor: f64,
+    },
+    /// Llama 3.1 frequency-dependent scaling (HF `_compute_llama3_parameters`):
+    /// long wavelengths divided by `factor`, short ones kept, a smooth blend between.
+    Llama3 {
+        /// Divisor for low frequencies.
+        factor: f64,
+        /// Wavelengths above `original / low_freq_factor` are scaled.
+        low_freq_factor: f64,
+        /// Wavelengths below `original / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// Pre-training context length.
+        original_max_position_embeddings: f64,
+    },
+}
+
+/// Inverse frequencies of a RoPE with base `theta` over `dim` rotary dimensions.
+pub fn inv_freq(theta: f64, dim: usize, scaling: RopeScaling) -> Vec<f32> {
+    (0..dim / 2)
+        .map(|i| {
+            // HF: 1 / base ** (arange(0, dim, 2).float() / dim), in f32.
+            let expo = (2 * i) as f32 / dim as f32;
+            let f = (1.0 / theta.powf(f64::from(expo))) as f32;
+            match scaling {
+                RopeScaling::None => f,
+                RopeScaling::Linear { factor } => (f64::from(f) / factor) as f32,
+                RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor,
+                    high_freq_factor,
+                    original_max_position_embeddings: old,
+                } => {
+                    let f = f64::from(f);
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    let low_wavelen = old / low_freq_factor;
+                    let high_wavelen = old / high_freq_factor;
+                    let scaled = if wavelen > low_wavelen { f / factor } else { f };
+                    if wavelen < high_wavelen || wavelen > low_wavelen {
+                        scaled as f32
+                    } else {
+                        let smooth = (old / wavelen - low_freq_factor)
+                            / (high_freq_factor - low_freq_factor);
+                        ((1.0 - smooth) * scaled / factor + smooth * scaled) as f32
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+/// A rotary embedding: inverse frequencies and the pairing style.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    style: RopeStyle,
+}
+
+/// `cos` and `sin` tables for one forward step, `[batch, 1, seq, head_dim]`,
+/// laid out for the rope's style.
+#[derive(Debug, Clone)]
+pub struct RopeAngles<B: Backend> {
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
+    style: RopeStyle,
+}
+
+impl Rope {
+    /// A rope over `head_dim` dimensions (even) with base `theta`.
+    pub fn new(theta: f64, head_dim: usize, scaling: RopeScaling, style: RopeStyle) -> Self {
+        Self {
+            inv_freq: inv_freq(theta, head_dim, scaling),
+            style,
+        }
+    }
+
+    /// Angle tables for `positions[row][i]` (all rows the same length).
+    pub fn angles<B: Backend>(
+        &self,
+        positions: &[Vec<usize>],
+        device: &B::Device,
+    ) -> RopeAngles<B> {
+        let half = self.inv_freq.len();
+        let d = 2 * half;
+        let b = positions.len();
+        let s = positions.first().map_or(0, Vec::len);
+        let mut cos = Vec::with_capacity(b * s * d);
+        let mut sin = Vec::with_capacity(b * s * d);
+        for row in positions {
+            for &p in row {
+                let angle: Vec<f32> = self.inv_freq.iter().map(|f| f * p as f32).collect();
+                match self.style {
+                    RopeStyle::RotateHalf => {
+                        for _ in 0..2 {
+                            cos.extend(angle.iter().map(|a| a.cos()));
+                            sin.extend(angle.iter().map(|a| a.sin()));
+                        }
+                    }
+                    RopeStyle::Interleaved => {
+                        for a in &angle {
+                            cos.extend([a.cos(), a.cos()]);
+                            sin.extend([a.sin(), a.sin()]);
+                        }
+                    }
+                }
+            }
+        }
+        let shape = [b, 1, s, d];
+        RopeAngles {
+            cos: Tensor::from_data(TensorData::new(cos, shape), device),
+            sin: Tensor::from_data(TensorData::new(sin, shape), device),
+            style: self.style,
+        }
+    }
+}
+
+impl<B: Backend> RopeAngles<B> {
+    /// Rotates `x` (`[batch, heads, seq, head_dim]`).
+    pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [b, h, s, d] = x.dims();
+        let rotated = match self.style {
+            RopeStyle::RotateHalf => {
+                let x1 = x.clone().narrow(3, 0, d / 2);
+                let x2 = x.clone().narrow(3, d / 2, d / 2);
+                Tensor::cat(vec![x2.neg(), x1], 3)
+            }
+            RopeStyle::Interleaved => {
+                let pairs = x.clone().reshape([b, h, s, d / 2, 2]);
+                let even = pairs.clone().narrow(4, 0, 1);
+                let odd = pairs.narrow(4, 1, 1);
+                Tensor::cat(vec![odd.neg(), even], 4).reshape([b, h, s, d])
+            }
+        };
+        x * self.cos.clone() + rotated * self.sin.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    /// llama.cpp's `permute` of one head's rows: HF row `c·d/2 + j` goes to `2j + c`.
+    fn to_interleaved(v: &[f32], d: usize) -> Vec<f32> {
+        let mut out = vec![0.0; v.len()];
+        for (head, chunk) in v.chunks(d).enumerate() {
+            for c in 0..2 {
+                for j in 0..d / 2 {
+                    out[head * d + 2 * j + c] = chunk[c * d / 2 + j];
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn interleaved_on_permuted_heads_equals_rotate_half() {
+        let dev = Default::default();
+        let (h, s, d) = (2, 3, 8);
+        let x: Vec<f32> = (0..h * s * d)
+            .map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0)
+            .collect();
+        let positions = vec![vec![0, 5, 17]];
+        let half = Rope::new(10_000.0, d, RopeScaling::None, RopeStyle::RotateHalf);
+        let inter = Rope::new(10_000.0, d, RopeScaling::None, RopeStyle::Interleaved);
+        let xt = Tensor::<Flex, 4>::from_data(TensorData::new(x.clone(), [1, h, s, d]), &dev);
+        let y = half.angles::<Flex>(&positions, &dev).apply(xt);
+        let xp = to_interleaved(&x, d);
+        let xpt = Tensor::<Flex, 4>::from_data(TensorData::new(xp, [1, h, s, d]), &dev);
+        let yp = inter.angles::<Flex>(&positions, &dev).apply(xpt);
+        let want = to_interleaved(&y.into_data().to_vec::<f32>().unwrap(), d);
+        let got = yp.into_data().to_vec::<f32>().unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn rotation_preserves_pair_norms_and_position_zero_is_identity() {
+        let dev = Default::default();
+        let rope = Rope::new(10_000.0, 4, RopeScaling::None, RopeStyle::RotateHalf);
+        let x = Tensor::<Flex, 4>::from_data(
+            TensorData::new(
+                vec![1.0f32, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0],
+                [1, 1, 2, 4],
+            ),
+            &dev,
+        );
+        let y = rope
+            .angles::<Flex>(&[vec![0, 3]], &dev)
+            .apply(x)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(&y[..4], &[1.0, 2.0, 3.0, 4.0]);
+        let n = |a: f32, b: f32| a * a + b * b;
+        assert!((n(y[4], y[6]) - n(1.0, 3.0)).abs() < 1e-5);
+        assert!((n(y[5], y[7]) - n(2.0, 4.0)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn llama3_scaling_keeps_high_and_divides_low_frequencies() {
+        let scaling = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64.0,
+        };
+        let plain = inv_freq(500_000.0, 16, RopeScaling::None);
+        let scaled = inv_freq(500_000.0, 16, scaling);
+        assert_eq!(plain[0], scaled[0]); // wavelength 2π < 16: kept
+        let last = plain.len() - 1; // wavelength ≫ 64: divided by 8
+        assert!((scaled[last] - plain[last] / 8.0).abs() <= 1e-7 * plain[last]);
+    }
+}

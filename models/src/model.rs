@@ -1,0 +1,93 @@
+//! Any supported model behind one type, loaded from a path.
+
+use std::path::Path;
+
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::gemma::Gemma;
+use crate::gguf::GgufFile;
+use crate::layers::{KvCache, LinearDelta};
+use crate::llama::Llama;
+use crate::runtime::{Batch, LanguageModel};
+use crate::weights::WeightSource;
+
+/// A loaded model of any supported architecture.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Model<B: Backend> {
+    /// A Llama-family model.
+    Llama(Llama<B>),
+    /// A Gemma 1/2/3 model.
+    Gemma(Gemma<B>),
+}
+
+impl<B: Backend> Model<B> {
+    /// Loads a GGUF file, or an HF folder (`config.json` + safetensors).
+    pub fn load(path: impl AsRef<Path>, device: &B::Device) -> Result<Self, ModelError> {
+        let path = path.as_ref();
+        if path.is_dir() {
+            let config = ModelConfig::from_hf_file(path.join("config.json"))?;
+            let weights = WeightSource::from_hf_dir(path)?;
+            Self::from_weights(&config, &weights, device)
+        } else {
+            Self::load_gguf(path, device)
+        }
+    }
+
+    /// Loads a GGUF file.
+    pub fn load_gguf(path: impl AsRef<Path>, device: &B::Device) -> Result<Self, ModelError> {
+        let file = GgufFile::open(path)?;
+        let config = ModelConfig::from_gguf(&file)?;
+        let weights = WeightSource::from_gguf(file)?;
+        Self::from_weights(&config, &weights, device)
+    }
+
+    /// Builds the model `config` describes from `weights`.
+    pub fn from_weights(
+        config: &ModelConfig,
+        weights: &WeightSource,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
+        match config {
+            ModelConfig::Llama(c) => Ok(Self::Llama(Llama::load(c, weights, device)?)),
+            ModelConfig::Gemma(c) => Ok(Self::Gemma(Gemma::load(c, weights, device)?)),
+        }
+    }
+}
+
+impl<B: Backend> LanguageModel<B> for Model<B> {
+    fn vocab_size(&self) -> usize {
+        match self {
+            Self::Llama(m) => m.vocab_size(),
+            Self::Gemma(m) => m.vocab_size(),
+        }
+    }
+
+    fn num_layers(&self) -> usize {
+        match self {
+            Self::Llama(m) => m.num_layers(),
+            Self::Gemma(m) => m.num_layers(),
+        }
+    }
+
+    fn device(&self) -> B::Device {
+        match self {
+            Self::Llama(m) => m.device(),
+            Self::Gemma(m) => m.device(),
+        }
+    }
+
+    fn forward(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        match self {
+            Self::Llama(m) => m.forward(batch, cache, delta),
+            Self::Gemma(m) => m.forward(batch, cache, delta),
+        }
+    }
+}

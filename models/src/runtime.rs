@@ -1,0 +1,332 @@
+//! Running a language model: batches with padding, the [`LanguageModel`]
+//! trait every model implements, prefill and decode through a [`KvCache`],
+//! log-probabilities on the device, and greedy / sampled generation.
+
+use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
+use rand::Rng;
+
+use crate::error::ModelError;
+use crate::layers::{KvCache, LinearDelta};
+
+/// Token ids of several rows, padded to one length, with a flag per token
+/// saying whether it is real (`true`) or padding (`false`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    rows: usize,
+    len: usize,
+    tokens: Vec<u32>,
+    real: Vec<bool>,
+}
+
+impl Batch {
+    /// Rows of equal, positive length, all tokens real.
+    pub fn new(rows: &[Vec<u32>]) -> Result<Self, ModelError> {
+        let len = rows.first().map_or(0, Vec::len);
+        if rows.iter().any(|r| r.len() != len) {
+            return Err(ModelError::bad_input(
+                "rows of different lengths (pad them with left_padded or right_padded)",
+            ));
+        }
+        let real = rows.iter().map(|r| vec![true; r.len()]).collect::<Vec<_>>();
+        Self::from_parts(rows, &real)
+    }
+
+    /// One row.
+    pub fn single(tokens: &[u32]) -> Result<Self, ModelError> {
+        Self::new(&[tokens.to_vec()])
+    }
+
+    /// Rows of any lengths, padded on the left with `pad` to the longest.
+    pub fn left_padded(rows: &[Vec<u32>], pad: u32) -> Result<Self, ModelError> {
+        Self::padded(rows, pad, true)
+    }
+
+    /// Rows of any lengths, padded on the right with `pad` to the longest.
+    pub fn right_padded(rows: &[Vec<u32>], pad: u32) -> Result<Self, ModelError> {
+        Self::padded(rows, pad, false)
+    }
+
+    fn padded(rows: &[Vec<u32>], pad: u32, left: bool) -> Result<Self, ModelError> {
+        let len = rows.iter().map(Vec::len).max().unwrap_or(0);
+        let mut tokens = Vec::with_capacity(rows.len());
+        let mut real = Vec::with_capacity(rows.len());
+        for r in rows {
+            let n = len - r.len();
+            let (t, m): (Vec<u32>, Vec<bool>) = if left {
+                (
+                    vec![pad; n].into_iter().chain(r.iter().copied()).collect(),
+                    (0..len).map(|i| i >= n).collect(),
+                )
+            } else {
+                (
+                    r.iter().copied().chain(vec![pad; n]).collect(),
+                    (0..len).map(|i| i < r.len()).collect(),
+                )
+            };
+            tokens.push(t);
+            real.push(m);
+        }
+        Self::from_parts(&tokens, &real)
+    }
+
+    /// Rows of tokens and their real/padding flags (same shapes).
+    pub fn from_parts(tokens: &[Vec<u32>], real: &[Vec<bool>]) -> Result<Self, ModelError> {
+        let len = tokens.first().map_or(0, Vec::len);
+        if tokens.is_empty() || len == 0 {
+            return Err(ModelError::bad_input("empty batch"));
+        }
+        if real.len() != tokens.len()
+            || tokens
+                .iter()
+                .zip(real)
+                .any(|(t, m)| t.len() != len || m.len() != len)
+        {
+            return Err(ModelError::bad_input(
+                "tokens and flags must be rows of one length",
+            ));
+        }
+        Ok(Self {
+            rows: tokens.len(),
+            len,
+            tokens: tokens.concat(),
+            real: real.concat(),
+        })
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Tokens per row (padding included).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a batch holds at least one token (kept for clippy's `len` convention).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Token `i` of row `row`.
+    pub fn token(&self, row: usize, i: usize) -> u32 {
+        self.tokens[row * self.len + i]
+    }
+
+    /// Whether token `i` of row `row` is real.
+    pub fn is_real(&self, row: usize, i: usize) -> bool {
+        self.real[row * self.len + i]
+    }
+
+    /// Index of the last real token of `row`, if any.
+    pub fn last_real(&self, row: usize) -> Option<usize> {
+        (0..self.len).rev().find(|&i| self.is_real(row, i))
+    }
+
+    /// The real/padding flags, one row per batch row.
+    pub fn real_rows(&self) -> Vec<Vec<bool>> {
+        self.real.chunks(self.len).map(<[bool]>::to_vec).collect()
+    }
+}
+
+/// A causal language model: token ids in, next-token logits out.
+pub trait LanguageModel<B: Backend> {
+    /// Vocabulary size (width of the logits).
+    fn vocab_size(&self) -> usize;
+
+    /// Number of decoder blocks (layers of the cache).
+    fn num_layers(&self) -> usize;
+
+    /// The device the weights live on.
+    fn device(&self) -> B::Device;
+
+    /// Runs the tokens of `batch` after whatever `cache` holds, appends them
+    /// to the cache, and returns logits for every position,
+    /// `[rows, len, vocab]` (rows at padding positions are meaningless).
+    /// `delta` adds adapter outputs to the linear projections.
+    fn forward(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 3>, ModelError>;
+
+    /// An empty cache for `rows` rows.
+    fn new_cache(&self, rows: usize) -> KvCache<B> {
+        KvCache::new(self.num_layers(), rows)
+    }
+
+    /// Logits at every position of `batch` from an empty cache.
+    fn logits_all(&self, batch: &Batch) -> Result<Tensor<B, 3>, ModelError> {
+        let mut cache = self.new_cache(batch.rows());
+        self.forward(batch, &mut cache, None)
+    }
+
+    /// Runs `batch` through `cache` and returns the logits at each row's last
+    /// real token, `[rows, vocab]` (an error if a row has none).
+    fn logits_last(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 2>, ModelError> {
+        let last = (0..batch.rows())
+            .map(|r| {
+                batch
+                    .last_real(r)
+                    .ok_or_else(|| ModelError::bad_input(format!("row {r} has no real token")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let logits = self.forward(batch, cache, delta)?;
+        Ok(select_positions(logits, &last))
+    }
+
+    /// Log-probabilities of the next token after `tokens` (one row, empty
+    /// cache), on the host.
+    fn log_probs_last(&self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        let batch = Batch::single(tokens)?;
+        let mut cache = self.new_cache(1);
+        let logits = self.logits_last(&batch, &mut cache, None)?;
+        to_vec(log_softmax(logits))
+    }
+}
+
+/// Log-softmax over the last dimension, on the device.
+pub fn log_softmax<B: Backend, const D: usize>(logits: Tensor<B, D>) -> Tensor<B, D> {
+    activation::log_softmax(logits, D - 1)
+}
+
+/// The `[rows, vocab]` slice of `[rows, len, vocab]` logits at position
+/// `positions[row]` of each row.
+pub fn select_positions<B: Backend>(logits: Tensor<B, 3>, positions: &[usize]) -> Tensor<B, 2> {
+    let [rows, len, vocab] = logits.dims();
+    let idx: Vec<i64> = positions
+        .iter()
+        .enumerate()
+        .map(|(r, &p)| (r * len + p) as i64)
+        .collect();
+    let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [rows]), &logits.device());
+    logits.reshape([rows * len, vocab]).select(0, idx)
+}
+
+/// Copies a float tensor to a host vector.
+pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, ModelError> {
+    t.into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| ModelError::bad_input(format!("reading tensor data: {e:?}")))
+}
+
+/// One forward step's inputs on the device, made by [`start_step`].
+#[derive(Debug, Clone)]
+pub struct Step<B: Backend> {
+    /// Token ids, `[rows, len]`.
+    pub ids: Tensor<B, 2, Int>,
+    /// Position (RoPE index) of every token, `[rows][len]`.
+    pub positions: Vec<Vec<usize>>,
+}
+
+/// Checks `batch` against the model and the cache, registers the step in the
+/// cache, and returns the [`Step`]. Called first by every model's forward.
+pub fn start_step<B: Backend, M: LanguageModel<B> + ?Sized>(
+    model: &M,
+    batch: &Batch,
+    cache: &mut KvCache<B>,
+) -> Result<Step<B>, ModelError> {
+    if cache.num_layers() != model.num_layers() {
+        return Err(ModelError::bad_input(format!(
+            "cache has {} layers, model {}",
+            cache.num_layers(),
+            model.num_layers()
+        )));
+    }
+    let vocab = model.vocab_size();
+    if let Some(&bad) = batch.tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ModelError::bad_input(format!(
+            "token id {bad} outside the vocabulary of {vocab}"
+        )));
+    }
+    let positions = cache.push_step(&batch.real_rows())?;
+    let ids: Vec<i64> = batch.tokens.iter().map(|&t| i64::from(t)).collect();
+    let ids = Tensor::from_data(
+        TensorData::new(ids, [batch.rows, batch.len]),
+        &model.device(),
+    );
+    Ok(Step { ids, positions })
+}
+
+/// Greedy decoding: feeds `prompt`, then `n` times appends the most likely
+/// token. Returns the `n` new tokens.
+pub fn generate_greedy<B: Backend, M: LanguageModel<B> + ?Sized>(
+    model: &M,
+    prompt: &[u32],
+    n: usize,
+    delta: Option<&dyn LinearDelta<B>>,
+) -> Result<Vec<u32>, ModelError> {
+    generate(model, prompt, n, delta, |logits| {
+        let mut best = 0;
+        for (i, &l) in logits.iter().enumerate() {
+            if l > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    })
+}
+
+/// Sampling at temperature `temperature` (> 0) from the model's next-token
+/// distribution, `n` tokens after `prompt`, with randomness from `rng`.
+pub fn generate_sampled<B: Backend, M: LanguageModel<B> + ?Sized, R: Rng>(
+    model: &M,
+    prompt: &[u32],
+    n: usize,
+    temperature: f64,
+    rng: &mut R,
+    delta: Option<&dyn LinearDelta<B>>,
+) -> Result<Vec<u32>, ModelError> {
+    if !(temperature.is_finite() && temperature > 0.0) {
+        return Err(ModelError::bad_input(format!(
+            "temperature {temperature} is not a positive number"
+        )));
+    }
+    generate(model, prompt, n, delta, |logits| {
+        let max = logits
+            .iter()
+            .fold(f64::NEG_INFINITY, |m, &l| m.max(f64::from(l)));
+        let weights: Vec<f64> = logits
+            .iter()
+            .map(|&l| ((f64::from(l) - max) / temperature).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut u = rng.random::<f64>() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if u < *w {
+                return i as u32;
+            }
+            u -= w;
+        }
+        (weights.len() - 1) as u32
+    })
+}
+
+fn generate<B: Backend, M: LanguageModel<B> + ?Sized>(
+    model: &M,
+    prompt: &[u32],
+    n: usize,
+    delta: Option<&dyn LinearDelta<B>>,
+    mut pick: impl FnMut(&[f32]) -> u32,
+) -> Result<Vec<u32>, ModelError> {
+    let mut cache = model.new_cache(1);
+    let mut out = Vec::with_capacity(n);
+    let mut step = Batch::single(prompt)?;
+    for _ in 0..n {
+        let logits = to_vec(model.logits_last(&step, &mut cache, delta)?)?;
+        if logits.iter().any(|l| l.is_nan()) {
+            return Err(ModelError::bad_input("the model produced NaN logits"));
+        }
+        let next = pick(&logits);
+        out.push(next);
+        step = Batch::single(&[next])?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,348 @@
+//! Where weights come from: a Hugging Face folder (`config.json` plus one
+//! `model.safetensors` or a sharded `model.safetensors.index.json`) or a GGUF
+//! file. Tensors are asked for by their canonical HF name
+//! (`model.layers.3.self_attn.q_proj.weight`) and row-major HF shape, and come
+//! back as `f32` after the shape has been checked, so every model is built by
+//! one code path whatever the file format.
+//!
+//! GGUF specifics undone here (llama.cpp `convert_hf_to_gguf.py`):
+//! - names: `blk.N.attn_q.weight` ↔ `model.layers.N.self_attn.q_proj.weight`, ...;
+//! - dims are listed fastest-first, so GGUF `[in, out]` is row-major `[out, in]`;
+//! - Llama Q/K rows are permuted for llama.cpp's interleaved RoPE
+//!   (`LlamaModel.permute`); [`WeightSource::tensor`] restores HF order so the
+//!   HF rotate-half RoPE applies and both formats give identical modules;
+//! - Gemma RMSNorm gains are stored as `1 + w` (HF stores `w`): see
+//!   [`WeightSource::norm_gain`].
+
+use std::path::Path;
+
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+
+use crate::error::ModelError;
+use crate::gguf::GgufFile;
+use crate::layers::{Linear, RmsNorm};
+use crate::safetensors::{SafetensorsError, SafetensorsFile, ShardedSafetensors};
+
+/// A checkpoint's tensors by canonical (HF) name.
+#[derive(Debug)]
+pub enum WeightSource {
+    /// One `model.safetensors`.
+    Safetensors(SafetensorsFile),
+    /// A sharded checkpoint (`model.safetensors.index.json`).
+    Sharded(ShardedSafetensors),
+    /// A GGUF file and the facts needed to undo llama.cpp's conversions.
+    Gguf {
+        /// The parsed file.
+        file: GgufFile,
+        /// `general.architecture`.
+        arch: String,
+        /// Query heads (for the Q permutation).
+        num_heads: usize,
+        /// Key/value heads (for the K permutation).
+        num_kv_heads: usize,
+    },
+}
+
+impl WeightSource {
+    /// The safetensors weights of the HF folder `dir`: `model.safetensors`, or
+    /// the shards listed by `model.safetensors.index.json`.
+    pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let dir = dir.as_ref();
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        if single.is_file() {
+            Ok(Self::Safetensors(SafetensorsFile::open(single)?))
+        } else if index.is_file() {
+            Ok(Self::Sharded(ShardedSafetensors::open(index)?))
+        } else {
+            Err(ModelError::Io {
+                path: dir.display().to_string(),
+                message: "neither model.safetensors nor model.safetensors.index.json found".into(),
+            })
+        }
+    }
+
+    /// The weights of a parsed GGUF file (head counts read from its metadata).
+    pub fn from_gguf(file: GgufFile) -> Result<Self, ModelError> {
+        let arch = crate::config::gguf_str(&file, "general.architecture")?.to_string();
+        let num_heads = crate::config::gguf_usize(&file, &format!("{arch}.attention.head_count"))?;
+        let num_kv_heads = crate::config::gguf_usize_or(
+            &file,
+            &format!("{arch}.attention.head_count_kv"),
+            num_heads,
+        )?;
+        Ok(Self::Gguf {
+            file,
+            arch,
+            num_heads,
+            num_kv_heads,
+        })
+    }
+
+    /// Whether the checkpoint holds tensor `name` (canonical HF name).
+    pub fn contains(&self, name: &str) -> bool {
+        match self {
+            Self::Safetensors(f) => f.info(name).is_ok(),
+            Self::Sharded(s) => s.shard_of(name).is_ok(),
+            Self::Gguf { file, arch, .. } => {
+                gguf_name(arch, name).is_some_and(|g| file.tensor_info(&g).is_some())
+            }
+        }
+    }
+
+    /// Whether the weights come from a GGUF file.
+    pub fn is_gguf(&self) -> bool {
+        matches!(self, Self::Gguf { .. })
+    }
+
+    /// Tensor `name` as row-major `f32` after checking it has `shape`
+    /// (HF layout) and only finite values.
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let (values, found) = match self {
+            Self::Safetensors(f) => f.tensor_f32(name).map_err(|e| missing(e, name))?,
+            Self::Sharded(s) => s.tensor_f32(name).map_err(|e| missing(e, name))?,
+            Self::Gguf {
+                file,
+                arch,
+                num_heads,
+                num_kv_heads,
+            } => {
+                let gname = gguf_name(arch, name)
+                    .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+                let info = file
+                    .tensor_info(&gname)
+                    .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+                let found: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
+                if found != shape {
+                    return Err(shape_mismatch(name, shape, &found));
+                }
+                let mut values = file.tensor_f32(&gname)?;
+                if arch == "llama" {
+                    if name.ends_with("self_attn.q_proj.weight")
+                        || name.ends_with("self_attn.q_proj.bias")
+                    {
+                        values = unpermute_rows(values, shape, *num_heads, name)?;
+                    } else if name.ends_with("self_attn.k_proj.weight")
+                        || name.ends_with("self_attn.k_proj.bias")
+                    {
+                        values = unpermute_rows(values, shape, *num_kv_heads, name)?;
+                    }
+                }
+                (values, found)
+            }
+        };
+        if found != shape {
+            return Err(shape_mismatch(name, shape, &found));
+        }
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(ModelError::NonFiniteWeight(name.to_string()));
+        }
+        Ok(values)
+    }
+
+    /// The effective gain `g` of an RMSNorm (`y = x̂ · g`), `[dim]`.
+    ///
+    /// With `one_plus` (Gemma's `(1 + w)` norms) an HF checkpoint's `w` is
+    /// turned into `1 + w` in f32, exactly as HF's forward computes it, while a
+    /// GGUF file already stores `1 + w` (llama.cpp adds it at conversion) and
+    /// is returned unchanged.
+    pub fn norm_gain(
+        &self,
+        name: &str,
+        dim: usize,
+        one_plus: bool,
+    ) -> Result<Vec<f32>, ModelError> {
+        let mut w = self.tensor(name, &[dim])?;
+        if one_plus && !self.is_gguf() {
+            w.iter_mut().for_each(|v| *v += 1.0);
+        }
+        Ok(w)
+    }
+}
+
+fn shape_mismatch(name: &str, expected: &[usize], found: &[usize]) -> ModelError {
+    ModelError::ShapeMismatch {
+        name: name.to_string(),
+        expected: expected.to_vec(),
+        found: found.to_vec(),
+    }
+}
+
+fn missing(e: SafetensorsError, name: &str) -> ModelError {
+    match e {
+        SafetensorsError::MissingTensor(_) => ModelError::MissingTensor(name.to_string()),
+        other => other.into(),
+    }
+}
+
+/// Undoes llama.cpp's `permute(w, n_head)`: within each head of `d` rows,
+/// GGUF row `2j + c` is HF row `c·d/2 + j`.
+fn unpermute_rows(
+    values: Vec<f32>,
+    shape: &[usize],
+    heads: usize,
+    name: &str,
+) -> Result<Vec<f32>, ModelError> {
+    let rows = shape[0];
+    let cols: usize = shape[1..].iter().product();
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
+        return Err(ModelError::bad_config(
+            "attention.head_count",
+            format!("{name}: {rows} rows do not split into {heads} heads of even width"),
+        ));
+    }
+    let d = rows / heads;
+    let mut out = vec![0.0f32; values.len()];
+    for h in 0..heads {
+        for j in 0..d / 2 {
+            for c in 0..2 {
+                let src = (h * d + 2 * j + c) * cols;
+                let dst = (h * d + c * d / 2 + j) * cols;
+                out[dst..dst + cols].copy_from_slice(&values[src..src + cols]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The GGUF tensor name of canonical HF tensor `name` for architecture `arch`.
+pub fn gguf_name(arch: &str, name: &str) -> Option<String> {
+    let global = match name {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(g) = global {
+        return Some(g.to_string());
+    }
+    let rest = name.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, suffix) = rest.rsplit_once('.')?;
+    let gemma_post_norms = arch == "gemma2" || arch == "gemma3";
+    let g = match module {
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" if gemma_post_norms => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
+/// Typed tensor builders on top of [`WeightSource::tensor`].
+impl WeightSource {
+    /// A 1-D tensor `[n]`.
+    pub fn tensor1<B: Backend>(
+        &self,
+        name: &str,
+        n: usize,
+        device: &B::Device,
+    ) -> Result<Tensor<B, 1>, ModelError> {
+        let v = self.tensor(name, &[n])?;
+        Ok(Tensor::from_data(TensorData::new(v, [n]), device))
+    }
+
+    /// A 2-D tensor `[rows, cols]`.
+    pub fn tensor2<B: Backend>(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        device: &B::Device,
+    ) -> Result<Tensor<B, 2>, ModelError> {
+        let v = self.tensor(name, &[rows, cols])?;
+        Ok(Tensor::from_data(TensorData::new(v, [rows, cols]), device))
+    }
+
+    /// The linear layer `{prefix}.weight` (`[out, in]`) with `{prefix}.bias` if `bias`.
+    pub fn linear<B: Backend>(
+        &self,
+        prefix: &str,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        device: &B::Device,
+    ) -> Result<Linear<B>, ModelError> {
+        let w = self.tensor2(
+            &format!("{prefix}.weight"),
+            out_features,
+            in_features,
+            device,
+        )?;
+        let b = if bias {
+            Some(self.tensor1(&format!("{prefix}.bias"), out_features, device)?)
+        } else {
+            None
+        };
+        Ok(Linear::new(w, b))
+    }
+
+    /// The RMSNorm `name` (see [`WeightSource::norm_gain`] for `one_plus`).
+    pub fn rms_norm<B: Backend>(
+        &self,
+        name: &str,
+        dim: usize,
+        eps: f64,
+        one_plus: bool,
+        device: &B::Device,
+    ) -> Result<RmsNorm<B>, ModelError> {
+        let g = self.norm_gain(name, dim, one_plus)?;
+        Ok(RmsNorm::new(
+            Tensor::from_data(TensorData::new(g, [dim]), device),
+            eps,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_like_llama_cpp() {
+        let n = |a, s| gguf_name(a, s).unwrap();
+        assert_eq!(
+            n("llama", "model.layers.12.self_attn.o_proj.weight"),
+            "blk.12.attn_output.weight"
+        );
+        assert_eq!(
+            n("llama", "model.layers.0.post_attention_layernorm.weight"),
+            "blk.0.ffn_norm.weight"
+        );
+        assert_eq!(
+            n("gemma3", "model.layers.0.post_attention_layernorm.weight"),
+            "blk.0.post_attention_norm.weight"
+        );
+        assert_eq!(
+            n("gemma3", "model.layers.1.pre_feedforward_layernorm.weight"),
+            "blk.1.ffn_norm.weight"
+        );
+        assert_eq!(n("gemma", "model.embed_tokens.weight"), "token_embd.weight");
+        assert_eq!(
+            gguf_name("llama", "model.layers.x.mlp.up_proj.weight"),
+            None
+        );
+    }
+
+    #[test]
+    fn unpermute_inverts_the_converter_permutation() {
+        // Two heads of width 4, one column: HF rows 0..8.
+        let hf: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        // llama.cpp permute: reshape(heads, 2, d/2).swapaxes(1, 2).
+        let gguf = vec![0.0, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0];
+        assert_eq!(unpermute_rows(gguf, &[8, 1], 2, "q").unwrap(), hf);
+        assert!(unpermute_rows(vec![0.0; 6], &[6, 1], 2, "q").is_err());
+    }
+}
