@@ -257,6 +257,18 @@ impl<B: Backend> Llama<B> {
     }
 }
 
+impl<B: Backend> Llama<B> {
+    /// The token embedding matrix, `[vocab, hidden]`.
+    pub fn embed_tokens(&self) -> &Tensor<B, 2> {
+        &self.embed_tokens
+    }
+
+    /// The attention block of layer `layer`.
+    pub fn attention(&self, layer: usize) -> Option<&Attention<B>> {
+        self.layers.get(layer).map(|b| &b.attn)
+    }
+}
+
 impl<B: Backend> LanguageModel<B> for Llama<B> {
     fn vocab_size(&self) -> usize {
         self.config.vocab_size

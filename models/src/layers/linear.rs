@@ -79,6 +79,16 @@ impl<B: Backend> Linear<B> {
         }
     }
 
+    /// The weight as `[in, out]` (a view of the checkpoint's `[out, in]`).
+    pub fn weight_t(&self) -> &Tensor<B, 2> {
+        &self.weight_t
+    }
+
+    /// The bias, `[out]`, if any.
+    pub fn bias(&self) -> Option<&Tensor<B, 1>> {
+        self.bias.as_ref()
+    }
+
     /// Input width.
     pub fn in_features(&self) -> usize {
         self.weight_t.dims()[0]

@@ -1,0 +1,226 @@
+//! The runtime's cache and batching against the full forward: incremental
+//! decoding through the KV cache, padded batches (left and right), rows
+//! dropped from the cache, generation, and typed errors for bad input. The
+//! full single-row forward itself is checked against transformers in
+//! `llama_hf_logits.rs` / `gemma_hf_logits.rs`.
+
+mod runtime_support;
+
+use privmix_models::runtime::{select_positions, to_vec};
+use privmix_models::{Batch, LanguageModel, ModelError, generate_greedy, generate_sampled};
+use rand::SeedableRng;
+use runtime_support::{load_hf, max_abs_diff, reference};
+
+const TOL: f32 = 1e-5;
+
+/// Logits of `tokens` alone, every position, flattened.
+fn alone<M: LanguageModel<runtime_support::B>>(model: &M, tokens: &[u32]) -> Vec<f32> {
+    to_vec(model.logits_all(&Batch::single(tokens).unwrap()).unwrap()).unwrap()
+}
+
+#[test]
+fn incremental_decode_equals_full_forward() {
+    // Gemma 2/3 have sliding window 4 < 12 tokens: the window must slide
+    // correctly across cached slots too.
+    for name in ["llama", "gemma", "gemma2", "gemma3"] {
+        let model = load_hf(name);
+        let tokens = reference(name).input_ids[0].clone();
+        let vocab = model.vocab_size();
+        let full = alone(&model, &tokens);
+        let mut cache = model.new_cache(1);
+        let pre = to_vec(
+            model
+                .forward(&Batch::single(&tokens[..5]).unwrap(), &mut cache, None)
+                .unwrap(),
+        )
+        .unwrap();
+        let mut worst = max_abs_diff(&pre, &full[..5 * vocab]);
+        for (i, &t) in tokens.iter().enumerate().skip(5) {
+            let step = to_vec(
+                model
+                    .logits_last(&Batch::single(&[t]).unwrap(), &mut cache, None)
+                    .unwrap(),
+            )
+            .unwrap();
+            worst = worst.max(max_abs_diff(&step, &full[i * vocab..(i + 1) * vocab]));
+        }
+        assert_eq!(cache.slots(), tokens.len());
+        println!("{name}: cached decode max |Δ| {worst:e}");
+        assert!(worst <= TOL, "{name}: {worst}");
+    }
+}
+
+/// Rows of lengths 12 and 7 padded (left or right), prefilled together, then
+/// three decode steps for both rows: each row's logits equal the row alone.
+fn padded_batch_then_decode(left: bool) {
+    for name in ["llama", "gemma3"] {
+        let model = load_hf(name);
+        let ids = reference(name).input_ids;
+        let rows = vec![ids[0].clone(), ids[1][..7].to_vec()];
+        let next = [[5u32, 6, 7], [8, 9, 10]];
+        let batch = if left {
+            Batch::left_padded(&rows, 0)
+        } else {
+            Batch::right_padded(&rows, 0)
+        }
+        .unwrap();
+        let vocab = model.vocab_size();
+        let mut cache = model.new_cache(2);
+        let logits = to_vec(model.forward(&batch, &mut cache, None).unwrap()).unwrap();
+        let mut worst: f32 = 0.0;
+        for (r, row) in rows.iter().enumerate() {
+            let mut full_row = row.clone();
+            full_row.extend(next[r]);
+            let want = alone(&model, &full_row);
+            let real: Vec<usize> = (0..batch.len()).filter(|&i| batch.is_real(r, i)).collect();
+            for (k, &i) in real.iter().enumerate() {
+                let got = &logits[(r * batch.len() + i) * vocab..][..vocab];
+                worst = worst.max(max_abs_diff(got, &want[k * vocab..(k + 1) * vocab]));
+            }
+        }
+        for step in 0..3 {
+            let b = Batch::new(&[vec![next[0][step]], vec![next[1][step]]]).unwrap();
+            let got = to_vec(model.logits_last(&b, &mut cache, None).unwrap()).unwrap();
+            for (r, row) in rows.iter().enumerate() {
+                let mut full_row = row.clone();
+                full_row.extend(&next[r][..=step]);
+                let want = alone(&model, &full_row);
+                let last = full_row.len() - 1;
+                worst = worst.max(max_abs_diff(
+                    &got[r * vocab..(r + 1) * vocab],
+                    &want[last * vocab..],
+                ));
+            }
+        }
+        println!(
+            "{name} ({}): max |Δ| vs rows alone {worst:e}",
+            if left { "left" } else { "right" }
+        );
+        assert!(worst <= TOL, "{name}: {worst}");
+    }
+}
+
+#[test]
+fn left_padded_batch_and_decode_equal_rows_alone() {
+    padded_batch_then_decode(true);
+}
+
+#[test]
+fn right_padded_batch_and_decode_equal_rows_alone() {
+    padded_batch_then_decode(false);
+}
+
+#[test]
+fn dropping_a_row_from_the_cache_keeps_the_other() {
+    let model = load_hf("llama");
+    let ids = reference("llama").input_ids;
+    let mut cache = model.new_cache(2);
+    model
+        .forward(&Batch::new(&ids).unwrap(), &mut cache, None)
+        .unwrap();
+    cache.select_rows(&[1]).unwrap();
+    let got = to_vec(
+        model
+            .logits_last(&Batch::single(&[42]).unwrap(), &mut cache, None)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut row = ids[1].clone();
+    row.push(42);
+    let want = alone(&model, &row);
+    let vocab = model.vocab_size();
+    assert!(max_abs_diff(&got, &want[(row.len() - 1) * vocab..]) <= TOL);
+    assert!(matches!(
+        cache.select_rows(&[3]),
+        Err(ModelError::BadInput(_))
+    ));
+}
+
+#[test]
+fn logits_last_picks_each_rows_last_real_token() {
+    let model = load_hf("llama");
+    let ids = reference("llama").input_ids;
+    let rows = vec![ids[0][..4].to_vec(), ids[1].clone()];
+    let batch = Batch::right_padded(&rows, 0).unwrap();
+    let mut cache = model.new_cache(2);
+    let last = to_vec(model.logits_last(&batch, &mut cache, None).unwrap()).unwrap();
+    let all = model.logits_all(&batch).unwrap();
+    let want = to_vec(select_positions(all, &[3, 11])).unwrap();
+    assert_eq!(last, want);
+}
+
+#[test]
+fn generation_greedy_and_sampled() {
+    let model = load_hf("gemma2");
+    let prompt = &reference("gemma2").input_ids[0][..6];
+    let greedy = generate_greedy(&model, prompt, 5, None).unwrap();
+    // Greedy continues with the argmax of the full forward at every step.
+    let mut seq = prompt.to_vec();
+    for &t in &greedy {
+        let lp = model.log_probs_last(&seq).unwrap();
+        let argmax = lp
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &x)| if x > lp[b] { i } else { b });
+        assert_eq!(t as usize, argmax);
+        seq.push(t);
+    }
+    // A vanishing temperature samples the argmax; a seed fixes the draw.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    assert_eq!(
+        generate_sampled(&model, prompt, 5, 1e-6, &mut rng, None).unwrap(),
+        greedy
+    );
+    let a = generate_sampled(
+        &model,
+        prompt,
+        5,
+        1.0,
+        &mut rand::rngs::StdRng::seed_from_u64(1),
+        None,
+    )
+    .unwrap();
+    let b = generate_sampled(
+        &model,
+        prompt,
+        5,
+        1.0,
+        &mut rand::rngs::StdRng::seed_from_u64(1),
+        None,
+    )
+    .unwrap();
+    assert_eq!(a, b);
+    assert!(a.iter().all(|&t| (t as usize) < model.vocab_size()));
+    for bad in [0.0, -1.0, f64::NAN] {
+        let r = generate_sampled(&model, prompt, 1, bad, &mut rng, None);
+        assert!(
+            matches!(r, Err(ModelError::BadInput(_))),
+            "temperature {bad}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_gives_typed_errors() {
+    let model = load_hf("llama");
+    let bad = |r: Result<_, ModelError>| matches!(r, Err(ModelError::BadInput(_)));
+    assert!(bad(model.log_probs_last(&[1, 256]).map(|_| ())));
+    assert!(bad(model.log_probs_last(&[]).map(|_| ())));
+    assert!(bad(Batch::new(&[vec![1, 2], vec![3]]).map(|_| ())));
+    assert!(bad(
+        Batch::from_parts(&[vec![1, 2]], &[vec![true]]).map(|_| ())
+    ));
+    let mut cache = model.new_cache(2);
+    assert!(bad(model
+        .forward(&Batch::single(&[1]).unwrap(), &mut cache, None)
+        .map(|_| ())));
+    let mut other = privmix_models::KvCache::new(1, 1);
+    assert!(bad(model
+        .forward(&Batch::single(&[1]).unwrap(), &mut other, None)
+        .map(|_| ())));
+    // A row of only padding has no last token.
+    let padded = Batch::from_parts(&[vec![0, 0]], &[vec![false, false]]).unwrap();
+    assert!(bad(model
+        .logits_last(&padded, &mut model.new_cache(1), None)
+        .map(|_| ())));
+}
