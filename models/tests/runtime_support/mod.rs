@@ -104,3 +104,62 @@ pub fn check_against_reference(model: &Model<B>, name: &str, tol: f32) -> (f32, 
     );
     (plain, padded)
 }
+
+/// `models-cache/<file>` (or `$PRIVMIX_MODELS_DIR/<file>`) if present; prints
+/// `skipped: ...` and returns `None` otherwise.
+pub fn real_weights(file: &str) -> Option<PathBuf> {
+    let dir = match std::env::var_os("PRIVMIX_MODELS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache"),
+    };
+    let path = dir.join(file);
+    if path.is_file() {
+        Some(path)
+    } else {
+        println!(
+            "skipped: {} absent (cargo xtask fetch-models)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// Compares `model`'s log-probabilities at every position of the reference
+/// tokens with `fixtures/<json>` (written by `smollm2_reference.py` /
+/// `gemma3_reference.py` from transformers' GGUF loader): same argmax, and
+/// values at the reference's top-8 and fixed ids within `tol`. Returns the
+/// tokens and the largest difference.
+pub fn check_real_reference(model: &Model<B>, json: &str, tol: f32) -> (Vec<u32>, f32) {
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(json)).unwrap()).unwrap();
+    let tokens: Vec<u32> = serde_json::from_value(reference["tokens"].clone()).unwrap();
+    let fixed: Vec<usize> = serde_json::from_value(reference["fixed_ids"].clone()).unwrap();
+    let vocab = model.vocab_size();
+    let all = model.logits_all(&Batch::single(&tokens).unwrap()).unwrap();
+    let all = to_vec(privmix_models::log_softmax(all)).unwrap();
+    let mut worst = 0.0f32;
+    for (i, pos) in reference["positions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let row = &all[i * vocab..(i + 1) * vocab];
+        let top_ids: Vec<usize> = serde_json::from_value(pos["top_ids"].clone()).unwrap();
+        let top: Vec<f32> = serde_json::from_value(pos["top"].clone()).unwrap();
+        let at_fixed: Vec<f32> = serde_json::from_value(pos["fixed"].clone()).unwrap();
+        let argmax = row
+            .iter()
+            .enumerate()
+            .fold(0, |b, (j, &x)| if x > row[b] { j } else { b });
+        assert_eq!(argmax, top_ids[0], "position {i}: argmax");
+        for (&id, &want) in top_ids.iter().zip(&top).chain(fixed.iter().zip(&at_fixed)) {
+            worst = worst.max((row[id] - want).abs());
+        }
+    }
+    assert!(
+        worst < tol,
+        "{json}: log-probs differ from transformers by {worst}"
+    );
+    (tokens, worst)
+}
