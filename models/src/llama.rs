@@ -42,6 +42,11 @@ pub struct LlamaConfig {
     pub rope_theta: f64,
     /// RoPE frequency scaling.
     pub rope_scaling: RopeScaling,
+    /// RoPE pairing: HF's rotate-half for HF weights and for GGUF weights
+    /// loaded with their Q/K permutation undone (the default);
+    /// [`RopeStyle::Interleaved`] for GGUF Q/K rows kept in llama.cpp's order
+    /// ([`WeightSource::keep_gguf_qk_permutation`]).
+    pub rope_style: RopeStyle,
     /// Output head shares the embedding matrix.
     pub tie_word_embeddings: bool,
     /// Q/K/V/O projections carry biases.
@@ -77,6 +82,7 @@ impl LlamaConfig {
             rms_norm_eps: json_f64_opt(doc, "rms_norm_eps")?.unwrap_or(1e-6),
             rope_theta: theta.unwrap_or(10_000.0),
             rope_scaling,
+            rope_style: RopeStyle::RotateHalf,
             tie_word_embeddings: json_bool_opt(doc, "tie_word_embeddings")?.unwrap_or(false),
             attention_bias: json_bool_opt(doc, "attention_bias")?.unwrap_or(false),
             mlp_bias: json_bool_opt(doc, "mlp_bias")?.unwrap_or(false),
@@ -105,6 +111,7 @@ impl LlamaConfig {
                 .unwrap_or(1e-5),
             rope_theta: gguf_f64_opt(file, &k("rope.freq_base"))?.unwrap_or(10_000.0),
             rope_scaling: gguf_rope_scaling(file, "llama")?,
+            rope_style: RopeStyle::RotateHalf,
             tie_word_embeddings: file.tensor_info("output.weight").is_none(),
             attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
             mlp_bias: file.tensor_info("blk.0.ffn_up.bias").is_some(),
@@ -251,7 +258,7 @@ impl<B: Backend> Llama<B> {
             layers,
             norm: weights.rms_norm("model.norm.weight", h, eps, false, device)?,
             lm_head,
-            rope: Rope::new(c.rope_theta, hd, c.rope_scaling, RopeStyle::RotateHalf),
+            rope: Rope::new(c.rope_theta, hd, c.rope_scaling, c.rope_style),
             device: device.clone(),
         })
     }

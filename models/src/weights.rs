@@ -40,6 +40,10 @@ pub enum WeightSource {
         num_heads: usize,
         /// Key/value heads (for the K permutation).
         num_kv_heads: usize,
+        /// Restore HF row order of Llama Q/K (default); when false the rows
+        /// stay in llama.cpp's order, for a model using
+        /// [`crate::layers::RopeStyle::Interleaved`].
+        undo_qk_permutation: bool,
     },
 }
 
@@ -76,7 +80,23 @@ impl WeightSource {
             arch,
             num_heads,
             num_kv_heads,
+            undo_qk_permutation: true,
         })
+    }
+
+    /// Keeps a GGUF file's Llama Q/K rows in llama.cpp's permuted order (no
+    /// effect on other sources): the model must then use
+    /// [`crate::layers::RopeStyle::Interleaved`], which is mathematically the
+    /// same network.
+    pub fn keep_gguf_qk_permutation(mut self) -> Self {
+        if let Self::Gguf {
+            undo_qk_permutation,
+            ..
+        } = &mut self
+        {
+            *undo_qk_permutation = false;
+        }
+        self
     }
 
     /// Whether the checkpoint holds tensor `name` (canonical HF name).
@@ -106,6 +126,7 @@ impl WeightSource {
                 arch,
                 num_heads,
                 num_kv_heads,
+                undo_qk_permutation,
             } => {
                 let gname = gguf_name(arch, name)
                     .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
@@ -117,7 +138,7 @@ impl WeightSource {
                     return Err(shape_mismatch(name, shape, &found));
                 }
                 let mut values = file.tensor_f32(&gname)?;
-                if arch == "llama" {
+                if arch == "llama" && *undo_qk_permutation {
                     if name.ends_with("self_attn.q_proj.weight")
                         || name.ends_with("self_attn.q_proj.bias")
                     {

@@ -8,7 +8,7 @@
 mod runtime_support;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model, ModelConfig};
+use privmix_models::{Batch, LanguageModel, LlamaConfig, Model, ModelConfig};
 use runtime_support::{B, fixture, load_hf, max_abs_diff};
 use serde_json::Value;
 
@@ -80,9 +80,44 @@ fn gguf_config_matches_the_hf_config() {
     };
     // GGUF stores epsilon as f32.
     assert_eq!(g.rms_norm_eps, f64::from(h.rms_norm_eps as f32));
-    let g = privmix_models::LlamaConfig {
+    let g = LlamaConfig {
         rms_norm_eps: h.rms_norm_eps,
         ..g
     };
     assert_eq!(g, h);
+}
+
+#[test]
+fn permuted_gguf_rows_with_interleaved_rope_are_the_same_network() {
+    use privmix_models::layers::RopeStyle;
+    use privmix_models::{Llama, WeightSource};
+    let file = privmix_models::gguf::GgufFile::open(fixture("gguf/llama_f32.gguf")).unwrap();
+    let ModelConfig::Llama(config) = ModelConfig::from_gguf(&file).unwrap() else {
+        panic!("not llama")
+    };
+    let raw = WeightSource::from_gguf(file)
+        .unwrap()
+        .keep_gguf_qk_permutation();
+    let interleaved = LlamaConfig {
+        rope_style: RopeStyle::Interleaved,
+        ..config
+    };
+    let model = Llama::<B>::load(&interleaved, &raw, &Default::default()).unwrap();
+    let (ids, want) = gguf_reference("llama_f32");
+    let got = to_vec(model.logits_all(&Batch::new(&ids).unwrap()).unwrap()).unwrap();
+    let d = max_abs_diff(&got, &want);
+    println!("interleaved RoPE on llama.cpp-ordered Q/K: max |Δ| vs transformers {d:e}");
+    assert!(d <= 1e-4, "{d}");
+    // Without the interleaved RoPE the permuted rows give another network.
+    let wrong = Llama::<B>::load(
+        &LlamaConfig {
+            rope_style: RopeStyle::RotateHalf,
+            ..interleaved
+        },
+        &raw,
+        &Default::default(),
+    )
+    .unwrap();
+    let bad = to_vec(wrong.logits_all(&Batch::new(&ids).unwrap()).unwrap()).unwrap();
+    assert!(max_abs_diff(&bad, &want) > 1e-2);
 }
