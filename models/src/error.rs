@@ -65,6 +65,9 @@ pub enum ModelError {
     /// token id outside the vocabulary, cache of another batch size, ...).
     #[error("bad input: {0}")]
     BadInput(String),
+    /// The forward pass produced NaN logits (e.g. from extreme weights).
+    #[error("the model produced non-finite output: {0}")]
+    NonFiniteOutput(String),
     /// A tokenizer could not be loaded or failed on its input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -189,6 +189,21 @@ pub trait LanguageModel<B: Backend> {
         let logits = self.logits_last(&batch, &mut cache, None)?;
         to_vec(log_softmax(logits))
     }
+
+    /// `log p(tokens[i + 1] | tokens[..=i])` for every `i` (one row, empty
+    /// cache): `tokens.len() - 1` values, gathered on the device, for
+    /// perplexity. An error for fewer than two tokens.
+    fn next_token_log_probs(&self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+        if tokens.len() < 2 {
+            return Err(ModelError::bad_input("need at least two tokens"));
+        }
+        let n = tokens.len() - 1;
+        let logits = self.logits_all(&Batch::single(&tokens[..n])?)?;
+        let targets: Vec<i64> = tokens[1..].iter().map(|&t| i64::from(t)).collect();
+        let idx =
+            Tensor::<B, 3, Int>::from_data(TensorData::new(targets, [1, n, 1]), &self.device());
+        to_vec(log_softmax(logits).gather(2, idx))
+    }
 }
 
 /// Log-softmax over the last dimension, on the device.
@@ -322,7 +337,9 @@ fn generate<B: Backend, M: LanguageModel<B> + ?Sized>(
     for _ in 0..n {
         let logits = to_vec(model.logits_last(&step, &mut cache, delta)?)?;
         if logits.iter().any(|l| l.is_nan()) {
-            return Err(ModelError::bad_input("the model produced NaN logits"));
+            return Err(ModelError::NonFiniteOutput(
+                "NaN logits during generation".into(),
+            ));
         }
         let next = pick(&logits);
         out.push(next);

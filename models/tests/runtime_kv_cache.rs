@@ -224,3 +224,22 @@ fn bad_input_gives_typed_errors() {
         .logits_last(&padded, &mut model.new_cache(1), None)
         .map(|_| ())));
 }
+
+#[test]
+fn next_token_log_probs_gather_the_full_distribution() {
+    let model = load_hf("gemma3");
+    let tokens = reference("gemma3").input_ids[1].clone();
+    let got = model.next_token_log_probs(&tokens).unwrap();
+    assert_eq!(got.len(), tokens.len() - 1);
+    for i in 0..tokens.len() - 1 {
+        let lp = model.log_probs_last(&tokens[..=i]).unwrap();
+        assert!(
+            (got[i] - lp[tokens[i + 1] as usize]).abs() <= TOL,
+            "position {i}"
+        );
+    }
+    assert!(matches!(
+        model.next_token_log_probs(&tokens[..1]),
+        Err(ModelError::BadInput(_))
+    ));
+}

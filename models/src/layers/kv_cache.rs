@@ -97,9 +97,11 @@ impl<B: Backend> KvCache<B> {
         device: &B::Device,
     ) -> Tensor<B, 4, Bool> {
         let t = self.slots();
+        let start = t.saturating_sub(new);
+        let new = t - start;
         let mut data = Vec::with_capacity(self.rows.len() * new * t);
         for row in &self.rows {
-            for q in t - new..t {
+            for q in start..t {
                 let qp = row.position[q];
                 for k in 0..t {
                     let kp = row.position[k];
@@ -113,7 +115,9 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// Appends this step's keys and values to layer `layer` and returns all of
-    /// them (`[batch, kv_heads, slots, head_dim]`).
+    /// them (`[batch, kv_heads, slots, head_dim]`). Models call it with
+    /// `layer < num_layers()` (checked once per step by
+    /// [`crate::runtime::start_step`]); a larger index panics.
     pub fn append(
         &mut self,
         layer: usize,
