@@ -186,6 +186,20 @@ pub(crate) fn check_dims(
             return Err(ModelError::bad_config(field, "must be positive"));
         }
     }
+    // Products the loaders form (weight shapes) must not overflow.
+    for (field, a, b) in [
+        ("num_attention_heads × head_dim", heads, head_dim),
+        ("vocab_size × hidden_size", vocab, hidden),
+        (
+            "hidden_size × num_attention_heads × head_dim",
+            hidden,
+            heads.saturating_mul(head_dim),
+        ),
+    ] {
+        if a.checked_mul(b).is_none_or(|p| p > isize::MAX as usize / 4) {
+            return Err(ModelError::bad_config(field, "too large"));
+        }
+    }
     if !heads.is_multiple_of(kv_heads) {
         return Err(ModelError::bad_config(
             "num_key_value_heads",

@@ -112,7 +112,8 @@ fn config_that_does_not_match_the_weights() {
 
 #[test]
 fn bad_config_fields() {
-    let cases: [(&str, Value); 5] = [
+    let cases: [(&str, Value); 6] = [
+        ("head_dim", (1u64 << 62).into()),
         ("num_key_value_heads", 3.into()),
         ("hidden_size", Value::Null),
         ("vocab_size", (-5).into()),
