@@ -1,7 +1,7 @@
 //! # privmix-models
 //!
 //! Language models for privmix on [burn](https://burn.dev) 0.21: Llama and
-//! Gemma 1/2/3 (GPT-2 in [`gpt2`] when present), loaded from Hugging Face
+//! Gemma 1/2/3 (GPT-2 in the `gpt2` module when present), loaded from Hugging Face
 //! safetensors folders or GGUF files, with a per-row KV cache, padded
 //! batches, log-probabilities on the device, greedy/sampled generation and a
 //! LoRA hook ([`LinearDelta`]) on every projection.
