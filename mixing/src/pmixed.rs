@@ -28,7 +28,7 @@
 //! model captures exactly. A typical solve costs 3 to 8 evaluations, each one pass over
 //! both vectors computing both directions.
 
-use privmix_renyi::{Order, RenyiError, SymmetricMixture};
+use privmix_renyi::{Order, RenyiError, SymmetricMixture, ValidatedRow};
 use rayon::prelude::*;
 
 use crate::solver::{Evaluation, Part, Search, check_bound};
@@ -66,6 +66,24 @@ impl<'a> PmixedProjection<'a> {
             path,
             private,
             public,
+            bound,
+        })
+    }
+
+    /// As [`PmixedProjection::new`] with the public row validated once beforehand
+    /// (many members against one public row); bitwise the same projection.
+    pub fn with_public(
+        private: &'a [f64],
+        public: &ValidatedRow<'a>,
+        alpha: Order,
+        bound: f64,
+    ) -> Result<Self, MixingError> {
+        check_bound(bound)?;
+        let path = SymmetricMixture::with_public(private, public, alpha)?;
+        Ok(PmixedProjection {
+            path,
+            private,
+            public: public.row(),
             bound,
         })
     }

@@ -264,3 +264,21 @@ fn language_model_shaped_inputs_take_a_handful_of_passes() {
         }
     }
 }
+
+#[test]
+fn public_validated_once_gives_the_same_projection() {
+    let q = distribution(300, 11, 3.0);
+    let public = ValidatedRow::new(&q).unwrap();
+    for (seed, alpha) in [(1, 2.0), (2, 18.0), (3, 36.0), (4, 7.5), (5, f64::INFINITY)] {
+        let p = distribution(300, seed, 2.0);
+        let old = PmixedProjection::new(&p, &q, order(alpha), 1.5).unwrap();
+        let new = PmixedProjection::with_public(&p, &public, order(alpha), 1.5).unwrap();
+        assert_eq!(old.solve().unwrap(), new.solve().unwrap(), "α = {alpha}");
+    }
+    // The private row is still validated, and the lengths checked.
+    let bad = vec![0.5; 300];
+    assert!(PmixedProjection::with_public(&bad, &public, order(2.0), 1.0).is_err());
+    let short = distribution(299, 1, 2.0);
+    assert!(PmixedProjection::with_public(&short, &public, order(2.0), 1.0).is_err());
+    assert!(ValidatedRow::new(&bad).is_err());
+}

@@ -89,7 +89,7 @@ mod validate;
 
 pub use batched::{Direction, batched_divergence};
 pub use error::{RenyiError, Result};
-pub use mixture::{MixturePath, SymmetricMixture, SymmetricValue, ValueAndSlope};
+pub use mixture::{MixturePath, SymmetricMixture, SymmetricValue, ValidatedRow, ValueAndSlope};
 pub use order::Order;
 pub use scalar::{
     divergence, divergence_log, kl_divergence, kl_divergence_log, symmetric_divergence,

@@ -133,6 +133,28 @@ fn mixture_floor(lambda: f64, min_x: f64, min_c: f64) -> f64 {
     from_x.min(from_c)
 }
 
+/// A probability vector validated once (finite, ≥ 0, non-empty, summing to 1 within
+/// [`crate::NORMALISATION_TOLERANCE`]), for constructors that take many rows against
+/// the same reference ([`SymmetricMixture::with_public`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ValidatedRow<'a> {
+    row: &'a [f64],
+    summary: ProbSummary,
+}
+
+impl<'a> ValidatedRow<'a> {
+    /// Validates `row` (the checks of [`crate::divergence`]'s inputs).
+    pub fn new(row: &'a [f64]) -> Result<Self> {
+        let summary = validate::probabilities(row)?;
+        Ok(ValidatedRow { row, summary })
+    }
+
+    /// The row.
+    pub fn row(&self) -> &'a [f64] {
+        self.row
+    }
+}
+
 /// Both directions of the PMixED constraint at one λ.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SymmetricValue {
@@ -175,6 +197,26 @@ impl<'a> SymmetricMixture<'a> {
         let alpha = alpha.checked()?;
         let sp = validate::probabilities(p)?;
         let sq = validate::probabilities(q)?;
+        Self::build(p, q, alpha, sp, sq)
+    }
+
+    /// As [`SymmetricMixture::new`] with `q` already validated once (a
+    /// [`ValidatedRow`]): many private rows against one public row then pay for the
+    /// public row's validation pass once, not once per row. Validates `p`, the length
+    /// and `alpha`; the result is bitwise that of [`SymmetricMixture::new`].
+    pub fn with_public(p: &'a [f64], q: &ValidatedRow<'a>, alpha: Order) -> Result<Self> {
+        let alpha = alpha.checked()?;
+        let sp = validate::probabilities(p)?;
+        Self::build(p, q.row, alpha, sp, q.summary)
+    }
+
+    fn build(
+        p: &'a [f64],
+        q: &'a [f64],
+        alpha: Order,
+        sp: ProbSummary,
+        sq: ProbSummary,
+    ) -> Result<Self> {
         validate::same_length(p.len(), q.len())?;
         let table = RatioTable::new(p, q, alpha, [sp, sq]);
         Ok(SymmetricMixture {
