@@ -24,7 +24,7 @@
 
 use privmix_accountant::{Orders, RdpCurve};
 use privmix_mixing::{PmixedProjection, Solution};
-use privmix_renyi::Order;
+use privmix_renyi::{Order, ValidatedRow};
 use rand::Rng;
 use rayon::prelude::*;
 
@@ -178,12 +178,13 @@ pub(crate) fn solve_lambdas(
     radius: f64,
 ) -> Result<Vec<Solution>, MechanismError> {
     let order = Order::new(alpha_c)?;
-    let public = ensemble.public();
+    // The public row is validated once per step, not once per member.
+    let public = ValidatedRow::new(ensemble.public())?;
     let enforced = radius * (1.0 - EVALUATOR_MARGIN);
     members
         .par_iter()
         .map(|&i| {
-            PmixedProjection::new(ensemble.member(i), public, order, enforced)?
+            PmixedProjection::with_public(ensemble.member(i), &public, order, enforced)?
                 .solve()
                 .map_err(MechanismError::from)
         })
