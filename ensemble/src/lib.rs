@@ -7,3 +7,7 @@
 //! evaluated together with the public model in one batched forward; user-level
 //! partitioning of a private corpus; LoRA and DP-SGD fine-tuning with adapters in
 //! the PEFT format. Builds on `privmix-models`.
+pub mod lora;
+pub mod rows;
+pub mod runner;
+pub mod stacked;

@@ -1,0 +1,239 @@
+//! `EnsembleRunner`: the public model and N LoRA members in one batched
+//! forward — base weights shared, each member's update applied per row as a
+//! batched low-rank product `(x A_i) B_i`, a KV cache row per batch row —
+//! for the mechanisms' per-step `(N + 1) × V` log-probabilities (issue #5).
+
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use privmix_models::runtime::to_vec;
+use privmix_models::{Batch, KvCache, LanguageModel, LinearDelta, ModelError, log_softmax};
+use thiserror::Error;
+
+use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraError};
+use crate::rows::{BlockScores, LogProbRows, RowLayout};
+use crate::stacked::{RowAdapters, StackedAdapters};
+
+/// Errors of the ensemble runner.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum EnsembleError {
+    /// An adapter does not fit the base model, or could not be read.
+    #[error(transparent)]
+    Lora(#[from] LoraError),
+    /// The model rejected the input or failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// A row names a member the runner does not hold.
+    #[error("row names member {member}, the runner holds {members}")]
+    MemberOutOfRange {
+        /// The member index.
+        member: usize,
+        /// Number of members.
+        members: usize,
+    },
+    /// Malformed input (no rows, empty context, a block shorter than two
+    /// tokens, a token count other than the row count, ...).
+    #[error("bad input: {0}")]
+    BadInput(String),
+}
+
+/// A base model and N LoRA members run together (issue #5).
+///
+/// Every step runs the rows of a [`RowLayout`] through the base model once,
+/// with [`StackedAdapters`] adding each row's member update at every adapted
+/// projection. Row `i` therefore computes exactly what the model with member
+/// `layout[i]`'s adapter computes alone (tested to 1e-4 in `tests/runner.rs`),
+/// and the base weights are read once per step for all rows.
+#[derive(Debug, Clone)]
+pub struct EnsembleRunner<B: Backend, M> {
+    model: M,
+    base: BaseShapes,
+    adapters: StackedAdapters<B>,
+}
+
+impl<B: Backend, M: LanguageModel<B> + LoraBase> EnsembleRunner<B, M> {
+    /// A runner over `model` with `members` (possibly none: the public model
+    /// alone), each checked against the model's projections.
+    pub fn new(model: M, members: &[LoraAdapter<B>]) -> Result<Self, EnsembleError> {
+        let base = model.base_shapes()?;
+        let adapters = StackedAdapters::new(members, &base, &model.device())?;
+        Ok(Self {
+            model,
+            base,
+            adapters,
+        })
+    }
+
+    /// The base model.
+    pub fn model(&self) -> &M {
+        &self.model
+    }
+
+    /// The base model's adaptable projections.
+    pub fn base_shapes(&self) -> &BaseShapes {
+        &self.base
+    }
+
+    /// Number of members.
+    pub fn num_members(&self) -> usize {
+        self.adapters.num_members()
+    }
+
+    /// The stacked member factors.
+    pub fn adapters(&self) -> &StackedAdapters<B> {
+        &self.adapters
+    }
+
+    /// An incremental decoder over `layout`'s rows with an empty KV cache.
+    pub fn decoder(&self, layout: RowLayout) -> Result<Decoder<'_, B, M>, EnsembleError> {
+        if layout.is_empty() {
+            return Err(EnsembleError::BadInput("a layout with no rows".into()));
+        }
+        let adapters = self.adapters.for_rows(layout.rows())?;
+        Ok(Decoder {
+            runner: self,
+            cache: self.model.new_cache(layout.len()),
+            layout,
+            adapters,
+        })
+    }
+
+    /// Teacher-forced scoring of `tokens` (≥ 2) by every row of `layout`:
+    /// `log p(tokens[i + 1] | tokens[..=i])`, gathered on the device (for
+    /// perplexity over fixed-length blocks).
+    pub fn score_block(
+        &self,
+        layout: &RowLayout,
+        tokens: &[u32],
+    ) -> Result<BlockScores, EnsembleError> {
+        let (log_probs, n) = self.block_log_probs(layout, tokens)?;
+        let rows = layout.len();
+        let targets: Vec<i64> = (0..rows)
+            .flat_map(|_| tokens[1..].iter().map(|&t| i64::from(t)))
+            .collect();
+        let idx = Tensor::<B, 3, Int>::from_data(
+            TensorData::new(targets, [rows, n, 1]),
+            &self.model.device(),
+        );
+        let values = to_vec(log_probs.gather(2, idx))?;
+        Ok(BlockScores::new(layout.clone(), n, values))
+    }
+
+    /// Teacher-forced full distributions: for each position `i` of `tokens`
+    /// but the last, every row's log-probabilities of the token after
+    /// `tokens[..=i]` (what a mixing mechanism needs at every position of a
+    /// block). Holds `rows × (len − 1) × V` floats on the host.
+    pub fn score_block_full(
+        &self,
+        layout: &RowLayout,
+        tokens: &[u32],
+    ) -> Result<Vec<LogProbRows>, EnsembleError> {
+        let (log_probs, n) = self.block_log_probs(layout, tokens)?;
+        let vocab = self.model.vocab_size();
+        // [rows, n, V] -> [n, rows, V] so each position is one contiguous slab.
+        let flat = to_vec(log_probs.swap_dims(0, 1))?;
+        let per = layout.len() * vocab;
+        Ok((0..n)
+            .map(|i| LogProbRows::new(layout.clone(), vocab, flat[i * per..(i + 1) * per].to_vec()))
+            .collect())
+    }
+
+    fn block_log_probs(
+        &self,
+        layout: &RowLayout,
+        tokens: &[u32],
+    ) -> Result<(Tensor<B, 3>, usize), EnsembleError> {
+        if tokens.len() < 2 {
+            return Err(EnsembleError::BadInput(
+                "a block needs at least two tokens".into(),
+            ));
+        }
+        if layout.is_empty() {
+            return Err(EnsembleError::BadInput("a layout with no rows".into()));
+        }
+        let n = tokens.len() - 1;
+        let adapters = self.adapters.for_rows(layout.rows())?;
+        let batch = Batch::new(&vec![tokens[..n].to_vec(); layout.len()])?;
+        let mut cache = self.model.new_cache(layout.len());
+        let logits = self.model.forward(&batch, &mut cache, hook(&adapters))?;
+        Ok((log_softmax(logits), n))
+    }
+}
+
+fn hook<B: Backend>(adapters: &RowAdapters<B>) -> Option<&dyn LinearDelta<B>> {
+    (!adapters.is_empty()).then_some(adapters as &dyn LinearDelta<B>)
+}
+
+/// Incremental decoding of a [`RowLayout`]'s rows through one KV cache (a
+/// cache row per batch row), made by [`EnsembleRunner::decoder`]. Each call
+/// returns the next-token log-probabilities of every row. After an error the
+/// cache may hold part of the failed step: start a new decoder.
+#[derive(Debug)]
+pub struct Decoder<'a, B: Backend, M> {
+    runner: &'a EnsembleRunner<B, M>,
+    layout: RowLayout,
+    adapters: RowAdapters<B>,
+    cache: KvCache<B>,
+}
+
+impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
+    /// The row layout.
+    pub fn layout(&self) -> &RowLayout {
+        &self.layout
+    }
+
+    /// Feeds the same `context` to every row (the ensemble case).
+    pub fn prefill(&mut self, context: &[u32]) -> Result<LogProbRows, EnsembleError> {
+        if context.is_empty() {
+            return Err(EnsembleError::BadInput("empty context".into()));
+        }
+        let rows = vec![context.to_vec(); self.layout.len()];
+        self.run(&Batch::new(&rows)?)
+    }
+
+    /// Feeds a different context to each row (DPS-MOZO's zero-shot and
+    /// one-shot prompts), left-padded to the longest with masked padding, so
+    /// each row sees only its own tokens.
+    pub fn prefill_rows(&mut self, contexts: &[Vec<u32>]) -> Result<LogProbRows, EnsembleError> {
+        self.check_rows(contexts.len())?;
+        if contexts.iter().any(Vec::is_empty) {
+            return Err(EnsembleError::BadInput(
+                "a row with an empty context".into(),
+            ));
+        }
+        self.run(&Batch::left_padded(contexts, 0)?)
+    }
+
+    /// Appends `token` to every row and returns the next `rows × V`
+    /// log-probabilities (the released token of a private prediction step).
+    pub fn next_log_probs(&mut self, token: u32) -> Result<LogProbRows, EnsembleError> {
+        self.run(&Batch::new(&vec![vec![token]; self.layout.len()])?)
+    }
+
+    /// Appends `tokens[i]` to row `i` and returns the next log-probabilities.
+    pub fn next_log_probs_rows(&mut self, tokens: &[u32]) -> Result<LogProbRows, EnsembleError> {
+        self.check_rows(tokens.len())?;
+        let rows: Vec<Vec<u32>> = tokens.iter().map(|&t| vec![t]).collect();
+        self.run(&Batch::new(&rows)?)
+    }
+
+    fn check_rows(&self, n: usize) -> Result<(), EnsembleError> {
+        if n != self.layout.len() {
+            return Err(EnsembleError::BadInput(format!(
+                "{n} rows of input for a layout of {} rows",
+                self.layout.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, batch: &Batch) -> Result<LogProbRows, EnsembleError> {
+        let model = &self.runner.model;
+        let logits = model.logits_last(batch, &mut self.cache, hook(&self.adapters))?;
+        let values = to_vec(log_softmax(logits))?;
+        Ok(LogProbRows::new(
+            self.layout.clone(),
+            model.vocab_size(),
+            values,
+        ))
+    }
+}

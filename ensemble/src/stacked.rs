@@ -1,0 +1,190 @@
+//! Many LoRA adapters over one base model, applied to the rows of one batch:
+//! row `i` of the batch gets member `rows[i]`'s update, or none (the public
+//! model).
+
+use std::collections::HashMap;
+
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use privmix_models::{LinearDelta, Site};
+
+use crate::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError, module_name, module_path};
+use crate::runner::EnsembleError;
+
+/// The factors of `M` adapters stacked per site — `A: [M + 1, in, r]` and
+/// `B: [M + 1, r, out]` with each member's scale folded into its `B`, and a
+/// last all-zero slot for rows without an adapter — so that one gather and
+/// two batched matmuls apply a different adapter to every row.
+///
+/// Members of different ranks are padded with zero columns of `A` and zero
+/// rows of `B` to the largest rank, which leaves `x A B` unchanged; a member
+/// without a site gets zero factors there. So row `i`'s delta is exactly its
+/// member's `scale · x A B` (up to f32 rounding of the folded scale).
+#[derive(Debug, Clone)]
+pub struct StackedAdapters<B: Backend> {
+    num_members: usize,
+    rank: usize,
+    sites: HashMap<Site, (Tensor<B, 3>, Tensor<B, 3>)>,
+}
+
+impl<B: Backend> StackedAdapters<B> {
+    /// Stacks `members`, after checking each against `base` (an adapter for
+    /// another base model gives [`LoraError::SiteNotInBase`] or
+    /// [`LoraError::ShapeMismatch`]).
+    pub fn new(
+        members: &[LoraAdapter<B>],
+        base: &BaseShapes,
+        device: &B::Device,
+    ) -> Result<Self, LoraError> {
+        let rank = members.iter().map(|m| m.config().r).max().unwrap_or(0);
+        let mut used: Vec<Site> = Vec::new();
+        for m in members {
+            for site in m.sites() {
+                let name = module_path(site).unwrap_or_default();
+                let (i, o) = base
+                    .shape(site)
+                    .ok_or_else(|| LoraError::SiteNotInBase(name.clone()))?;
+                let f = m.factors(site).expect("listed site");
+                let found = [f.a.dims()[0], f.b.dims()[1]];
+                if found != [i, o] {
+                    return Err(LoraError::ShapeMismatch {
+                        tensor: name,
+                        expected: vec![i, o],
+                        found: found.to_vec(),
+                    });
+                }
+                if !used.contains(&site) {
+                    used.push(site);
+                }
+            }
+        }
+        let mut sites = HashMap::with_capacity(used.len());
+        for site in used {
+            let (i, o) = base.shape(site).unwrap_or_default();
+            let mut a_all = Vec::with_capacity(members.len() + 1);
+            let mut b_all = Vec::with_capacity(members.len() + 1);
+            for m in members {
+                let (a, b) = match m.factors(site) {
+                    Some(f) => {
+                        let r = m.config().r;
+                        let b = f.b.clone().mul_scalar(m.scale());
+                        if r == rank {
+                            (f.a.clone(), b)
+                        } else {
+                            let za = Tensor::zeros([i, rank - r], device);
+                            let zb = Tensor::zeros([rank - r, o], device);
+                            (
+                                Tensor::cat(vec![f.a.clone(), za], 1),
+                                Tensor::cat(vec![b, zb], 0),
+                            )
+                        }
+                    }
+                    None => (
+                        Tensor::zeros([i, rank], device),
+                        Tensor::zeros([rank, o], device),
+                    ),
+                };
+                a_all.push(a);
+                b_all.push(b);
+            }
+            a_all.push(Tensor::zeros([i, rank], device));
+            b_all.push(Tensor::zeros([rank, o], device));
+            sites.insert(site, (Tensor::stack(a_all, 0), Tensor::stack(b_all, 0)));
+        }
+        Ok(Self {
+            num_members: members.len(),
+            rank,
+            sites,
+        })
+    }
+
+    /// Number of stacked members.
+    pub fn num_members(&self) -> usize {
+        self.num_members
+    }
+
+    /// The common (largest) rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Bytes of the stacked factors in f32 (zero slot included).
+    pub fn bytes(&self) -> usize {
+        self.sites
+            .values()
+            .map(|(a, b)| {
+                4 * (a.dims().iter().product::<usize>() + b.dims().iter().product::<usize>())
+            })
+            .sum()
+    }
+
+    /// Bytes [`StackedAdapters::bytes`] reports for `members` adapters of
+    /// `config` on every targeted site of `base`, without building them:
+    /// `4 · (members + 1) · r · Σ_sites (in + out)`.
+    pub fn bytes_for(base: &BaseShapes, config: &LoraConfig, members: usize) -> usize {
+        let per_rank: usize = base
+            .sites()
+            .into_iter()
+            .filter(|s| module_name(s.module).is_some_and(|m| config.targets(m)))
+            .map(|s| {
+                let (i, o) = base.shape(s).unwrap_or_default();
+                i + o
+            })
+            .sum();
+        4 * (members + 1) * config.r * per_rank
+    }
+
+    /// The per-row view: row `i` gets member `rows[i]`, `None` for no adapter.
+    pub fn for_rows(&self, rows: &[Option<usize>]) -> Result<RowAdapters<B>, EnsembleError> {
+        if let Some(&m) = rows.iter().flatten().find(|&&m| m >= self.num_members) {
+            return Err(EnsembleError::MemberOutOfRange {
+                member: m,
+                members: self.num_members,
+            });
+        }
+        if rows.iter().all(Option::is_none) {
+            return Ok(RowAdapters {
+                sites: HashMap::new(),
+            });
+        }
+        let idx: Vec<i64> = rows
+            .iter()
+            .map(|r| r.unwrap_or(self.num_members) as i64)
+            .collect();
+        let mut sites = HashMap::with_capacity(self.sites.len());
+        for (site, (a, b)) in &self.sites {
+            let idx = Tensor::<B, 1, Int>::from_data(
+                TensorData::new(idx.clone(), [rows.len()]),
+                &a.device(),
+            );
+            sites.insert(
+                *site,
+                (a.clone().select(0, idx.clone()), b.clone().select(0, idx)),
+            );
+        }
+        Ok(RowAdapters { sites })
+    }
+}
+
+/// Stacked adapters gathered for one assignment of members to batch rows
+/// (made by [`StackedAdapters::for_rows`]): per site `A: [rows, in, r]`,
+/// `B: [rows, r, out]`. As a [`LinearDelta`] it returns `(x A) B` by two
+/// batched matmuls, one member per row. A batch with another row count than
+/// the assignment's is a caller error the runner never makes.
+#[derive(Debug, Clone)]
+pub struct RowAdapters<B: Backend> {
+    sites: HashMap<Site, (Tensor<B, 3>, Tensor<B, 3>)>,
+}
+
+impl<B: Backend> RowAdapters<B> {
+    /// True when no row carries an adapter (the hook can be skipped).
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty()
+    }
+}
+
+impl<B: Backend> LinearDelta<B> for RowAdapters<B> {
+    fn delta(&self, site: Site, x: &Tensor<B, 3>) -> Option<Tensor<B, 3>> {
+        let (a, b) = self.sites.get(&site)?;
+        Some(x.clone().matmul(a.clone()).matmul(b.clone()))
+    }
+}
