@@ -39,11 +39,20 @@ fn with_tensors(name: &str, tensors: &[(&str, Vec<usize>, Vec<f32>)]) -> std::pa
     let dir = with_config(name, |_| {});
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
-        .map(|(n, s, v)| (n.to_string(), s.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+        .map(|(n, s, v)| {
+            (
+                n.to_string(),
+                s.clone(),
+                v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )
+        })
         .collect();
-    let views = bytes
-        .iter()
-        .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap()));
+    let views = bytes.iter().map(|(n, s, b)| {
+        (
+            n.clone(),
+            TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+        )
+    });
     safetensors::serialize_to_file(views, None, &dir.join("adapter_model.safetensors")).unwrap();
     dir
 }
@@ -55,10 +64,22 @@ const Q_B: &str = "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weigh
 fn missing_files() {
     let b = base();
     let dir = temp_dir("missing");
-    assert!(matches!(load(&dir, &b), Err(LoraError::MissingFile(f)) if f.ends_with("adapter_config.json")));
-    std::fs::copy(peft_dir("full").join("adapter_config.json"), dir.join("adapter_config.json")).unwrap();
-    assert!(matches!(load(&dir, &b), Err(LoraError::MissingFile(f)) if f.ends_with("adapter_model.safetensors")));
-    std::fs::write(dir.join("adapter_model.safetensors"), b"\x08\0\0\0\0\0\0\0{}").unwrap();
+    assert!(
+        matches!(load(&dir, &b), Err(LoraError::MissingFile(f)) if f.ends_with("adapter_config.json"))
+    );
+    std::fs::copy(
+        peft_dir("full").join("adapter_config.json"),
+        dir.join("adapter_config.json"),
+    )
+    .unwrap();
+    assert!(
+        matches!(load(&dir, &b), Err(LoraError::MissingFile(f)) if f.ends_with("adapter_model.safetensors"))
+    );
+    std::fs::write(
+        dir.join("adapter_model.safetensors"),
+        b"\x08\0\0\0\0\0\0\0{}",
+    )
+    .unwrap();
     assert!(matches!(load(&dir, &b), Err(LoraError::Safetensors(_))));
 }
 
@@ -87,14 +108,37 @@ fn unsupported_and_malformed_configs() {
 fn rank_mismatch() {
     let dir = with_config("rank", |d| d["r"] = json!(8));
     let e = load(&dir, &base()).unwrap_err();
-    assert!(matches!(e, LoraError::RankMismatch { expected: 8, found: 4, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            LoraError::RankMismatch {
+                expected: 8,
+                found: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
     // A lora_B of another rank than its lora_A.
     let dir = with_tensors(
         "rank_b",
-        &[(Q_A, vec![4, 64], vec![0.1; 256]), (Q_B, vec![64, 3], vec![0.1; 192])],
+        &[
+            (Q_A, vec![4, 64], vec![0.1; 256]),
+            (Q_B, vec![64, 3], vec![0.1; 192]),
+        ],
     );
     let e = load(&dir, &base()).unwrap_err();
-    assert!(matches!(e, LoraError::RankMismatch { expected: 4, found: 3, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            LoraError::RankMismatch {
+                expected: 4,
+                found: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -102,7 +146,10 @@ fn adapter_for_another_base_model() {
     // The tiny Llama's adapter against a one-layer base: layer 1 is absent.
     let one_layer = BaseShapes::llama_style(1, 64, 128, 64, 32);
     let e = load(&peft_dir("full"), &one_layer).unwrap_err();
-    assert!(matches!(&e, LoraError::SiteNotInBase(s) if s.contains("layers.1.")), "{e}");
+    assert!(
+        matches!(&e, LoraError::SiteNotInBase(s) if s.contains("layers.1.")),
+        "{e}"
+    );
     // ... against a base of other widths.
     let wider = BaseShapes::llama_style(2, 64, 256, 64, 32);
     let e = load(&peft_dir("full"), &wider).unwrap_err();
@@ -112,26 +159,57 @@ fn adapter_for_another_base_model() {
     let c = LoraConfig::new(2, 2.0, &["q_proj"]).unwrap();
     let a = LoraAdapter::<B>::random(c, &other, 0.1, 1, &dev()).unwrap();
     let e = EnsembleRunner::new(tiny_llama(), &[a]).unwrap_err();
-    assert!(matches!(e, EnsembleError::Lora(LoraError::ShapeMismatch { .. })), "{e}");
+    assert!(
+        matches!(e, EnsembleError::Lora(LoraError::ShapeMismatch { .. })),
+        "{e}"
+    );
 }
 
 #[test]
 fn bad_tensors() {
     let b = base();
-    let dir = with_tensors("unknown", &[("base_model.model.lm_head.lora_A.weight", vec![4, 64], vec![0.0; 256])]);
+    let dir = with_tensors(
+        "unknown",
+        &[(
+            "base_model.model.lm_head.lora_A.weight",
+            vec![4, 64],
+            vec![0.0; 256],
+        )],
+    );
     assert!(matches!(load(&dir, &b), Err(LoraError::UnknownTensor(_))));
     let dir = with_tensors("unpaired", &[(Q_A, vec![4, 64], vec![0.1; 256])]);
-    assert!(matches!(load(&dir, &b), Err(LoraError::MissingFactor { factor: "lora_B", .. })));
+    assert!(matches!(
+        load(&dir, &b),
+        Err(LoraError::MissingFactor {
+            factor: "lora_B",
+            ..
+        })
+    ));
     let dir = with_tensors("empty", &[]);
     assert!(matches!(load(&dir, &b), Err(LoraError::EmptyAdapter)));
     let mut nan = vec![0.1; 256];
     nan[17] = f32::NAN;
-    let dir = with_tensors("nan", &[(Q_A, vec![4, 64], nan), (Q_B, vec![64, 4], vec![0.1; 256])]);
+    let dir = with_tensors(
+        "nan",
+        &[(Q_A, vec![4, 64], nan), (Q_B, vec![64, 4], vec![0.1; 256])],
+    );
     assert!(matches!(load(&dir, &b), Err(LoraError::NonFinite(n)) if n == Q_A));
     let dir = with_config("untargeted", |d| d["target_modules"] = json!(["v_proj"]));
-    assert!(matches!(load(&dir, &b), Err(LoraError::UntargetedModule { .. })));
-    let dir = with_tensors("shape", &[(Q_A, vec![4, 64], vec![0.1; 256]), (Q_B, vec![32, 4], vec![0.1; 128])]);
-    assert!(matches!(load(&dir, &b), Err(LoraError::ShapeMismatch { .. })));
+    assert!(matches!(
+        load(&dir, &b),
+        Err(LoraError::UntargetedModule { .. })
+    ));
+    let dir = with_tensors(
+        "shape",
+        &[
+            (Q_A, vec![4, 64], vec![0.1; 256]),
+            (Q_B, vec![32, 4], vec![0.1; 128]),
+        ],
+    );
+    assert!(matches!(
+        load(&dir, &b),
+        Err(LoraError::ShapeMismatch { .. })
+    ));
 }
 
 /// Issue #5: 100 rank-4 adapters over SmolLM2 take under 2 GB beyond the base.
@@ -139,14 +217,26 @@ fn bad_tensors() {
 /// heads of width 64; all seven projections targeted.
 #[test]
 fn memory_of_100_rank4_adapters_over_smollm2() {
-    let all = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+    let all = [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ];
     let c = LoraConfig::new(4, 8.0, &all).unwrap();
     // The formula agrees with the stacked tensors actually built (tiny model, 5 members).
     let tiny = base();
-    let members: Vec<LoraAdapter<B>> =
-        (0..5).map(|s| LoraAdapter::random(c.clone(), &tiny, 0.1, s, &dev()).unwrap()).collect();
+    let members: Vec<LoraAdapter<B>> = (0..5)
+        .map(|s| LoraAdapter::random(c.clone(), &tiny, 0.1, s, &dev()).unwrap())
+        .collect();
     let stacked = StackedAdapters::new(&members, &tiny, &dev()).unwrap();
-    assert_eq!(stacked.bytes(), StackedAdapters::<B>::bytes_for(&tiny, &c, 5));
+    assert_eq!(
+        stacked.bytes(),
+        StackedAdapters::<B>::bytes_for(&tiny, &c, 5)
+    );
     assert_eq!(stacked.bytes(), 4 * 6 * members[0].num_parameters());
 
     let smollm2 = BaseShapes::llama_style(30, 576, 1536, 576, 192);
@@ -155,6 +245,8 @@ fn memory_of_100_rank4_adapters_over_smollm2() {
     assert_eq!(stacked, 4 * 101 * 4 * 10_176 * 30);
     // A decoder over all 101 rows gathers one more copy of the same size.
     let with_rows = 2 * stacked;
-    println!("100 rank-4 SmolLM2 adapters: stacked {stacked} B, with a 101-row decoder {with_rows} B");
+    println!(
+        "100 rank-4 SmolLM2 adapters: stacked {stacked} B, with a 101-row decoder {with_rows} B"
+    );
     assert!(with_rows < 2_000_000_000);
 }

@@ -31,7 +31,12 @@ fn merge(adapter: &LoraAdapter<B>, name: &str) -> std::path::PathBuf {
         let (w, shape) = tensors.get_mut(&key).expect("base weight");
         let (out, inp) = (shape[0], shape[1]);
         // delta_weight is [in, out] = scale · A B; the checkpoint's W is [out, in].
-        let d = adapter.delta_weight(site).unwrap().into_data().to_vec::<f32>().unwrap();
+        let d = adapter
+            .delta_weight(site)
+            .unwrap()
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
         for o in 0..out {
             for i in 0..inp {
                 w[o * inp + i] += d[i * out + o];
@@ -44,9 +49,12 @@ fn merge(adapter: &LoraAdapter<B>, name: &str) -> std::path::PathBuf {
         .into_iter()
         .map(|(n, (v, s))| (n, s, v.iter().flat_map(|x| x.to_le_bytes()).collect()))
         .collect();
-    let views = bytes
-        .iter()
-        .map(|(n, s, b)| (n.clone(), TensorView::new(Dtype::F32, s.clone(), b).unwrap()));
+    let views = bytes.iter().map(|(n, s, b)| {
+        (
+            n.clone(),
+            TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+        )
+    });
     safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).unwrap();
     dir
 }
@@ -66,7 +74,11 @@ fn check(name: &str) {
     assert!(d < 1e-4, "{name}: our merge vs PEFT's merge_and_unload {d}");
     // And as a row of the batched ensemble, next to the public model.
     let runner = EnsembleRunner::new(model.clone(), std::slice::from_ref(&adapter)).unwrap();
-    let rows = runner.decoder(RowLayout::public_and_members(1)).unwrap().prefill(&ids[0]).unwrap();
+    let rows = runner
+        .decoder(RowLayout::public_and_members(1))
+        .unwrap()
+        .prefill(&ids[0])
+        .unwrap();
     let alone = merged.log_probs_last(&ids[0]).unwrap();
     assert!(max_abs_diff(rows.row(1), &alone) < 1e-4);
     assert!(max_abs_diff(rows.row(0), &alone) > 0.01);

@@ -47,13 +47,21 @@ fn peft_config_fields_read() {
     assert_eq!((c.r, c.lora_alpha, c.scale()), (4, 8.0, 2.0));
     assert_eq!(c.target_modules.len(), 7);
     assert_eq!(c.task_type.as_deref(), Some("CAUSAL_LM"));
-    assert_eq!(c.base_model_name_or_path.as_deref(), Some("models/tests/fixtures/hf/llama"));
+    assert_eq!(
+        c.base_model_name_or_path.as_deref(),
+        Some("models/tests/fixtures/hf/llama")
+    );
     assert_eq!(a.num_parameters(), 2 * 4 * (128 + 96 + 96 + 128 + 192 * 3));
 }
 
 /// The adapter `ours/` holds: what [`ours`] builds.
 fn ours(base: &privmix_ensemble::lora::BaseShapes) -> LoraAdapter<B> {
-    let mut config = LoraConfig::new(3, 5.0, &["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"]).unwrap();
+    let mut config = LoraConfig::new(
+        3,
+        5.0,
+        &["q_proj", "v_proj", "o_proj", "up_proj", "down_proj"],
+    )
+    .unwrap();
     config.base_model_name_or_path = Some("models/tests/fixtures/hf/llama".into());
     LoraAdapter::random(config, base, 0.1, 20261122, &dev()).unwrap()
 }

@@ -16,7 +16,12 @@ const TOL: f32 = 1e-4;
 
 fn members(model: &Model<B>) -> Vec<LoraAdapter<B>> {
     let base = base_of(model);
-    let c = LoraConfig::new(3, 6.0, &["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]).unwrap();
+    let c = LoraConfig::new(
+        3,
+        6.0,
+        &["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    )
+    .unwrap();
     vec![
         load_adapter("full", &base),
         load_adapter("rslora", &base),
@@ -26,7 +31,12 @@ fn members(model: &Model<B>) -> Vec<LoraAdapter<B>> {
 
 /// One row alone through its own cache, with member `m`'s adapter (or none):
 /// next-token log-probs after `context`, then after each of `then`.
-fn alone(model: &Model<B>, adapter: Option<&LoraAdapter<B>>, context: &[u32], then: &[u32]) -> Vec<Vec<f32>> {
+fn alone(
+    model: &Model<B>,
+    adapter: Option<&LoraAdapter<B>>,
+    context: &[u32],
+    then: &[u32],
+) -> Vec<Vec<f32>> {
     let delta = adapter.map(|a| a as &dyn LinearDelta<B>);
     let mut cache = model.new_cache(1);
     let mut out = Vec::new();
@@ -120,7 +130,11 @@ fn submix_pairs_layout_runs_the_named_members() {
     let layout = RowLayout::submix_pairs(&[(0, 1), (2, 0)]);
     assert_eq!(layout.rows(), &[None, Some(0), Some(1), Some(2), Some(0)]);
     let context = [11u32, 22, 33, 44];
-    let got = runner.decoder(layout.clone()).unwrap().prefill(&context).unwrap();
+    let got = runner
+        .decoder(layout.clone())
+        .unwrap()
+        .prefill(&context)
+        .unwrap();
     let want: Vec<Vec<f32>> = layout
         .rows()
         .iter()
@@ -181,17 +195,35 @@ fn bad_runner_input_gets_typed_errors() {
     let ms = members(&model);
     let runner = EnsembleRunner::new(model.clone(), &ms).unwrap();
     let e = runner.decoder(RowLayout::members(&[0, 3])).unwrap_err();
-    assert_eq!(e, EnsembleError::MemberOutOfRange { member: 3, members: 3 });
-    assert!(matches!(runner.decoder(RowLayout::custom(vec![])), Err(EnsembleError::BadInput(_))));
+    assert_eq!(
+        e,
+        EnsembleError::MemberOutOfRange {
+            member: 3,
+            members: 3
+        }
+    );
+    assert!(matches!(
+        runner.decoder(RowLayout::custom(vec![])),
+        Err(EnsembleError::BadInput(_))
+    ));
     let layout = RowLayout::public_and_members(3);
-    assert!(matches!(runner.score_block(&layout, &[5]), Err(EnsembleError::BadInput(_))));
+    assert!(matches!(
+        runner.score_block(&layout, &[5]),
+        Err(EnsembleError::BadInput(_))
+    ));
     let mut dec = runner.decoder(layout.clone()).unwrap();
     assert!(matches!(dec.prefill(&[]), Err(EnsembleError::BadInput(_))));
-    assert!(matches!(dec.prefill_rows(&[vec![1], vec![2]]), Err(EnsembleError::BadInput(_))));
+    assert!(matches!(
+        dec.prefill_rows(&[vec![1], vec![2]]),
+        Err(EnsembleError::BadInput(_))
+    ));
     assert!(matches!(
         dec.prefill_rows(&[vec![1], vec![2], vec![], vec![3]]),
         Err(EnsembleError::BadInput(_))
     ));
     let mut dec = runner.decoder(layout).unwrap();
-    assert!(matches!(dec.prefill(&[1, 999]), Err(EnsembleError::Model(_))));
+    assert!(matches!(
+        dec.prefill(&[1, 999]),
+        Err(EnsembleError::Model(_))
+    ));
 }

@@ -23,6 +23,9 @@ pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 const PREFIX: &str = "base_model.model.";
 
+/// A site and the names of its `lora_A` and `lora_B` tensors, as found.
+type FactorNames = (Site, Option<String>, Option<String>);
+
 /// `(site, is_a)` of a PEFT tensor name.
 fn parse_tensor_name(name: &str) -> Option<(Site, bool)> {
     let rest = name.strip_prefix(PREFIX)?;
@@ -78,8 +81,7 @@ impl<B: Backend> LoraAdapter<B> {
         let config = LoraConfig::from_json(&doc, &label)?;
         let file = SafetensorsFile::open(&weights_path)?;
 
-        let mut pairs: BTreeMap<(usize, usize), (Site, Option<String>, Option<String>)> =
-            BTreeMap::new();
+        let mut pairs: BTreeMap<(usize, usize), FactorNames> = BTreeMap::new();
         for name in file.names() {
             let (site, is_a) =
                 parse_tensor_name(&name).ok_or_else(|| LoraError::UnknownTensor(name.clone()))?;

@@ -17,7 +17,9 @@ pub fn dev() -> burn::tensor::Device<B> {
 }
 
 pub fn peft_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/peft").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/peft")
+        .join(name)
 }
 
 pub fn llama_dir() -> PathBuf {
@@ -46,7 +48,13 @@ pub fn input_ids(doc: &Value) -> Vec<Vec<u32>> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect())
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect()
+        })
         .collect()
 }
 
@@ -55,14 +63,23 @@ pub fn flat3(doc: &Value, key: &str) -> Vec<f32> {
     let mut out = Vec::new();
     for row in doc[key].as_array().unwrap() {
         for pos in row.as_array().unwrap() {
-            out.extend(pos.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32));
+            out.extend(
+                pos.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32),
+            );
         }
     }
     out
 }
 
 /// Logits at every position, `[rows][len][V]` flattened, with an optional adapter.
-pub fn logits_with(model: &Model<B>, rows: &[Vec<u32>], delta: Option<&dyn LinearDelta<B>>) -> Vec<f32> {
+pub fn logits_with(
+    model: &Model<B>,
+    rows: &[Vec<u32>],
+    delta: Option<&dyn LinearDelta<B>>,
+) -> Vec<f32> {
     let batch = Batch::new(rows).unwrap();
     let mut cache = model.new_cache(rows.len());
     let t: Tensor<B, 3> = model.forward(&batch, &mut cache, delta).unwrap();
@@ -71,7 +88,10 @@ pub fn logits_with(model: &Model<B>, rows: &[Vec<u32>], delta: Option<&dyn Linea
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "lengths differ");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// A fresh empty temporary folder unique to this process and `name`.
