@@ -175,6 +175,19 @@ pub struct Decoder<'a, B: Backend, M> {
     cache: KvCache<B>,
 }
 
+impl<B: Backend, M> Clone for Decoder<'_, B, M> {
+    /// A copy of the decoder's state (the cache's tensors are shared until
+    /// written), to branch decoding or to repeat a step.
+    fn clone(&self) -> Self {
+        Self {
+            runner: self.runner,
+            layout: self.layout.clone(),
+            adapters: self.adapters.clone(),
+            cache: self.cache.clone(),
+        }
+    }
+}
+
 impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
     /// The row layout.
     pub fn layout(&self) -> &RowLayout {

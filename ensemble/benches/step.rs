@@ -1,0 +1,134 @@
+//! One decode step of the public model + N LoRA members over SmolLM2-135M
+//! (models-cache/smollm2.gguf, fetched by `cargo xtask fetch-models`; the
+//! bench says so and does nothing when the file is absent), after a 32-token
+//! context, with random rank-4 adapters on all seven projections:
+//!
+//! - `baseline_single_model`: one row, the base model alone;
+//! - `ensemble_n{N}`: the N + 1 rows in one batched forward (EnsembleRunner);
+//! - `separate_n{N}`: N + 1 single-row forwards, one per member (N ≤ 8).
+//!
+//! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
+//! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
+
+// criterion_group! generates an undocumented public function.
+#![allow(missing_docs)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use burn::tensor::Tensor;
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
+use privmix_ensemble::rows::RowLayout;
+use privmix_ensemble::runner::EnsembleRunner;
+use privmix_models::{Batch, KvCache, LanguageModel, LinearDelta, Model};
+
+#[cfg(feature = "cuda")]
+type B = privmix_models::CudaBackend;
+#[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+type B = privmix_models::WgpuBackend;
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+type B = burn::backend::Flex;
+
+const CONTEXT: usize = 32;
+const MEMBERS: [usize; 5] = [1, 2, 4, 8, 16];
+const SEPARATE_UP_TO: usize = 8;
+
+fn context() -> Vec<u32> {
+    (0..CONTEXT as u32)
+        .map(|i| (i * 1543 + 17) % 49_000)
+        .collect()
+}
+
+/// A single-row cache after the context, with an optional adapter.
+fn prefilled(model: &Model<B>, delta: Option<&dyn LinearDelta<B>>) -> KvCache<B> {
+    let mut cache = model.new_cache(1);
+    let batch = Batch::single(&context()).unwrap();
+    let _: Tensor<B, 2> = model.logits_last(&batch, &mut cache, delta).unwrap();
+    cache
+}
+
+fn step(model: &Model<B>, cache: &mut KvCache<B>, delta: Option<&dyn LinearDelta<B>>) -> Vec<f32> {
+    let batch = Batch::single(&[42]).unwrap();
+    let l = model.logits_last(&batch, cache, delta).unwrap();
+    l.into_data().to_vec::<f32>().unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/smollm2.gguf");
+    if !path.is_file() {
+        eprintln!(
+            "skipping ensemble step bench: {} absent (run `cargo xtask fetch-models`)",
+            path.display()
+        );
+        return;
+    }
+    let device = Default::default();
+    let model = Model::<B>::load_gguf(&path, &device).expect("SmolLM2 GGUF");
+    let base = model.base_shapes().unwrap();
+    let all = [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ];
+    let config = LoraConfig::new(4, 8.0, &all).unwrap();
+    let max_n = MEMBERS[MEMBERS.len() - 1];
+    let adapters: Vec<LoraAdapter<B>> = (0..max_n as u64)
+        .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, &device).unwrap())
+        .collect();
+
+    let mut g = c.benchmark_group("ensemble_decode_step_smollm2");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+
+    let cache = prefilled(&model, None);
+    g.bench_function("baseline_single_model", |b| {
+        b.iter_batched(
+            || cache.clone(),
+            |mut cache| step(&model, &mut cache, None),
+            BatchSize::SmallInput,
+        )
+    });
+
+    for &n in &MEMBERS {
+        let runner = EnsembleRunner::new(model.clone(), &adapters[..n]).unwrap();
+        let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
+        dec.prefill(&context()).unwrap();
+        g.bench_function(format!("ensemble_n{n}"), |b| {
+            b.iter_batched(
+                || dec.clone(),
+                |mut d| d.next_log_probs(42).unwrap(),
+                BatchSize::SmallInput,
+            )
+        });
+        if n <= SEPARATE_UP_TO {
+            let caches: Vec<KvCache<B>> = std::iter::once(None)
+                .chain(adapters[..n].iter().map(Some))
+                .map(|a| prefilled(&model, a.map(|a| a as &dyn LinearDelta<B>)))
+                .collect();
+            g.bench_function(format!("separate_n{n}"), |b| {
+                b.iter_batched(
+                    || caches.clone(),
+                    |mut caches| {
+                        for (i, cache) in caches.iter_mut().enumerate() {
+                            let delta = i
+                                .checked_sub(1)
+                                .map(|m| &adapters[m] as &dyn LinearDelta<B>);
+                            step(&model, cache, delta);
+                        }
+                    },
+                    BatchSize::SmallInput,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
