@@ -1,12 +1,15 @@
 //! # privmix-ensemble
 //!
-//! Not yet implemented: this crate is a placeholder in the workspace so that the
-//! dependency graph of the design card is fixed from the start.
+//! N LoRA members over one shared base model, evaluated together with the public
+//! model in one batched forward (`privmix-models` underneath).
 //!
-//! What will live here: N LoRA-fine-tuned members over one shared base model,
-//! evaluated together with the public model in one batched forward; user-level
-//! partitioning of a private corpus; LoRA and DP-SGD fine-tuning with adapters in
-//! the PEFT format. Builds on `privmix-models`.
+//! Built: LoRA adapters in the PEFT format (load and save, checked against
+//! adapters made by the `peft` package), per-row stacked adapters applied as a
+//! batched low-rank product through the models' `LinearDelta` hook, and the
+//! [`runner::EnsembleRunner`] (incremental decoding with a KV cache per row,
+//! teacher-forced block scoring, row layouts for PMixED, SubMix and DPS-MOZO).
+//! Still to come: user-level partitioning of the private corpus, and LoRA and
+//! DP-SGD fine-tuning.
 pub mod lora;
 pub mod rows;
 pub mod runner;
