@@ -53,14 +53,14 @@ fn permute(v: &[f64], perm: &[usize]) -> Vec<f64> {
 }
 
 /// Permuting the vocabulary changes the evaluators' summation order, hence the last bits of
-/// every value; the solvers return λ on a fixed grid once Newton has converged, so the λ
-/// found is the same to 1e-12 (bit-identical in practice). The exception is a supremum
-/// within the tolerance of 0, where the grid has four points and every answer in
-/// `[0, tolerance]` is equally correct.
+/// every value, and so the path Newton and bisection take. Each λ returned lies in
+/// `[sup − LAMBDA_TOLERANCE, sup]` of its own constraint, and the two suprema differ by f64
+/// noise only, so the two λ agree to the tolerance (plus 1e-12 for that noise). They are
+/// usually bit-identical; proptest found a case (α = 7.21, committed in
+/// `properties.proptest-regressions`) where they differ by 2.3e-10.
 fn check_permuted(sol: &Solution, permuted: &Solution) -> Result<(), TestCaseError> {
-    let same = (permuted.lambda - sol.lambda).abs() <= 1e-12;
-    let near_zero = sol.lambda.max(permuted.lambda) <= LAMBDA_TOLERANCE;
-    prop_assert!(same || near_zero, "{:?} vs {:?}", permuted, sol);
+    let same = (permuted.lambda - sol.lambda).abs() <= LAMBDA_TOLERANCE + 1e-12;
+    prop_assert!(same, "{:?} vs {:?}", permuted, sol);
     Ok(())
 }
 

@@ -426,3 +426,27 @@ fn validated_row_rejects_what_validation_rejects() {
     assert!(SymmetricMixture::with_public(&[0.5, 0.6], &public, alpha).is_err());
     assert!(SymmetricMixture::with_public(&[1.0], &public, alpha).is_err());
 }
+
+/// Found by CI (proptest case `cc 6a293dfe…`): at `p/q ≈ 2.3e-5` the closed form used to
+/// compute `t = 1 + λ·(p/q − 1)`, which cancels and kept only ~37 bits of `p/q`; raised to
+/// α = 32 the reverse divergence was off by 1.4e-13 relative. `t = (1−λ) + λ·p/q` is exact
+/// here (λ = 1), so the value now agrees with the scalar divergence to rounding.
+#[test]
+fn closed_form_keeps_precision_where_the_ratio_is_tiny() {
+    let a = [0.9999985914929886, 1.408507011277005e-6];
+    let c = [0.9393543401651709, 0.06064565983482909];
+    for alpha in [2.0, 8.0, 32.0, 1024.0] {
+        let order = order_of(alpha);
+        for lambda in [1.0, 0.999_999, 0.5] {
+            let m = mix(lambda, &a, &c);
+            let sym = SymmetricMixture::new(&a, &c, order).unwrap().evaluate(lambda).unwrap();
+            let want = [
+                (sym.forward.value, divergence(&m, &c, order).unwrap()),
+                (sym.reverse.value, divergence(&c, &m, order).unwrap()),
+            ];
+            for (got, want) in want {
+                assert!(close(got, want, 1e-14), "α {alpha} λ {lambda}: {got} vs {want}");
+            }
+        }
+    }
+}
