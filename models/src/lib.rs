@@ -28,6 +28,7 @@ pub mod llama;
 pub mod model;
 pub mod runtime;
 pub mod safetensors;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;
@@ -37,6 +38,7 @@ pub use layers::{KvCache, LinearDelta, Projection, Site};
 pub use llama::{Llama, LlamaConfig};
 pub use model::Model;
 pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};
+pub use tokenizer::Tokenizer;
 pub use weights::WeightSource;
 
 /// The CPU backend (burn-flex).
