@@ -10,6 +10,7 @@
 //! teacher-forced block scoring, row layouts for PMixED, SubMix and DPS-MOZO).
 //! Still to come: user-level partitioning of the private corpus, and LoRA and
 //! DP-SGD fine-tuning.
+pub mod data;
 pub mod lora;
 pub mod rows;
 pub mod runner;
