@@ -9,12 +9,15 @@ use serde_json::Value;
 use crate::error::ModelError;
 use crate::gemma::GemmaConfig;
 use crate::gguf::{GgufFile, MetadataValue};
+use crate::gpt2::Gpt2Config;
 use crate::llama::LlamaConfig;
 
 /// The configuration of any supported model.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ModelConfig {
+    /// GPT-2.
+    Gpt2(Gpt2Config),
     /// Llama family (Llama 2/3, SmolLM2, ...).
     Llama(LlamaConfig),
     /// Gemma 1, 2 and 3 (text).
@@ -43,6 +46,7 @@ impl ModelConfig {
             .and_then(Value::as_str)
             .ok_or_else(|| ModelError::bad_config("model_type", "missing or not a string"))?;
         match model_type {
+            "gpt2" => Ok(Self::Gpt2(Gpt2Config::from_hf(doc)?)),
             "llama" => Ok(Self::Llama(LlamaConfig::from_hf(doc)?)),
             "gemma" | "gemma2" | "gemma3_text" | "gemma3" => {
                 Ok(Self::Gemma(GemmaConfig::from_hf(doc)?))
@@ -54,6 +58,7 @@ impl ModelConfig {
     /// Reads the configuration from GGUF metadata (`general.architecture`).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
         match gguf_str(file, "general.architecture")? {
+            "gpt2" => Ok(Self::Gpt2(Gpt2Config::from_gguf(file)?)),
             "llama" => Ok(Self::Llama(LlamaConfig::from_gguf(file)?)),
             "gemma" | "gemma2" | "gemma3" => Ok(Self::Gemma(GemmaConfig::from_gguf(file)?)),
             other => Err(ModelError::UnknownArchitecture(other.to_string())),
@@ -63,6 +68,7 @@ impl ModelConfig {
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         match self {
+            Self::Gpt2(c) => c.vocab_size,
             Self::Llama(c) => c.vocab_size,
             Self::Gemma(c) => c.vocab_size,
         }

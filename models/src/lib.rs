@@ -1,7 +1,7 @@
 //! # privmix-models
 //!
-//! Language models for privmix on [burn](https://burn.dev) 0.21: Llama and
-//! Gemma 1/2/3 (GPT-2 in the `gpt2` module when present), loaded from Hugging Face
+//! Language models for privmix on [burn](https://burn.dev) 0.21: GPT-2, Llama
+//! and Gemma 1/2/3, loaded from Hugging Face
 //! safetensors folders or GGUF files, with a per-row KV cache, padded
 //! batches, log-probabilities on the device, greedy/sampled generation and a
 //! LoRA hook ([`LinearDelta`]) on every projection.
@@ -11,8 +11,8 @@
 //! - [`safetensors`]: single-file and sharded safetensors checkpoints.
 //! - [`weights`]: tensors by canonical HF name from either format (GGUF names
 //!   mapped, llama.cpp's Q/K permutation and Gemma `1 + w` norms undone).
-//! - [`config`], [`llama`], [`gemma`]: configurations and forwards.
-//! - [`layers`]: linear + LoRA hook, RMSNorm, RoPE, attention, KV cache.
+//! - [`config`], [`gpt2`], [`llama`], [`gemma`]: configurations and forwards.
+//! - [`layers`]: linear + LoRA hook, RMSNorm, LayerNorm, RoPE, attention, KV cache.
 //! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
 //! - [`model`]: [`Model`], any supported model loaded from a path.
 //!
@@ -23,6 +23,7 @@ pub mod config;
 pub mod error;
 pub mod gemma;
 pub mod gguf;
+pub mod gpt2;
 pub mod layers;
 pub mod llama;
 pub mod model;
@@ -34,6 +35,7 @@ pub mod weights;
 pub use config::ModelConfig;
 pub use error::ModelError;
 pub use gemma::{Gemma, GemmaConfig, GemmaVersion};
+pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
 pub use layers::{KvCache, LinearDelta, Projection, Site};
 pub use llama::{Llama, LlamaConfig};
 pub use model::Model;

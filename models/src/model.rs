@@ -8,6 +8,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::gemma::Gemma;
 use crate::gguf::GgufFile;
+use crate::gpt2::Gpt2;
 use crate::layers::{KvCache, LinearDelta};
 use crate::llama::Llama;
 use crate::runtime::{Batch, LanguageModel};
@@ -17,6 +18,8 @@ use crate::weights::WeightSource;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Model<B: Backend> {
+    /// A GPT-2 model.
+    Gpt2(Gpt2<B>),
     /// A Llama-family model.
     Llama(Llama<B>),
     /// A Gemma 1/2/3 model.
@@ -51,6 +54,7 @@ impl<B: Backend> Model<B> {
         device: &B::Device,
     ) -> Result<Self, ModelError> {
         match config {
+            ModelConfig::Gpt2(c) => Ok(Self::Gpt2(Gpt2::load(c, weights, device)?)),
             ModelConfig::Llama(c) => Ok(Self::Llama(Llama::load(c, weights, device)?)),
             ModelConfig::Gemma(c) => Ok(Self::Gemma(Gemma::load(c, weights, device)?)),
         }
@@ -60,6 +64,7 @@ impl<B: Backend> Model<B> {
 impl<B: Backend> LanguageModel<B> for Model<B> {
     fn vocab_size(&self) -> usize {
         match self {
+            Self::Gpt2(m) => m.vocab_size(),
             Self::Llama(m) => m.vocab_size(),
             Self::Gemma(m) => m.vocab_size(),
         }
@@ -67,6 +72,7 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
 
     fn num_layers(&self) -> usize {
         match self {
+            Self::Gpt2(m) => m.num_layers(),
             Self::Llama(m) => m.num_layers(),
             Self::Gemma(m) => m.num_layers(),
         }
@@ -74,6 +80,7 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
 
     fn device(&self) -> B::Device {
         match self {
+            Self::Gpt2(m) => m.device(),
             Self::Llama(m) => m.device(),
             Self::Gemma(m) => m.device(),
         }
@@ -86,6 +93,7 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
         match self {
+            Self::Gpt2(m) => m.forward(batch, cache, delta),
             Self::Llama(m) => m.forward(batch, cache, delta),
             Self::Gemma(m) => m.forward(batch, cache, delta),
         }

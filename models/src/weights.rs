@@ -12,7 +12,10 @@
 //!   (`LlamaModel.permute`); [`WeightSource::tensor`] restores HF order so the
 //!   HF rotate-half RoPE applies and both formats give identical modules;
 //! - Gemma RMSNorm gains are stored as `1 + w` (HF stores `w`): see
-//!   [`WeightSource::norm_gain`].
+//!   [`WeightSource::norm_gain`];
+//! - GPT-2's `Conv1D` weights (`[in, out]` in HF checkpoints) are transposed
+//!   to `[out, in]` by the converter (`GPT2Model.modify_tensors`); they are
+//!   transposed back, so a GPT-2 GGUF tensor has its HF shape too.
 
 use std::path::Path;
 
@@ -133,11 +136,19 @@ impl WeightSource {
                 let info = file
                     .tensor_info(&gname)
                     .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
-                let found: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
+                let mut found: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
+                let conv1d = arch == "gpt2" && is_gpt2_conv1d_weight(name) && found.len() == 2;
+                if conv1d {
+                    // Stored `[out, in]`: report and check it in HF's `[in, out]`.
+                    found.reverse();
+                }
                 if found != shape {
                     return Err(shape_mismatch(name, shape, &found));
                 }
                 let mut values = file.tensor_f32(&gname)?;
+                if conv1d {
+                    values = transpose(&values, shape[1], shape[0]);
+                }
                 if arch == "llama" && *undo_qk_permutation {
                     if name.ends_with("self_attn.q_proj.weight")
                         || name.ends_with("self_attn.q_proj.bias")
@@ -226,8 +237,64 @@ fn unpermute_rows(
     Ok(out)
 }
 
+/// Whether `name` is the weight of one of GPT-2's `Conv1D` projections.
+fn is_gpt2_conv1d_weight(name: &str) -> bool {
+    [
+        ".attn.c_attn.weight",
+        ".attn.c_proj.weight",
+        ".mlp.c_fc.weight",
+        ".mlp.c_proj.weight",
+    ]
+    .iter()
+    .any(|s| name.ends_with(s))
+}
+
+/// The `[cols, rows]` transpose of the row-major `[rows, cols]` matrix `values`.
+fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; values.len()];
+    for (r, row) in values.chunks_exact(cols.max(1)).enumerate().take(rows) {
+        for (c, &v) in row.iter().enumerate() {
+            out[c * rows + r] = v;
+        }
+    }
+    out
+}
+
+/// The GGUF name of GPT-2 tensor `name` (HF `GPT2LMHeadModel` names, with
+/// the `transformer.` prefix), after gguf-py's `tensor_mapping.py`.
+fn gpt2_gguf_name(name: &str) -> Option<String> {
+    let global = match name {
+        "transformer.wte.weight" => Some("token_embd.weight"),
+        "transformer.wpe.weight" => Some("position_embd.weight"),
+        "transformer.ln_f.weight" => Some("output_norm.weight"),
+        "transformer.ln_f.bias" => Some("output_norm.bias"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(g) = global {
+        return Some(g.to_string());
+    }
+    let rest = name.strip_prefix("transformer.h.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (module, suffix) = rest.rsplit_once('.')?;
+    let g = match module {
+        "ln_1" => "attn_norm",
+        "attn.c_attn" => "attn_qkv",
+        "attn.c_proj" => "attn_output",
+        "ln_2" => "ffn_norm",
+        "mlp.c_fc" => "ffn_up",
+        "mlp.c_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
 /// The GGUF tensor name of canonical HF tensor `name` for architecture `arch`.
 pub fn gguf_name(arch: &str, name: &str) -> Option<String> {
+    if arch == "gpt2" {
+        return gpt2_gguf_name(name);
+    }
     let global = match name {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
@@ -355,6 +422,36 @@ mod tests {
             gguf_name("llama", "model.layers.x.mlp.up_proj.weight"),
             None
         );
+    }
+
+    #[test]
+    fn gpt2_names_map_like_gguf_py() {
+        let n = |s| gguf_name("gpt2", s).unwrap();
+        assert_eq!(n("transformer.wte.weight"), "token_embd.weight");
+        assert_eq!(n("transformer.wpe.weight"), "position_embd.weight");
+        assert_eq!(n("transformer.ln_f.bias"), "output_norm.bias");
+        assert_eq!(n("transformer.h.3.ln_1.weight"), "blk.3.attn_norm.weight");
+        assert_eq!(n("transformer.h.3.attn.c_attn.bias"), "blk.3.attn_qkv.bias");
+        assert_eq!(
+            n("transformer.h.0.attn.c_proj.weight"),
+            "blk.0.attn_output.weight"
+        );
+        assert_eq!(n("transformer.h.0.ln_2.bias"), "blk.0.ffn_norm.bias");
+        assert_eq!(n("transformer.h.1.mlp.c_fc.weight"), "blk.1.ffn_up.weight");
+        assert_eq!(
+            n("transformer.h.1.mlp.c_proj.weight"),
+            "blk.1.ffn_down.weight"
+        );
+        assert_eq!(gguf_name("gpt2", "model.embed_tokens.weight"), None);
+        assert!(is_gpt2_conv1d_weight("transformer.h.1.mlp.c_proj.weight"));
+        assert!(!is_gpt2_conv1d_weight("transformer.h.1.mlp.c_proj.bias"));
+    }
+
+    #[test]
+    fn transpose_swaps_rows_and_columns() {
+        // [[0, 1, 2], [3, 4, 5]] -> [[0, 3], [1, 4], [2, 5]].
+        let t = transpose(&[0.0, 1.0, 2.0, 3.0, 4.0, 5.0], 2, 3);
+        assert_eq!(t, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     }
 
     #[test]

@@ -46,7 +46,7 @@ fn load<B: Backend>(name: &str) -> Model<B> {
 
 /// Names of the HF fixtures of the architectures on burn.
 fn architectures() -> Vec<&'static str> {
-    ["llama", "llama_scaled", "gemma", "gemma2", "gemma3"]
+    ["gpt2", "llama", "llama_scaled", "gemma", "gemma2", "gemma3"]
         .into_iter()
         .filter(|n| fixture(&format!("hf/{n}/model.safetensors")).exists())
         .collect()
@@ -70,7 +70,7 @@ fn hf_fixtures_match_transformers_on_wgpu() {
 
 #[test]
 fn cached_decode_equals_full_forward_on_wgpu() {
-    for name in ["llama", "gemma3"] {
+    for name in ["gpt2", "llama", "gemma3"] {
         let model = load::<Wgpu>(name);
         let tokens = reference(name).0[0].clone();
         let vocab = model.vocab_size();

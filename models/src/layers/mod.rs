@@ -5,12 +5,14 @@
 pub mod activation;
 pub mod attention;
 pub mod kv_cache;
+pub mod layer_norm;
 pub mod linear;
 pub mod rms_norm;
 pub mod rope;
 
 pub use attention::{Attention, AttentionConfig};
 pub use kv_cache::KvCache;
+pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearDelta, Projection, Site};
 pub use rms_norm::RmsNorm;
 pub use rope::{Rope, RopeAngles, RopeScaling, RopeStyle};
