@@ -8,10 +8,12 @@
 //! batched low-rank product through the models' `LinearDelta` hook, and the
 //! [`runner::EnsembleRunner`] (incremental decoding with a KV cache per row,
 //! teacher-forced block scoring, row layouts for PMixED, SubMix and DPS-MOZO).
-//! Still to come: user-level partitioning of the private corpus, and LoRA and
-//! DP-SGD fine-tuning.
+//! The private corpus as users and its user-level partition into disjoint
+//! parts ([`data`]), and LoRA fine-tuning of a member on its part with
+//! burn autodiff ([`train`]).
 pub mod data;
 pub mod lora;
 pub mod rows;
 pub mod runner;
 pub mod stacked;
+pub mod train;

@@ -1,0 +1,20 @@
+//! Fine-tuning the members: LoRA with AdamW ([`Trainer`]) and the papers'
+//! training-time baseline, DP-SGD LoRA. Runs on any burn autodiff backend
+//! (`Autodiff<Flex>` on the CPU); the base model's weights stay frozen and
+//! only the adapter's factors train.
+
+mod adamw;
+mod checkpoint;
+mod config;
+mod error;
+mod loss;
+mod params;
+mod trainable;
+mod trainer;
+
+pub use adamw::{AdamW, AdamWConfig, linear_schedule};
+pub use config::TrainConfig;
+pub use error::TrainError;
+pub use loss::{check_blocks, mean_nll};
+pub use params::{LoraParams, SiteLayout};
+pub use trainer::{History, TrainReport, Trainer};
