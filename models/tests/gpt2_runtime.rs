@@ -2,8 +2,10 @@
 //! the full forward, rows padded on the left or the right (and decoded past
 //! their padding) equal each row alone — learned positions are taken from
 //! each row's real tokens, padding takes none — the context limit of
-//! `n_positions` gives a typed error without touching the cache, and the LoRA
-//! hook sees GPT-2's four projection sites. The full forward itself is
+//! `n_positions` gives a typed error without touching the cache, the LoRA
+//! hook sees GPT-2's four projection sites, and under `Autodiff<Flex>` an
+//! adapter on `c_attn` gets the right gradient (central difference) while
+//! the base weights get none. The full forward itself is
 //! checked against transformers in `gpt2_hf_logits.rs`.
 
 mod runtime_support;
@@ -208,4 +210,107 @@ fn lora_hook_sees_the_four_gpt2_sites() {
     assert_eq!(seen, want);
     let (shifted, _) = run(0.5);
     assert!(max_abs_diff(&shifted, &base) > 1e-2, "the delta is added");
+}
+
+type AB = burn::backend::Autodiff<burn::backend::Flex>;
+
+/// A rank-2 adapter `Δ(x) = x A B` on layer 0's fused `c_attn` (64 → 192).
+struct CAttnLora {
+    a: Tensor<AB, 2>,
+    b: Tensor<AB, 2>,
+}
+
+impl LinearDelta<AB> for CAttnLora {
+    fn delta(&self, site: Site, x: &Tensor<AB, 3>) -> Option<Tensor<AB, 3>> {
+        if site
+            != (Site {
+                layer: 0,
+                module: Projection::CAttn,
+            })
+        {
+            return None;
+        }
+        let [batch, seq, width] = x.dims();
+        Some(
+            x.clone()
+                .reshape([batch * seq, width])
+                .matmul(self.a.clone())
+                .matmul(self.b.clone())
+                .reshape([batch, seq, 192]),
+        )
+    }
+}
+
+fn param(n: usize, seed: usize, shape: [usize; 2]) -> Tensor<AB, 2> {
+    let v: Vec<f32> = (0..n)
+        .map(|i| (((i * 7919 + seed * 104_729) % 1000) as f32 / 1000.0 - 0.5) * 0.2)
+        .collect();
+    Tensor::from_data(TensorData::new(v, shape), &Default::default()).require_grad()
+}
+
+/// Sum of the logits at the last position (enough to differentiate).
+fn last_logits_sum(model: &Model<AB>, tokens: &[u32], lora: &CAttnLora) -> f32 {
+    let mut cache = model.new_cache(1);
+    let out = model
+        .logits_last(&Batch::single(tokens).unwrap(), &mut cache, Some(lora))
+        .unwrap();
+    to_vec(out.sum()).unwrap()[0]
+}
+
+#[test]
+fn lora_on_c_attn_trains_under_autodiff_with_frozen_base() {
+    let model =
+        Model::<AB>::load(runtime_support::fixture("hf/gpt2"), &Default::default()).unwrap();
+    let tokens = reference("gpt2").input_ids[0][..6].to_vec();
+    let lora = CAttnLora {
+        a: param(64 * 2, 1, [64, 2]),
+        b: param(2 * 192, 2, [2, 192]),
+    };
+    let mut cache = model.new_cache(1);
+    let loss = model
+        .logits_last(&Batch::single(&tokens).unwrap(), &mut cache, Some(&lora))
+        .unwrap()
+        .sum();
+    let grads = loss.backward();
+    let gb = to_vec(lora.b.grad(&grads).expect("no gradient on B")).unwrap();
+    assert!(gb.iter().all(|x| x.is_finite()) && gb.iter().any(|&x| x != 0.0));
+    let Model::Gpt2(g) = &model else {
+        panic!("not GPT-2")
+    };
+    assert!(g.wte().grad(&grads).is_none() && g.wpe().grad(&grads).is_none());
+    for module in [
+        Projection::CAttn,
+        Projection::CProj,
+        Projection::CFc,
+        Projection::MlpCProj,
+    ] {
+        let lin = g.projection(Site { layer: 0, module }).unwrap();
+        assert!(lin.weight_t().grad(&grads).is_none(), "{module:?}");
+    }
+    // The gradient is the derivative: central difference on the entry of B
+    // with the largest gradient. Step 1e-2 on an O(0.1) weight: the f32
+    // rounding of the difference quotient is ~1e-4 relative, the truncation
+    // error O(h²) of a smooth network; 2% bounds both.
+    let (k, gk) = gb
+        .iter()
+        .enumerate()
+        .fold((0, 0.0f32), |(bi, bv), (i, &v)| {
+            if v.abs() > bv.abs() { (i, v) } else { (bi, bv) }
+        });
+    let h = 1e-2f32;
+    let at = |d: f32| {
+        let mut b = to_vec(lora.b.clone()).unwrap();
+        b[k] += d;
+        let moved = CAttnLora {
+            a: lora.a.clone(),
+            b: Tensor::from_data(TensorData::new(b, [2, 192]), &Default::default()),
+        };
+        last_logits_sum(&model, &tokens, &moved)
+    };
+    let fd = (at(h) - at(-h)) / (2.0 * h);
+    println!("dL/dB[{k}]: autodiff {gk}, central difference {fd}");
+    assert!(
+        (fd - gk).abs() <= 0.02 * gk.abs().max(1e-3),
+        "autodiff {gk} vs finite difference {fd}"
+    );
 }
