@@ -6,15 +6,19 @@
 mod adamw;
 mod checkpoint;
 mod config;
+mod dpsgd;
 mod error;
 mod loss;
 mod params;
+mod privacy;
 mod trainable;
 mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig, linear_schedule};
 pub use config::TrainConfig;
+pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer};
 pub use error::TrainError;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
+pub use privacy::{clip_to_norm, dp_sgd_epsilon, dp_sgd_sigma, l2_norm, poisson_sample, privatize};
 pub use trainer::{History, TrainReport, Trainer};

@@ -12,7 +12,25 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::error::TrainError;
+use super::loss::mean_nll;
 use super::params::LoraParams;
+use privmix_models::LanguageModel;
+
+/// Mean next-token loss of `model` + `params` on `blocks` and its gradient
+/// with respect to every adapter parameter (flat, in `params`' layout).
+pub(crate) fn loss_and_gradient<B: AutodiffBackend, M: LanguageModel<B> + ?Sized>(
+    model: &M,
+    params: &LoraParams,
+    blocks: &[&Vec<u32>],
+    dropout: Option<Dropout>,
+    device: &B::Device,
+) -> Result<(f64, Vec<f32>), TrainError> {
+    let t = Trainable::<B>::new(params, dropout, device);
+    let loss = mean_nll(model, blocks, Some(&t))?;
+    let value = f64::from(to_vec(loss.clone())?[0]);
+    let grads = loss.backward();
+    Ok((value, t.gradient(params, &grads)?))
+}
 
 /// Dropout on the adapter's input (PEFT: `B(A(dropout(x))) · scale`), with
 /// masks drawn from a ChaCha8 stream keyed by `(seed, pass, site)`: the

@@ -17,7 +17,7 @@ use super::config::TrainConfig;
 use super::error::TrainError;
 use super::loss::{check_blocks, mean_nll};
 use super::params::LoraParams;
-use super::trainable::{Dropout, Trainable};
+use super::trainable::{Dropout, loss_and_gradient};
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase};
 
 /// Losses seen so far.
@@ -185,11 +185,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
         blocks: &[&Vec<u32>],
         dropout: Option<Dropout>,
     ) -> Result<(f64, Vec<f32>), TrainError> {
-        let t = Trainable::<B>::new(&self.params, dropout, &self.device);
-        let loss = mean_nll(self.model, blocks, Some(&t))?;
-        let value = f64::from(to_vec(loss.clone())?[0]);
-        let grads = loss.backward();
-        Ok((value, t.gradient(&self.params, &grads)?))
+        loss_and_gradient(self.model, &self.params, blocks, dropout, &self.device)
     }
 
     /// Mean next-token loss of the current adapter (no dropout) on the first
