@@ -72,3 +72,36 @@ fn plays_speakers_and_blocks() {
     back.check_corpus(&speakers).unwrap();
     assert_eq!(back.parts(), p.parts());
 }
+
+/// Token blocks of a part with SmolLM2's tokenizer (skipped without the
+/// GGUF): every block has the length, and decoding a user's blocks gives a
+/// prefix of that user's text (blocks never cross users).
+#[test]
+fn smollm2_token_blocks() {
+    use privmix_ensemble::data::{Corpus, token_blocks};
+    use privmix_models::Tokenizer;
+    use privmix_models::gguf::GgufFile;
+    let gguf = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/smollm2.gguf");
+    if !gguf.is_file() {
+        println!("skipped: {} absent", gguf.display());
+        return;
+    }
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&gguf).unwrap()).unwrap();
+    let text =
+        "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer";
+    let corpus = Corpus::from_pairs([("a", text), ("b", "Short.")]).unwrap();
+    let users = vec!["a".to_string(), "b".to_string()];
+    let blocks = token_blocks(&tok, &corpus, &users, 8, None).unwrap();
+    let ids = tok.encode(text, false).unwrap();
+    assert_eq!(
+        blocks.len(),
+        ids.len() / 8,
+        "user b is too short for a block"
+    );
+    assert!(blocks.iter().all(|b| b.len() == 8));
+    let decoded = tok.decode(&blocks.concat()).unwrap();
+    assert!(text.starts_with(&decoded), "{decoded:?}");
+    let with_bos = token_blocks(&tok, &corpus, &users[..1], 8, tok.bos_id()).unwrap();
+    assert!(with_bos.iter().all(|b| Some(b[0]) == tok.bos_id()));
+    assert!(token_blocks(&tok, &corpus, &["zz".to_string()], 8, None).is_err());
+}
