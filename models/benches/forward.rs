@@ -12,8 +12,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use burn::backend::Flex;
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use burn::tensor::{Tensor, TensorData};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use privmix_models::layers::linear::Linear;
 use privmix_models::{Batch, LanguageModel, Model};
+use rayon::prelude::*;
 
 fn forward(c: &mut Criterion) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -54,5 +57,110 @@ fn forward(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, forward);
+/// A plain single-threaded f32 matrix-vector product `y = W x` over a
+/// row-major `[out, in]` `W` (eight independent accumulators so that LLVM
+/// vectorises it): what reading the weights once costs without burn.
+fn plain_matvec(w: &[f32], x: &[f32], y: &mut [f32]) {
+    let k = x.len();
+    for (yo, row) in y.iter_mut().zip(w.chunks_exact(k)) {
+        let mut acc = [0.0f32; 8];
+        for (r, xs) in row.chunks_exact(8).zip(x.chunks_exact(8)) {
+            for l in 0..8 {
+                acc[l] += r[l] * xs[l];
+            }
+        }
+        let tail: f32 = row[k / 8 * 8..]
+            .iter()
+            .zip(&x[k / 8 * 8..])
+            .map(|(a, b)| a * b)
+            .sum();
+        *yo = acc.iter().sum::<f32>() + tail;
+    }
+}
+
+/// One row times SmolLM2's tied head (`[1, 576] × [576, 49152]`, 113 MB of
+/// f32 weights): burn-flex's matmul on the transposed view (one thread, gemm's
+/// gemv), [`Linear::forward_base`] (columns split over rayon's threads), and
+/// a plain loop on one thread (`baseline_plain_matvec`) and on all threads.
+fn matvec_head(c: &mut Criterion) {
+    let (k, n) = (576, 49152);
+    let mut group = c.benchmark_group("matvec_head");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Bytes((k * n * 4) as u64));
+    let w: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 1e4)
+        .collect();
+    let x: Vec<f32> = (0..k).map(|i| (i % 13) as f32 / 13.0).collect();
+    let mut y = vec![0.0f32; n];
+    group.bench_function("baseline_plain_matvec", |b| {
+        b.iter(|| plain_matvec(&w, &x, &mut y))
+    });
+    group.bench_function("plain_matvec_rayon", |b| {
+        b.iter(|| {
+            y.par_chunks_mut(n / rayon::current_num_threads().max(1))
+                .enumerate()
+                .for_each(|(c, ys)| {
+                    let start = c * (n / rayon::current_num_threads().max(1));
+                    plain_matvec(&w[start * k..(start + ys.len()) * k], &x, ys)
+                })
+        })
+    });
+    let dev = Default::default();
+    let wt = Tensor::<Flex, 2>::from_data(TensorData::new(w.clone(), [n, k]), &dev);
+    let xt = Tensor::<Flex, 3>::from_data(TensorData::new(x.clone(), [1, 1, k]), &dev);
+    let lin = Linear::new(wt, None);
+    group.bench_function("burn_matmul_one_thread", |b| {
+        b.iter(|| {
+            xt.clone()
+                .reshape([1, k])
+                .matmul(lin.weight_t().clone())
+                .into_data()
+        })
+    });
+    group.bench_function("linear_forward_base", |b| {
+        b.iter(|| lin.forward_base(xt.clone()).into_data())
+    });
+    group.finish();
+}
+
+/// `[rows, in] × [in, out]` in burn-flex for the two layouts a `Linear` can
+/// hold: the transposed view of the checkpoint's `[out, in]` weight, and a
+/// contiguous `[in, out]` copy; for SmolLM2's MLP (`576 → 1536`) and tied
+/// head (`576 → 49152`) shapes and 1, 8 and 32 rows.
+fn matmul_layout(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matmul_layout");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    let dev = Default::default();
+    for (k, n) in [(576, 1536), (576, 49152)] {
+        let w: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 1e4)
+            .collect();
+        let view = Tensor::<Flex, 2>::from_data(TensorData::new(w, [n, k]), &dev).transpose();
+        let contiguous = Tensor::<Flex, 2>::from_data(view.clone().into_data(), &dev);
+        for rows in [1, 8, 32] {
+            let x = Tensor::<Flex, 2>::from_data(
+                TensorData::new(
+                    (0..rows * k)
+                        .map(|i| (i % 13) as f32 / 13.0)
+                        .collect::<Vec<_>>(),
+                    [rows, k],
+                ),
+                &dev,
+            );
+            for (name, wt) in [("view", &view), ("contiguous", &contiguous)] {
+                group.bench_function(format!("{name}_{k}x{n}_rows{rows}"), |b| {
+                    b.iter(|| x.clone().matmul(wt.clone()).into_data())
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, forward, matvec_head, matmul_layout);
 criterion_main!(benches);

@@ -5,6 +5,7 @@
 //! for that [`Site`]. With no adapter the hook costs one `Option` check.
 
 use burn::tensor::{Tensor, backend::Backend};
+use rayon::prelude::*;
 
 /// Which projection of a layer (the modules a LoRA may target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -118,11 +119,136 @@ impl<B: Backend> Linear<B> {
     /// `x Wᵀ + b` without any adapter.
     pub fn forward_base(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, s, i] = x.dims();
-        let y = x.reshape([b * s, i]).matmul(self.weight_t.clone());
+        let x = x.reshape([b * s, i]);
+        let y = match self.parallel_chunks(b * s) {
+            Some(chunks) => self.matmul_split(x, chunks),
+            None => x.matmul(self.weight_t.clone()),
+        };
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
             None => y,
         };
         y.reshape([b, s, self.out_features()])
+    }
+
+    /// How many column chunks to compute in parallel for an `x` of `rows`
+    /// rows, or `None` for one plain matmul.
+    ///
+    /// Why: for a few rows (decoding) the product is a matrix-vector product
+    /// bound by reading `W`, and burn-flex hands it to `gemm`'s gemv kernel,
+    /// which runs on one thread whatever the size. Splitting the output
+    /// columns (views of `W`, no copy) over rayon's threads reads `W` on
+    /// every core. Only on plain [`burn::backend::Flex`] (CPU, no autodiff):
+    /// elsewhere the backend schedules its own kernels.
+    fn parallel_chunks(&self, rows: usize) -> Option<usize> {
+        if rows > SPLIT_MAX_ROWS || !is_plain_flex::<B>() {
+            return None;
+        }
+        let [i, o] = self.weight_t.dims();
+        if i * o < SPLIT_MIN_WEIGHTS {
+            return None;
+        }
+        let threads = rayon::current_num_threads().min(o / SPLIT_COLUMN_ALIGN);
+        (threads > 1).then_some(threads)
+    }
+
+    /// `x Wᵀ` with the output columns in `chunks` slices computed in parallel.
+    /// The split is over output columns, never over the summed dimension:
+    /// for one row each output is summed exactly as in one matmul (gemm's
+    /// gemv); for more rows gemm's blocking may reorder the sum (see the
+    /// test for the bound).
+    fn matmul_split(&self, x: Tensor<B, 2>, chunks: usize) -> Tensor<B, 2> {
+        let o = self.out_features();
+        // Chunk widths rounded up to SPLIT_COLUMN_ALIGN (SIMD-friendly).
+        let width = o.div_ceil(chunks).div_ceil(SPLIT_COLUMN_ALIGN) * SPLIT_COLUMN_ALIGN;
+        let parts: Vec<Tensor<B, 2>> = (0..o)
+            .step_by(width)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|start| {
+                let w = self.weight_t.clone().narrow(1, start, width.min(o - start));
+                x.clone().matmul(w)
+            })
+            .collect();
+        Tensor::cat(parts, 1)
+    }
+}
+
+/// Products with more rows than this use one matmul (`gemm` parallelises
+/// larger products itself).
+const SPLIT_MAX_ROWS: usize = 8;
+/// Weights smaller than this (elements) are not worth a parallel split.
+const SPLIT_MIN_WEIGHTS: usize = 1 << 16;
+/// Column chunks start at multiples of this.
+const SPLIT_COLUMN_ALIGN: usize = 64;
+
+/// Whether `B` is exactly burn-flex (the CPU backend without autodiff).
+fn is_plain_flex<B: Backend>() -> bool {
+    #[cfg(feature = "flex")]
+    {
+        core::any::TypeId::of::<B>() == core::any::TypeId::of::<burn::backend::Flex>()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::TensorData;
+
+    /// The parallel column split computes each output as a dot product over
+    /// the same `in` terms as one matmul. For one row both go to gemm's gemv
+    /// kernel, which sums each output in the same order: bit-identical. For
+    /// more rows gemm may block the sum differently, so outputs may differ by
+    /// reordering alone: each order is within `γ_k Σ|w_j x_j|` of the exact
+    /// sum (`γ_k = k·u/(1 − k·u)`, `u = 2⁻²⁴`, Higham, *Accuracy and
+    /// Stability*, Thm 3.1), hence within `2 γ_k Σ|w_j x_j|` of each other
+    /// (the bias is added identically on both sides).
+    #[test]
+    fn column_split_equals_one_matmul_exactly() {
+        let dev = Default::default();
+        let (o, i) = (200, 576); // 115 200 weights: above SPLIT_MIN_WEIGHTS
+        let w: Vec<f32> = (0..o * i)
+            .map(|j| ((j * 7919 % 1013) as f32 - 506.0) / 977.0)
+            .collect();
+        let bias: Vec<f32> = (0..o).map(|j| j as f32 / 7.0).collect();
+        let lin = Linear::<Flex>::new(
+            Tensor::from_data(TensorData::new(w.clone(), [o, i]), &dev),
+            Some(Tensor::from_data(TensorData::new(bias, [o]), &dev)),
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for rows in [1, 3] {
+            let xs: Vec<f32> = (0..rows * i).map(|j| (j % 17) as f32 / 5.0 - 1.5).collect();
+            let x = Tensor::<Flex, 3>::from_data(TensorData::new(xs.clone(), [1, rows, i]), &dev);
+            let (split, chunks) =
+                pool.install(|| (lin.forward_base(x.clone()), lin.parallel_chunks(rows)));
+            assert_eq!(chunks, Some(2));
+            let plain = x.reshape([rows, i]).matmul(lin.weight_t().clone())
+                + lin.bias().unwrap().clone().unsqueeze::<2>();
+            assert_eq!(split.dims(), [1, rows, o]);
+            let split = split.into_data().to_vec::<f32>().unwrap();
+            let plain = plain.into_data().to_vec::<f32>().unwrap();
+            if rows == 1 {
+                assert_eq!(split, plain);
+            }
+            let u = f64::from(f32::EPSILON) / 2.0;
+            let gamma = i as f64 * u / (1.0 - i as f64 * u);
+            for (r, (gr, pr)) in split.chunks(o).zip(plain.chunks(o)).enumerate() {
+                for (c, (g, p)) in gr.iter().zip(pr).enumerate() {
+                    let abs_sum: f64 = (0..i)
+                        .map(|j| f64::from((w[c * i + j] * xs[r * i + j]).abs()))
+                        .sum();
+                    let diff = (f64::from(*g) - f64::from(*p)).abs();
+                    assert!(diff <= 2.0 * gamma * abs_sum, "row {r} col {c}: {g} vs {p}");
+                }
+            }
+        }
     }
 }
