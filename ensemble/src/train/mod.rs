@@ -20,5 +20,8 @@ pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer};
 pub use error::TrainError;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
-pub use privacy::{clip_to_norm, dp_sgd_epsilon, dp_sgd_sigma, l2_norm, poisson_sample, privatize};
+pub use privacy::{
+    clip_to_norm, dp_sgd_epsilon, dp_sgd_epsilon_at, dp_sgd_sigma, l2_norm, poisson_sample,
+    privatize,
+};
 pub use trainer::{History, TrainReport, Trainer};

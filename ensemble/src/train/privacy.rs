@@ -103,8 +103,18 @@ pub fn dp_sgd_epsilon(
     steps: u64,
     delta: f64,
 ) -> Result<EpsilonDelta, TrainError> {
-    let orders = Orders::dp_accounting_default();
-    let per_step = poisson_subsampled_gaussian(&orders, q, sigma)?;
+    dp_sgd_epsilon_at(&Orders::dp_accounting_default(), q, sigma, steps, delta)
+}
+
+/// [`dp_sgd_epsilon`] over the given RDP orders.
+pub fn dp_sgd_epsilon_at(
+    orders: &Orders,
+    q: f64,
+    sigma: f64,
+    steps: u64,
+    delta: f64,
+) -> Result<EpsilonDelta, TrainError> {
+    let per_step = poisson_subsampled_gaussian(orders, q, sigma)?;
     Ok(per_step.self_compose(steps).epsilon(delta)?)
 }
 
