@@ -439,13 +439,19 @@ fn closed_form_keeps_precision_where_the_ratio_is_tiny() {
         let order = order_of(alpha);
         for lambda in [1.0, 0.999_999, 0.5] {
             let m = mix(lambda, &a, &c);
-            let sym = SymmetricMixture::new(&a, &c, order).unwrap().evaluate(lambda).unwrap();
+            let sym = SymmetricMixture::new(&a, &c, order)
+                .unwrap()
+                .evaluate(lambda)
+                .unwrap();
             let want = [
                 (sym.forward.value, divergence(&m, &c, order).unwrap()),
                 (sym.reverse.value, divergence(&c, &m, order).unwrap()),
             ];
             for (got, want) in want {
-                assert!(close(got, want, 1e-14), "α {alpha} λ {lambda}: {got} vs {want}");
+                assert!(
+                    close(got, want, 1e-14),
+                    "α {alpha} λ {lambda}: {got} vs {want}"
+                );
             }
         }
     }
