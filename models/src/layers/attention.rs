@@ -85,8 +85,8 @@ impl<B: Backend> Attention<B> {
         if let Some(norm) = &self.k_norm {
             k = norm.forward(k);
         }
-        let q = angles.apply(q.swap_dims(1, 2));
-        let k = angles.apply(k.swap_dims(1, 2));
+        let q = angles.apply_seq_major(q).swap_dims(1, 2);
+        let k = angles.apply_seq_major(k).swap_dims(1, 2);
         let (k, v) = cache.append(layer, k, v.swap_dims(1, 2));
         let t = k.dims()[2];
 
