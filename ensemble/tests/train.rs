@@ -197,3 +197,35 @@ fn bad_inputs_are_typed_errors() {
     ));
     assert!(Trainer::<AB, _>::resume(&model, blocks(2, 4, 1), vec![], cfg, temp("none")).is_err());
 }
+
+/// Early stopping: at a learning rate far too high the held-out loss stops
+/// improving; `patience` evaluations without a new best end the run, and
+/// the best adapter kept is the one whose held-out loss was reported best.
+#[test]
+fn early_stopping_keeps_the_best_adapter() {
+    let model = model();
+    let (train, held) = (blocks(6, 12, 3), blocks(3, 12, 11));
+    let lora = LoraConfig::new(4, 8.0, &["q_proj", "v_proj", "up_proj", "down_proj"]).unwrap();
+    let mut cfg = TrainConfig::new(lora, 40, 2);
+    cfg.learning_rate = 0.3;
+    cfg.batch_size = 2;
+    cfg.eval_every = 1;
+    cfg.patience = Some(2);
+    let mut t = Trainer::<AB, _>::new(&model, train, held.clone(), cfg).unwrap();
+    let report = t.run().unwrap();
+    println!("eval losses {:?}", report.history.eval_loss);
+    assert!(report.stopped_early, "{report:?}");
+    assert!(report.steps < 40);
+    let (best_step, best_loss) = report.best.unwrap();
+    let evals = &report.history.eval_loss;
+    // The last `patience` evaluations did not beat the best, which came before them.
+    assert_eq!(evals[evals.len() - 3].0, best_step);
+    assert!(
+        evals[evals.len() - 2..]
+            .iter()
+            .all(|(_, l)| *l >= best_loss)
+    );
+    assert!(evals.iter().all(|(_, l)| *l >= best_loss));
+    let kept = loss_of(&model, &t.best_adapter().unwrap(), &held);
+    assert!((kept - best_loss).abs() < 1e-6, "{kept} vs {best_loss}");
+}
