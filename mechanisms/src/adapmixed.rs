@@ -46,7 +46,7 @@ use crate::bounds::{
 use crate::pmixed::{mixture_sum, solve_lambdas};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
-    StepOutcome, sample_index,
+    Release,
 };
 
 /// AdaPMixED's parameters. [`Default`] is the paper's Table 4 (α 18, β 0.2,
@@ -386,12 +386,12 @@ fn leave_one_out_row(ensemble: &Ensemble, lambdas: &[f64], sum: &[f64], i: usize
 }
 
 impl EnsembleMechanism for Adapmixed {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         Self::check_members(ensemble)?;
         let orders = account.orders().clone();
         let screen_cost = adapmixed_screening(
@@ -413,9 +413,8 @@ impl EnsembleMechanism for Adapmixed {
         let decision = self.screen(ensemble, &screening, &noise)?;
         if !decision.answer_privately {
             account.charge(&screen_cost, "adapmixed-screened")?;
-            let token = sample_index(ensemble.public(), rng)?;
-            return Ok(StepOutcome {
-                token,
+            return Ok(Release {
+                distribution: ensemble.public().to_vec(),
                 charge: screen_cost,
                 diagnostics: Diagnostics {
                     public_reason: Some(PublicReason::Screened),
@@ -427,15 +426,13 @@ impl EnsembleMechanism for Adapmixed {
         let private = self.private_charge(ensemble, &answer, &orders)?;
         let charge = screen_cost.compose(&private)?;
         account.charge(&charge, self.name())?;
-        let token = sample_index(&answer.distribution, rng)?;
         let main = self.config.alpha_c;
         let data_dependent_loss = orders
             .as_slice()
             .iter()
             .position(|&a| a == main)
             .map(|i| private.epsilons()[i]);
-        Ok(StepOutcome {
-            token,
+        Ok(Release {
             charge,
             diagnostics: Diagnostics {
                 lambdas: answer.solutions.iter().map(|s| s.lambda).collect(),
@@ -448,6 +445,7 @@ impl EnsembleMechanism for Adapmixed {
                     .map(|s| s.evaluations as usize)
                     .sum(),
             },
+            distribution: answer.distribution,
         })
     }
 

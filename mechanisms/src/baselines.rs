@@ -8,7 +8,7 @@ use rand_distr::{Distribution, Normal};
 
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
-    StepOutcome, sample_index,
+    Release,
 };
 
 fn positive(name: &'static str, value: f64) -> Result<(), MechanismError> {
@@ -44,16 +44,16 @@ fn members_average(ensemble: &Ensemble) -> Result<Vec<f64>, MechanismError> {
 pub struct PublicOnly;
 
 impl EnsembleMechanism for PublicOnly {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
-        rng: &mut PrivacyRng,
+        _rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         let charge = RdpCurve::zero(account.orders().clone());
         account.charge(&charge, self.name())?;
-        Ok(StepOutcome {
-            token: sample_index(ensemble.public(), rng)?,
+        Ok(Release {
+            distribution: ensemble.public().to_vec(),
             charge,
             diagnostics: Diagnostics {
                 public_reason: Some(PublicReason::PublicOnly),
@@ -74,17 +74,17 @@ impl EnsembleMechanism for PublicOnly {
 pub struct NonPrivateEnsemble;
 
 impl EnsembleMechanism for NonPrivateEnsemble {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
-        rng: &mut PrivacyRng,
+        _rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         let avg = members_average(ensemble)?;
         let charge = RdpCurve::from_fn(account.orders().clone(), |_| f64::INFINITY)?;
         account.charge(&charge, self.name())?;
-        Ok(StepOutcome {
-            token: sample_index(&avg, rng)?,
+        Ok(Release {
+            distribution: avg,
             charge,
             diagnostics: Diagnostics::default(),
         })
@@ -180,12 +180,12 @@ impl SubsampleAggregateLaplace {
 }
 
 impl EnsembleMechanism for SubsampleAggregateLaplace {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         let charge = self.curve(account.orders(), ensemble.len())?;
         // Laplace(b) as the difference of two Exp(1/b) draws (inversion, f64).
         let noise: Vec<f64> = (0..ensemble.vocab())
@@ -197,14 +197,17 @@ impl EnsembleMechanism for SubsampleAggregateLaplace {
             .collect();
         let released = self.noisy_average(ensemble, &noise)?;
         account.charge(&charge, self.name())?;
-        let clipped: Vec<f64> = released.iter().map(|&x| x.max(0.0)).collect();
-        let token = if clipped.iter().any(|&x| x > 0.0) {
-            sample_index(&clipped, rng)?
+        // Post-processing: clip at 0 and renormalise (the public distribution
+        // when nothing stays positive).
+        let mut clipped: Vec<f64> = released.iter().map(|&x| x.max(0.0)).collect();
+        let total: f64 = clipped.iter().sum();
+        if total > 0.0 && total.is_finite() {
+            clipped.iter_mut().for_each(|x| *x /= total);
         } else {
-            sample_index(ensemble.public(), rng)?
-        };
-        Ok(StepOutcome {
-            token,
+            clipped = ensemble.public().to_vec();
+        }
+        Ok(Release {
+            distribution: clipped,
             charge,
             diagnostics: Diagnostics::default(),
         })
@@ -271,12 +274,12 @@ fn argmax(values: &[f64]) -> usize {
 }
 
 impl EnsembleMechanism for Gnmax {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         let charge = self.curve(account.orders())?;
         let normal =
             Normal::new(0.0, self.sigma).map_err(|_| MechanismError::InvalidParameter {
@@ -289,8 +292,11 @@ impl EnsembleMechanism for Gnmax {
             .map(|h| h + normal.sample(rng))
             .collect();
         account.charge(&charge, self.name())?;
-        Ok(StepOutcome {
-            token: argmax(&noisy),
+        // The noisy argmax, released with certainty.
+        let mut distribution = vec![0.0; ensemble.vocab()];
+        distribution[argmax(&noisy)] = 1.0;
+        Ok(Release {
+            distribution,
             charge,
             diagnostics: Diagnostics::default(),
         })

@@ -47,6 +47,6 @@ pub use input::{Ensemble, Rows};
 pub use pmixed::{Pmixed, PmixedConfig, PmixedOutput, temper};
 pub use rng::PrivacyRng;
 pub use sample::{sample_index, sample_log_index};
-pub use step::{Diagnostics, EnsembleMechanism, PublicReason, StepOutcome};
+pub use step::{Diagnostics, EnsembleMechanism, PublicReason, Release, StepOutcome};
 pub use submix::{SubmixDistribution, submix_distribution};
 pub use submix_protocol::{RandomStopping, SubMix};

@@ -33,7 +33,7 @@ use crate::bounds::{
 };
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
-    StepOutcome, sample_index,
+    Release,
 };
 
 /// Vocabulary entries per parallel task when averaging mixtures.
@@ -311,12 +311,12 @@ impl Pmixed {
 }
 
 impl EnsembleMechanism for Pmixed {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         if ensemble.is_empty() {
             return Err(MechanismError::EmptyEnsemble);
         }
@@ -324,9 +324,7 @@ impl EnsembleMechanism for Pmixed {
         let drawn = self.draw_members(ensemble.len(), rng);
         let output = self.output_distribution(ensemble, &drawn)?;
         account.charge(&charge, self.name())?;
-        let token = sample_index(&output.distribution, rng)?;
-        Ok(StepOutcome {
-            token,
+        Ok(Release {
             charge,
             diagnostics: Diagnostics {
                 lambdas: output.solutions.iter().map(|s| s.lambda).collect(),
@@ -339,6 +337,7 @@ impl EnsembleMechanism for Pmixed {
                 drawn,
                 data_dependent_loss: None,
             },
+            distribution: output.distribution,
         })
     }
 

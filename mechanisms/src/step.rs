@@ -2,7 +2,7 @@
 
 use privmix_accountant::RdpCurve;
 
-use crate::{Account, Ensemble, MechanismError, PrivacyRng};
+use crate::{Account, Ensemble, MechanismError, PrivacyRng, sample_index};
 
 /// Why a step answered from the public distribution alone, if it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,22 +43,55 @@ pub struct StepOutcome {
     pub diagnostics: Diagnostics,
 }
 
+/// The distribution one step draws its token from, already charged.
+///
+/// The guarantee a mechanism proves is for one token *sampled* from this
+/// distribution: the vector itself is not private and must not be published.
+/// Teacher-forced evaluation (perplexity at the true next token, as in the
+/// PMixED and SubMix papers) reads it and counts every position as one query
+/// charged as if its token had been released.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    /// The output distribution (non-negative, sums to 1 up to rounding).
+    pub distribution: Vec<f64>,
+    /// The RDP curve charged to the account.
+    pub charge: RdpCurve,
+    /// What the mechanism decided.
+    pub diagnostics: Diagnostics,
+}
+
 /// A mechanism over an ensemble of next-token distributions (PMixED, AdaPMixED,
 /// SubMix and the ensemble baselines).
 ///
-/// Contract of [`EnsembleMechanism::step`]: the charge is accepted by `account`
-/// (for a ledger: synced to disk) *before* the token is drawn; if the account
-/// refuses, the step returns [`MechanismError::ChargeRefused`] and nothing is
-/// released.
+/// Contract: [`EnsembleMechanism::release`] has `account` accept the charge
+/// (for a ledger: synced to disk) *before* it returns the distribution; if the
+/// account refuses, it returns [`MechanismError::ChargeRefused`] and nothing is
+/// released. [`EnsembleMechanism::step`] then samples from that distribution.
 pub trait EnsembleMechanism {
-    /// One step: compute the output distribution and its charge, charge the
-    /// account, then sample.
+    /// Computes the output distribution and its charge, and charges the account.
+    fn release(
+        &mut self,
+        ensemble: &Ensemble,
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<Release, MechanismError>;
+
+    /// One step: [`EnsembleMechanism::release`], then one token drawn from the
+    /// released distribution.
     fn step(
         &mut self,
         ensemble: &Ensemble,
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError>;
+    ) -> Result<StepOutcome, MechanismError> {
+        let release = self.release(ensemble, rng, account)?;
+        let token = sample_index(&release.distribution, rng)?;
+        Ok(StepOutcome {
+            token,
+            charge: release.charge,
+            diagnostics: release.diagnostics,
+        })
+    }
 
     /// A short name for ledgers and reports (e.g. `"pmixed"`).
     fn name(&self) -> &'static str;

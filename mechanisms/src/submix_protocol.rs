@@ -8,7 +8,7 @@ use rand::Rng;
 use crate::submix::{check_submix_parameters, submix_distribution};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
-    StepOutcome, SubmixDistribution, sample_index,
+    Release, SubmixDistribution,
 };
 
 /// The (B, C)-random-stopping wrapper of submix.txt App. C.4: τ is drawn uniformly from
@@ -221,20 +221,18 @@ impl SubMix {
         submix_distribution(ensemble, self.order.value(), self.beta)
     }
 
-    /// Answers from the public model: charges nothing (a zero curve) and samples `p₀`.
+    /// Answers from the public model: charges nothing (a zero curve) and releases `p₀`.
     fn public_answer(
         &mut self,
         ensemble: &Ensemble,
-        rng: &mut PrivacyRng,
         account: &mut dyn Account,
         diagnostics: Diagnostics,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         let charge = RdpCurve::zero(account.orders().clone());
         account.charge(&charge, "submix-public")?;
-        let token = sample_index(ensemble.public(), rng)?;
         self.responses += 1;
-        Ok(StepOutcome {
-            token,
+        Ok(Release {
+            distribution: ensemble.public().to_vec(),
             charge,
             diagnostics: Diagnostics {
                 public_reason: Some(PublicReason::Stopped),
@@ -245,12 +243,12 @@ impl SubMix {
 }
 
 impl EnsembleMechanism for SubMix {
-    fn step(
+    fn release(
         &mut self,
         ensemble: &Ensemble,
-        rng: &mut PrivacyRng,
+        _rng: &mut PrivacyRng,
         account: &mut dyn Account,
-    ) -> Result<StepOutcome, MechanismError> {
+    ) -> Result<Release, MechanismError> {
         let next = self.responses + 1;
         if let Some(s) = &self.stopping
             && (next == s.stop_before || next > s.responses)
@@ -258,7 +256,7 @@ impl EnsembleMechanism for SubMix {
             self.stopped = true;
         }
         if self.stopped {
-            return self.public_answer(ensemble, rng, account, Diagnostics::default());
+            return self.public_answer(ensemble, account, Diagnostics::default());
         }
         let dist = self.distribution(ensemble)?;
         let losses = dist.part_losses(self.order)?;
@@ -276,17 +274,16 @@ impl EnsembleMechanism for SubMix {
             Ok(()) => {}
             Err(AccountantError::PartBudgetExceeded { .. }) => {
                 self.stopped = true;
-                return self.public_answer(ensemble, rng, account, diagnostics);
+                return self.public_answer(ensemble, account, diagnostics);
             }
             Err(e) => return Err(e.into()),
         }
         let charge = dist.charge_curve(account.orders())?;
         account.charge(&charge, "submix")?;
         self.budgets = after;
-        let token = sample_index(&dist.output, rng)?;
         self.responses += 1;
-        Ok(StepOutcome {
-            token,
+        Ok(Release {
+            distribution: dist.output,
             charge,
             diagnostics,
         })
