@@ -1,0 +1,208 @@
+//! Command-line arguments (clap derive).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Private next-token prediction with LLMs: generate or score text through a private
+/// mechanism over a base model and LoRA members, with every charge in a durable ledger.
+#[derive(Debug, Parser)]
+#[command(name = "privmix", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate text privately; the text goes to stdout, the spent ε to stderr
+    /// (or everything as JSON lines on stdout with --json).
+    Generate(GenerateArgs),
+    /// Perplexity of a mechanism's predictions on a text file (teacher forcing over
+    /// fixed-length blocks), with the ε the evaluation's queries would cost.
+    Score(ScoreArgs),
+    /// Inspect a privacy ledger.
+    Ledger {
+        /// What to do with it.
+        #[command(subcommand)]
+        action: LedgerAction,
+    },
+}
+
+/// `privmix ledger …`.
+#[derive(Debug, Subcommand)]
+pub enum LedgerAction {
+    /// Budget, number of charges and ε spent.
+    Show {
+        /// The ledger file.
+        path: PathBuf,
+        /// δ at which to report ε (default: the budget's δ, else 1e-5).
+        #[arg(long)]
+        delta: Option<f64>,
+    },
+    /// Check every record's checksum and sequence without changing the file.
+    Verify {
+        /// The ledger file.
+        path: PathBuf,
+    },
+    /// Every record as one JSON object a line on stdout.
+    Export {
+        /// The ledger file.
+        path: PathBuf,
+    },
+}
+
+/// The private mechanisms and baselines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MechanismKind {
+    /// PMixED (Flemings et al.): Poisson-subsampled members mixed with the public model
+    /// inside a Rényi ball; data-independent charge.
+    Pmixed,
+    /// AdaPMixED: PMixED with noisy screening and data-dependent accounting.
+    Adapmixed,
+    /// SubMix (Ginart et al.): pairs of members per part (adapters 2k, 2k+1 form part k).
+    Submix,
+    /// The public model alone (no private data read; charges 0).
+    Public,
+    /// The non-private average of the members: NO privacy guarantee, never charged to a
+    /// ledger (requires --no-privacy).
+    Ensemble,
+}
+
+impl MechanismKind {
+    /// The name used on the command line and in ledger labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pmixed => "pmixed",
+            Self::Adapmixed => "adapmixed",
+            Self::Submix => "submix",
+            Self::Public => "public",
+            Self::Ensemble => "ensemble",
+        }
+    }
+}
+
+/// The model, the members and the mechanism (shared by `generate` and `score`).
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// Base model: a Hugging Face folder (config.json + safetensors) or a GGUF file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) of one
+    /// member; repeat for every member.
+    #[arg(long = "adapter")]
+    pub adapters: Vec<PathBuf>,
+    /// tokenizer.json to use (default: the GGUF's own vocabulary, or tokenizer.json in the
+    /// model folder).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// The mechanism.
+    #[arg(long, value_enum, default_value = "pmixed")]
+    pub mechanism: MechanismKind,
+    /// Mechanism parameters.
+    #[command(flatten)]
+    pub params: MechanismParams,
+}
+
+/// Parameters of the mechanisms (each names the mechanisms it applies to).
+#[derive(Debug, Args, Clone)]
+pub struct MechanismParams {
+    /// PMixED/AdaPMixED: enforcement order α_c of the λ projections (PMixED's bound is finite
+    /// up to α_c²/(2α_c − 1)).
+    #[arg(long, default_value_t = 36.0)]
+    pub alpha_c: f64,
+    /// PMixED/AdaPMixED: radius b = βα of the projections (default PMixED: the largest radius
+    /// whose --max-tokens queries fit the budget; AdaPMixED: 3.6).
+    #[arg(long)]
+    pub radius: Option<f64>,
+    /// PMixED: Poisson sampling probability q of each member.
+    #[arg(long, default_value_t = 1.0)]
+    pub q: f64,
+    /// AdaPMixED: screening noise σ.
+    #[arg(long, default_value_t = 1e-2)]
+    pub sigma: f64,
+    /// AdaPMixED: screening threshold T.
+    #[arg(long, default_value_t = 4.5)]
+    pub threshold: f64,
+    /// AdaPMixED: top-k of the public distribution the screening looks at.
+    #[arg(long, default_value_t = 60)]
+    pub top_k: usize,
+    /// SubMix: Rényi order α of the leakage and budgets.
+    #[arg(long, default_value_t = 2.0)]
+    pub submix_alpha: f64,
+    /// SubMix: leakage target β per response (default: the per-part budget over --max-tokens).
+    #[arg(long)]
+    pub beta: Option<f64>,
+    /// SubMix: per-part RDP budget at --submix-alpha (default: --epsilon).
+    #[arg(long)]
+    pub part_budget: Option<f64>,
+}
+
+/// `privmix generate`.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Model, members and mechanism.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt text.
+    #[arg(long, conflicts_with = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// The prompt as comma-separated token ids (no tokenizer needed).
+    #[arg(long, value_delimiter = ',')]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Maximum number of tokens to generate.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Stop at the tokenizer's end-of-sequence token (default on when a tokenizer is loaded).
+    #[arg(long)]
+    pub no_stop: bool,
+    /// The privacy ledger file (created with the budget if absent).
+    #[arg(long)]
+    pub ledger: Option<PathBuf>,
+    /// Budget ε (required to create a ledger; changes an existing ledger's budget).
+    #[arg(long)]
+    pub epsilon: Option<f64>,
+    /// Budget δ.
+    #[arg(long, default_value_t = 1e-5)]
+    pub delta: f64,
+    /// Run without a ledger or budget: only the `public` and `ensemble` mechanisms.
+    #[arg(long)]
+    pub no_privacy: bool,
+    /// Seed the sampler (reproducible, and therefore NOT for serving private text).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print JSON lines on stdout: one per token with the spent ε, then a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `privmix score`.
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// Model, members and mechanism.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text file to score.
+    #[arg(long)]
+    pub text: PathBuf,
+    /// Tokens per block (perplexity is exp(mean NLL) per block, then the mean over blocks).
+    #[arg(long, default_value_t = 512)]
+    pub block: usize,
+    /// Score at most this many blocks.
+    #[arg(long)]
+    pub max_blocks: Option<usize>,
+    /// Budget ε the mechanism is calibrated to (PMixED's radius, SubMix's part budget).
+    #[arg(long, default_value_t = 8.0)]
+    pub epsilon: f64,
+    /// δ at which the spent ε is reported.
+    #[arg(long, default_value_t = 1e-5)]
+    pub delta: f64,
+    /// Seed the member draws (reproducible evaluation).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
