@@ -5,6 +5,10 @@
 //! other member of the group as a ratio to it. Both were measured in the same run
 //! of the same process on the same buffers, so the ratio is meaningful even on a
 //! noisy machine where the absolute times are not.
+//!
+//! After the benches, `speed.rs` measures SmolLM2's prefill and decode
+//! tokens/s beside llama.cpp's on the same file (`--speed-only`: that step
+//! alone, written to `speed.md`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -24,7 +28,18 @@ struct Measured {
     upper_ns: f64,
 }
 
-pub(crate) fn run(out: &Path, quick: bool) -> Result<(), String> {
+pub(crate) fn run(out: &Path, quick: bool, speed_only: bool) -> Result<(), String> {
+    let out = if out.is_absolute() {
+        out.to_path_buf()
+    } else {
+        workspace_root().join(out)
+    };
+    fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    if speed_only {
+        // The speed step alone, in its own file: the criterion report stays.
+        let report = format!("# privmix speed report\n\n{}", crate::speed::section(quick));
+        return write_report(&out.join("speed.md"), &report);
+    }
     let criterion_dir = workspace_root().join("target").join("criterion");
     // Old results of benches that no longer exist must not leak into the report.
     if criterion_dir.exists() {
@@ -40,15 +55,15 @@ pub(crate) fn run(out: &Path, quick: bool) -> Result<(), String> {
     if measured.is_empty() {
         return Err("the benches ran but criterion wrote no results".into());
     }
-    let report = render(&measured, quick);
-    let out = if out.is_absolute() {
-        out.to_path_buf()
-    } else {
-        workspace_root().join(out)
-    };
-    fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let path = out.join("README.md");
-    fs::write(&path, &report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let mut report = render(&measured, quick);
+    // SmolLM2 beside llama.cpp: separate processes, after the criterion
+    // benches so that they do not share the cores with them.
+    report.push_str(&crate::speed::section(quick));
+    write_report(&out.join("README.md"), &report)
+}
+
+fn write_report(path: &Path, report: &str) -> Result<(), String> {
+    fs::write(path, report).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("{report}");
     eprintln!("xtask: report written to {}", path.display());
     Ok(())

