@@ -4,9 +4,18 @@
 //!
 //! - [`rouge`]: ROUGE-L precision, recall and F1, equal to Google's `rouge-score` package
 //!   (without stemming) on a committed golden fixture.
+//! - [`experiment`]: the papers' perplexity-against-ε experiment — members fine-tuned
+//!   on disjoint user-level parts of the Shakespeare plays, PMixED, AdaPMixED, SubMix,
+//!   the DP-SGD baseline, the public model and the non-private ensemble scored on
+//!   held-out blocks — run by the `privacy-utility` binary (and `cargo xtask bench`).
+//! - [`report`] and [`plots`]: its report folder (Markdown, JSON, SVG plots).
 //!
-//! The micro-benchmarks of each crate live beside the crate (`cargo bench -p privmix-renyi`, …);
-//! perplexity is computed by `privmix score` (crate `privmix-cli`). The end-to-end experiments of
-//! the papers (perplexity against ε, canary extraction, membership inference) are still to come.
+//! The micro-benchmarks of each crate live beside the crate (`cargo bench -p privmix-renyi`, …).
 
+pub mod error;
+pub mod experiment;
+pub mod plots;
+pub mod report;
 pub mod rouge;
+
+pub use error::BenchError;

@@ -28,13 +28,23 @@ struct Measured {
     upper_ns: f64,
 }
 
-pub(crate) fn run(out: &Path, quick: bool, speed_only: bool) -> Result<(), String> {
+pub(crate) fn run(
+    out: &Path,
+    quick: bool,
+    speed_only: bool,
+    experiment_only: bool,
+) -> Result<(), String> {
     let out = if out.is_absolute() {
         out.to_path_buf()
     } else {
         workspace_root().join(out)
     };
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    if experiment_only {
+        let section = experiment(&out, quick)?;
+        let report = format!("# privmix privacy–utility report\n\n{section}");
+        return write_report(&out.join("experiment.md"), &report);
+    }
     if speed_only {
         // The speed step alone, in its own file: the criterion report stays.
         let report = format!("# privmix speed report\n\n{}", crate::speed::section(quick));
@@ -59,7 +69,57 @@ pub(crate) fn run(out: &Path, quick: bool, speed_only: bool) -> Result<(), Strin
     // SmolLM2 beside llama.cpp: separate processes, after the criterion
     // benches so that they do not share the cores with them.
     report.push_str(&crate::speed::section(quick));
+    // Last, the privacy–utility experiment on SmolLM2 and Shakespeare.
+    report.push_str(&experiment(&out, quick)?);
     write_report(&out.join("README.md"), &report)
+}
+
+/// Fetches SmolLM2 and the plays if needed, runs the `privacy-utility` binary
+/// (release build) into `out/privacy-utility`, and returns its report as a
+/// section of the main report (image links made relative to `out`).
+fn experiment(out: &Path, quick: bool) -> Result<String, String> {
+    let cache = Path::new("models-cache");
+    crate::fetch::run(cache, Some("smollm2"))?;
+    crate::data::run(cache)?;
+    let dir = out.join("privacy-utility");
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let mut args = vec![
+        "run",
+        "--release",
+        "-p",
+        "privmix-bench",
+        "--bin",
+        "privacy-utility",
+        "--",
+        "--out",
+        &dir_arg,
+    ];
+    if quick {
+        args.push("--quick");
+    }
+    let started = std::time::Instant::now();
+    cargo(&args)?;
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    let text = fs::read_to_string(dir.join("README.md"))
+        .map_err(|e| format!("the experiment wrote no report: {e}"))?;
+    // Demote its headings one level and point its images into its folder.
+    let mut section = format!(
+        "## Privacy–utility experiment{} ({minutes:.1} min with the build)\n\n\
+         Full report, plots and raw JSON: `privacy-utility/`.\n\n",
+        if quick { " (--quick)" } else { "" }
+    );
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let _ = writeln!(section, "### {rest}");
+        } else if let Some(rest) = line.strip_prefix("## ") {
+            let _ = writeln!(section, "### {rest}");
+        } else if let Some(rest) = line.strip_prefix("![") {
+            let _ = writeln!(section, "![{}", rest.replace("](", "](privacy-utility/"));
+        } else {
+            let _ = writeln!(section, "{line}");
+        }
+    }
+    Ok(section)
 }
 
 fn write_report(path: &Path, report: &str) -> Result<(), String> {

