@@ -154,7 +154,7 @@ pub fn build_mechanism(
         }
         MechanismKind::Submix => {
             need_members(2)?;
-            if n % 2 != 0 {
+            if !n.is_multiple_of(2) {
                 return Err(CliError::arg(
                     "--adapter",
                     format!(

@@ -94,7 +94,7 @@ pub struct ExperimentResults {
 
 /// Runs the whole experiment; `progress` shows bars on a terminal.
 pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResults, BenchError> {
-    if config.members < 2 || config.members % 2 != 0 {
+    if config.members < 2 || !config.members.is_multiple_of(2) {
         return Err(BenchError::Config(format!(
             "members must be even and at least 2 (N/2 SubMix parts of two halves); got {}",
             config.members
