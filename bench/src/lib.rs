@@ -8,12 +8,15 @@
 //!   on disjoint user-level parts of the Shakespeare plays, PMixED, AdaPMixED, SubMix,
 //!   the DP-SGD baseline, the public model and the non-private ensemble scored on
 //!   held-out blocks — run by the `privacy-utility` binary (and `cargo xtask bench`).
-//! - [`report`] and [`plots`]: its report folder (Markdown, JSON, SVG plots).
+//! - [`icl`]: the DPS-MOZO experiment — zero-shot, few-shot, DPS-MOZO+On and +Off on
+//!   WordNet's noun definitions, scored with ROUGE-L F1.
+//! - [`report`] and [`plots`]: the report folder (Markdown, JSON, SVG plots).
 //!
 //! The micro-benchmarks of each crate live beside the crate (`cargo bench -p privmix-renyi`, …).
 
 pub mod error;
 pub mod experiment;
+pub mod icl;
 pub mod plots;
 pub mod report;
 pub mod rouge;

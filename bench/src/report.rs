@@ -4,9 +4,21 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::BenchError;
 use crate::experiment::{ExperimentResults, MechanismResult};
-use crate::plots::draw_all;
+use crate::icl::{IclResult, IclResults};
+use crate::plots::{Series, draw_all, line_plot};
+
+/// Everything one run of the binary measured (`results.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    /// The perplexity experiment, when run.
+    pub perplexity: Option<ExperimentResults>,
+    /// The ICL experiment, when run.
+    pub icl: Option<IclResults>,
+}
 
 fn fmt_eps(e: Option<f64>) -> String {
     match e {
@@ -30,12 +42,15 @@ fn row(m: &MechanismResult) -> String {
     )
 }
 
-/// The Markdown text of the report.
+/// The Markdown section of the perplexity experiment.
 pub fn markdown(results: &ExperimentResults, plots: &[String]) -> String {
     let c = &results.config;
     let mut s = String::new();
     let queries = results.results.first().map_or(0, |m| m.queries);
-    let _ = writeln!(s, "# privmix privacy–utility report\n");
+    let _ = writeln!(
+        s,
+        "## Perplexity against ε (PMixED, AdaPMixED, SubMix, DP-SGD)\n"
+    );
     let _ = writeln!(
         s,
         "Model `{}`; private corpus `{}` with users = {}; {} users ({} in training parts, {} held out). \
@@ -84,7 +99,7 @@ pub fn markdown(results: &ExperimentResults, plots: &[String]) -> String {
     }
     let _ = writeln!(
         s,
-        "\n## Perplexity and privacy (Tables 1–2 of the papers)\n\n\
+        "\n### Perplexity and privacy (Tables 1–2 of the papers)\n\n\
          Every held-out position is one query, charged as if its token were released; \
          perplexity is exp(mean NLL) per block, then the mean over blocks. \
          'spent ε' is the accountant's (ε, δ) after all queries, rounded up: PMixED is calibrated \
@@ -99,22 +114,133 @@ pub fn markdown(results: &ExperimentResults, plots: &[String]) -> String {
     for m in &results.results {
         let _ = writeln!(s, "{}", row(m));
     }
-    let _ = writeln!(s, "\n## Plots\n");
+    let _ = writeln!(s, "\n### Plots\n");
     for p in plots {
         let _ = writeln!(s, "![{p}]({p})\n");
     }
     s
 }
 
+fn icl_row(r: &IclResult) -> String {
+    format!(
+        "| {} | {} | {:.4} | {} | {} | {} | {} |",
+        r.method,
+        r.target_epsilon.map_or("—".into(), |e| format!("{e}")),
+        r.rouge_l_f1,
+        fmt_eps(r.spent_epsilon),
+        r.tokens,
+        r.mean_lambda.map_or("—".into(), |l| format!("{l:.3}")),
+        r.parameters
+    )
+}
+
+/// The Markdown section of the ICL experiment.
+pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
+    let c = &icl.config;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "## In-context learning: DPS-MOZO on WordNet definitions\n"
+    );
+    let _ = writeln!(
+        s,
+        "Task: given a noun, write its definition; reference = WordNet 3.1's gloss \
+         ({} nouns kept from `{}`). |D| = {} private demonstrations, {} test queries, {} public \
+         inputs for +Off; {} shots per token, top-k {}, at most {} tokens per answer (stop at a \
+         line break); δ = {}. ROUGE-L F1 as Google's rouge-score (no stemming). The Wu et al. \
+         (2023) embedding baseline is not run: it needs a sentence-embedding model and privmix \
+         has no encoder architecture yet.\n",
+        icl.nouns,
+        c.wordnet.display(),
+        c.private_demos,
+        c.test_queries,
+        c.public_inputs,
+        c.n_shots,
+        c.top_k,
+        c.max_tokens,
+        c.delta
+    );
+    let _ = writeln!(
+        s,
+        "| method | target ε | ROUGE-L F1 | spent ε | tokens | mean λ | parameters |\n|---|---|---|---|---|---|---|"
+    );
+    for r in &icl.results {
+        let _ = writeln!(s, "{}", icl_row(r));
+    }
+    let _ = writeln!(s, "\nExamples (word — reference — prediction):\n");
+    for r in &icl.results {
+        if let Some((w, g, p)) = r.examples.first() {
+            let eps = r
+                .target_epsilon
+                .map_or(String::new(), |e| format!(" ε = {e}"));
+            let _ = writeln!(s, "- {}{eps}: *{w}* — {g} — {p:?}", r.method);
+        }
+    }
+    if let Some(p) = plot {
+        let _ = writeln!(s, "\n![{p}]({p})\n");
+    }
+    s
+}
+
+fn icl_plot(dir: &Path, icl: &IclResults) -> Result<String, BenchError> {
+    let mut series = Vec::new();
+    for name in ["dps-mozo+on", "dps-mozo+off"] {
+        let points: Vec<(f64, f64)> = icl
+            .results
+            .iter()
+            .filter(|r| r.method == name)
+            .filter_map(|r| Some((r.target_epsilon?, r.rouge_l_f1)))
+            .collect();
+        if !points.is_empty() {
+            series.push(Series {
+                label: name.into(),
+                points,
+            });
+        }
+    }
+    let eps = &icl.config.epsilons;
+    let (lo, hi) = (
+        eps.iter().copied().fold(f64::MAX, f64::min),
+        eps.iter().copied().fold(f64::MIN, f64::max),
+    );
+    for r in icl.results.iter().filter(|r| r.target_epsilon.is_none()) {
+        series.push(Series {
+            label: format!("{} (no ε)", r.method),
+            points: vec![(lo, r.rouge_l_f1), (hi, r.rouge_l_f1)],
+        });
+    }
+    let file = "rouge_l_vs_epsilon.svg";
+    line_plot(
+        &dir.join(file),
+        "WordNet definitions: ROUGE-L F1 against the target ε",
+        ("target ε", "ROUGE-L F1"),
+        &series,
+        false,
+    )?;
+    Ok(file.to_string())
+}
+
 /// Writes `results.json`, the plots and `README.md` into `dir`.
-pub fn write_report(dir: &Path, results: &ExperimentResults) -> Result<(), BenchError> {
+pub fn write_report(dir: &Path, report: &Report) -> Result<(), BenchError> {
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
     let json = dir.join("results.json");
-    let text = serde_json::to_string_pretty(results)
+    let text = serde_json::to_string_pretty(report)
         .map_err(|e| BenchError::Config(format!("results do not serialise: {e}")))?;
     std::fs::write(&json, text).map_err(|e| BenchError::io(&json, e))?;
-    let plots = draw_all(dir, results)?;
-    let md = dir.join("README.md");
-    std::fs::write(&md, markdown(results, &plots)).map_err(|e| BenchError::io(&md, e))?;
+    let mut md = String::from("# privmix privacy–utility report\n\n");
+    if let Some(results) = &report.perplexity {
+        let plots = draw_all(dir, results)?;
+        md.push_str(&markdown(results, &plots));
+    }
+    if let Some(icl) = &report.icl {
+        let plot = if icl.config.epsilons.is_empty() {
+            None
+        } else {
+            Some(icl_plot(dir, icl)?)
+        };
+        md.push_str(&icl_markdown(icl, plot.as_deref()));
+    }
+    let path = dir.join("README.md");
+    std::fs::write(&path, md).map_err(|e| BenchError::io(&path, e))?;
     Ok(())
 }

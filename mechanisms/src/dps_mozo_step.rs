@@ -17,6 +17,14 @@ use crate::{
 pub trait IclSource {
     /// |D|: how many private demonstrations there are.
     fn demonstrations(&self) -> usize;
+    /// Called once per step, before any logits of that step are asked for, with the
+    /// demonstrations drawn (empty for zero-shot decoding) and the context: a source
+    /// backed by a model can compute every row of the step in one batched forward.
+    /// The default does nothing.
+    fn prepare(&mut self, drawn: &[usize], context: &[u32]) -> Result<(), MechanismError> {
+        let _ = (drawn, context);
+        Ok(())
+    }
     /// Logits of the zero-shot prompt `context` (public: no private data in it).
     fn zero_shot_logits(&mut self, context: &[u32]) -> Result<Vec<f64>, MechanismError>;
     /// Logits of the one-shot prompt: demonstration `demo` followed by `context`.
@@ -52,6 +60,7 @@ fn fetch(
     rng: &mut PrivacyRng,
 ) -> Result<Fetched, MechanismError> {
     let drawn = draw_demonstrations(source.demonstrations(), n_shots, rng)?;
+    source.prepare(&drawn, context)?;
     let zero = source.zero_shot_logits(context)?;
     let rows = drawn
         .iter()
@@ -260,6 +269,7 @@ impl IclMechanism for ZeroShot {
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
     ) -> Result<StepOutcome, MechanismError> {
+        source.prepare(&[], context)?;
         let out = self.output(&source.zero_shot_logits(context)?)?;
         let diagnostics = Diagnostics {
             public_reason: Some(PublicReason::PublicOnly),

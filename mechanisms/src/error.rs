@@ -81,4 +81,7 @@ pub enum MechanismError {
     /// (I/O, a poisoned handle, a label too long, …); nothing was released.
     #[error(transparent)]
     Ledger(#[from] privmix_accountant::LedgerError),
+    /// The source of the distributions (a model, a file) failed; nothing was released.
+    #[error("the distribution source failed: {0}")]
+    Source(String),
 }

