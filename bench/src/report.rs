@@ -179,6 +179,33 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
     if let Some(p) = plot {
         let _ = writeln!(s, "\n![{p}]({p})\n");
     }
+    if !icl.mia.is_empty() {
+        let m = icl.config.mia_examples.min(icl.config.test_queries);
+        let _ = writeln!(
+            s,
+            "### Membership inference (dps-mozo.txt §5.5)\n\n\
+             {m} examples; attack j puts example j alone in the private set and scores every \
+             example as a query by the mean probability of its reference definition's tokens \
+             (teacher forcing); AUC-ROC of the {m} member scores against the {} non-member scores \
+             (0.5 = chance). DPS-MOZO uses the per-token radius of DPS-MOZO+On at each ε.\n",
+            m * (m - 1)
+        );
+        let _ = writeln!(
+            s,
+            "| method | ε of the radius | radius | AUC |\n|---|---|---|---|"
+        );
+        for r in &icl.mia {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.3} |",
+                r.method,
+                r.target_epsilon.map_or("—".into(), |e| format!("{e}")),
+                r.radius.map_or("—".into(), |b| format!("{b:.3e}")),
+                r.auc
+            );
+        }
+        s.push('\n');
+    }
     s
 }
 

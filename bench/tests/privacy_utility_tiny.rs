@@ -216,6 +216,16 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
             assert!(spent > 0.0 && spent <= target, "{m}");
         }
     }
+    // Membership inference over the 2 test queries: zero-shot does not read the
+    // demonstration, so its member and non-member scores are the same set (AUC ½).
+    let mia = first["icl"]["mia"].as_array().unwrap();
+    assert_eq!(mia.len(), 4, "zero-shot, one-shot, DPS-MOZO at ε 1 and 8");
+    assert_eq!(mia[0]["auc"].as_f64(), Some(0.5));
+    for m in mia {
+        let auc = m["auc"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&auc), "{m}");
+        assert_eq!(m["members"].as_array().unwrap().len(), 2);
+    }
     assert_eq!(icl[0]["spent_epsilon"].as_f64(), Some(0.0));
     assert!(icl[1]["spent_epsilon"].is_null());
     assert!(readme.contains("| dps-mozo+on | 8 |"), "{readme}");

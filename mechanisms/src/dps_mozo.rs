@@ -365,6 +365,17 @@ pub fn dps_mozo_output(
     mixed_output(config, zero_shot, one_shots, true)
 }
 
+/// The non-private few-shot output for the same inputs: the normalised product of the
+/// one-shot distributions on the zero-shot top-k support, every λ = 1 (what
+/// [`crate::FewShotProduct`] samples). No privacy.
+pub fn few_shot_output(
+    config: &DpsMozoConfig,
+    zero_shot: &[f64],
+    one_shots: &[&[f64]],
+) -> Result<IclOutput, MechanismError> {
+    mixed_output(config, zero_shot, one_shots, false)
+}
+
 /// The shared body of [`dps_mozo_output`] (`private`) and of the non-private few-shot
 /// product (every λ = 1, no constraint).
 pub(crate) fn mixed_output(

@@ -35,7 +35,7 @@ pub use account::{Account, Unbudgeted};
 pub use adapmixed::{Adapmixed, AdapmixedConfig, PrivateAnswer, ScreenDecision, ScreeningVector};
 pub use dps_mozo::{
     DpsMozoConfig, IclOutput, calibrate_radius, dps_mozo_charge, dps_mozo_output,
-    dps_mozo_pure_epsilon, dps_mozo_token_curve, draw_demonstrations,
+    dps_mozo_pure_epsilon, dps_mozo_token_curve, draw_demonstrations, few_shot_output,
 };
 pub use dps_mozo_step::{
     DpDemonstration, DpDemonstrations, DpFewShot, DpsMozo, FewShotProduct, FewShotSource,

@@ -100,6 +100,9 @@ struct Args {
     /// ICL: tokens per answer at most.
     #[arg(long, default_value_t = 24)]
     icl_max_tokens: usize,
+    /// Membership inference: examples (0: skip the attack).
+    #[arg(long, default_value_t = 12)]
+    mia_examples: usize,
 }
 
 fn main() -> ExitCode {
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
         a.icl_test = 5;
         a.icl_public = 2;
         a.icl_max_tokens = 12;
+        a.mia_examples = 5;
     }
     let config = ExperimentConfig {
         model: a.model,
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
         epsilons: config.epsilons.clone(),
         delta: config.delta,
         seed: config.seed,
+        mia_examples: a.mia_examples,
     };
     let started = std::time::Instant::now();
     let report = (|| -> Result<Report, BenchError> {
@@ -191,6 +196,12 @@ fn main() -> ExitCode {
                     m.rouge_l_f1,
                     m.spent_epsilon,
                     m.seconds
+                );
+            }
+            for m in r.icl.iter().flat_map(|p| &p.mia) {
+                eprintln!(
+                    "MIA {:22} ε {:?} AUC {:.3}",
+                    m.method, m.target_epsilon, m.auc
                 );
             }
             eprintln!(

@@ -21,6 +21,7 @@
 //! all-MiniLM-L6-v2 package exists on PyPI; running it would mean a BERT forward
 //! in burn). The report says so.
 
+pub mod mia;
 pub mod source;
 pub mod wordnet;
 
@@ -75,6 +76,8 @@ pub struct IclConfig {
     pub delta: f64,
     /// Seed of the split and of the sampling.
     pub seed: u64,
+    /// Examples of the membership-inference attack (the first test queries; 0: none).
+    pub mia_examples: usize,
 }
 
 /// One method's result.
@@ -111,6 +114,8 @@ pub struct IclResults {
     pub nouns: usize,
     /// Results, one per method and ε.
     pub results: Vec<IclResult>,
+    /// The membership-inference attack, one result per method.
+    pub mia: Vec<mia::MiaResult>,
 }
 
 fn tokens(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, BenchError> {
@@ -242,6 +247,7 @@ pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
     let stop = (stop.len() == 1).then(|| stop[0]);
     let base = DpsMozoConfig::new(config.n_shots, config.top_k, 0.0)?;
     let mut results = Vec::new();
+    let mut radii = Vec::new();
     let mut rng = PrivacyRng::from_seed(config.seed);
 
     // Baselines.
@@ -294,6 +300,7 @@ pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
             config.n_shots,
             config.private_demos,
         )?;
+        radii.push((eps, radius));
         let mut budget = Budget::new(orders.clone(), eps, config.delta)?;
         let cfg = DpsMozoConfig::new(config.n_shots, config.top_k, radius)?;
         let decoded = run_method(&mut DpsMozo::new(cfg), &mut budget, &mut rng)?;
@@ -364,9 +371,16 @@ pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
             ));
         }
     }
+    let mia = if config.mia_examples >= 2 {
+        let examples = &queries[..config.mia_examples.min(queries.len())];
+        mia::membership_inference(&runner, &tokenizer, examples, config.top_k, &radii)?
+    } else {
+        Vec::new()
+    };
     Ok(IclResults {
         config: config.clone(),
         nouns: total,
         results,
+        mia,
     })
 }
