@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
+use crate::experiment::canary::CanaryAudit;
 use crate::experiment::{ExperimentResults, MechanismResult};
 use crate::icl::{IclResult, IclResults};
 use crate::plots::{Series, draw_all, line_plot};
@@ -118,6 +119,53 @@ pub fn markdown(results: &ExperimentResults, plots: &[String]) -> String {
     for p in plots {
         let _ = writeln!(s, "![{p}]({p})\n");
     }
+    if let Some(audit) = &results.canary {
+        s.push_str(&canary_markdown(audit));
+    }
+    s
+}
+
+fn canary_markdown(audit: &CanaryAudit) -> String {
+    let p = &audit.plan;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "### Canary extraction (submix.txt §4.2)\n\n\
+         {} canaries `Record k: the PIN of account <name> is d d d d d d`, each repeated {} times \
+         as one user's text, given to member k mod N beside as many of its own blocks; audit \
+         members fine-tuned {} steps at lr {} ({:.0} s with the scoring). Hit rate = the \
+         probability that one sampled continuation of the prefix reproduces the six digits \
+         (product of the released probabilities of the true digits, teacher-forced), averaged \
+         over canaries; a uniform guess scores {:.0e}. Each mechanism has its own account over \
+         exactly these queries.\n",
+        p.canaries,
+        p.repeats,
+        p.train_steps,
+        p.learning_rate,
+        audit.seconds,
+        audit.uniform_hit_rate
+    );
+    let _ = writeln!(
+        s,
+        "| mechanism | target ε | hit rate | log₁₀ P per canary | spent ε |\n|---|---|---|---|---|"
+    );
+    for r in &audit.results {
+        let logs: Vec<String> = r
+            .log10_probabilities
+            .iter()
+            .map(|l| format!("{l:.1}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.3e} | {} | {} |",
+            r.mechanism,
+            r.target_epsilon.map_or("—".into(), |e| format!("{e}")),
+            r.hit_rate,
+            logs.join(", "),
+            fmt_eps(r.spent_epsilon)
+        );
+    }
+    s.push('\n');
     s
 }
 

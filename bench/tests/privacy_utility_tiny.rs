@@ -72,6 +72,12 @@ fn run(out: &Path, cache: &Path) -> Value {
         "20",
         "--icl-max-tokens",
         "5",
+        "--canaries",
+        "3",
+        "--canary-repeats",
+        "4",
+        "--canary-steps",
+        "2",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -189,6 +195,27 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
             "{plot}"
         );
         assert!(readme.contains(plot));
+    }
+
+    // Canary audit: every contender over the canary queries, probabilities in [0, 1],
+    // each private mechanism within its target over those queries.
+    let canary = &perplexity["canary"];
+    assert_eq!(canary["canaries"].as_array().unwrap().len(), 3);
+    let audit = canary["results"].as_array().unwrap();
+    let audit_names: Vec<&str> = audit
+        .iter()
+        .map(|m| m["mechanism"].as_str().unwrap())
+        .collect();
+    assert_eq!(audit_names, names[..8]);
+    for m in audit {
+        let hit = m["hit_rate"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&hit), "{m}");
+        let logs = m["log10_probabilities"].as_array().unwrap();
+        assert_eq!(logs.len(), 3);
+        assert!(logs.iter().all(|l| l.as_f64().unwrap() <= 1e-12), "{m}");
+        if let Some(target) = m["target_epsilon"].as_f64() {
+            assert!(m["spent_epsilon"].as_f64().unwrap() <= target, "{m}");
+        }
     }
 
     // ICL: the baselines, then DPS-MOZO +On and +Off per ε, each within its target.

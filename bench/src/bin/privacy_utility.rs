@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use privmix_bench::BenchError;
+use privmix_bench::experiment::canary::CanaryPlan;
 use privmix_bench::experiment::{ExperimentConfig, ScoringPlan, TrainingPlan, run};
 use privmix_bench::icl::{IclConfig, run_icl};
 use privmix_bench::report::{Report, write_report};
@@ -100,6 +101,15 @@ struct Args {
     /// ICL: tokens per answer at most.
     #[arg(long, default_value_t = 24)]
     icl_max_tokens: usize,
+    /// Canary audit: number of canaries (0: skip the audit).
+    #[arg(long, default_value_t = 8)]
+    canaries: usize,
+    /// Canary audit: repeats of each canary sentence in its user's text.
+    #[arg(long, default_value_t = 40)]
+    canary_repeats: usize,
+    /// Canary audit: fine-tuning steps of each audit member.
+    #[arg(long, default_value_t = 40)]
+    canary_steps: usize,
     /// Membership inference: examples (0: skip the attack).
     #[arg(long, default_value_t = 12)]
     mia_examples: usize,
@@ -120,6 +130,8 @@ fn main() -> ExitCode {
         a.icl_public = 2;
         a.icl_max_tokens = 12;
         a.mia_examples = 5;
+        a.canaries = 4;
+        a.canary_steps = 30;
     }
     let config = ExperimentConfig {
         model: a.model,
@@ -145,6 +157,12 @@ fn main() -> ExitCode {
         delta: a.delta,
         scoring: ScoringPlan::default(),
         seed: a.seed,
+        canary: (a.canaries > 0).then_some(CanaryPlan {
+            canaries: a.canaries,
+            repeats: a.canary_repeats,
+            train_steps: a.canary_steps,
+            learning_rate: 10.0 * a.learning_rate,
+        }),
     };
     let icl = IclConfig {
         model: config.model.clone(),
@@ -186,6 +204,19 @@ fn main() -> ExitCode {
                     m.target_epsilon.map_or("-".into(), |e| e.to_string()),
                     m.perplexity,
                     m.spent_epsilon
+                );
+            }
+            for m in r
+                .perplexity
+                .iter()
+                .filter_map(|p| p.canary.as_ref())
+                .flat_map(|c| &c.results)
+            {
+                eprintln!(
+                    "canary {:10} ε {:>5} hit rate {:.3e}",
+                    m.mechanism,
+                    m.target_epsilon.map_or("-".into(), |e| e.to_string()),
+                    m.hit_rate
                 );
             }
             for m in r.icl.iter().flat_map(|p| &p.results) {

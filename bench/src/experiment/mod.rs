@@ -17,6 +17,7 @@
 //!    AdaPMixED screens as they would when serving), and perplexity is read from
 //!    the distribution each step would have sampled.
 
+pub mod canary;
 pub mod data;
 pub mod members;
 pub mod scoring;
@@ -69,6 +70,8 @@ pub struct ExperimentConfig {
     pub scoring: ScoringPlan,
     /// Seed of the partition, training and the mechanisms' randomness.
     pub seed: u64,
+    /// The canary-extraction audit (None: not run).
+    pub canary: Option<canary::CanaryPlan>,
 }
 
 /// What one run measured.
@@ -90,6 +93,8 @@ pub struct ExperimentResults {
     pub results: Vec<MechanismResult>,
     /// Seconds spent in each stage: data, training, scoring.
     pub seconds: (f64, f64, f64),
+    /// The canary-extraction audit, when run.
+    pub canary: Option<canary::CanaryAudit>,
 }
 
 /// Runs the whole experiment; `progress` shows bars on a terminal.
@@ -127,6 +132,12 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
     let runner = EnsembleRunner::new(model, &adapters)?;
     let results = score_mechanisms(config, &runner, &data.eval, &trained, progress)?;
     let t_score = t2.elapsed().as_secs_f64();
+    let canary = match &config.canary {
+        Some(plan) => Some(canary::canary_audit(
+            config, plan, &tokenizer, &data, progress,
+        )?),
+        None => None,
+    };
 
     Ok(ExperimentResults {
         config: config.clone(),
@@ -141,6 +152,7 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         dp_sgd_epsilons: trained.dp_sgd.iter().map(|(t, _, e)| (*t, *e)).collect(),
         results,
         seconds: (t_data, t_train, t_score),
+        canary,
     })
 }
 

@@ -109,7 +109,7 @@ enum Mechanism {
     Submix(SubMix),
 }
 
-struct Contender {
+pub(crate) struct Contender {
     result: MechanismResult,
     mechanism: Mechanism,
     accounting: Accounting,
@@ -184,7 +184,7 @@ impl Contender {
         Ok(eps.is_finite().then_some(eps))
     }
 
-    fn observe(
+    pub(crate) fn observe(
         &mut self,
         ensemble: &Ensemble,
         target: usize,
@@ -230,14 +230,14 @@ impl Contender {
         Ok(())
     }
 
-    fn end_block(&mut self) {
+    pub(crate) fn end_block(&mut self) {
         let ppl = (self.block_nll / self.block_len as f64).exp();
         self.result.block_perplexities.push(ppl);
         self.block_nll = 0.0;
         self.block_len = 0;
     }
 
-    fn finish(mut self) -> Result<MechanismResult, BenchError> {
+    pub(crate) fn finish(mut self) -> Result<MechanismResult, BenchError> {
         let b = &self.result.block_perplexities;
         self.result.perplexity = b.iter().sum::<f64>() / b.len() as f64;
         self.result.spent_epsilon = self.spent()?;
@@ -270,7 +270,7 @@ pub fn submix_budget(epsilon: f64, delta: f64) -> Result<(f64, f64), BenchError>
     )))
 }
 
-fn contenders(
+pub(crate) fn contenders(
     config: &ExperimentConfig,
     queries: u64,
     orders: &Orders,
