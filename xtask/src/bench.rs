@@ -28,12 +28,25 @@ struct Measured {
     upper_ns: f64,
 }
 
-pub(crate) fn run(
-    out: &Path,
-    quick: bool,
-    speed_only: bool,
-    experiment_only: bool,
-) -> Result<(), String> {
+/// What `cargo xtask bench` was asked to do.
+pub(crate) struct Options {
+    /// criterion `--quick` and the experiment's `--quick`.
+    pub quick: bool,
+    /// Only the SmolLM2 speed step.
+    pub speed_only: bool,
+    /// Only the privacy–utility experiment.
+    pub experiment_only: bool,
+    /// Extra arguments for the experiment binary.
+    pub experiment_args: Vec<String>,
+}
+
+pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
+    let Options {
+        quick,
+        speed_only,
+        experiment_only,
+        experiment_args,
+    } = options;
     let out = if out.is_absolute() {
         out.to_path_buf()
     } else {
@@ -41,7 +54,7 @@ pub(crate) fn run(
     };
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     if experiment_only {
-        let section = experiment(&out, quick)?;
+        let section = experiment(&out, quick, &experiment_args)?;
         let report = format!("# privmix privacy–utility report\n\n{section}");
         return write_report(&out.join("experiment.md"), &report);
     }
@@ -70,14 +83,14 @@ pub(crate) fn run(
     // benches so that they do not share the cores with them.
     report.push_str(&crate::speed::section(quick));
     // Last, the privacy–utility experiment on SmolLM2 and Shakespeare.
-    report.push_str(&experiment(&out, quick)?);
+    report.push_str(&experiment(&out, quick, &experiment_args)?);
     write_report(&out.join("README.md"), &report)
 }
 
 /// Fetches SmolLM2 and the plays if needed, runs the `privacy-utility` binary
 /// (release build) into `out/privacy-utility`, and returns its report as a
 /// section of the main report (image links made relative to `out`).
-fn experiment(out: &Path, quick: bool) -> Result<String, String> {
+fn experiment(out: &Path, quick: bool, extra: &[String]) -> Result<String, String> {
     let cache = Path::new("models-cache");
     crate::fetch::run(cache, Some("smollm2"))?;
     crate::data::run(cache)?;
@@ -97,6 +110,7 @@ fn experiment(out: &Path, quick: bool) -> Result<String, String> {
     if quick {
         args.push("--quick");
     }
+    args.extend(extra.iter().map(String::as_str));
     let started = std::time::Instant::now();
     cargo(&args)?;
     let minutes = started.elapsed().as_secs_f64() / 60.0;

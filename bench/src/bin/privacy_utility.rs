@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use privmix_bench::BenchError;
 use privmix_bench::experiment::canary::CanaryPlan;
 use privmix_bench::experiment::{ExperimentConfig, ScoringPlan, TrainingPlan, run};
@@ -35,7 +36,8 @@ struct Args {
     /// Report folder.
     #[arg(long, default_value = "reports/bench/privacy-utility")]
     out: PathBuf,
-    /// Small settings that finish in minutes on 2 cores (the values below are overridden).
+    /// Small settings that finish in minutes on 2 cores (overriding the defaults of the
+    /// options below that are not given on the command line).
     #[arg(long)]
     quick: bool,
     /// Members N (even).
@@ -116,22 +118,35 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let mut a = Args::parse();
+    let matches = Args::command().get_matches();
+    let mut a = match Args::from_arg_matches(&matches) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     if a.quick {
-        a.members = 4;
-        a.block = 64;
-        a.eval_blocks = 6;
-        a.train_steps = 12;
-        a.batch = 2;
-        a.dp_sgd_steps = 4;
-        a.dp_sgd_batch = 2;
-        a.icl_private = 32;
-        a.icl_test = 5;
-        a.icl_public = 2;
-        a.icl_max_tokens = 12;
-        a.mia_examples = 5;
-        a.canaries = 4;
-        a.canary_steps = 30;
+        // The small settings, except where the command line set a value itself.
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        macro_rules! quick {
+            ($($field:ident = $value:expr),* $(,)?) => {
+                $(if !given(stringify!($field)) { a.$field = $value; })*
+            };
+        }
+        quick!(
+            members = 4,
+            block = 64,
+            eval_blocks = 6,
+            train_steps = 12,
+            batch = 2,
+            dp_sgd_steps = 4,
+            dp_sgd_batch = 2,
+            icl_private = 32,
+            icl_test = 5,
+            icl_public = 2,
+            icl_max_tokens = 12,
+            mia_examples = 5,
+            canaries = 4,
+            canary_steps = 30,
+        );
     }
     let config = ExperimentConfig {
         model: a.model,
@@ -189,7 +204,7 @@ fn main() -> ExitCode {
         let icl = if a.skip_icl {
             None
         } else {
-            Some(run_icl(&icl)?)
+            Some(run_icl(&icl, true)?)
         };
         let report = Report { perplexity, icl };
         write_report(&a.out, &report)?;

@@ -139,8 +139,11 @@ fn decode_all(
     tokenizer: &Tokenizer,
     queries: &[Definition],
     max_tokens: usize,
+    bar: &indicatif::ProgressBar,
     mut step: impl FnMut(&[u32]) -> Result<privmix_mechanisms::StepOutcome, BenchError>,
 ) -> Result<Decoded, BenchError> {
+    bar.set_length(queries.len() as u64);
+    bar.set_position(0);
     let eos = tokenizer.eos_id();
     let mut out = Decoded {
         predictions: Vec::new(),
@@ -170,6 +173,7 @@ fn decode_all(
         }
         out.predictions
             .push(text.split('\n').next().unwrap_or("").trim().to_string());
+        bar.inc(1);
     }
     Ok(out)
 }
@@ -213,7 +217,17 @@ fn finite(e: f64) -> Option<f64> {
 }
 
 /// Runs every method (see the module docs).
-pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
+pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchError> {
+    let bar = if progress {
+        indicatif::ProgressBar::new(0)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg:28} [{bar:30}] {pos}/{len} queries {elapsed_precise}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
     let device = Default::default();
     let tokenizer = crate::experiment::tokenizer_for(&config.model, config.tokenizer.as_deref())?;
     let model = Model::<Flex>::load(&config.model, &device)?;
@@ -256,7 +270,8 @@ pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
                       rng: &mut PrivacyRng|
      -> Result<Decoded, BenchError> {
         let mut src = PromptSource::new(&runner, header.clone(), demos.clone());
-        decode_all(&tokenizer, queries, config.max_tokens, |context| {
+        bar.set_message(mechanism.name().to_string());
+        decode_all(&tokenizer, queries, config.max_tokens, &bar, |context| {
             Ok(mechanism.step(&mut src, context, rng, account)?)
         })
     };
@@ -348,7 +363,8 @@ pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
             let online = DpFewShot::new(&dp_demos, config.top_k)?;
             let mut few = DpPromptSource::new(&runner, &tokenizer, header.clone());
             let mut free = Unbudgeted::new(orders.clone());
-            let decoded = decode_all(&tokenizer, queries, config.max_tokens, |context| {
+            bar.set_message("dps-mozo+off (online)");
+            let decoded = decode_all(&tokenizer, queries, config.max_tokens, &bar, |context| {
                 Ok(online.step(&mut few, context, &mut rng, &mut free)?)
             })?;
             let zero_after = free.spent().epsilon(config.delta)?.epsilon;
@@ -371,6 +387,7 @@ pub fn run_icl(config: &IclConfig) -> Result<IclResults, BenchError> {
             ));
         }
     }
+    bar.finish_and_clear();
     let mia = if config.mia_examples >= 2 {
         let examples = &queries[..config.mia_examples.min(queries.len())];
         mia::membership_inference(&runner, &tokenizer, examples, config.top_k, &radii)?
