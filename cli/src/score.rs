@@ -3,36 +3,24 @@
 //! The text is cut into blocks of `--block` tokens; at every position the mechanism's
 //! output distribution given the true prefix is evaluated at the true next token (teacher
 //! forcing), perplexity is `exp(−mean log p)` per block and then the mean over blocks (as
-//! in the PMixED and SubMix evaluations). Every position is one query: its charge is
+//! in the PMixED and SubMix evaluations). Every position is one query, for any mechanism
+//! (`EnsembleMechanism::release` gives the distribution a step would sample): its charge is
 //! composed into an account without a budget, and the total ε those queries would cost if
-//! their distributions were released is reported (nothing is written to any ledger).
+//! their tokens were released is reported (nothing is written to any ledger).
 
 use privmix_accountant::Orders;
-use privmix_ensemble::rows::RowLayout;
-use privmix_mechanisms::{Ensemble, Pmixed, PmixedConfig, PrivacyRng, Rows};
+use privmix_mechanisms::{Ensemble, PrivacyRng, PublicReason, Rows, Unbudgeted};
 use serde_json::json;
 
-use crate::args::{MechanismKind, ScoreArgs};
+use crate::args::ScoreArgs;
 use crate::error::CliError;
-use crate::setup::{load_runner, load_tokenizer};
+use crate::setup::{MechanismPlan, build_mechanism, load_runner, load_tokenizer};
 
 /// Runs `privmix score`.
 pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
     let kind = args.model.mechanism;
     if args.block < 2 {
         return Err(CliError::arg("--block", "a block needs at least 2 tokens"));
-    }
-    if !matches!(
-        kind,
-        MechanismKind::Pmixed | MechanismKind::Public | MechanismKind::Ensemble
-    ) {
-        return Err(CliError::arg(
-            "--mechanism",
-            format!(
-                "score supports pmixed, public and ensemble; {} is not supported by score yet",
-                kind.name()
-            ),
-        ));
     }
     let text = std::fs::read_to_string(&args.text).map_err(|source| CliError::Io {
         what: format!("reading {}", args.text.display()),
@@ -54,75 +42,56 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
         ));
     }
     let queries: u64 = blocks.iter().map(|b| b.len() as u64 - 1).sum();
-    let n = runner.num_members();
-    if n == 0 && kind != MechanismKind::Public {
-        return Err(CliError::arg(
-            "--adapter",
-            format!("{} needs at least one member adapter", kind.name()),
-        ));
-    }
     let orders = Orders::dp_accounting_default();
-    let mut pmixed = match kind {
-        MechanismKind::Pmixed => {
-            let p = &args.model.params;
-            let config = match p.radius {
-                Some(r) => PmixedConfig::new(p.alpha_c, r, p.q)?,
-                None => PmixedConfig::calibrate(
-                    args.epsilon,
-                    args.delta,
-                    queries,
-                    p.q,
-                    n as u64,
-                    p.alpha_c,
-                    &orders,
-                )?,
-            };
-            Some(Pmixed::new(config))
-        }
-        _ => None,
-    };
+    let (mut mechanism, layout) = build_mechanism(&MechanismPlan {
+        kind,
+        params: &args.model.params,
+        members: runner.num_members(),
+        epsilon: args.epsilon,
+        delta: args.delta,
+        queries,
+        orders: &orders,
+    })?;
     let mut rng = match args.seed {
         Some(seed) => PrivacyRng::from_seed(seed),
         None => PrivacyRng::from_os()?,
     };
-    // Per-query charges: PMixED's is data-independent, the public model's 0 and the
-    // non-private ensemble's +∞; composing `queries` of them is one self-composition.
-    let per_query = match (&mut pmixed, kind) {
-        (Some(p), _) => p.charge_curve(&orders, n)?.clone(),
-        (None, MechanismKind::Public) => privmix_accountant::RdpCurve::zero(orders.clone()),
-        (None, _) => privmix_accountant::RdpCurve::from_fn(orders.clone(), |_| f64::INFINITY)?,
-    };
-    let layout = RowLayout::public_and_members(n);
+    // Every position is one query, charged as if its token were released; the
+    // account has no budget (nothing is written to a ledger), so SubMix's own
+    // part budgets are what can stop it.
+    let mut account = Unbudgeted::new(orders);
     let mut block_perplexities = Vec::with_capacity(blocks.len());
+    let (mut private, mut public) = (0u64, 0u64);
     for block in &blocks {
         let steps = runner.score_block_full(&layout, block)?;
         let mut nll = 0.0f64;
         for (i, rows) in steps.iter().enumerate() {
-            let ensemble = Ensemble::new(
-                Rows::LogProbF32(rows.row(0)),
-                Rows::LogProbF32(rows.member_rows()),
-            )?;
-            let target = block[i + 1] as usize;
-            let p = match (&pmixed, kind) {
-                (Some(p), _) => {
-                    let drawn = p.draw_members(n, &mut rng);
-                    p.output_distribution(&ensemble, &drawn)?.distribution[target]
-                }
-                (None, MechanismKind::Public) => ensemble.public()[target],
-                (None, _) => (0..n).map(|m| ensemble.member(m)[target]).sum::<f64>() / n as f64,
+            let members = if layout.len() > 1 {
+                rows.member_rows()
+            } else {
+                &[]
             };
-            nll -= p.ln();
+            let ensemble = Ensemble::new(Rows::LogProbF32(rows.row(0)), Rows::LogProbF32(members))?;
+            let release = mechanism.release(&ensemble, &mut rng, &mut account)?;
+            match release.diagnostics.public_reason {
+                None => private += 1,
+                Some(PublicReason::PublicOnly) => {}
+                Some(_) => public += 1,
+            }
+            nll -= release.distribution[block[i + 1] as usize].ln();
         }
         block_perplexities.push((nll / steps.len() as f64).exp());
     }
     let perplexity = block_perplexities.iter().sum::<f64>() / block_perplexities.len() as f64;
-    let spent = per_query.self_compose(queries).epsilon(args.delta)?;
+    let spent = account.spent().epsilon(args.delta)?;
     if args.json {
         let line = json!({
             "mechanism": kind.name(),
             "perplexity": perplexity.is_finite().then_some(perplexity),
             "blocks": blocks.len(),
             "queries": queries,
+            "private_answers": private,
+            "public_answers": public,
             "epsilon": spent.epsilon.is_finite().then_some(spent.epsilon),
             "delta": args.delta,
             "order": spent.order,
@@ -130,7 +99,8 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
         println!("{line}");
     } else {
         println!(
-            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries); ε = {} at δ = {}",
+            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries, {private} answered \
+             privately, {public} from the public model); ε = {} at δ = {}",
             kind.name(),
             blocks.len(),
             spent.epsilon,

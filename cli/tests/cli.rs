@@ -416,9 +416,22 @@ fn score_reports_perplexity_and_epsilon() {
     assert!(eps > 0.0 && eps <= 2.0, "{eps}");
     // 135 bytes in blocks of 32: 5 blocks (the last of 7 tokens), 130 queries.
     assert_eq!(pmixed["queries"].as_u64(), Some(130));
-    for r in [&public, &pmixed] {
+    let adapmixed = run("adapmixed");
+    let submix = run("submix");
+    let ensemble = run("ensemble");
+    // AdaPMixED's data-dependent ε is finite; SubMix's stays within its part budget
+    // (2 at its order 2, converted at δ); the non-private ensemble has none.
+    assert!(adapmixed["epsilon"].as_f64().unwrap() > 0.0);
+    assert!(submix["epsilon"].as_f64().is_some());
+    assert!(ensemble["epsilon"].is_null(), "{ensemble}");
+    assert_eq!(public["private_answers"].as_u64(), Some(0));
+    assert_eq!(ensemble["private_answers"].as_u64(), Some(130));
+    for r in [&public, &pmixed, &adapmixed, &submix, &ensemble] {
         let ppl = r["perplexity"].as_f64().unwrap();
         // A 256-way model's perplexity lies in (1, ∞); a random tiny model is near 256.
-        assert!(ppl > 1.0 && ppl.is_finite(), "{ppl}");
+        assert!(ppl > 1.0 && ppl.is_finite(), "{r}");
+        let answered =
+            r["private_answers"].as_u64().unwrap() + r["public_answers"].as_u64().unwrap();
+        assert!(answered <= 130, "{r}");
     }
 }

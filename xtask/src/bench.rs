@@ -69,7 +69,9 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         fs::remove_dir_all(&criterion_dir)
             .map_err(|e| format!("cannot clear {}: {e}", criterion_dir.display()))?;
     }
-    let mut args = vec!["bench", "--workspace", "--benches", "--"];
+    // `--bench "*"` selects the criterion targets only: `--benches` also runs every
+    // lib and bin under libtest, which rejects criterion's `--quick`.
+    let mut args = vec!["bench", "--workspace", "--bench", "*", "--"];
     if quick {
         args.push("--quick");
     }
