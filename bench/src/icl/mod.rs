@@ -32,8 +32,8 @@ use burn::backend::Flex;
 use privmix_accountant::{Budget, Orders};
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_mechanisms::{
-    Account, DpFewShot, DpsMozo, DpsMozoConfig, FewShotProduct, IclMechanism, PrivacyRng,
-    Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
+    Account, DpFewShot, DpsMozo, DpsMozoConfig, FewShotProduct, IclMechanism, MechanismError,
+    PrivacyRng, Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
 };
 use privmix_models::{Model, Tokenizer};
 use rand::SeedableRng;
@@ -150,12 +150,25 @@ fn decode_all(
         tokens: 0,
         lambdas: Vec::new(),
     };
+    let mut exhausted = false;
     for q in queries {
         let mut context = tokens(tokenizer, &query_text(&q.word))?;
         let prompt_len = context.len();
         let mut text = String::new();
         for _ in 0..max_tokens {
-            let outcome = step(&context)?;
+            if exhausted {
+                break;
+            }
+            let outcome = match step(&context) {
+                Ok(outcome) => outcome,
+                // The budget cannot pay for another token: nothing more is released,
+                // this answer ends here and later queries get none.
+                Err(BenchError::Mechanism(MechanismError::ChargeRefused(_))) => {
+                    exhausted = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             out.tokens += 1;
             if !outcome.diagnostics.lambdas.is_empty() {
                 let l = &outcome.diagnostics.lambdas;
@@ -304,17 +317,21 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
     ));
 
     for &eps in &config.epsilons {
+        // The largest radius whose `tokens` charged tokens fit (ε, δ).
+        let radius_for = |tokens: u64| {
+            calibrate_radius(
+                &orders,
+                eps,
+                config.delta,
+                tokens,
+                config.n_shots,
+                config.private_demos,
+            )
+        };
         // +On: every generated token of every query is charged.
         let t = Instant::now();
         let on_tokens = (config.test_queries * config.max_tokens) as u64;
-        let radius = calibrate_radius(
-            &orders,
-            eps,
-            config.delta,
-            on_tokens,
-            config.n_shots,
-            config.private_demos,
-        )?;
+        let radius = radius_for(on_tokens)?;
         radii.push((eps, radius));
         let mut budget = Budget::new(orders.clone(), eps, config.delta)?;
         let cfg = DpsMozoConfig::new(config.n_shots, config.top_k, radius)?;
@@ -334,14 +351,7 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         if config.public_inputs > 0 {
             let t = Instant::now();
             let off_tokens = (config.public_inputs * config.max_tokens) as u64;
-            let radius = calibrate_radius(
-                &orders,
-                eps,
-                config.delta,
-                off_tokens,
-                config.n_shots,
-                config.private_demos,
-            )?;
+            let radius = radius_for(off_tokens)?;
             let mut budget = Budget::new(orders.clone(), eps, config.delta)?;
             let mut mechanism =
                 DpsMozo::new(DpsMozoConfig::new(config.n_shots, config.top_k, radius)?);
