@@ -19,6 +19,7 @@ mod bench;
 mod ci;
 mod data;
 mod fetch;
+mod llama_cpp;
 mod speed;
 mod wordnet;
 

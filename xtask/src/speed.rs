@@ -46,6 +46,8 @@ pub(crate) fn section(quick: bool) -> String {
     let (p, d) = (prompt.to_string(), decode.to_string());
 
     let mut rows = Vec::new();
+    let python = std::env::var("PRIVMIX_PYTHON").unwrap_or_else(|_| "python3".into());
+    let llama_cpp = crate::llama_cpp::ensure(&root.join("models-cache"), &python);
     // llama.cpp's OpenMP threads spin between operations by default, which
     // is fastest on an idle machine and very slow on a shared one; measure
     // both wait policies and compare with the faster.
@@ -57,19 +59,22 @@ pub(crate) fn section(quick: bool) -> String {
             .join("xtask")
             .join("scripts")
             .join("llama_cpp_speed.py");
-        let python = std::env::var("PRIVMIX_PYTHON").unwrap_or_else(|_| "python3".into());
         let mut cmd = Command::new(&python);
         cmd.arg(&script).args([&gguf_arg, THREADS, &p, &d]);
+        if let Ok(dir) = &llama_cpp {
+            cmd.env("PYTHONPATH", dir);
+        }
         if passive {
             cmd.env("OMP_WAIT_POLICY", "passive");
         }
-        let result =
-            run_json(cmd, &format!("{python} {}", script.display())).and_then(|v| match v["error"]
-                .as_str()
-            {
-                Some(e) => Err(format!("llama.cpp not measured: {e}")),
-                None => Ok(v),
-            });
+        let result = match &llama_cpp {
+            Err(e) => Err(format!("llama.cpp not measured: {e}")),
+            Ok(_) => run_json(cmd, &format!("{python} {}", script.display())),
+        }
+        .and_then(|v| match v["error"].as_str() {
+            Some(e) => Err(format!("llama.cpp not measured: {e}")),
+            None => Ok(v),
+        });
         rows.push(Row {
             label: label.into(),
             result,
