@@ -47,10 +47,10 @@ struct Args {
     #[arg(long, default_value_t = 128)]
     block: usize,
     /// Held-out blocks scored.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 24)]
     eval_blocks: usize,
     /// Fine-tuning steps per member.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 24)]
     train_steps: usize,
     /// Blocks per fine-tuning step.
     #[arg(long, default_value_t = 4)]
@@ -62,7 +62,7 @@ struct Args {
     #[arg(long, default_value_t = 1e-3)]
     learning_rate: f64,
     /// DP-SGD steps per ε (0: skip the baseline).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 12)]
     dp_sgd_steps: usize,
     /// DP-SGD expected batch.
     #[arg(long, default_value_t = 8)]
@@ -89,7 +89,7 @@ struct Args {
     #[arg(long, default_value_t = 128)]
     icl_private: usize,
     /// ICL: test queries.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 16)]
     icl_test: usize,
     /// ICL: public inputs of DPS-MOZO+Off.
     #[arg(long, default_value_t = 4)]
@@ -101,7 +101,7 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     top_k: usize,
     /// ICL: tokens per answer at most.
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 20)]
     icl_max_tokens: usize,
     /// Canary audit: number of canaries (0: skip the audit).
     #[arg(long, default_value_t = 8)]
@@ -110,10 +110,10 @@ struct Args {
     #[arg(long, default_value_t = 40)]
     canary_repeats: usize,
     /// Canary audit: fine-tuning steps of each audit member.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 24)]
     canary_steps: usize,
     /// Membership inference: examples (0: skip the attack).
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 10)]
     mia_examples: usize,
 }
 
