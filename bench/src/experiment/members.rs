@@ -62,9 +62,27 @@ fn digest(value: &serde_json::Value) -> String {
     hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The base model's name and the size of its file — or, for an HF folder, of
+/// every file in it — for the cache key.
 fn model_identity(path: &Path) -> serde_json::Value {
-    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    json!({ "name": path.file_name().map(|n| n.to_string_lossy().into_owned()), "size": size })
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let sizes: Vec<(String, u64)> = match std::fs::read_dir(path) {
+        Ok(entries) => {
+            let mut v: Vec<(String, u64)> = entries
+                .flatten()
+                .map(|e| {
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        size(&e.path()),
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        }
+        Err(_) => vec![(String::new(), size(path))],
+    };
+    json!({ "name": path.file_name().map(|n| n.to_string_lossy().into_owned()), "sizes": sizes })
 }
 
 fn bar(len: u64, what: &str, show: bool) -> ProgressBar {
