@@ -28,7 +28,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use super::scoring::contenders;
+use super::contenders::contenders;
 use super::{ExperimentConfig, ExperimentData, train_members};
 use crate::error::BenchError;
 

@@ -18,6 +18,7 @@
 //!    the distribution each step would have sampled.
 
 pub mod canary;
+mod contenders;
 pub mod data;
 pub mod members;
 pub mod scoring;
@@ -31,6 +32,7 @@ use privmix_models::{LanguageModel, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
+pub use contenders::submix_budget;
 pub use data::{ExperimentData, prepare_data};
 pub use members::{TrainedMembers, TrainingPlan, train_members};
 pub use scoring::{MechanismResult, ScoringPlan, score_mechanisms};

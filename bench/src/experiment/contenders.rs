@@ -1,0 +1,289 @@
+//! The contenders of one evaluation: each mechanism with its own account, run
+//! over the queries in order ([`Contender::observe`]), and the per-ε set of them
+//! ([`contenders`]) that the perplexity table and the canary audit both score.
+
+use std::time::Instant;
+
+use privmix_accountant::{Budget, Orders, RdpCurve};
+use privmix_mechanisms::baselines::{NonPrivateEnsemble, PublicOnly};
+use privmix_mechanisms::{
+    Account, Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, MechanismError, Pmixed,
+    PmixedConfig, PrivacyRng, PublicReason, Release, SubMix, Unbudgeted,
+};
+
+use super::ExperimentConfig;
+use super::scoring::MechanismResult;
+use crate::error::BenchError;
+
+/// Where a contender's ε is read from.
+enum Accounting {
+    /// An (ε, δ) budget over RDP curves (PMixED, AdaPMixED).
+    Budget(Budget),
+    /// No budget: the public model (charges 0) and the non-private ensemble (+∞).
+    Free(Unbudgeted),
+    /// SubMix keeps its own per-part budgets; the account only records (at SubMix's order).
+    Submix(Unbudgeted),
+}
+
+enum Mechanism {
+    Public(PublicOnly),
+    Ensemble(NonPrivateEnsemble),
+    Pmixed(Pmixed),
+    Adapmixed(Adapmixed),
+    Submix(SubMix),
+}
+
+pub(crate) struct Contender {
+    result: MechanismResult,
+    mechanism: Mechanism,
+    accounting: Accounting,
+    delta: f64,
+    block_nll: f64,
+    block_len: usize,
+}
+
+impl Contender {
+    fn new(
+        mechanism: Mechanism,
+        accounting: Accounting,
+        name: &str,
+        target: Option<f64>,
+        parameters: String,
+        delta: f64,
+    ) -> Self {
+        Self {
+            result: MechanismResult {
+                mechanism: name.into(),
+                target_epsilon: target,
+                perplexity: f64::NAN,
+                block_perplexities: Vec::new(),
+                queries: 0,
+                private_answers: 0,
+                screened: 0,
+                stopped: 0,
+                spent_epsilon: None,
+                spent_trace: Vec::new(),
+                lambda_trace: Vec::new(),
+                parameters,
+                seconds: 0.0,
+            },
+            mechanism,
+            accounting,
+            delta,
+            block_nll: 0.0,
+            block_len: 0,
+        }
+    }
+
+    fn release(
+        &mut self,
+        ensemble: &Ensemble,
+        rng: &mut PrivacyRng,
+    ) -> Result<Release, MechanismError> {
+        let account: &mut dyn Account = match &mut self.accounting {
+            Accounting::Budget(b) => b,
+            Accounting::Free(u) | Accounting::Submix(u) => u,
+        };
+        let mechanism: &mut dyn EnsembleMechanism = match &mut self.mechanism {
+            Mechanism::Public(m) => m,
+            Mechanism::Ensemble(m) => m,
+            Mechanism::Pmixed(m) => m,
+            Mechanism::Adapmixed(m) => m,
+            Mechanism::Submix(m) => m,
+        };
+        mechanism.release(ensemble, rng, account)
+    }
+
+    /// ε spent so far at δ (None: infinite).
+    fn spent(&self) -> Result<Option<f64>, BenchError> {
+        let eps = match (&self.accounting, &self.mechanism) {
+            (Accounting::Submix(_), Mechanism::Submix(s)) => {
+                s.budgets().spent_epsilon(self.delta)?.epsilon
+            }
+            (Accounting::Budget(b), _) => b.spent_epsilon(self.delta)?.epsilon,
+            (Accounting::Free(u), _) | (Accounting::Submix(u), _) => {
+                u.spent().epsilon(self.delta)?.epsilon
+            }
+        };
+        Ok(eps.is_finite().then_some(eps))
+    }
+
+    pub(crate) fn observe(
+        &mut self,
+        ensemble: &Ensemble,
+        target: usize,
+        rng: &mut PrivacyRng,
+    ) -> Result<(), BenchError> {
+        let t = Instant::now();
+        let (p, lambda) = match self.release(ensemble, rng) {
+            Ok(release) => {
+                match release.diagnostics.public_reason {
+                    Some(PublicReason::Screened) => self.result.screened += 1,
+                    Some(PublicReason::Stopped) => self.result.stopped += 1,
+                    Some(_) => {}
+                    None => self.result.private_answers += 1,
+                }
+                let l = &release.diagnostics.lambdas;
+                let lambda = if l.is_empty() || release.diagnostics.public_reason.is_some() {
+                    0.0
+                } else {
+                    l.iter().sum::<f64>() / l.len() as f64
+                };
+                (release.distribution[target], lambda)
+            }
+            Err(MechanismError::ChargeRefused(_)) => {
+                // The budget is spent: nothing private is released, the public
+                // model answers (it reads no private data).
+                self.result.stopped += 1;
+                (ensemble.public()[target], 0.0)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.block_nll -= p.ln();
+        self.block_len += 1;
+        self.result.queries += 1;
+        self.result.lambda_trace.push(lambda);
+        if matches!(
+            self.mechanism,
+            Mechanism::Pmixed(_) | Mechanism::Adapmixed(_) | Mechanism::Submix(_)
+        ) {
+            let spent = self.spent()?.unwrap_or(f64::INFINITY);
+            self.result.spent_trace.push(spent);
+        }
+        self.result.seconds += t.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    pub(crate) fn end_block(&mut self) {
+        let ppl = (self.block_nll / self.block_len as f64).exp();
+        self.result.block_perplexities.push(ppl);
+        self.block_nll = 0.0;
+        self.block_len = 0;
+    }
+
+    pub(crate) fn finish(mut self) -> Result<MechanismResult, BenchError> {
+        let b = &self.result.block_perplexities;
+        self.result.perplexity = b.iter().sum::<f64>() / b.len() as f64;
+        self.result.spent_epsilon = self.spent()?;
+        Ok(self.result)
+    }
+}
+
+/// The SubMix order and per-part RDP budget for a target (ε, δ): the smallest
+/// integer order α ≥ 2 whose budget `r` (Balle et al. 2020 conversion inverted)
+/// keeps at least half of ε, then `r` shrunk until the accountant's own
+/// conversion of `(α, r)` is ≤ ε as evaluated. SubMix's guarantee is `(α, r)`-RDP
+/// for every part (submix.txt Prop. 3.1), so its ε is that conversion.
+pub fn submix_budget(epsilon: f64, delta: f64) -> Result<(f64, f64), BenchError> {
+    for alpha in 2..=256u32 {
+        let a = f64::from(alpha);
+        let mut r = epsilon - (-1.0 / a).ln_1p() + (delta.ln() + a.ln()) / (a - 1.0);
+        if r < 0.5 * epsilon {
+            continue;
+        }
+        for _ in 0..64 {
+            let converted = RdpCurve::single(a, r)?.epsilon(delta)?.epsilon;
+            if converted <= epsilon {
+                return Ok((a, r));
+            }
+            r *= 1.0 - 1e-9;
+        }
+    }
+    Err(BenchError::Config(format!(
+        "no SubMix order up to 256 keeps half of ε = {epsilon} at δ = {delta}"
+    )))
+}
+
+pub(crate) fn contenders(
+    config: &ExperimentConfig,
+    queries: u64,
+    orders: &Orders,
+) -> Result<Vec<Contender>, BenchError> {
+    let n = config.members;
+    let plan = &config.scoring;
+    let delta = config.delta;
+    let free = || Accounting::Free(Unbudgeted::new(orders.clone()));
+    let mut out = vec![
+        Contender::new(
+            Mechanism::Public(PublicOnly),
+            free(),
+            "public",
+            None,
+            "p0 alone".into(),
+            delta,
+        ),
+        Contender::new(
+            Mechanism::Ensemble(NonPrivateEnsemble),
+            free(),
+            "ensemble",
+            None,
+            format!("mean of {n} members, no privacy"),
+            delta,
+        ),
+    ];
+    for &eps in &config.epsilons {
+        let budget = || Budget::new(orders.clone(), eps, delta);
+        let pmixed = PmixedConfig::calibrate(
+            eps,
+            delta,
+            queries,
+            plan.pmixed_q,
+            n as u64,
+            plan.pmixed_alpha_c,
+            orders,
+        )?;
+        let parameters = format!(
+            "α_c {}, radius {:.4e}, q {}, calibrated to {queries} queries",
+            pmixed.alpha_c(),
+            pmixed.radius(),
+            pmixed.q()
+        );
+        out.push(Contender::new(
+            Mechanism::Pmixed(Pmixed::new(pmixed)),
+            Accounting::Budget(budget()?),
+            "pmixed",
+            Some(eps),
+            parameters,
+            delta,
+        ));
+        let (sigma, threshold, top_k) = plan.screen;
+        let ada = AdapmixedConfig {
+            alpha_c: plan.alpha_c,
+            radius: plan.adapmixed_radius,
+            sigma,
+            threshold,
+            top_k,
+            data_dependent_orders: Some(plan.data_dependent_orders.clone()),
+            ..AdapmixedConfig::default()
+        };
+        let parameters = format!(
+            "α_c {}, radius {}, σ {sigma}, T {threshold}, k {top_k}, until the budget refuses",
+            ada.alpha_c, ada.radius
+        );
+        out.push(Contender::new(
+            Mechanism::Adapmixed(Adapmixed::new(ada)?),
+            Accounting::Budget(budget()?),
+            "adapmixed",
+            Some(eps),
+            parameters,
+            delta,
+        ));
+        let (alpha, part_budget) = submix_budget(eps, delta)?;
+        let beta = part_budget / queries as f64;
+        out.push(Contender::new(
+            Mechanism::Submix(SubMix::new(n / 2, alpha, beta, part_budget)?),
+            // SubMix's guarantee is its part budgets at its one order α; the account only
+            // records, so it holds that order alone (a charge curve at every default
+            // order costs ~150 divergence passes per query, most at fractional orders).
+            Accounting::Submix(Unbudgeted::new(Orders::new(vec![alpha])?)),
+            "submix",
+            Some(eps),
+            format!(
+                "{} parts, α {alpha}, part budget {part_budget:.4}, β {beta:.3e} (budget / queries)",
+                n / 2
+            ),
+            delta,
+        ));
+    }
+    Ok(out)
+}
