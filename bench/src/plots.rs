@@ -125,6 +125,14 @@ pub fn line_plot(
     Ok(())
 }
 
+/// The smallest and largest target ε (where the flat baselines are drawn).
+pub fn epsilon_range(eps: &[f64]) -> (f64, f64) {
+    (
+        eps.iter().copied().fold(f64::MAX, f64::min),
+        eps.iter().copied().fold(f64::MIN, f64::max),
+    )
+}
+
 /// The report's four plots, written into `dir`; returns their file names.
 pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, BenchError> {
     let mut files = Vec::new();
@@ -147,10 +155,7 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
             });
         }
     }
-    let (lo, hi) = (
-        eps.iter().copied().fold(f64::MAX, f64::min),
-        eps.iter().copied().fold(f64::MIN, f64::max),
-    );
+    let (lo, hi) = epsilon_range(eps);
     for name in ["public", "ensemble"] {
         if let Some(p) = flat(name) {
             series.push(Series {

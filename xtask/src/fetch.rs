@@ -96,11 +96,7 @@ const MODELS: [&Model; 2] = [&SMOLLM2, &GEMMA3];
 /// Fetches every model (or only `only`) into `dir` (relative paths are taken
 /// from the workspace root).
 pub(crate) fn run(dir: &Path, only: Option<&str>) -> Result<(), String> {
-    let dir = if dir.is_absolute() {
-        dir.to_path_buf()
-    } else {
-        crate::workspace_root().join(dir)
-    };
+    let dir = crate::from_root(dir);
     let selected: Vec<&Model> = match only {
         None => MODELS.to_vec(),
         Some(key) => {

@@ -127,6 +127,15 @@ pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// `path` itself when absolute, else taken from the workspace root.
+pub(crate) fn from_root(path: &std::path::Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        workspace_root().join(path)
+    }
+}
+
 pub(crate) fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

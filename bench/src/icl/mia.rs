@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::source::IclRunner;
 use super::wordnet::Definition;
-use super::{HEADER, query_text};
+use super::{HEADER, demo_text, query_text, tokens};
 use crate::error::BenchError;
 
 /// One method's attack result.
@@ -72,13 +72,13 @@ fn query_rows(
     examples: &[Definition],
     i: usize,
 ) -> Result<QueryRows, BenchError> {
-    let enc = |t: &str| -> Result<Vec<u32>, BenchError> { Ok(tokenizer.encode(t, false)?) };
+    let enc = |t: &str| tokens(tokenizer, t);
     let header = enc(HEADER)?;
     let query = enc(&query_text(&examples[i].word))?;
     let target = enc(&format!(" {}", examples[i].gloss))?;
     let mut prompts = vec![[header.as_slice(), &query].concat()];
     for d in examples {
-        let demo = enc(&format!("{} {}\n\n", query_text(&d.word), d.gloss))?;
+        let demo = enc(&demo_text(d))?;
         prompts.push([header.as_slice(), &demo, &query].concat());
     }
     let mut decoder = runner.decoder(RowLayout::public_only(prompts.len()))?;

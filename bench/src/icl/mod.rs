@@ -122,6 +122,11 @@ fn tokens(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, BenchError> {
     Ok(tokenizer.encode(text, false)?)
 }
 
+/// A private demonstration as it appears in a prompt: the query, its definition, a blank line.
+fn demo_text(d: &Definition) -> String {
+    format!("{} {}\n\n", query_text(&d.word), d.gloss)
+}
+
 fn query_text(word: &str) -> String {
     format!("Word: {word}\nDefinition:")
 }
@@ -262,12 +267,7 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
     let header = tokens(&tokenizer, HEADER)?;
     let demos = private
         .iter()
-        .map(|d| {
-            tokens(
-                &tokenizer,
-                &format!("{} {}\n\n", query_text(&d.word), d.gloss),
-            )
-        })
+        .map(|d| tokens(&tokenizer, &demo_text(d)))
         .collect::<Result<Vec<_>, _>>()?;
     let orders = Orders::dp_accounting_default();
     let stop = tokens(&tokenizer, "\n")?;
