@@ -19,6 +19,7 @@
 //! Numerics follow HF transformers in f32: the tests compare logits with
 //! transformers' own to 1e-4.
 
+pub mod bert;
 pub mod config;
 pub mod error;
 pub mod gemma;
@@ -32,6 +33,7 @@ pub mod safetensors;
 pub mod tokenizer;
 pub mod weights;
 
+pub use bert::{Bert, BertConfig, SentenceEncoder};
 pub use config::ModelConfig;
 pub use error::ModelError;
 pub use gemma::{Gemma, GemmaConfig, GemmaVersion};
