@@ -262,6 +262,47 @@ pub fn poisson_gaussian_sigma(
     smallest_feasible("sigma", hi, fits)
 }
 
+/// The smallest σ for which `queries` Gaussian releases of L2 sensitivity
+/// `sensitivity` ([`crate::gaussian`], composed) stay within (ε, δ) over
+/// `orders` (e.g. the embedding aggregation of Wu et al. 2023).
+///
+/// Guarantee: the returned σ gives `ε(δ) ≤ epsilon` as evaluated (rounded up);
+/// σ/(1 + 1e-9) does not.
+pub fn gaussian_sigma(
+    orders: &Orders,
+    sensitivity: f64,
+    queries: u64,
+    epsilon: f64,
+    delta: f64,
+) -> Result<f64, AccountantError> {
+    check_budget("epsilon", epsilon)?;
+    check_delta(delta)?;
+    check_non_negative("sensitivity", sensitivity)?;
+    if sensitivity == 0.0 || queries == 0 {
+        // Nothing to hide: any σ > 0 costs nothing.
+        return Ok(f64::MIN_POSITIVE);
+    }
+    let fits = |sigma: f64| -> Result<bool, AccountantError> {
+        let c = crate::gaussian(orders, sigma, sensitivity)?.self_compose(queries);
+        Ok(c.epsilon(delta)?.epsilon <= epsilon)
+    };
+    let mut hi = sensitivity;
+    let mut tries = 0;
+    while !fits(hi)? {
+        hi *= 2.0;
+        tries += 1;
+        if tries > 2_000 || !hi.is_finite() {
+            return Err(AccountantError::Infeasible {
+                name: "sigma",
+                lo: 0.0,
+                hi,
+                reason: "no noise level fits the budget at these orders",
+            });
+        }
+    }
+    smallest_feasible("sigma", hi, fits)
+}
+
 /// AdaPMixED's screening noise: the smallest σ whose screening cost
 /// `(λ/(N·σ))²·α` ([`crate::adapmixed_screening`]) at order `alpha` is at most
 /// `per_query_epsilon`.

@@ -51,8 +51,8 @@ mod without_replacement;
 
 pub use budget::{Budget, PartBudgets, random_stopping_epsilon};
 pub use calibrate::{
-    REL_TOL, dps_mozo_beta, dps_mozo_total, largest_feasible, pmixed_beta, poisson_gaussian_sigma,
-    screening_sigma, smallest_feasible,
+    REL_TOL, dps_mozo_beta, dps_mozo_total, gaussian_sigma, largest_feasible, pmixed_beta,
+    poisson_gaussian_sigma, screening_sigma, smallest_feasible,
 };
 pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};

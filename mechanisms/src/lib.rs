@@ -21,6 +21,7 @@ pub mod bounds;
 mod dps_mozo;
 mod dps_mozo_step;
 pub mod driver;
+mod embedding_aggregation;
 mod error;
 pub mod exact;
 mod input;
@@ -42,6 +43,7 @@ pub use dps_mozo_step::{
     IclMechanism, IclSource, ZeroShot, generate_dp_demonstrations, generate_icl,
 };
 pub use driver::DistributionSource;
+pub use embedding_aggregation::{EmbeddingRelease, EmbeddingSpaceAggregation, clipped_mean};
 pub use error::MechanismError;
 pub use input::{Ensemble, Rows};
 pub use pmixed::{Pmixed, PmixedConfig, PmixedOutput, temper};
