@@ -260,7 +260,8 @@ mod tests {
         let mut rng = PrivacyRng::from_seed(0);
         let mut budget = Budget::new(orders(), 1.0, 1e-5).unwrap();
         let good = vec![vec![1.0f32, 0.0]];
-        let cases: [(Vec<Vec<f32>>, Vec<Vec<f32>>); 5] = [
+        type Rows = Vec<Vec<f32>>;
+        let cases: [(Rows, Rows); 5] = [
             (vec![], good.clone()),
             (good.clone(), vec![]),
             (vec![vec![1.0, 0.0], vec![1.0]], good.clone()),
