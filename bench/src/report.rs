@@ -195,9 +195,7 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
         "Task: given a noun, write its definition; reference = WordNet 3.1's gloss \
          ({} nouns kept from `{}`). |D| = {} private demonstrations, {} test queries, {} public \
          inputs for +Off; {} shots per token, top-k {}, at most {} tokens per answer (stop at a \
-         line break); δ = {}. ROUGE-L F1 as Google's rouge-score (no stemming). The Wu et al. \
-         (2023) embedding baseline is not run: it needs a sentence-embedding model and privmix \
-         has no encoder architecture yet.\n",
+         line break); δ = {}. ROUGE-L F1 as Google's rouge-score (no stemming). {}\n",
         icl.nouns,
         c.wordnet.display(),
         c.private_demos,
@@ -206,7 +204,17 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
         c.n_shots,
         c.top_k,
         c.max_tokens,
-        c.delta
+        c.delta,
+        match &icl.embedding_skipped {
+            Some(why) => format!("The Wu et al. (2023) embedding baseline did not run: {why}."),
+            None => format!(
+                "Wu et al. (2023) embedding-space aggregation (dps-mozo.txt Alg. 4): {} disjoint \
+                 subsets of {} demonstrations decode greedily, all-MiniLM-L6-v2 embeds their \
+                 outputs, Gaussian noise (sensitivity 2/N, σ calibrated to the {} queries by RDP) \
+                 on the mean picks the closest of {} zero-shot candidates.",
+                c.esa_subsets, c.esa_shots, c.test_queries, c.esa_candidates
+            ),
+        }
     );
     let _ = writeln!(
         s,
@@ -259,7 +267,7 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
 
 fn icl_plot(dir: &Path, icl: &IclResults) -> Result<String, BenchError> {
     let mut series = Vec::new();
-    for name in ["dps-mozo+on", "dps-mozo+off"] {
+    for name in ["dps-mozo+on", "dps-mozo+off", "wu-embedding-agg"] {
         let points: Vec<(f64, f64)> = icl
             .results
             .iter()

@@ -80,6 +80,12 @@ fn run(out: &Path, cache: &Path) -> Value {
         "4",
         "--canary-steps",
         "2",
+        "--embedding-model",
+        r.join("models-cache/all-minilm-l6-v2").to_str().unwrap(),
+        "--esa-shots",
+        "2",
+        "--esa-candidates",
+        "3",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -220,20 +226,48 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
         }
     }
 
-    // ICL: the baselines, then DPS-MOZO +On and +Off per ε, each within its target.
-    let icl = first["icl"]["results"].as_array().unwrap();
-    let methods: Vec<&str> = icl.iter().map(|m| m["method"].as_str().unwrap()).collect();
-    assert_eq!(
-        methods,
-        [
-            "zero-shot",
-            "few-shot",
-            "dps-mozo+on",
-            "dps-mozo+off",
-            "dps-mozo+on",
-            "dps-mozo+off"
-        ]
-    );
+    // ICL: the baselines, then DPS-MOZO +On and +Off per ε, each within its target,
+    // then (when all-MiniLM-L6-v2 is fetched) the Wu et al. embedding baseline.
+    let all = first["icl"]["results"].as_array().unwrap();
+    let methods: Vec<&str> = all.iter().map(|m| m["method"].as_str().unwrap()).collect();
+    let mut expected = vec![
+        "zero-shot",
+        "few-shot",
+        "dps-mozo+on",
+        "dps-mozo+off",
+        "dps-mozo+on",
+        "dps-mozo+off",
+    ];
+    let encoder = root().join("models-cache/all-minilm-l6-v2/model.safetensors");
+    if encoder.is_file() {
+        expected.extend([
+            "embedding-agg (no noise)",
+            "wu-embedding-agg",
+            "wu-embedding-agg",
+        ]);
+        assert!(first["icl"]["embedding_skipped"].is_null());
+    } else {
+        eprintln!(
+            "embedding baseline not checked: {} absent",
+            encoder.display()
+        );
+        let why = first["icl"]["embedding_skipped"].as_str().unwrap();
+        assert!(why.contains("fetch-models"), "{why}");
+    }
+    assert_eq!(methods, expected);
+    let (icl, esa) = all.split_at(6);
+    for m in esa {
+        // 4 subsets of 2 demonstrations and 3 candidates, ≤ 5 tokens each, 2 queries.
+        let tokens = m["tokens"].as_u64().unwrap();
+        assert!((1..=70).contains(&tokens), "{m}");
+        assert_eq!(m["per_query"].as_array().unwrap().len(), 2);
+        if let Some(target) = m["target_epsilon"].as_f64() {
+            let spent = m["spent_epsilon"].as_f64().unwrap();
+            assert!(spent > 0.0 && spent <= target, "{m}");
+        } else {
+            assert!(m["spent_epsilon"].is_null(), "no noise: no guarantee");
+        }
+    }
     for m in icl {
         let f1 = m["rouge_l_f1"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&f1), "{m}");
@@ -272,7 +306,12 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
         assert_eq!(a["perplexity"], b["perplexity"], "{}", a["mechanism"]);
         assert_eq!(a["spent_epsilon"], b["spent_epsilon"], "{}", a["mechanism"]);
     }
-    for (a, b) in icl.iter().zip(second["icl"]["results"].as_array().unwrap()) {
+    if !esa.is_empty() {
+        assert!(readme.contains("| wu-embedding-agg | 8 |"), "{readme}");
+    }
+    let again = second["icl"]["results"].as_array().unwrap();
+    assert_eq!(again.len(), all.len());
+    for (a, b) in all.iter().zip(again) {
         assert_eq!(a["per_query"], b["per_query"], "{}", a["method"]);
         assert_eq!(a["examples"], b["examples"], "{}", a["method"]);
     }

