@@ -74,3 +74,91 @@ fn lavapipe_icd() -> Option<String> {
             .then(|| entry.path().to_string_lossy().into_owned())
     })
 }
+
+/// `cargo xtask bench --quick --experiment-only` end to end on the tiny Llama
+/// fixture (vocabulary 256, byte tokenizer) with small settings, into
+/// `target/ci-bench`: what a newcomer runs, minus SmolLM2's minutes and the
+/// speed step (criterion and llama.cpp need the real model and a quiet
+/// machine). Checks that the report came back with every contender.
+pub(crate) fn bench_smoke() -> Result<(), String> {
+    let root = crate::workspace_root();
+    let path = |p: &str| root.join(p).to_string_lossy().into_owned();
+    let out = root.join("target/ci-bench");
+    let cache = path("target/ci-bench-cache");
+    let args: Vec<String> = [
+        "--model",
+        &path("models/tests/fixtures/hf/llama"),
+        "--tokenizer",
+        &path("cli/tests/fixtures/tokenizer/tokenizer.json"),
+        "--cache",
+        &cache,
+        "--members",
+        "2",
+        "--block",
+        "24",
+        "--eval-blocks",
+        "2",
+        "--train-steps",
+        "2",
+        "--dp-sgd-steps",
+        "2",
+        "--epsilons",
+        "1,8",
+        "--icl-private",
+        "8",
+        "--icl-test",
+        "2",
+        "--icl-public",
+        "1",
+        "--n-shots",
+        "2",
+        "--top-k",
+        "20",
+        "--icl-max-tokens",
+        "4",
+        "--canaries",
+        "2",
+        "--canary-repeats",
+        "4",
+        "--canary-steps",
+        "2",
+        "--esa-shots",
+        "2",
+        "--esa-candidates",
+        "3",
+        "--mia-examples",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    crate::bench::run(
+        &out,
+        crate::bench::Options {
+            quick: true,
+            speed_only: false,
+            experiment_only: true,
+            experiment_args: args,
+        },
+    )?;
+    let report = std::fs::read_to_string(out.join("experiment.md"))
+        .map_err(|e| format!("cargo xtask bench wrote no experiment.md: {e}"))?;
+    for needle in [
+        "| pmixed | 8 |",
+        "| adapmixed | 8 |",
+        "| submix | 8 |",
+        "| dp-sgd | 8 |",
+        "| dps-mozo+on | 8 |",
+        "| wu-embedding-agg | 8 |",
+        "privacy-utility/perplexity_vs_epsilon.svg",
+    ] {
+        if !report.contains(needle) {
+            return Err(format!("the bench report lacks {needle:?}:\n{report}"));
+        }
+    }
+    eprintln!(
+        "xtask: cargo xtask bench --quick (tiny model) wrote {}",
+        out.display()
+    );
+    Ok(())
+}

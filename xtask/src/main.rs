@@ -198,5 +198,7 @@ fn test(tests_only: bool) -> Result<(), String> {
     cargo(&["test", "--workspace", "--no-fail-fast"])?;
     ci::wgpu_tests()?;
     ci::cuda_check()?;
+    // The README's main job, end to end on the tiny model (release build of the bench).
+    ci::bench_smoke()?;
     Ok(())
 }
