@@ -51,7 +51,13 @@ pub(crate) fn run(seconds: u32) -> Result<(), String> {
             .env("RUSTC_BOOTSTRAP", "1")
             .args(["fuzz", "run", target, "--sanitizer", "none", "--"])
             .arg(format!("-max_total_time={seconds}"))
-            .args(["-rss_limit_mb=2048", "-timeout=10", "-print_final_stats=1"])
+            // A fixed seed: CI replays the same mutation sequence (bounded by time).
+            .args([
+                "-seed=1",
+                "-rss_limit_mb=2048",
+                "-timeout=10",
+                "-print_final_stats=1",
+            ])
             .status()
             .map_err(|e| format!("could not start cargo fuzz: {e}"))?;
         if !status.success() {
