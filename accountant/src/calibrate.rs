@@ -240,26 +240,12 @@ pub fn poisson_gaussian_sigma(
     check_q(q)?;
     check_budget("epsilon", epsilon)?;
     check_delta(delta)?;
-    // Find a feasible upper end by doubling from 1.
-    let mut hi = 1.0f64;
     let fits = |sigma: f64| -> Result<bool, AccountantError> {
         let c = poisson_subsampled_gaussian(orders, q, sigma)?.self_compose(steps);
         Ok(c.epsilon(delta)?.epsilon <= epsilon)
     };
-    let mut tries = 0;
-    while !fits(hi)? {
-        hi *= 2.0;
-        tries += 1;
-        if tries > 200 {
-            return Err(AccountantError::Infeasible {
-                name: "sigma",
-                lo: 0.0,
-                hi,
-                reason: "no noise level fits the budget at these orders",
-            });
-        }
-    }
-    smallest_feasible("sigma", hi, fits)
+    // A feasible upper end by doubling from 1 (2^200 stays finite).
+    smallest_sigma(1.0, 200, fits)
 }
 
 /// The smallest σ for which `queries` Gaussian releases of L2 sensitivity
@@ -286,12 +272,21 @@ pub fn gaussian_sigma(
         let c = crate::gaussian(orders, sigma, sensitivity)?.self_compose(queries);
         Ok(c.epsilon(delta)?.epsilon <= epsilon)
     };
-    let mut hi = sensitivity;
+    smallest_sigma(sensitivity, 2_000, fits)
+}
+
+/// The smallest σ with `fits(σ)`: doubles `hi` (at most `max_doublings` times,
+/// while finite) until it fits, then narrows with [`smallest_feasible`].
+fn smallest_sigma(
+    mut hi: f64,
+    max_doublings: u32,
+    mut fits: impl FnMut(f64) -> Result<bool, AccountantError>,
+) -> Result<f64, AccountantError> {
     let mut tries = 0;
     while !fits(hi)? {
         hi *= 2.0;
         tries += 1;
-        if tries > 2_000 || !hi.is_finite() {
+        if tries > max_doublings || !hi.is_finite() {
             return Err(AccountantError::Infeasible {
                 name: "sigma",
                 lo: 0.0,
