@@ -31,9 +31,8 @@ use rand_chacha::ChaCha20Rng;
 
 use super::source::IclRunner;
 use super::wordnet::Definition;
-use super::{IclConfig, IclResult, demo_text, query_text, tokens};
+use super::{Decoded, IclConfig, IclResult, demo_text, query_text, scored, tokens};
 use crate::error::BenchError;
-use crate::rouge::rouge_l;
 
 /// What was generated and embedded for one query.
 struct Query {
@@ -106,7 +105,6 @@ pub fn run_embedding_baseline(
         });
         bar.inc(1);
     }
-    let shared = started.elapsed().as_secs_f64();
     let parameters = |sigma: Option<f64>| {
         format!(
             "{n} subsets × {shots} shots (greedy outputs), {c} zero-shot candidates (top-k {}), \
@@ -125,15 +123,14 @@ pub fn run_embedding_baseline(
             Ok(p.candidates[closest(&clipped_mean(&p.outputs)?, &p.candidate_embeddings)].clone())
         })
         .collect::<Result<Vec<_>, BenchError>>()?;
-    results.push(result(
+    results.push(scored(
         "embedding-agg (no noise)",
         None,
         queries,
-        answers,
+        decoded(answers, generated),
         None,
-        generated,
         parameters(None),
-        shared,
+        started,
     ));
     let mut noise = PrivacyRng::from_seed(config.seed ^ 0x5eed);
     for &eps in &config.epsilons {
@@ -155,52 +152,25 @@ pub fn run_embedding_baseline(
             })
             .collect::<Result<Vec<_>, BenchError>>()?;
         let spent = budget.spent_epsilon(config.delta)?.epsilon;
-        results.push(result(
+        results.push(scored(
             "wu-embedding-agg",
             Some(eps),
             queries,
-            answers,
+            decoded(answers, generated),
             spent.is_finite().then_some(spent),
-            generated,
             parameters(Some(esa.sigma())),
-            t.elapsed().as_secs_f64(),
+            t,
         ));
     }
     Ok(results)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn result(
-    method: &str,
-    target: Option<f64>,
-    queries: &[Definition],
-    answers: Vec<String>,
-    spent: Option<f64>,
-    tokens: usize,
-    parameters: String,
-    seconds: f64,
-) -> IclResult {
-    let per_query: Vec<f64> = queries
-        .iter()
-        .zip(&answers)
-        .map(|(q, a)| rouge_l(&q.gloss, a).fmeasure)
-        .collect();
-    IclResult {
-        method: method.into(),
-        target_epsilon: target,
-        rouge_l_f1: per_query.iter().sum::<f64>() / per_query.len().max(1) as f64,
-        per_query,
-        spent_epsilon: spent,
+/// The chosen answers as [`scored`] takes them (no λ: nothing is mixed).
+fn decoded(predictions: Vec<String>, tokens: usize) -> Decoded {
+    Decoded {
+        predictions,
         tokens,
-        mean_lambda: None,
-        examples: queries
-            .iter()
-            .zip(&answers)
-            .take(3)
-            .map(|(q, a)| (q.word.clone(), q.gloss.clone(), a.clone()))
-            .collect(),
-        parameters,
-        seconds,
+        lambdas: Vec::new(),
     }
 }
 
