@@ -11,7 +11,7 @@ use crate::{
     Release,
 };
 
-fn positive(name: &'static str, value: f64) -> Result<(), MechanismError> {
+pub(crate) fn positive(name: &'static str, value: f64) -> Result<(), MechanismError> {
     if value.is_finite() && value > 0.0 {
         Ok(())
     } else {

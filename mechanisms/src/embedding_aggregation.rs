@@ -23,6 +23,7 @@ use privmix_accountant::{Orders, RdpCurve, gaussian};
 use rand_distr::{Distribution, Normal};
 
 use crate::account::Account;
+use crate::baselines::positive;
 use crate::error::MechanismError;
 use crate::rng::PrivacyRng;
 
@@ -46,15 +47,8 @@ pub struct EmbeddingRelease {
 impl EmbeddingSpaceAggregation {
     /// Noise standard deviation σ > 0 (finite), per coordinate.
     pub fn new(sigma: f64) -> Result<Self, MechanismError> {
-        if sigma.is_finite() && sigma > 0.0 {
-            Ok(Self { sigma })
-        } else {
-            Err(MechanismError::InvalidParameter {
-                name: "sigma",
-                value: sigma,
-                reason: "must be finite and > 0",
-            })
-        }
+        positive("sigma", sigma)?;
+        Ok(Self { sigma })
     }
 
     /// The smallest σ (to relative 1e-9) for which `queries` releases over
@@ -98,14 +92,15 @@ impl EmbeddingSpaceAggregation {
     ) -> Result<EmbeddingRelease, MechanismError> {
         let mean = clipped_mean(outputs)?;
         let norms = check_candidates(candidates, mean.len())?;
-        let charge = self.curve(account.orders(), outputs.len())?;
-        account.charge(&charge, "embedding-space-aggregation")?;
+        // Everything that can fail comes before the charge.
         let normal =
             Normal::new(0.0, self.sigma).map_err(|_| MechanismError::InvalidParameter {
                 name: "sigma",
                 value: self.sigma,
                 reason: "must be finite and > 0",
             })?;
+        let charge = self.curve(account.orders(), outputs.len())?;
+        account.charge(&charge, "embedding-space-aggregation")?;
         let noisy: Vec<f64> = mean.iter().map(|m| m + normal.sample(rng)).collect();
         let noisy_norm = noisy.iter().map(|v| v * v).sum::<f64>().sqrt();
         let similarities: Vec<f64> = candidates
