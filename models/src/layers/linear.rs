@@ -120,9 +120,12 @@ impl<B: Backend> Linear<B> {
     pub fn forward_base(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [b, s, i] = x.dims();
         let x = x.reshape([b * s, i]);
-        let y = match self.parallel_chunks(b * s) {
-            Some(chunks) => self.matmul_split(x, chunks),
-            None => x.matmul(self.weight_t.clone()),
+        let y = match self.few_rows(&x) {
+            Some(y) => y,
+            None => match self.parallel_chunks(b * s) {
+                Some(chunks) => self.matmul_split(x, chunks),
+                None => x.matmul(self.weight_t.clone()),
+            },
         };
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
@@ -131,9 +134,23 @@ impl<B: Backend> Linear<B> {
         y.reshape([b, s, self.out_features()])
     }
 
+    /// `x Wᵀ` by [`super::few_rows`] when `x` has at most `FEW_ROWS_MAX`
+    /// rows and the weight is a plain burn-flex f32 `[out, in]` tensor.
+    fn few_rows(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        #[cfg(feature = "flex")]
+        {
+            if x.dims()[0] <= FEW_ROWS_MAX {
+                return super::few_rows::few_rows_matmul(x, &self.weight_t);
+            }
+        }
+        let _ = x;
+        None
+    }
+
     /// How many column chunks to compute in parallel for an `x` of `rows`
     /// rows, or `None` for one plain matmul.
     ///
+    /// Used where the few-rows kernel declines (GPT-2's `[in, out]` weights).
     /// Why: for a few rows (decoding) the product is a matrix-vector product
     /// bound by reading `W`, and burn-flex hands it to `gemm`'s gemv kernel,
     /// which runs on one thread whatever the size. Splitting the output
@@ -173,6 +190,13 @@ impl<B: Backend> Linear<B> {
         Tensor::cat(parts, 1)
     }
 }
+
+/// Products with at most this many rows read the weight once with
+/// [`super::few_rows`] (decoding: one row per sequence or ensemble member).
+/// From ~32 rows (prefill) gemm's packed kernels win (measured with
+/// `cargo bench -p privmix-models --bench forward`).
+#[cfg(feature = "flex")]
+const FEW_ROWS_MAX: usize = 24;
 
 /// Products with more rows than this use one matmul (`gemm` parallelises
 /// larger products itself).
@@ -216,8 +240,11 @@ mod tests {
             .map(|j| ((j * 7919 % 1013) as f32 - 506.0) / 977.0)
             .collect();
         let bias: Vec<f32> = (0..o).map(|j| j as f32 / 7.0).collect();
-        let lin = Linear::<Flex>::new(
-            Tensor::from_data(TensorData::new(w.clone(), [o, i]), &dev),
+        // In GPT-2's `[in, out]` layout, which the few-rows kernel declines
+        // (its rows are not W's rows), so the column split answers.
+        let w_in_out: Vec<f32> = (0..i * o).map(|j| w[(j % o) * i + j / o]).collect();
+        let lin = Linear::<Flex>::from_in_out(
+            Tensor::from_data(TensorData::new(w_in_out, [i, o]), &dev),
             Some(Tensor::from_data(TensorData::new(bias, [o]), &dev)),
         );
         let pool = rayon::ThreadPoolBuilder::new()

@@ -4,6 +4,8 @@
 
 pub mod activation;
 pub mod attention;
+#[cfg(feature = "flex")]
+mod few_rows;
 pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;
