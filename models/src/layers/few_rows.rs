@@ -49,12 +49,7 @@ pub(crate) fn few_rows_matmul<B: Backend>(
     };
     let w_flex = (&w_prim as &dyn Any).downcast_ref::<FlexTensor>()?;
     let w = weight_rows(w_flex, k, out)?;
-    let xs = x
-        .clone()
-        .into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .ok()?;
+    let xs = crate::runtime::to_vec(x.clone()).ok()?;
     if xs.len() != rows * k {
         return None;
     }
