@@ -3,7 +3,6 @@
 //! CUDA backend, which cannot run without an NVIDIA GPU but must keep compiling.
 
 use std::path::Path;
-use std::process::Command;
 
 /// Where Debian's `mesa-vulkan-drivers` puts the lavapipe (CPU Vulkan) driver manifest.
 const LAVAPIPE_ICD_DIR: &str = "/usr/share/vulkan/icd.d";
@@ -34,10 +33,8 @@ pub(crate) fn wgpu_tests() -> Result<(), String> {
         "wgpu_backend",
     ];
     eprintln!("xtask: cargo {} (lavapipe)", args.join(" "));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let status = crate::cargo_command()
         .args(args)
-        .current_dir(crate::workspace_root())
         .env("XDG_RUNTIME_DIR", &runtime_dir)
         // Pick lavapipe even where other Vulkan drivers are installed.
         .env("VK_ICD_FILENAMES", lavapipe_icd().unwrap_or_default())

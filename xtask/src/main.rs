@@ -123,11 +123,9 @@ fn main() -> ExitCode {
 
 /// Runs `cargo <args>` from the workspace root, failing with the command's name.
 pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask: cargo {}", args.join(" "));
-    let status = Command::new(cargo)
+    let status = cargo_command()
         .args(args)
-        .current_dir(workspace_root())
         .status()
         .map_err(|e| format!("could not start cargo {}: {e}", args.join(" ")))?;
     if status.success() {
@@ -135,6 +133,14 @@ pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
     } else {
         Err(format!("`cargo {}` failed ({status})", args.join(" ")))
     }
+}
+
+/// The cargo that runs this task (`$CARGO`, else `cargo` on the path), started
+/// in the workspace root.
+pub(crate) fn cargo_command() -> Command {
+    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    command.current_dir(workspace_root());
+    command
 }
 
 /// `path` itself when absolute, else taken from the workspace root.
@@ -157,7 +163,7 @@ pub(crate) fn workspace_root() -> PathBuf {
 /// channel when missing (they ship with the toolchain on the project's machines).
 fn ensure_components() -> Result<(), String> {
     for (probe, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
-        let present = Command::new("cargo")
+        let present = cargo_command()
             .args([probe, "--version"])
             .output()
             .map(|o| o.status.success())
