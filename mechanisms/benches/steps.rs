@@ -167,6 +167,14 @@ fn benches(c: &mut Criterion) {
     group.bench_function("adapmixed_step", |b| {
         b.iter(|| black_box(ada.step(&e, &mut rng, &mut acc).unwrap()))
     });
+    // The step's two O(N·V) parts on their own.
+    let answer = ada.private_answer(&e).unwrap();
+    group.bench_function("part_lambdas_and_mixture", |b| {
+        b.iter(|| black_box(ada.private_answer(&e).unwrap()))
+    });
+    group.bench_function("part_leave_one_out", |b| {
+        b.iter(|| black_box(ada.data_dependent_losses(&e, &answer, &[ALPHA]).unwrap()))
+    });
     group.bench_function("straightforward_adapmixed", |b| {
         b.iter(|| black_box(straightforward_adapmixed(&e, radius)))
     });

@@ -43,7 +43,8 @@ use rayon::prelude::*;
 use crate::bounds::{
     check_enforcement_order, check_probability, check_radius, pmixed_worst_neighbour_at,
 };
-use crate::pmixed::{mixture_sum, solve_lambdas};
+use crate::leave_one_out::{fast_order, leave_one_out_divergences};
+use crate::pmixed::solve_and_sum;
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
@@ -258,11 +259,7 @@ impl Adapmixed {
     /// Step 2a: every member's projection and the average of the mixtures.
     pub fn private_answer(&self, ensemble: &Ensemble) -> Result<PrivateAnswer, MechanismError> {
         Self::check_members(ensemble)?;
-        let all: Vec<usize> = (0..ensemble.len()).collect();
-        let solutions = solve_lambdas(ensemble, &all, self.config.alpha_c, self.config.radius)?;
-        let lambdas: Vec<f64> = solutions.iter().map(|s| s.lambda).collect();
-        let mut sum = vec![0.0; ensemble.vocab()];
-        mixture_sum(ensemble, &all, &lambdas, &mut sum);
+        let (solutions, sum) = solve_and_sum(ensemble, self.config.alpha_c, self.config.radius)?;
         let n = ensemble.len() as f64;
         let distribution = sum.iter().map(|&s| s / n).collect();
         Ok(PrivateAnswer {
@@ -282,41 +279,74 @@ impl Adapmixed {
     ) -> Result<Vec<f64>, MechanismError> {
         Self::check_members(ensemble)?;
         let (n, v) = (ensemble.len(), ensemble.vocab());
+        for (what, len, want) in [
+            ("answer sum", answer.sum.len(), v),
+            ("answer distribution", answer.distribution.len(), v),
+            ("answer solutions", answer.solutions.len(), n),
+        ] {
+            if len != want {
+                return Err(MechanismError::LengthMismatch {
+                    what,
+                    len,
+                    vocab: want,
+                });
+            }
+        }
         let lambdas: Vec<f64> = answer.solutions.iter().map(|s| s.lambda).collect();
         let orders: Vec<Order> = orders
             .iter()
             .map(|&a| Order::new(a))
             .collect::<Result<_, _>>()?;
-        let sum = &answer.sum;
-        // A few leave-one-out rows at a time per worker (they stay in cache for every
-        // order), never the N×V matrix; `batched_divergence` validates the reference
-        // and takes its reciprocals once per block, and screens rows in its kernel.
-        let members: Vec<usize> = (0..n).collect();
-        let per_block: Vec<Vec<Vec<f64>>> = members
-            .par_chunks(LOO_BLOCK)
-            .map_init(
-                || vec![0.0; LOO_BLOCK * v],
-                |block, group| {
-                    let rows = &mut block[..group.len() * v];
-                    for (row, &i) in rows.chunks_exact_mut(v).zip(group) {
-                        leave_one_out_row(ensemble, &lambdas, sum, i, row);
+        // Integer orders up to 64 go through the fused kernel; the general kernels
+        // serve the other orders, and any member the fused kernel declines.
+        let fast: Vec<(usize, u32)> = orders
+            .iter()
+            .enumerate()
+            .filter_map(|(o, a)| fast_order(a.value()).map(|k| (o, k)))
+            .collect();
+        let slow: Vec<usize> = (0..orders.len())
+            .filter(|o| !fast.iter().any(|(f, _)| f == o))
+            .collect();
+        let mut losses = vec![vec![0.0; orders.len()]; n];
+        let mut redo: Vec<usize> = Vec::new();
+        if !fast.is_empty() {
+            let ks: Vec<u32> = fast.iter().map(|&(_, k)| k).collect();
+            let fused = leave_one_out_divergences(
+                ensemble,
+                &lambdas,
+                &answer.sum,
+                &answer.distribution,
+                &ks,
+            );
+            for (i, values) in fused.into_iter().enumerate() {
+                match values {
+                    Some(values) => {
+                        for (&(o, _), value) in fast.iter().zip(values) {
+                            losses[i][o] = value;
+                        }
                     }
-                    orders
-                        .iter()
-                        .map(|&a| {
-                            batched_divergence(rows, &answer.distribution, a, Direction::Symmetric)
-                        })
-                        .collect::<Result<Vec<Vec<f64>>, _>>()
-                },
-            )
-            .collect::<Result<_, _>>()?;
+                    None => redo.push(i),
+                }
+            }
+        }
+        let all_members: Vec<usize> = (0..n).collect();
+        for (members, which) in [
+            (&redo, (0..orders.len()).collect::<Vec<_>>()),
+            (&all_members, slow.clone()),
+        ] {
+            if members.is_empty() || which.is_empty() {
+                continue;
+            }
+            let at: Vec<Order> = which.iter().map(|&o| orders[o]).collect();
+            let values = general_losses(ensemble, answer, &lambdas, members, &at)?;
+            for (&i, row) in members.iter().zip(values) {
+                for (&o, value) in which.iter().zip(row) {
+                    losses[i][o] = value;
+                }
+            }
+        }
         Ok((0..orders.len())
-            .map(|k| {
-                per_block
-                    .iter()
-                    .flat_map(|by_order| by_order[k].iter().copied())
-                    .fold(0.0, f64::max)
-            })
+            .map(|o| losses.iter().map(|row| row[o]).fold(0.0, f64::max))
             .collect())
     }
 
@@ -355,6 +385,44 @@ impl Adapmixed {
             dd.min(pmixed_worst_neighbour_at(a, alpha_c, radius, n as u64))
         })?)
     }
+}
+
+/// `Dsym_α(p ‖ p₋ᵢ)` for each of `members` at each of `orders` (`result[member][order]`)
+/// with the general kernels of `privmix_renyi`, on materialised leave-one-out rows.
+fn general_losses(
+    ensemble: &Ensemble,
+    answer: &PrivateAnswer,
+    lambdas: &[f64],
+    members: &[usize],
+    orders: &[Order],
+) -> Result<Vec<Vec<f64>>, MechanismError> {
+    let v = ensemble.vocab();
+    let sum = &answer.sum;
+    // A few leave-one-out rows at a time per worker (they stay in cache for every
+    // order), never the N×V matrix; `batched_divergence` validates the reference
+    // and takes its reciprocals once per block, and screens rows in its kernel.
+    let per_block: Vec<Vec<Vec<f64>>> = members
+        .par_chunks(LOO_BLOCK)
+        .map_init(
+            || vec![0.0; LOO_BLOCK * v],
+            |block, group| {
+                let rows = &mut block[..group.len() * v];
+                for (row, &i) in rows.chunks_exact_mut(v).zip(group) {
+                    leave_one_out_row(ensemble, lambdas, sum, i, row);
+                }
+                let by_order = orders
+                    .iter()
+                    .map(|&a| {
+                        batched_divergence(rows, &answer.distribution, a, Direction::Symmetric)
+                    })
+                    .collect::<Result<Vec<Vec<f64>>, _>>()?;
+                Ok((0..group.len())
+                    .map(|m| by_order.iter().map(|values| values[m]).collect())
+                    .collect())
+            },
+        )
+        .collect::<Result<_, MechanismError>>()?;
+    Ok(per_block.into_iter().flatten().collect())
 }
 
 /// Members per leave-one-out block: four rows of GPT-2's vocabulary (1.6 MB) stay in a

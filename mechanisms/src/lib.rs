@@ -25,6 +25,7 @@ mod embedding_aggregation;
 mod error;
 pub mod exact;
 mod input;
+mod leave_one_out;
 mod pmixed;
 mod rng;
 mod sample;

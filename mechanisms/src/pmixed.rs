@@ -191,6 +191,71 @@ pub(crate) fn solve_lambdas(
         .collect()
 }
 
+/// Fixed number of member groups of [`solve_and_sum`]: the sum's rounding depends on
+/// this constant only, never on the number of threads.
+const SUM_GROUPS: usize = 16;
+
+/// [`solve_lambdas`] for every member, and `S = Σᵢ (λᵢ·pᵢ + (1 − λᵢ)·p₀)` formed
+/// while each member's row is still in cache: members are split into
+/// [`SUM_GROUPS`] contiguous groups, each summed in member order on one worker,
+/// and the group sums are added in group order (deterministic).
+pub(crate) fn solve_and_sum(
+    ensemble: &Ensemble,
+    alpha_c: f64,
+    radius: f64,
+) -> Result<(Vec<Solution>, Vec<f64>), MechanismError> {
+    let order = Order::new(alpha_c)?;
+    let public = ValidatedRow::new(ensemble.public())?;
+    let enforced = radius * (1.0 - EVALUATOR_MARGIN);
+    let members: Vec<usize> = (0..ensemble.len()).collect();
+    let group = members.len().div_ceil(SUM_GROUPS).max(1);
+    let groups: Vec<(Vec<Solution>, Vec<f64>)> = members
+        .par_chunks(group)
+        .map(|g| {
+            let mut partial = vec![0.0; ensemble.vocab()];
+            let mut solutions = Vec::with_capacity(g.len());
+            for &i in g {
+                let solution =
+                    PmixedProjection::with_public(ensemble.member(i), &public, order, enforced)?
+                        .solve()?;
+                add_mixture(
+                    &mut partial,
+                    ensemble.member(i),
+                    ensemble.public(),
+                    solution.lambda,
+                );
+                solutions.push(solution);
+            }
+            Ok((solutions, partial))
+        })
+        .collect::<Result<_, MechanismError>>()?;
+    let mut solutions = Vec::with_capacity(members.len());
+    let mut sum = vec![0.0; ensemble.vocab()];
+    for (s, partial) in groups {
+        solutions.extend(s);
+        sum.iter_mut().zip(&partial).for_each(|(a, &b)| *a += b);
+    }
+    Ok((solutions, sum))
+}
+
+/// `acc += λ·p + (1 − λ)·p₀`, compiled for the CPU's widest vectors (the entry is
+/// the expression [`PmixedProjection::mixture`] uses).
+fn add_mixture(acc: &mut [f64], p: &[f64], p0: &[f64], lambda: f64) {
+    struct Add<'a>(&'a mut [f64], &'a [f64], &'a [f64], f64);
+    impl pulp::WithSimd for Add<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _simd: S) {
+            let Add(acc, p, p0, lambda) = self;
+            let mu = 1.0 - lambda;
+            for ((a, &p), &q) in acc.iter_mut().zip(p).zip(p0) {
+                *a += lambda * p + mu * q;
+            }
+        }
+    }
+    pulp::Arch::new().dispatch(Add(acc, p, p0, lambda));
+}
+
 /// `out[x] = Σ_k (λ_k·p_{members[k]}(x) + (1 − λ_k)·p₀(x))`, summed over k in
 /// order (deterministic), parallel over vocabulary chunks. The mixture entry is
 /// the expression [`PmixedProjection::mixture`] uses.

@@ -37,6 +37,9 @@ pub fn top_k_indices<T: Copy + Into<f64>>(
         let (a, b): (f64, f64) = (values[i].into(), values[j].into());
         b.partial_cmp(&a).unwrap_or(Ordering::Equal).then(i.cmp(&j))
     };
+    if k <= SMALL_K && k < values.len() {
+        return Ok(small_top_k(values, k));
+    }
     let mut order: Vec<usize> = (0..values.len()).collect();
     if k < order.len() {
         order.select_nth_unstable_by(k - 1, rank);
@@ -44,6 +47,29 @@ pub fn top_k_indices<T: Copy + Into<f64>>(
     }
     order.sort_unstable_by(rank);
     Ok(order)
+}
+
+/// Largest k served by [`small_top_k`].
+const SMALL_K: usize = 256;
+
+/// The top k in one pass that keeps the best k seen so far in rank order (value
+/// descending, then index ascending — the order [`top_k_indices`] defines): an entry
+/// that does not beat the current k-th costs one comparison, so the pass is O(V)
+/// plus O(k) per insertion (about k·ln(V/k) insertions for values in random order).
+/// No NaN may be present (checked by the caller).
+fn small_top_k<T: Copy + Into<f64>>(values: &[T], k: usize) -> Vec<usize> {
+    let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
+    for (i, &v) in values.iter().enumerate() {
+        let v: f64 = v.into();
+        // Entries come in index order, so an equal value never beats a kept one.
+        if best.len() == k && v <= best[k - 1].0 {
+            continue;
+        }
+        let at = best.partition_point(|&(b, _)| b >= v);
+        best.insert(at, (v, i));
+        best.truncate(k);
+    }
+    best.into_iter().map(|(_, i)| i).collect()
 }
 
 /// The entries of `row` at `indices`, in that order, widened to f64.
@@ -135,6 +161,32 @@ mod tests {
             for k in [1, len / 2 + 1, len] {
                 assert_eq!(top_k_indices(&values, k).unwrap(), reference(&values, k));
             }
+        }
+    }
+
+    #[test]
+    fn one_pass_path_agrees_with_the_reference_on_both_sides_of_its_limit() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        // Ties common (32 distinct values), with signed zeros and infinities mixed in.
+        let values: Vec<f64> = (0..3000)
+            .map(|i| {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                match i % 97 {
+                    0 => -0.0,
+                    1 => f64::INFINITY,
+                    2 => f64::NEG_INFINITY,
+                    _ => ((state >> 59) as f64) / 8.0 - 1.0,
+                }
+            })
+            .collect();
+        for k in [1, 2, 5, 60, SMALL_K - 1, SMALL_K, SMALL_K + 1, 2999] {
+            assert_eq!(
+                top_k_indices(&values, k).unwrap(),
+                reference(&values, k),
+                "k = {k}"
+            );
         }
     }
 

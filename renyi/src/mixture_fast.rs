@@ -47,6 +47,63 @@ pub(crate) struct RatioTable {
     off_support: bool,
 }
 
+/// The pass of [`RatioTable::new`] as a `pulp` operation: writes `r` and returns the
+/// lane-wise `(min r, max r, Σp, Σq, Σ p off q's support)`.
+struct Ratios<'a> {
+    p: &'a [f64],
+    q: &'a [f64],
+    r: &'a mut [f64],
+}
+
+impl pulp::WithSimd for Ratios<'_> {
+    type Output = (f64, f64, f64, f64, f64);
+
+    /// Explicit vectors: the compiler does not vectorise the selects by itself.
+    /// `p/0` is computed and discarded where q = 0.
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) -> Self::Output {
+        let Ratios { p, q, r } = self;
+        let (pv, p_tail) = S::as_simd_f64s(p);
+        let (qv, q_tail) = S::as_simd_f64s(q);
+        let (rv, r_tail) = S::as_mut_simd_f64s(r);
+        let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
+        let (inf, neg_inf) = (
+            simd.splat_f64s(f64::INFINITY),
+            simd.splat_f64s(f64::NEG_INFINITY),
+        );
+        let (mut lo, mut hi) = (inf, neg_inf);
+        let (mut ps, mut qs, mut off) = (zero, zero, zero);
+        for ((&p, &q), r) in pv.iter().zip(qv).zip(rv.iter_mut()) {
+            ps = simd.add_f64s(ps, p);
+            qs = simd.add_f64s(qs, q);
+            let on = simd.greater_than_f64s(q, zero);
+            let ratio = simd.select_f64s(on, simd.div_f64s(p, q), one);
+            *r = ratio;
+            lo = simd.min_f64s(lo, simd.select_f64s(on, ratio, inf));
+            hi = simd.max_f64s(hi, simd.select_f64s(on, ratio, neg_inf));
+            off = simd.add_f64s(off, simd.select_f64s(on, zero, p));
+        }
+        let (mut lo, mut hi) = (simd.reduce_min_f64s(lo), simd.reduce_max_f64s(hi));
+        let (mut ps, mut qs, mut off) = (
+            simd.reduce_sum_f64s(ps),
+            simd.reduce_sum_f64s(qs),
+            simd.reduce_sum_f64s(off),
+        );
+        for ((&p, &q), r) in p_tail.iter().zip(q_tail).zip(r_tail.iter_mut()) {
+            ps += p;
+            qs += q;
+            if q > 0.0 {
+                *r = p / q;
+                lo = lo.min(*r);
+                hi = hi.max(*r);
+            } else {
+                off += p;
+            }
+        }
+        (lo, hi, ps, qs, off)
+    }
+}
+
 /// Both directions at one λ, or `None` where the general kernels must answer.
 pub(crate) type Pair = (ValueAndSlope, ValueAndSlope);
 
@@ -64,42 +121,8 @@ impl RatioTable {
             return None;
         }
         let mut r = vec![1.0; p.len()];
-        let (mut lo, mut hi) = ([f64::INFINITY; LANES], [f64::NEG_INFINITY; LANES]);
-        let (mut ps, mut qs, mut off) = ([0.0; LANES], [0.0; LANES], [0.0; LANES]);
-        // Branch-free (selects, not `f64::min`) so that it vectorises; `p/0` is
-        // computed and discarded where q = 0.
-        let mut blocks = r.chunks_exact_mut(LANES);
-        let (mut pb, mut qb) = (p.chunks_exact(LANES), q.chunks_exact(LANES));
-        for ((db, pv), qv) in (&mut blocks).zip(&mut pb).zip(&mut qb) {
-            for j in 0..LANES {
-                let (pv, qv) = (pv[j], qv[j]);
-                ps[j] += pv;
-                qs[j] += qv;
-                let on = qv > 0.0;
-                let raw = pv / qv;
-                let dv = if on { raw } else { 1.0 };
-                db[j] = dv;
-                let (l, h) = (if on { dv } else { lo[j] }, if on { dv } else { hi[j] });
-                lo[j] = if l < lo[j] { l } else { lo[j] };
-                hi[j] = if h > hi[j] { h } else { hi[j] };
-                off[j] += if on { 0.0 } else { pv };
-            }
-        }
-        let (db, pv, qv) = (blocks.into_remainder(), pb.remainder(), qb.remainder());
-        for j in 0..db.len() {
-            ps[j] += pv[j];
-            qs[j] += qv[j];
-            if qv[j] > 0.0 {
-                let dv = pv[j] / qv[j];
-                db[j] = dv;
-                lo[j] = lo[j].min(dv);
-                hi[j] = hi[j].max(dv);
-            } else {
-                off[j] += pv[j];
-            }
-        }
-        let r_min = lo.into_iter().fold(f64::INFINITY, f64::min);
-        let r_max = hi.into_iter().fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi, ps, qs, off) = pulp::Arch::new().dispatch(Ratios { p, q, r: &mut r });
+        let (r_min, r_max) = (lo, hi);
         if !(r_min.is_finite() && r_max.is_finite()) {
             return None;
         }
@@ -108,9 +131,9 @@ impl RatioTable {
             r,
             r_min,
             r_max,
-            p_total: combine(ps),
-            q_total: combine(qs),
-            off_support: combine(off) > 0.0,
+            p_total: ps,
+            q_total: qs,
+            off_support: off > 0.0,
         })
     }
 
@@ -126,11 +149,33 @@ impl RatioTable {
         if !(t_min > 0.0 && t_max.is_finite()) {
             return None;
         }
-        let (sf, gf, sr, gr) = self.sums(q, lambda, t_min, t_max);
-        if !(sf > 0.0 && sr > 0.0 && sf.is_finite() && sr.is_finite()) {
-            return None;
-        }
         let alpha = f64::from(self.k);
+        // Scaled by t_min (one power chain and one division per element) where
+        // `(t_max/t_min)^α` stays far from overflow, else by both extremes.
+        let (log_sf, forward_rate, log_sr, reverse_rate) =
+            if alpha * (t_max / t_min).ln() < MIN_SCALED_LOG_RANGE {
+                let [a, b, c, d] = min_scaled_sums(q, &self.r, lambda, t_min, self.k);
+                if !(a > 0.0 && c > 0.0 && a.is_finite() && c.is_finite()) {
+                    return None;
+                }
+                (
+                    alpha * t_min.ln() + a.ln(),
+                    b / (t_min * a),
+                    -alpha * t_min.ln() + c.ln(),
+                    d / c,
+                )
+            } else {
+                let (sf, gf, sr, gr) = self.sums(q, lambda, t_min, t_max);
+                if !(sf > 0.0 && sr > 0.0 && sf.is_finite() && sr.is_finite()) {
+                    return None;
+                }
+                (
+                    alpha * t_max.ln() + sf.ln(),
+                    gf / (t_max * sf),
+                    -alpha * t_min.ln() + sr.ln(),
+                    gr / sr,
+                )
+            };
         let e = alpha - 1.0;
         let (pt, qt) = (self.p_total, self.q_total);
         let mix_total = if pt == qt {
@@ -147,19 +192,17 @@ impl RatioTable {
             infinite
         } else {
             // D = (log S − α log M)/e + log N with M = mix_total, N = Σq.
-            let log_s = alpha * t_max.ln() + sf.ln();
-            let value = (log_s - alpha * mix_total.ln()) / e + qt.ln();
-            let rate = alpha * gf / (t_max * sf);
+            let value = (log_sf - alpha * mix_total.ln()) / e + qt.ln();
+            let rate = alpha * forward_rate;
             ValueAndSlope {
                 value: round_up(value),
                 slope: rate / e - (alpha / e) * (norm_slope / mix_total),
             }
         };
-        let log_s = -alpha * t_min.ln() + sr.ln();
-        let value = (log_s - alpha * qt.ln()) / e + mix_total.ln();
+        let value = (log_sr - alpha * qt.ln()) / e + mix_total.ln();
         let reverse = ValueAndSlope {
             value: round_up(value),
-            slope: -gr / sr + norm_slope / mix_total,
+            slope: -reverse_rate + norm_slope / mix_total,
         };
         Some((forward, reverse))
     }
@@ -170,11 +213,19 @@ impl RatioTable {
         let inv_max = 1.0 / t_max;
         let k = self.k;
         let mut acc = [[0.0_f64; LANES]; 4];
-        let (qb, db) = (q.chunks_exact(PW), self.r.chunks_exact(PW));
-        let (q_tail, d_tail) = (qb.remainder(), db.remainder());
-        for (qb, db) in qb.zip(db) {
-            block(&mut acc, qb, db, lambda, t_min, inv_max, k);
-        }
+        // Compiled for the best vector width this CPU has (AVX-512, AVX2+FMA or
+        // baseline): `block` is inlined into pulp's `#[target_feature]` frame.
+        let body = q.len() - q.len() % PW;
+        acc = pulp::Arch::new().dispatch(Sums {
+            acc,
+            q: &q[..body],
+            r: &self.r[..body],
+            lambda,
+            t_min,
+            inv_max,
+            k,
+        });
+        let (q_tail, d_tail) = (&q[body..], &self.r[body..]);
         if !q_tail.is_empty() {
             // Padding: q = 0 contributes nothing; r = 1 keeps t = 1 finite.
             let (mut qp, mut dp) = ([0.0; PW], [1.0; PW]);
@@ -188,6 +239,193 @@ impl RatioTable {
             combine(acc[2]),
             combine(acc[3]),
         )
+    }
+}
+
+/// `α·ln(t_max/t_min)` below which [`min_scaled_sums`] serves: every `y^α` then
+/// stays below `e^600 ≈ 1e260` and every `y^{−α}` above `1e-260`.
+const MIN_SCALED_LOG_RANGE: f64 = 600.0;
+
+/// `[Σ q·y^k, Σ q·y^{k−1}·d, Σ q·t·y^{−k}, Σ q·y^{−k}·d]` with `t = (1−λ) + λr`,
+/// `y = t/t_min ≥ 1` and `d = r − 1`: the sums of [`RatioTable::sums`] scaled by
+/// `t_min` alone (`u = 1/y`), for a ratio range where no term can overflow.
+fn min_scaled_sums(q: &[f64], r: &[f64], lambda: f64, t_min: f64, k: u32) -> [f64; 4] {
+    let inv_min = 1.0 / t_min;
+    let keep = 1.0 - lambda;
+    pulp::Arch::new().dispatch(MinScaled {
+        q,
+        r,
+        keep,
+        lambda,
+        inv_min,
+        k,
+    })
+}
+
+/// Vectors per block of [`MinScaled`]: independent chains that hide the
+/// multiplications' latency and the exponent loop's tests.
+const U: usize = 4;
+
+struct MinScaled<'a> {
+    q: &'a [f64],
+    r: &'a [f64],
+    keep: f64,
+    lambda: f64,
+    inv_min: f64,
+    k: u32,
+}
+
+impl pulp::WithSimd for MinScaled<'_> {
+    type Output = [f64; 4];
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) -> [f64; 4] {
+        let MinScaled {
+            q,
+            r,
+            keep,
+            lambda,
+            inv_min,
+            k,
+        } = self;
+        let qv = S::as_simd_f64s(q).0;
+        let rv = S::as_simd_f64s(r).0;
+        let zero = simd.splat_f64s(0.0);
+        let (one, keep_v, lambda_v, inv_v) = (
+            simd.splat_f64s(1.0),
+            simd.splat_f64s(keep),
+            simd.splat_f64s(lambda),
+            simd.splat_f64s(inv_min),
+        );
+        let mut acc = [[zero; U]; 4];
+        let (qb, rb) = (qv.chunks_exact(U), rv.chunks_exact(U));
+        let q_rest = qb.remainder();
+        for (qb, rb) in qb.zip(rb) {
+            let mut t = [zero; U];
+            let mut d = [zero; U];
+            let mut y = [zero; U];
+            for j in 0..U {
+                t[j] = simd.mul_add_f64s(lambda_v, rb[j], keep_v);
+                d[j] = simd.sub_f64s(rb[j], one);
+                y[j] = simd.mul_f64s(t[j], inv_v);
+            }
+            let yk1 = pow_vectors(simd, y, k - 1);
+            for j in 0..U {
+                let qk1 = simd.mul_f64s(qb[j], yk1[j]);
+                let yk = simd.mul_f64s(yk1[j], y[j]);
+                let qz = simd.div_f64s(qb[j], yk);
+                acc[0][j] = simd.mul_add_f64s(qk1, y[j], acc[0][j]);
+                acc[1][j] = simd.mul_add_f64s(qk1, d[j], acc[1][j]);
+                acc[2][j] = simd.mul_add_f64s(qz, t[j], acc[2][j]);
+                acc[3][j] = simd.mul_add_f64s(qz, d[j], acc[3][j]);
+            }
+        }
+        let mut out = [0.0; 4];
+        for (o, a) in out.iter_mut().zip(acc) {
+            let mut v = a[0];
+            for x in &a[1..] {
+                v = simd.add_f64s(v, *x);
+            }
+            *o = simd.reduce_sum_f64s(v);
+        }
+        // The last vectors and elements, one at a time in scalar arithmetic.
+        let lanes = size_of::<S::f64s>() / size_of::<f64>();
+        let start = (qv.len() - q_rest.len()) * lanes;
+        for x in start..q.len() {
+            let (qx, rx) = (q[x], r[x]);
+            let t = keep + lambda * rx;
+            let d = rx - 1.0;
+            let y = t * inv_min;
+            let yk1 = powi(y, k - 1);
+            let yk = yk1 * y;
+            let qz = qx / yk;
+            out[0] += qx * yk1 * y;
+            out[1] += qx * yk1 * d;
+            out[2] += qz * t;
+            out[3] += qz * d;
+        }
+        out
+    }
+}
+
+/// `x^e` (e ≥ 1) for a block of vectors, by binary powering in registers.
+#[inline(always)]
+fn pow_vectors<S: pulp::Simd>(simd: S, x: [S::f64s; U], e: u32) -> [S::f64s; U] {
+    let mut base = x;
+    let mut e = e;
+    // Skip the low zero bits, so that `acc` starts as a power of x, not as 1.
+    while e & 1 == 0 {
+        for b in base.iter_mut() {
+            *b = simd.mul_f64s(*b, *b);
+        }
+        e >>= 1;
+    }
+    let mut acc = base;
+    e >>= 1;
+    while e != 0 {
+        for b in base.iter_mut() {
+            *b = simd.mul_f64s(*b, *b);
+        }
+        if e & 1 == 1 {
+            for j in 0..U {
+                acc[j] = simd.mul_f64s(acc[j], base[j]);
+            }
+        }
+        e >>= 1;
+    }
+    acc
+}
+
+/// `x^e` (e ≥ 1) by the same binary powering as [`pow_vectors`].
+#[inline(always)]
+fn powi(x: f64, e: u32) -> f64 {
+    let mut base = x;
+    let mut e = e;
+    while e & 1 == 0 {
+        base *= base;
+        e >>= 1;
+    }
+    let mut acc = base;
+    e >>= 1;
+    while e != 0 {
+        base *= base;
+        if e & 1 == 1 {
+            acc *= base;
+        }
+        e >>= 1;
+    }
+    acc
+}
+
+/// The whole blocks of [`RatioTable::sums`], as a `pulp` operation.
+struct Sums<'a> {
+    acc: [[f64; LANES]; 4],
+    q: &'a [f64],
+    r: &'a [f64],
+    lambda: f64,
+    t_min: f64,
+    inv_max: f64,
+    k: u32,
+}
+
+impl pulp::WithSimd for Sums<'_> {
+    type Output = [[f64; LANES]; 4];
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> Self::Output {
+        let mut acc = self.acc;
+        for (qb, db) in self.q.chunks_exact(PW).zip(self.r.chunks_exact(PW)) {
+            block(
+                &mut acc,
+                qb,
+                db,
+                self.lambda,
+                self.t_min,
+                self.inv_max,
+                self.k,
+            );
+        }
+        acc
     }
 }
 
@@ -207,11 +445,16 @@ fn block(
         _ => return,
     };
     let keep = 1.0 - lambda;
-    let t: [f64; PW] = std::array::from_fn(|j| keep + lambda * db[j]);
-    // `r − 1` is exact for r ∈ [1/2, 2] (Sterbenz) and within an ulp of 1 elsewhere.
-    let d: [f64; PW] = std::array::from_fn(|j| db[j] - 1.0);
-    let v: [f64; PW] = std::array::from_fn(|j| at_most_one(t[j] * inv_max));
-    let u: [f64; PW] = std::array::from_fn(|j| at_most_one(t_min / t[j]));
+    // Plain loops, not `array::from_fn` closures, so that everything is inlined into
+    // the caller's `#[target_feature]` frame.
+    let (mut t, mut d, mut v, mut u) = ([0.0; PW], [0.0; PW], [0.0; PW], [0.0; PW]);
+    for j in 0..PW {
+        t[j] = keep + lambda * db[j];
+        // `r − 1` is exact for r ∈ [1/2, 2] (Sterbenz) and within an ulp of 1 elsewhere.
+        d[j] = db[j] - 1.0;
+        v[j] = at_most_one(t[j] * inv_max);
+        u[j] = at_most_one(t_min / t[j]);
+    }
     let vk1 = pow8(v, k - 1);
     let uk = pow8(u, k);
     for j in 0..PW {

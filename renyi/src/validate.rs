@@ -44,32 +44,9 @@ pub(crate) fn probabilities<T: Probability>(p: &[T]) -> Result<ProbSummary> {
     // then is the first bad entry looked for. The sum is formed exactly as the kernels
     // form theirs (per CHUNK, lane-wise, lanes combined in a fixed order), so that a
     // kernel's own screening accepts exactly the vectors this function accepts.
-    let mut sum = 0.0;
-    let (mut min, mut min_positive) = ([0.0_f64; LANES], [f64::INFINITY; LANES]);
-    for chunk in p.chunks(CHUNK) {
-        let mut lanes = [0.0_f64; LANES];
-        let blocks = chunk.chunks_exact(LANES);
-        let tail = blocks.remainder();
-        for block in blocks {
-            for j in 0..LANES {
-                lane(
-                    block[j].to_f64(),
-                    &mut lanes[j],
-                    &mut min[j],
-                    &mut min_positive[j],
-                );
-            }
-        }
-        for (j, &entry) in tail.iter().enumerate() {
-            lane(
-                entry.to_f64(),
-                &mut lanes[j],
-                &mut min[j],
-                &mut min_positive[j],
-            );
-        }
-        sum += combine(lanes);
-    }
+    // Compiled for the CPU's widest vectors (the lane arrays fix the summation
+    // order, so the result does not depend on the vector width).
+    let (sum, min, min_positive) = pulp::Arch::new().dispatch(Screen(p));
     if (!sum.is_finite() || min.iter().any(|&m| m < 0.0))
         && let Some(problem) = first_bad_entry(p)
     {
@@ -79,6 +56,53 @@ pub(crate) fn probabilities<T: Probability>(p: &[T]) -> Result<ProbSummary> {
     Ok(ProbSummary {
         min_positive: min_positive.into_iter().fold(f64::INFINITY, f64::min),
     })
+}
+
+/// The screening pass of [`probabilities`] as a `pulp` operation:
+/// `(Σp, lane minima, lane smallest positive entries)`.
+struct Screen<'a, T>(&'a [T]);
+
+impl<T: Probability> pulp::WithSimd for Screen<'_, T> {
+    type Output = (f64, [f64; LANES], [f64; LANES]);
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> Self::Output {
+        let mut sum = 0.0;
+        let (mut min, mut min_positive) = ([0.0_f64; LANES], [f64::INFINITY; LANES]);
+        for chunk in self.0.chunks(CHUNK) {
+            // Widened once; then three simple lane-wise loops, which the compiler
+            // vectorises (one loop with all three updates it does not).
+            let mut buf = [0.0_f64; CHUNK];
+            let buf = &mut buf[..chunk.len()];
+            for (b, &entry) in buf.iter_mut().zip(chunk) {
+                *b = entry.to_f64();
+            }
+            let mut lanes = [0.0_f64; LANES];
+            let blocks = buf.chunks_exact(LANES);
+            let tail = blocks.remainder();
+            for block in blocks.clone() {
+                for j in 0..LANES {
+                    lanes[j] += block[j];
+                }
+            }
+            for block in blocks {
+                for j in 0..LANES {
+                    let v = block[j];
+                    min[j] = if v < min[j] { v } else { min[j] };
+                    min_positive[j] = if (v > 0.0) & (v < min_positive[j]) {
+                        v
+                    } else {
+                        min_positive[j]
+                    };
+                }
+            }
+            for (j, &v) in tail.iter().enumerate() {
+                lane(v, &mut lanes[j], &mut min[j], &mut min_positive[j]);
+            }
+            sum += combine(lanes);
+        }
+        (sum, min, min_positive)
+    }
 }
 
 #[inline(always)]

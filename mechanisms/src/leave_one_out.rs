@@ -1,0 +1,458 @@
+//! AdaPMixED's leave-one-out divergences `Dsym_α(p ‖ p₋ᵢ)` for every member i at
+//! integer orders, in one pass over the members that keeps each vocabulary chunk
+//! of the shared vectors in cache.
+//!
+//! With `S = Σⱼ p̄ⱼ` (the running sum of the members' mixtures), `p = S/N` and
+//! `p₋ᵢ = (S − p̄ᵢ)/(N−1)`, the ratio `t = p₋ᵢ/p = (S − p̄ᵢ)·N/((N−1)·S)` needs
+//! one multiplication by a precomputed `N/((N−1)S)` per entry, and
+//!
+//! * `D_α(p₋ᵢ ‖ p) = (ln Σ p·t^α − α ln P + (α−1) ln Q)/(α−1)`,
+//! * `D_α(p ‖ p₋ᵢ) = (ln Σ p·t^{1−α} − α ln Q + (α−1) ln P)/(α−1)`,
+//!
+//! with `P = Σ p₋ᵢ` and `Q = Σ p` (so both are divergences of the normalised
+//! vectors, as [`privmix_renyi::divergence`] computes them). `S − p̄ᵢ` is summed
+//! from the other members directly wherever p̄ᵢ holds more than half of S (at
+//! most one member per entry), so no entry suffers cancellation.
+//!
+//! Every term is non-negative and `t ≤ N/(N−1)·(1 + 4u)`, so the forward sum
+//! cannot overflow; the reverse one can only where some `t` is tiny. A member
+//! whose smallest `t` makes `t^{α−1}` leave the normal range, or whose sums come
+//! out non-finite, is answered by the general kernels of `privmix_renyi` instead
+//! (the caller's fallback), as are non-integer orders and orders above
+//! [`MAX_FAST_ORDER`]. The values agree with the general kernels to rounding
+//! (a few ulps per term, amplified at most α-fold); AdaPMixED's additive
+//! allowance covers that.
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use crate::Ensemble;
+
+/// Largest integer order computed here (powers by repeated squaring).
+pub(crate) const MAX_FAST_ORDER: u32 = 64;
+
+/// Vocabulary entries per chunk: the chunk's slices of p₀, S, p and the
+/// reciprocals (4 × 16 KB) stay in L1/L2 while every member passes over it.
+const CHUNK: usize = 2048;
+
+/// Elements per block of the inner loops: two AVX-512 vectors.
+const W: usize = 16;
+
+/// The integer orders `k` (2 ≤ k ≤ [`MAX_FAST_ORDER`]) of `orders`, or `None`
+/// for an order this kernel does not serve.
+pub(crate) fn fast_order(alpha: f64) -> Option<u32> {
+    let k = alpha as u32;
+    (f64::from(k) == alpha && (2..=MAX_FAST_ORDER).contains(&k)).then_some(k)
+}
+
+/// `Dsym_{k}(p ‖ p₋ᵢ)` for every member i and every order of `orders` (each
+/// served by [`fast_order`]): `result[i][o]`, or `None` for a member the caller
+/// must recompute with the general kernels.
+pub(crate) fn leave_one_out_divergences(
+    ensemble: &Ensemble,
+    lambdas: &[f64],
+    sum: &[f64],
+    distribution: &[f64],
+    orders: &[u32],
+) -> Vec<Option<Vec<f64>>> {
+    let (n, v) = (ensemble.len(), ensemble.vocab());
+    debug_assert!(n >= 2 && lambdas.len() == n && sum.len() == v);
+    let starts: Vec<usize> = (0..v).step_by(CHUNK).collect();
+    let partials: Vec<Partial> = starts
+        .par_iter()
+        .map(|&start| {
+            let end = (start + CHUNK).min(v);
+            pulp::Arch::new().dispatch(ChunkPass {
+                ensemble,
+                lambdas,
+                sum,
+                distribution,
+                orders,
+                range: (start, end),
+            })
+        })
+        .collect();
+    // Chunks are reduced in vocabulary order: the result does not depend on the
+    // number of threads.
+    let mut total = Partial::zero(n, orders.len());
+    for p in &partials {
+        total.add(p);
+    }
+    let q_total = total.q_total;
+    let kmax = orders.iter().copied().max().unwrap_or(2);
+    (0..n)
+        .map(|i| {
+            let p_total = total.rest[i] / (n - 1) as f64;
+            // t^{α−1} of the smallest t must stay a normal number.
+            let smallest = total.t_min[i].powi(kmax as i32 - 1);
+            if !(p_total > 0.0 && p_total.is_finite() && smallest >= 1e-290) {
+                return None;
+            }
+            let (lp, lq) = (p_total.ln(), q_total.ln());
+            orders
+                .iter()
+                .enumerate()
+                .map(|(o, &k)| {
+                    let (f, r) = (total.forward[i][o], total.reverse[i][o]);
+                    if !(f > 0.0 && f.is_finite() && r > 0.0 && r.is_finite()) {
+                        return None;
+                    }
+                    let a = f64::from(k);
+                    let forward = (f.ln() - a * lp + (a - 1.0) * lq) / (a - 1.0);
+                    let reverse = (r.ln() - a * lq + (a - 1.0) * lp) / (a - 1.0);
+                    Some(forward.max(reverse).max(0.0))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One chunk's contribution to every member's sums.
+struct Partial {
+    /// `Σ (S − p̄ᵢ)` per member.
+    rest: Vec<f64>,
+    /// Smallest `t` per member.
+    t_min: Vec<f64>,
+    /// `Σ p·t^k` per member and order.
+    forward: Vec<Vec<f64>>,
+    /// `Σ p·t^{1−k}` per member and order.
+    reverse: Vec<Vec<f64>>,
+    /// `Σ p`.
+    q_total: f64,
+}
+
+impl Partial {
+    fn zero(n: usize, orders: usize) -> Self {
+        Partial {
+            rest: vec![0.0; n],
+            t_min: vec![f64::INFINITY; n],
+            forward: vec![vec![0.0; orders]; n],
+            reverse: vec![vec![0.0; orders]; n],
+            q_total: 0.0,
+        }
+    }
+
+    fn add(&mut self, other: &Partial) {
+        self.q_total += other.q_total;
+        for i in 0..self.rest.len() {
+            self.rest[i] += other.rest[i];
+            self.t_min[i] = self.t_min[i].min(other.t_min[i]);
+            for o in 0..self.forward[i].len() {
+                self.forward[i][o] += other.forward[i][o];
+                self.reverse[i][o] += other.reverse[i][o];
+            }
+        }
+    }
+}
+
+/// The pass over one vocabulary chunk, as a `pulp` operation so that its loops
+/// are compiled for the CPU's widest vectors.
+struct ChunkPass<'a> {
+    ensemble: &'a Ensemble,
+    lambdas: &'a [f64],
+    sum: &'a [f64],
+    distribution: &'a [f64],
+    orders: &'a [u32],
+    range: (usize, usize),
+}
+
+impl WithSimd for ChunkPass<'_> {
+    type Output = Partial;
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> Partial {
+        let ChunkPass {
+            ensemble,
+            lambdas,
+            sum,
+            distribution,
+            orders,
+            range: (start, end),
+        } = self;
+        let n = ensemble.len();
+        let len = end - start;
+        let mut out = Partial::zero(n, orders.len());
+        // The chunk's shared vectors, padded to whole blocks of `W` with S = 0 and
+        // p = 0, where `base = 1` makes t = 1 (weight 0: no contribution).
+        let padded = len.div_ceil(W) * W;
+        let (mut s, mut w, mut inv, mut base, mut p0) = (
+            vec![0.0; padded],
+            vec![0.0; padded],
+            vec![0.0; padded],
+            vec![1.0; padded],
+            vec![0.0; padded],
+        );
+        s[..len].copy_from_slice(&sum[start..end]);
+        w[..len].copy_from_slice(&distribution[start..end]);
+        p0[..len].copy_from_slice(&ensemble.public()[start..end]);
+        let c = n as f64 / (n - 1) as f64;
+        for x in 0..len {
+            if s[x] > 0.0 {
+                inv[x] = c / s[x];
+                base[x] = 0.0;
+            }
+        }
+        out.q_total = w.iter().sum();
+        let (sv, wv, iv, bv, qv) = (
+            S::as_simd_f64s(&s).0,
+            S::as_simd_f64s(&w).0,
+            S::as_simd_f64s(&inv).0,
+            S::as_simd_f64s(&base).0,
+            S::as_simd_f64s(&p0).0,
+        );
+        let mut t = vec![0.0; padded];
+        let half = simd.splat_f64s(0.5);
+        let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
+        for i in 0..n {
+            let row = &ensemble.member(i)[start..end];
+            let (head, tail) = S::as_simd_f64s(row);
+            let tail = simd.partial_load_f64s(tail);
+            let (li, mi) = (
+                simd.splat_f64s(lambdas[i]),
+                simd.splat_f64s(1.0 - lambdas[i]),
+            );
+            let (mut racc, mut tmin, mut dom) = (zero, simd.splat_f64s(f64::INFINITY), zero);
+            {
+                let tv = S::as_mut_simd_f64s(&mut t).0;
+                for v in 0..sv.len() {
+                    // Past the member's row: zeros (own = 0, rest = S = 0, t = 1).
+                    let p = if v < head.len() {
+                        head[v]
+                    } else if v == head.len() {
+                        tail
+                    } else {
+                        zero
+                    };
+                    let own = simd.mul_add_f64s(li, p, simd.mul_f64s(mi, qv[v]));
+                    let dominant = simd.greater_than_f64s(own, simd.mul_f64s(half, sv[v]));
+                    dom = simd.select_f64s(dominant, one, dom);
+                    let rest = simd.sub_f64s(sv[v], own);
+                    racc = simd.add_f64s(racc, rest);
+                    let tx = simd.mul_add_f64s(rest, iv[v], bv[v]);
+                    tmin = simd.min_f64s(tmin, tx);
+                    tv[v] = tx;
+                }
+            }
+            let mut rest_total = simd.reduce_sum_f64s(racc);
+            let mut smallest = simd.reduce_min_f64s(tmin);
+            if simd.reduce_max_f64s(dom) > 0.0 {
+                // Rare: recompute the entries where member i dominates from the others.
+                let (li, mi) = (lambdas[i], 1.0 - lambdas[i]);
+                for x in 0..len {
+                    let own = li * row[x] + mi * p0[x];
+                    if own > 0.5 * s[x] {
+                        let g = start + x;
+                        let rest: f64 = (0..n)
+                            .filter(|&j| j != i)
+                            .map(|j| {
+                                lambdas[j] * ensemble.member(j)[g]
+                                    + (1.0 - lambdas[j]) * ensemble.public()[g]
+                            })
+                            .sum();
+                        rest_total += rest - (s[x] - own);
+                        t[x] = rest * inv[x];
+                    }
+                }
+                smallest = t.iter().copied().fold(f64::INFINITY, f64::min);
+            }
+            out.rest[i] = rest_total;
+            out.t_min[i] = smallest;
+            let tv = S::as_simd_f64s(&t).0;
+            for (o, &k) in orders.iter().enumerate() {
+                let (f, r) = powered_sums(simd, tv, wv, k);
+                out.forward[i][o] = f;
+                out.reverse[i][o] = r;
+            }
+        }
+        out
+    }
+}
+
+/// Vectors per block of [`powered_sums`]: enough independent chains to hide the
+/// multiplications' latency and the loop's exponent tests.
+const U: usize = 4;
+
+/// `(Σ w·t^k, Σ w/t^{k−1})`, for vectors `t` and `w` of equal length.
+#[inline(always)]
+fn powered_sums<S: Simd>(simd: S, t: &[S::f64s], w: &[S::f64s], k: u32) -> (f64, f64) {
+    let zero = simd.splat_f64s(0.0);
+    let (mut fa, mut ra) = ([zero; U], [zero; U]);
+    let (tb, wb) = (t.chunks_exact(U), w.chunks_exact(U));
+    let (tt, wt) = (tb.remainder(), wb.remainder());
+    for (tb, wb) in tb.zip(wb) {
+        let mut x = [zero; U];
+        x.copy_from_slice(tb);
+        let xk1 = pow_block(simd, x, k - 1);
+        for j in 0..U {
+            fa[j] = simd.mul_add_f64s(wb[j], simd.mul_f64s(xk1[j], tb[j]), fa[j]);
+            ra[j] = simd.add_f64s(ra[j], simd.div_f64s(wb[j], xk1[j]));
+        }
+    }
+    for (&tv, &wv) in tt.iter().zip(wt) {
+        let xk1 = pow_block(simd, [tv; U], k - 1)[0];
+        fa[0] = simd.mul_add_f64s(wv, simd.mul_f64s(xk1, tv), fa[0]);
+        ra[0] = simd.add_f64s(ra[0], simd.div_f64s(wv, xk1));
+    }
+    let mut f = fa[0];
+    let mut r = ra[0];
+    for j in 1..U {
+        f = simd.add_f64s(f, fa[j]);
+        r = simd.add_f64s(r, ra[j]);
+    }
+    (simd.reduce_sum_f64s(f), simd.reduce_sum_f64s(r))
+}
+
+/// `x^e` (e ≥ 1) for a block of vectors, by binary powering in registers.
+#[inline(always)]
+fn pow_block<S: Simd>(simd: S, x: [S::f64s; U], e: u32) -> [S::f64s; U] {
+    let mut base = x;
+    let mut e = e;
+    // Skip the low zero bits, so that `acc` starts as a power of x, not as 1.
+    while e & 1 == 0 {
+        for b in base.iter_mut() {
+            *b = simd.mul_f64s(*b, *b);
+        }
+        e >>= 1;
+    }
+    let mut acc = base;
+    e >>= 1;
+    while e != 0 {
+        for b in base.iter_mut() {
+            *b = simd.mul_f64s(*b, *b);
+        }
+        if e & 1 == 1 {
+            for j in 0..U {
+                acc[j] = simd.mul_f64s(acc[j], base[j]);
+            }
+        }
+        e >>= 1;
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use privmix_renyi::{Order, symmetric_divergence};
+    use proptest::prelude::*;
+
+    /// `Dsym_k(p ‖ p₋ᵢ)` on explicitly built rows, by the general kernels.
+    fn explicit(e: &Ensemble, lambdas: &[f64], i: usize, k: u32) -> f64 {
+        let (n, v) = (e.len(), e.vocab());
+        let mix =
+            |j: usize, x: usize| lambdas[j] * e.member(j)[x] + (1.0 - lambdas[j]) * e.public()[x];
+        let p: Vec<f64> = (0..v)
+            .map(|x| (0..n).map(|j| mix(j, x)).sum::<f64>() / n as f64)
+            .collect();
+        let rest: Vec<f64> = (0..v)
+            .map(|x| (0..n).filter(|&j| j != i).map(|j| mix(j, x)).sum::<f64>() / (n - 1) as f64)
+            .collect();
+        symmetric_divergence(&p, &rest, Order::new(f64::from(k)).unwrap()).unwrap()
+    }
+
+    fn run(e: &Ensemble, lambdas: &[f64], orders: &[u32]) -> Vec<Option<Vec<f64>>> {
+        let (n, v) = (e.len(), e.vocab());
+        let mut sum = vec![0.0; v];
+        for j in 0..n {
+            for x in 0..v {
+                sum[x] += lambdas[j] * e.member(j)[x] + (1.0 - lambdas[j]) * e.public()[x];
+            }
+        }
+        let dist: Vec<f64> = sum.iter().map(|s| s / n as f64).collect();
+        leave_one_out_divergences(e, lambdas, &sum, &dist, orders)
+    }
+
+    fn row(v: usize) -> impl Strategy<Value = Vec<f64>> {
+        // Some exact zeros and a wide dynamic range, so that members dominate entries.
+        prop::collection::vec(
+            prop_oneof![1 => Just(0.0), 6 => 1e-6..1.0f64, 1 => 1e-12..1e-9f64],
+            v,
+        )
+        .prop_filter("a positive entry", |w| w.iter().any(|&x| x > 0.0))
+        .prop_map(|w| {
+            let s: f64 = w.iter().sum();
+            w.into_iter().map(|x| x / s).collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        /// Where the fused kernel answers, it agrees with the general kernels on the
+        /// materialised leave-one-out rows; crossing vector and chunk boundaries
+        /// (V up to 2100 > CHUNK) and tails of every length.
+        #[test]
+        fn agrees_with_the_general_kernels(
+            (v, n) in (1usize..40, 2usize..7),
+            big in any::<bool>(),
+            seed_rows in prop::collection::vec(row(40), 8),
+            lambdas in prop::collection::vec(0.0..=1.0f64, 7),
+        ) {
+            // A large vocabulary repeats the small rows (then renormalises).
+            let v = if big { 2100 } else { v };
+            let norm = |r: &Vec<f64>| -> Vec<f64> {
+                let w: Vec<f64> = (0..v).map(|x| r[x % 40] + 1e-300 * (x % 3) as f64).collect();
+                let s: f64 = w.iter().sum();
+                w.into_iter().map(|x| x / s).collect()
+            };
+            let positive = |r: &Vec<f64>| (0..v).any(|x| r[x % 40] > 0.0) || v > 1;
+            prop_assume!(seed_rows.iter().all(positive));
+            let public = norm(&seed_rows[7]);
+            let members: Vec<f64> = (0..n).flat_map(|i| norm(&seed_rows[i])).collect();
+            let e = Ensemble::from_probabilities(&public, &members).unwrap();
+            let lambdas = &lambdas[..n];
+            let orders = [2u32, 3, 18];
+            for (i, got) in run(&e, lambdas, &orders).into_iter().enumerate() {
+                let Some(got) = got else { continue };
+                for (&k, g) in orders.iter().zip(got) {
+                    let want = explicit(&e, lambdas, i, k);
+                    let tol = 1e-10 * want.max(1.0);
+                    prop_assert!((g - want).abs() <= tol, "member {i} order {k}: {g} vs {want}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_dominant_member_is_summed_from_the_others() {
+        // Member 0 holds almost all of entry 0's mass: S − p̄₀ would cancel there.
+        let public = [0.5, 0.25, 0.25];
+        let members = [
+            1.0 - 2e-12,
+            1e-12,
+            1e-12,
+            1e-9,
+            0.5,
+            0.5 - 1e-9,
+            2e-9,
+            0.5,
+            0.5 - 2e-9,
+        ];
+        let e = Ensemble::from_probabilities(&public, &members).unwrap();
+        let lambdas = [1.0, 1.0, 1.0];
+        let got = run(&e, &lambdas, &[2, 18]);
+        for (i, g) in got.iter().enumerate() {
+            let g = g.as_ref().expect("served by the fused kernel");
+            for (&k, &value) in [2u32, 18].iter().zip(g) {
+                let want = explicit(&e, &lambdas, i, k);
+                assert!(
+                    (value - want).abs() <= 1e-10 * want.max(1.0),
+                    "{i} {k}: {value} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_zero_left_after_removal_is_declined() {
+        // Only member 0 puts mass on entry 2 (λ = 1): removing it leaves 0 where p > 0,
+        // an infinite reverse divergence, which the general kernels must report.
+        let public = [0.5, 0.5, 0.0];
+        let members = [0.4, 0.4, 0.2, 0.5, 0.5, 0.0];
+        let e = Ensemble::from_probabilities(&public, &members).unwrap();
+        let got = run(&e, &[1.0, 1.0], &[2]);
+        assert!(got[0].is_none());
+        assert!(fast_order(2.5).is_none() && fast_order(65.0).is_none());
+        assert_eq!(fast_order(64.0), Some(64));
+    }
+}
