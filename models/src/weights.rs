@@ -29,7 +29,7 @@ use crate::safetensors::{SafetensorsError, SafetensorsFile, ShardedSafetensors};
 mod gguf_layout;
 
 pub use gguf_layout::gguf_name;
-use gguf_layout::{is_gpt2_conv1d_weight, transpose, unpermute_rows};
+use gguf_layout::{is_gpt2_conv1d_weight, transpose, unpermute_rows, unpermuted_order};
 
 /// A checkpoint's tensors by canonical (HF) name.
 #[derive(Debug)]
@@ -257,7 +257,73 @@ impl WeightSource {
         } else {
             None
         };
-        Ok(Linear::new(w, b))
+        let linear = Linear::new(w, b);
+        #[cfg(feature = "flex")]
+        if let Some(q) = self.quantized(&format!("{prefix}.weight"), out_features, in_features)? {
+            return Ok(linear.with_quantized(q));
+        }
+        Ok(linear)
+    }
+
+    /// Tensor `name` (`[out, in]`, HF layout) in its GGUF blocks, for
+    /// [`Linear::with_quantized`], or `None` where it is not a GGUF Q4_1/Q8_0
+    /// tensor of that shape (then the f32 path alone serves it). llama.cpp's
+    /// q/k row permutation is undone on whole rows of blocks, as
+    /// [`WeightSource::tensor`] undoes it on f32 rows.
+    #[cfg(feature = "flex")]
+    pub fn quantized(
+        &self,
+        name: &str,
+        out: usize,
+        inp: usize,
+    ) -> Result<Option<crate::layers::quantized::QuantizedWeight>, ModelError> {
+        let Self::Gguf {
+            file,
+            arch,
+            num_heads,
+            num_kv_heads,
+            undo_qk_permutation,
+        } = self
+        else {
+            return Ok(None);
+        };
+        if arch == "gpt2" {
+            return Ok(None);
+        }
+        let Some(gname) = gguf_name(arch, name) else {
+            return Ok(None);
+        };
+        let Some(info) = file.tensor_info(&gname) else {
+            return Ok(None);
+        };
+        let dims: Vec<usize> = info.dims.iter().rev().map(|&d| d as usize).collect();
+        if dims != [out, inp] {
+            return Ok(None);
+        }
+        let Some(q) = crate::layers::quantized::QuantizedWeight::from_ggml(
+            info.ggml_type,
+            file.tensor_bytes(&gname)?,
+            out,
+            inp,
+        )?
+        else {
+            return Ok(None);
+        };
+        let heads = if arch == "llama" && *undo_qk_permutation {
+            if name.ends_with("self_attn.q_proj.weight") {
+                Some(*num_heads)
+            } else if name.ends_with("self_attn.k_proj.weight") {
+                Some(*num_kv_heads)
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        Ok(Some(match heads {
+            Some(h) => q.permute_rows(&unpermuted_order(out, h, name)?),
+            None => q,
+        }))
     }
 
     /// The RMSNorm `name` (see [`WeightSource::norm_gain`] for `one_plus`).

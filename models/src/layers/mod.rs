@@ -9,6 +9,8 @@ mod few_rows;
 pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;
+#[cfg(feature = "flex")]
+pub mod quantized;
 pub mod rms_norm;
 pub mod rope;
 

@@ -34,6 +34,19 @@ pub(super) fn unpermute_rows(
     Ok(out)
 }
 
+/// The row map of [`unpermute_rows`]: HF row `r` is GGUF row `from[r]`.
+pub(super) fn unpermuted_order(
+    rows: usize,
+    heads: usize,
+    name: &str,
+) -> Result<Vec<usize>, ModelError> {
+    let order: Vec<f32> = (0..rows).map(|r| r as f32).collect();
+    Ok(unpermute_rows(order, &[rows, 1], heads, name)?
+        .into_iter()
+        .map(|r| r as usize)
+        .collect())
+}
+
 /// Whether `name` is the weight of one of GPT-2's `Conv1D` projections.
 pub(super) fn is_gpt2_conv1d_weight(name: &str) -> bool {
     [

@@ -1,0 +1,465 @@
+//! `x Wᵀ` for a few rows of `x` with `W` kept in its GGUF quantised blocks
+//! (Q4_1, Q8_0), dequantised block by block in registers as it is used.
+//!
+//! Why: a decode step reads every weight of the model once, so its speed is
+//! the weights' size over memory bandwidth. SmolLM2's GGUF stores its
+//! projections in Q4_1 (0.625 bytes per weight) and its tied embedding/head in
+//! Q8_0 (1.06 bytes); the f32 tensors the model computes with otherwise are 4
+//! bytes per weight. llama.cpp reads the blocks directly; so does this kernel.
+//!
+//! Exactness: each block is dequantised with the same f32 expression as
+//! [`crate::gguf`]'s dequantiser (`d·q + m` for Q4_1, `d·q` for Q8_0, each
+//! rounded as Rust rounds it, without contraction), so the kernel multiplies
+//! `x` by *exactly* the f32 weights of the f32 path; only the order of the dot
+//! products' sums differs (as in [`super::few_rows`]), within the same
+//! `γ_k Σ|w_j x_j|` bound, which the tests check.
+//!
+//! SIMD: `pulp` dispatch; the dequantisation of a block is plain loops over
+//! 32 entries, which the compiler vectorises inside pulp's
+//! `#[target_feature]` frame; the products use pulp's vectors. No `unsafe`.
+
+use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
+
+use crate::ModelError;
+use crate::gguf::GgmlType;
+
+/// Weights per block in both formats.
+const QK: usize = 32;
+/// Tasks cover whole multiples of this many output rows.
+const BLOCK: usize = 16;
+/// Weights of at least this many bytes of blocks are split over rayon's threads.
+const PARALLEL_MIN_BYTES: usize = 4 << 20;
+/// Weight rows per tile.
+const OUT_TILE: usize = 4;
+/// Rows of `x` per tile.
+const ROW_TILE: usize = 2;
+
+/// How a [`QuantizedWeight`] stores its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    /// 16 bytes of nibbles per block (element j < 16: low nibble of byte j,
+    /// element j + 16: its high nibble); `w = d·q + m`.
+    Q4_1,
+    /// 32 signed bytes per block; `w = d·q`.
+    Q8_0,
+}
+
+/// An `[out, in]` weight kept in GGUF blocks, with each block's scale (and
+/// minimum) widened from f16 to f32 once, at load.
+#[derive(Clone)]
+pub struct QuantizedWeight {
+    format: Format,
+    out: usize,
+    inp: usize,
+    /// Quantised values, block after block, row after row.
+    q: Vec<u8>,
+    /// `d` per block.
+    scale: Vec<f32>,
+    /// `m` per block (Q4_1 only).
+    min: Vec<f32>,
+}
+
+impl std::fmt::Debug for QuantizedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QuantizedWeight({:?}, [{}, {}])",
+            self.format, self.out, self.inp
+        )
+    }
+}
+
+impl QuantizedWeight {
+    /// The weight from a GGUF tensor's raw bytes (`[out, in]`, ggml order), or
+    /// `None` for a type this kernel does not read (the f32 path serves it).
+    pub fn from_ggml(
+        ty: GgmlType,
+        bytes: &[u8],
+        out: usize,
+        inp: usize,
+    ) -> Result<Option<Self>, ModelError> {
+        let (format, block_bytes) = match ty {
+            GgmlType::Q4_1 => (Format::Q4_1, 20),
+            GgmlType::Q8_0 => (Format::Q8_0, 34),
+            _ => return Ok(None),
+        };
+        if inp == 0 || !inp.is_multiple_of(QK) {
+            return Ok(None);
+        }
+        let blocks = out * (inp / QK);
+        if bytes.len() != blocks * block_bytes {
+            return Err(ModelError::bad_input(format!(
+                "{ty:?} weight [{out}, {inp}] needs {} bytes, has {}",
+                blocks * block_bytes,
+                bytes.len()
+            )));
+        }
+        let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+        let mut w = QuantizedWeight {
+            format,
+            out,
+            inp,
+            q: Vec::with_capacity(
+                blocks * (block_bytes - 2 - 2 * usize::from(format == Format::Q4_1)),
+            ),
+            scale: Vec::with_capacity(blocks),
+            min: Vec::new(),
+        };
+        for b in bytes.chunks_exact(block_bytes) {
+            w.scale.push(f16(&b[0..2]));
+            match format {
+                Format::Q4_1 => {
+                    w.min.push(f16(&b[2..4]));
+                    w.q.extend_from_slice(&b[4..20]);
+                }
+                Format::Q8_0 => w.q.extend_from_slice(&b[2..34]),
+            }
+        }
+        Ok(Some(w))
+    }
+
+    /// Output width.
+    pub fn out_features(&self) -> usize {
+        self.out
+    }
+
+    /// Input width.
+    pub fn in_features(&self) -> usize {
+        self.inp
+    }
+
+    /// The rows reordered: row `r` of the result is row `from[r]` of `self`
+    /// (llama.cpp's q/k head permutation, undone at load).
+    pub(crate) fn permute_rows(&self, from: &[usize]) -> Self {
+        let nb = self.inp / QK;
+        let qb = self.q.len() / (self.out * nb);
+        let mut w = QuantizedWeight {
+            q: Vec::with_capacity(self.q.len()),
+            scale: Vec::with_capacity(self.scale.len()),
+            min: Vec::with_capacity(self.min.len()),
+            ..*self
+        };
+        for &r in from {
+            w.q.extend_from_slice(&self.q[r * nb * qb..(r + 1) * nb * qb]);
+            w.scale.extend_from_slice(&self.scale[r * nb..(r + 1) * nb]);
+            if !self.min.is_empty() {
+                w.min.extend_from_slice(&self.min[r * nb..(r + 1) * nb]);
+            }
+        }
+        w
+    }
+
+    /// Row `o` dequantised (for tests and checks).
+    pub fn row(&self, o: usize) -> Vec<f32> {
+        let mut w = vec![0.0; self.inp];
+        for (b, chunk) in w.chunks_exact_mut(QK).enumerate() {
+            let block: &mut [f32; QK] = chunk.try_into().expect("QK entries");
+            self.dequantize(o * (self.inp / QK) + b, block);
+        }
+        w
+    }
+
+    /// Block `index` (row-major over `[out, in/32]`) into `w`.
+    fn dequantize(&self, index: usize, w: &mut [f32; QK]) {
+        match self.format {
+            Format::Q4_1 => dequantize_q4_1(
+                self.scale[index],
+                self.min[index],
+                self.q[index * 16..][..16].try_into().expect("16 bytes"),
+                w,
+            ),
+            Format::Q8_0 => dequantize_q8_0(
+                self.scale[index],
+                self.q[index * QK..][..QK].try_into().expect("32 bytes"),
+                w,
+            ),
+        }
+    }
+
+    /// `x Wᵀ` for row-major `x: [rows, in]`, as row-major `[rows, out]`.
+    pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        debug_assert_eq!(x.len(), rows * self.inp);
+        let mut yt = vec![0.0f32; self.out * rows];
+        // One task per thread (rounded to whole tiles) for large weights only: a
+        // projection of SmolLM2 is read in ~10–30 µs, about what waking a rayon
+        // worker costs here, so those run on the calling thread (measured:
+        // `forward/smollm2_decode_after_32` 11.7 ms with every product split over
+        // 2 threads, 10.0 ms with none split).
+        let threads = if self.q.len() >= PARALLEL_MIN_BYTES {
+            rayon::current_num_threads().max(1)
+        } else {
+            1
+        };
+        let per_task = self.out.div_ceil(threads).div_ceil(BLOCK) * BLOCK;
+        let task = |(index, yt): (usize, &mut [f32])| {
+            pulp::Arch::new().dispatch(Task {
+                w: self,
+                first: index * per_task,
+                x,
+                rows,
+                yt,
+            });
+        };
+        if threads == 1 {
+            task((0, &mut yt));
+        } else {
+            yt.par_chunks_mut(per_task * rows)
+                .enumerate()
+                .for_each(task);
+        }
+        let mut y = vec![0.0f32; rows * self.out];
+        for (o, col) in yt.chunks_exact(rows).enumerate() {
+            for (r, v) in col.iter().enumerate() {
+                y[r * self.out + o] = *v;
+            }
+        }
+        y
+    }
+}
+
+/// Output rows `first..first + yt.len()/rows`: `yt[o, r] = w[first + o] · x[r]`.
+struct Task<'a> {
+    w: &'a QuantizedWeight,
+    first: usize,
+    x: &'a [f32],
+    rows: usize,
+    yt: &'a mut [f32],
+}
+
+impl WithSimd for Task<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        match self.w.format {
+            Format::Q4_1 => run::<S, true>(simd, self),
+            Format::Q8_0 => run::<S, false>(simd, self),
+        }
+    }
+}
+
+/// Tiles of up to 4 weight rows × 2 rows of `x`: each block of the weight
+/// rows is dequantised once per pair of `x` rows into an L1 buffer, then
+/// feeds up to 8 independent FMA chains.
+#[inline(always)]
+fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
+    let Task {
+        w,
+        first,
+        x,
+        rows,
+        yt,
+    } = task;
+    let n_out = yt.len() / rows;
+    let mut o = 0;
+    while o < n_out {
+        let width = (n_out - o).min(OUT_TILE);
+        let mut r = 0;
+        while r < rows {
+            if rows - r >= ROW_TILE {
+                let t = tile::<S, Q4, ROW_TILE>(simd, w, first + o, width, x, r);
+                put(yt, rows, o, r, width, t);
+                r += ROW_TILE;
+            } else {
+                let t = tile::<S, Q4, 1>(simd, w, first + o, width, x, r);
+                put(yt, rows, o, r, width, t);
+                r += 1;
+            }
+        }
+        o += width;
+    }
+}
+
+/// Stores a tile's dot products at `yt[o + i, r + j]`.
+#[inline(always)]
+fn put<const R: usize>(
+    yt: &mut [f32],
+    rows: usize,
+    o: usize,
+    r: usize,
+    width: usize,
+    t: [[f32; R]; OUT_TILE],
+) {
+    for (i, ti) in t.iter().enumerate().take(width) {
+        yt[(o + i) * rows + r..][..R].copy_from_slice(ti);
+    }
+}
+
+/// `[w_{o+i} · x_{r+j}]` for `i < width` (≤ 4) and `j < R`.
+#[inline(always)]
+fn tile<S: Simd, const Q4: bool, const R: usize>(
+    simd: S,
+    w: &QuantizedWeight,
+    o: usize,
+    width: usize,
+    x: &[f32],
+    r: usize,
+) -> [[f32; R]; OUT_TILE] {
+    let k = w.inp;
+    let nb = k / QK;
+    let qb = if Q4 { 16 } else { QK };
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; R]; OUT_TILE];
+    let mut buf = [[0.0f32; QK]; OUT_TILE];
+    // Each weight row's blocks, scales and minima as slices (no per-block index
+    // arithmetic into the whole weight).
+    let empty: (&[u8], &[f32], &[f32]) = (&[], &[], &[]);
+    let mut rows_of = [empty; OUT_TILE];
+    for (i, row) in rows_of.iter_mut().enumerate().take(width) {
+        let at = (o + i) * nb;
+        *row = (
+            &w.q[at * qb..(at + nb) * qb],
+            &w.scale[at..at + nb],
+            if Q4 { &w.min[at..at + nb] } else { &[] },
+        );
+    }
+    let xr = &x[r * k..(r + R) * k];
+    for b in 0..nb {
+        for i in 0..width {
+            let (q, d, m) = rows_of[i];
+            if Q4 {
+                dequantize_q4_1(
+                    d[b],
+                    m[b],
+                    q[b * 16..][..16].try_into().expect("16"),
+                    &mut buf[i],
+                );
+            } else {
+                dequantize_q8_0(d[b], q[b * QK..][..QK].try_into().expect("32"), &mut buf[i]);
+            }
+        }
+        let empty: &[S::f32s] = &[];
+        let mut xs = [empty; R];
+        for (j, xj) in xs.iter_mut().enumerate() {
+            *xj = S::as_simd_f32s(&xr[j * k + b * QK..][..QK]).0;
+        }
+        for i in 0..width {
+            let ws = S::as_simd_f32s(&buf[i]).0;
+            for v in 0..ws.len() {
+                for j in 0..R {
+                    acc[i][j] = simd.mul_add_e_f32s(ws[v], xs[j][v], acc[i][j]);
+                }
+            }
+        }
+    }
+    let mut out = [[0.0f32; R]; OUT_TILE];
+    for i in 0..width {
+        for j in 0..R {
+            out[i][j] = simd.reduce_sum_f32s(acc[i][j]);
+        }
+    }
+    out
+}
+
+/// One Q4_1 block, with the dequantiser's expression `d·q + m`.
+#[inline(always)]
+fn dequantize_q4_1(d: f32, m: f32, qs: &[u8; 16], w: &mut [f32; QK]) {
+    for j in 0..16 {
+        w[j] = d * f32::from(qs[j] & 0x0f) + m;
+        w[j + 16] = d * f32::from(qs[j] >> 4) + m;
+    }
+}
+
+/// One Q8_0 block, with the dequantiser's expression `d·q`.
+#[inline(always)]
+fn dequantize_q8_0(d: f32, qs: &[u8; QK], w: &mut [f32; QK]) {
+    for j in 0..QK {
+        w[j] = d * f32::from(qs[j] as i8);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::dequantize;
+    use half::f16;
+    use proptest::prelude::*;
+
+    /// GGUF bytes of `out × in/32` blocks from a seed (scales in f16).
+    fn blocks(ty: GgmlType, out: usize, inp: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let mut next = bytes.iter().cycle();
+        for i in 0..out * (inp / QK) {
+            let d = f16::from_f32(0.01 + (i % 7) as f32 * 0.003);
+            v.extend(d.to_le_bytes());
+            if ty == GgmlType::Q4_1 {
+                v.extend(f16::from_f32(-0.05 + (i % 5) as f32 * 0.01).to_le_bytes());
+                v.extend((0..16).map(|_| *next.next().unwrap()));
+            } else {
+                v.extend((0..32).map(|_| *next.next().unwrap()));
+            }
+        }
+        v
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// The kernel multiplies by exactly the dequantiser's f32 weights:
+        /// every output within `γ_{k+1} Σ|w_j x_j|` of the exact f64 dot
+        /// product with those weights.
+        #[test]
+        fn matches_the_dequantised_weights(
+            q8 in any::<bool>(),
+            out in 1usize..140,
+            nb in 1usize..5,
+            rows in 1usize..7,
+            bytes in prop::collection::vec(any::<u8>(), 1..97),
+            xs in prop::collection::vec(-2.0f32..2.0, 1..97),
+        ) {
+            let ty = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_1 };
+            let inp = nb * QK;
+            let raw = blocks(ty, out, inp, &bytes);
+            let w = QuantizedWeight::from_ggml(ty, &raw, out, inp).unwrap().unwrap();
+            let dense = dequantize(ty, &raw, (out * inp) as u64).unwrap();
+            for o in 0..out {
+                prop_assert_eq!(w.row(o), dense[o * inp..(o + 1) * inp].to_vec());
+            }
+            let x: Vec<f32> = (0..rows * inp).map(|i| xs[i % xs.len()] * (1.0 + i as f32 * 1e-3)).collect();
+            let y = w.matmul(&x, rows);
+            let u = f64::from(f32::EPSILON) / 2.0;
+            let gamma = (inp + 1) as f64 * u / (1.0 - (inp + 1) as f64 * u);
+            for r in 0..rows {
+                for o in 0..out {
+                    let (mut s, mut a) = (0.0f64, 0.0f64);
+                    for j in 0..inp {
+                        let p = f64::from(x[r * inp + j]) * f64::from(dense[o * inp + j]);
+                        s += p;
+                        a += p.abs();
+                    }
+                    let got = f64::from(y[r * out + o]);
+                    prop_assert!((got - s).abs() <= gamma * a + f64::from(f32::MIN_POSITIVE),
+                        "row {} out {}: {} vs {}", r, o, got, s);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn other_types_and_widths_are_declined_and_short_data_is_an_error() {
+        assert!(
+            QuantizedWeight::from_ggml(GgmlType::F32, &[0; 128], 1, 32)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            QuantizedWeight::from_ggml(GgmlType::Q8_0, &[0; 34], 1, 16)
+                .unwrap()
+                .is_none()
+        );
+        assert!(QuantizedWeight::from_ggml(GgmlType::Q8_0, &[0; 33], 1, 32).is_err());
+    }
+
+    #[test]
+    fn permuted_rows_follow_the_map() {
+        let raw = blocks(GgmlType::Q4_1, 3, 64, &[1, 2, 3, 250, 17]);
+        let w = QuantizedWeight::from_ggml(GgmlType::Q4_1, &raw, 3, 64)
+            .unwrap()
+            .unwrap();
+        let p = w.permute_rows(&[2, 0, 1]);
+        assert_eq!(p.row(0), w.row(2));
+        assert_eq!(p.row(1), w.row(0));
+        assert_eq!(p.row(2), w.row(1));
+    }
+}
