@@ -43,7 +43,7 @@ use rayon::prelude::*;
 use crate::bounds::{
     check_enforcement_order, check_probability, check_radius, pmixed_worst_neighbour_at,
 };
-use crate::leave_one_out::{fast_order, leave_one_out_divergences};
+use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
 use crate::pmixed::solve_and_sum;
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
@@ -442,10 +442,7 @@ fn leave_one_out_row(ensemble: &Ensemble, lambdas: &[f64], sum: &[f64], i: usize
         let own = li * pi[x] + mi * public[x];
         let rest = if own > 0.5 * sum[x] {
             // Member i dominates this token: sum the others directly.
-            (0..n)
-                .filter(|&j| j != i)
-                .map(|j| lambdas[j] * ensemble.member(j)[x] + (1.0 - lambdas[j]) * public[x])
-                .sum::<f64>()
+            others_sum(ensemble, lambdas, i, x)
         } else {
             sum[x] - own
         };

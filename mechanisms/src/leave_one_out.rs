@@ -23,6 +23,7 @@
 //! (a few ulps per term, amplified at most α-fold); AdaPMixED's additive
 //! allowance covers that.
 
+use privmix_renyi::simd::pow_vectors;
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -105,6 +106,17 @@ pub(crate) fn leave_one_out_divergences(
                 .collect()
         })
         .collect()
+}
+
+/// `Σ_{j≠i} (λⱼ·pⱼ(x) + (1 − λⱼ)·p₀(x))`, summed directly in member order: the
+/// rest of S at an entry where member i holds more than half of it, so that
+/// `S − p̄ᵢ` would cancel.
+pub(crate) fn others_sum(ensemble: &Ensemble, lambdas: &[f64], i: usize, x: usize) -> f64 {
+    let public = ensemble.public();
+    (0..ensemble.len())
+        .filter(|&j| j != i)
+        .map(|j| lambdas[j] * ensemble.member(j)[x] + (1.0 - lambdas[j]) * public[x])
+        .sum()
 }
 
 /// One chunk's contribution to every member's sums.
@@ -241,14 +253,7 @@ impl WithSimd for ChunkPass<'_> {
                 for x in 0..len {
                     let own = li * row[x] + mi * p0[x];
                     if own > 0.5 * s[x] {
-                        let g = start + x;
-                        let rest: f64 = (0..n)
-                            .filter(|&j| j != i)
-                            .map(|j| {
-                                lambdas[j] * ensemble.member(j)[g]
-                                    + (1.0 - lambdas[j]) * ensemble.public()[g]
-                            })
-                            .sum();
+                        let rest = others_sum(ensemble, lambdas, i, start + x);
                         rest_total += rest - (s[x] - own);
                         t[x] = rest * inv[x];
                     }
@@ -282,14 +287,14 @@ fn powered_sums<S: Simd>(simd: S, t: &[S::f64s], w: &[S::f64s], k: u32) -> (f64,
     for (tb, wb) in tb.zip(wb) {
         let mut x = [zero; U];
         x.copy_from_slice(tb);
-        let xk1 = pow_block(simd, x, k - 1);
+        let xk1 = pow_vectors(simd, x, k - 1);
         for j in 0..U {
             fa[j] = simd.mul_add_f64s(wb[j], simd.mul_f64s(xk1[j], tb[j]), fa[j]);
             ra[j] = simd.add_f64s(ra[j], simd.div_f64s(wb[j], xk1[j]));
         }
     }
     for (&tv, &wv) in tt.iter().zip(wt) {
-        let xk1 = pow_block(simd, [tv; U], k - 1)[0];
+        let xk1 = pow_vectors(simd, [tv; U], k - 1)[0];
         fa[0] = simd.mul_add_f64s(wv, simd.mul_f64s(xk1, tv), fa[0]);
         ra[0] = simd.add_f64s(ra[0], simd.div_f64s(wv, xk1));
     }
@@ -300,34 +305,6 @@ fn powered_sums<S: Simd>(simd: S, t: &[S::f64s], w: &[S::f64s], k: u32) -> (f64,
         r = simd.add_f64s(r, ra[j]);
     }
     (simd.reduce_sum_f64s(f), simd.reduce_sum_f64s(r))
-}
-
-/// `x^e` (e ≥ 1) for a block of vectors, by binary powering in registers.
-#[inline(always)]
-fn pow_block<S: Simd>(simd: S, x: [S::f64s; U], e: u32) -> [S::f64s; U] {
-    let mut base = x;
-    let mut e = e;
-    // Skip the low zero bits, so that `acc` starts as a power of x, not as 1.
-    while e & 1 == 0 {
-        for b in base.iter_mut() {
-            *b = simd.mul_f64s(*b, *b);
-        }
-        e >>= 1;
-    }
-    let mut acc = base;
-    e >>= 1;
-    while e != 0 {
-        for b in base.iter_mut() {
-            *b = simd.mul_f64s(*b, *b);
-        }
-        if e & 1 == 1 {
-            for j in 0..U {
-                acc[j] = simd.mul_f64s(acc[j], base[j]);
-            }
-        }
-        e >>= 1;
-    }
-    acc
 }
 
 #[cfg(test)]

@@ -169,6 +169,39 @@ impl PmixedConfig {
 /// four orders of magnitude to spare. It costs a λ change of order 1e-9.
 pub(crate) const EVALUATOR_MARGIN: f64 = 1e-9;
 
+/// PMixED's projection of any member of one ensemble: the public row validated
+/// once per step (not once per member), the order, and the enforced radius.
+struct Projector<'a> {
+    ensemble: &'a Ensemble,
+    public: ValidatedRow<'a>,
+    order: Order,
+    enforced: f64,
+}
+
+impl<'a> Projector<'a> {
+    fn new(ensemble: &'a Ensemble, alpha_c: f64, radius: f64) -> Result<Self, MechanismError> {
+        // A bad order is reported before a bad public row.
+        let order = Order::new(alpha_c)?;
+        Ok(Projector {
+            ensemble,
+            public: ValidatedRow::new(ensemble.public())?,
+            order,
+            enforced: radius * (1.0 - EVALUATOR_MARGIN),
+        })
+    }
+
+    /// Member `i`'s projection toward p₀.
+    fn solve(&self, i: usize) -> Result<Solution, MechanismError> {
+        Ok(PmixedProjection::with_public(
+            self.ensemble.member(i),
+            &self.public,
+            self.order,
+            self.enforced,
+        )?
+        .solve()?)
+    }
+}
+
 /// Projects each listed member toward p₀ (in parallel) and returns the
 /// solutions, in the order of `members`.
 pub(crate) fn solve_lambdas(
@@ -177,18 +210,8 @@ pub(crate) fn solve_lambdas(
     alpha_c: f64,
     radius: f64,
 ) -> Result<Vec<Solution>, MechanismError> {
-    let order = Order::new(alpha_c)?;
-    // The public row is validated once per step, not once per member.
-    let public = ValidatedRow::new(ensemble.public())?;
-    let enforced = radius * (1.0 - EVALUATOR_MARGIN);
-    members
-        .par_iter()
-        .map(|&i| {
-            PmixedProjection::with_public(ensemble.member(i), &public, order, enforced)?
-                .solve()
-                .map_err(MechanismError::from)
-        })
-        .collect()
+    let projector = Projector::new(ensemble, alpha_c, radius)?;
+    members.par_iter().map(|&i| projector.solve(i)).collect()
 }
 
 /// Fixed number of member groups of [`solve_and_sum`]: the sum's rounding depends on
@@ -204,9 +227,7 @@ pub(crate) fn solve_and_sum(
     alpha_c: f64,
     radius: f64,
 ) -> Result<(Vec<Solution>, Vec<f64>), MechanismError> {
-    let order = Order::new(alpha_c)?;
-    let public = ValidatedRow::new(ensemble.public())?;
-    let enforced = radius * (1.0 - EVALUATOR_MARGIN);
+    let projector = Projector::new(ensemble, alpha_c, radius)?;
     let members: Vec<usize> = (0..ensemble.len()).collect();
     let group = members.len().div_ceil(SUM_GROUPS).max(1);
     let groups: Vec<(Vec<Solution>, Vec<f64>)> = members
@@ -215,9 +236,7 @@ pub(crate) fn solve_and_sum(
             let mut partial = vec![0.0; ensemble.vocab()];
             let mut solutions = Vec::with_capacity(g.len());
             for &i in g {
-                let solution =
-                    PmixedProjection::with_public(ensemble.member(i), &public, order, enforced)?
-                        .solve()?;
+                let solution = projector.solve(i)?;
                 add_mixture(
                     &mut partial,
                     ensemble.member(i),

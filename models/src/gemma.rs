@@ -118,14 +118,7 @@ impl<B: Backend> Gemma<B> {
             });
         }
         let lm_head = if c.tie_word_embeddings {
-            let head = Linear::new(embed_tokens.clone(), None);
-            // The tied head reads the embedding's GGUF blocks when decoding.
-            #[cfg(feature = "flex")]
-            let head = match weights.quantized("model.embed_tokens.weight", c.vocab_size, h)? {
-                Some(q) => head.with_quantized(q),
-                None => head,
-            };
-            head
+            weights.tied_head(&embed_tokens)?
         } else {
             weights.linear("lm_head", h, c.vocab_size, false, device)?
         };

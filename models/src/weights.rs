@@ -29,7 +29,9 @@ use crate::safetensors::{SafetensorsError, SafetensorsFile, ShardedSafetensors};
 mod gguf_layout;
 
 pub use gguf_layout::gguf_name;
-use gguf_layout::{is_gpt2_conv1d_weight, transpose, unpermute_rows, unpermuted_order};
+#[cfg(feature = "flex")]
+use gguf_layout::unpermuted_order;
+use gguf_layout::{is_gpt2_conv1d_weight, transpose, unpermute_rows};
 
 /// A checkpoint's tensors by canonical (HF) name.
 #[derive(Debug)]
@@ -263,6 +265,23 @@ impl WeightSource {
             return Ok(linear.with_quantized(q));
         }
         Ok(linear)
+    }
+
+    /// A head tied to the token embedding `embed_tokens` (`[vocab, hidden]`),
+    /// which reads the embedding's GGUF blocks when decoding where it has them.
+    pub fn tied_head<B: Backend>(
+        &self,
+        embed_tokens: &Tensor<B, 2>,
+    ) -> Result<Linear<B>, ModelError> {
+        let head = Linear::new(embed_tokens.clone(), None);
+        #[cfg(feature = "flex")]
+        {
+            let [vocab, hidden] = embed_tokens.dims();
+            if let Some(q) = self.quantized("model.embed_tokens.weight", vocab, hidden)? {
+                return Ok(head.with_quantized(q));
+            }
+        }
+        Ok(head)
     }
 
     /// Tensor `name` (`[out, in]`, HF layout) in its GGUF blocks, for

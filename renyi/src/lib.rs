@@ -85,6 +85,7 @@ mod mixture_max;
 mod order;
 mod ratio;
 mod scalar;
+pub mod simd;
 mod validate;
 
 pub use batched::{Direction, batched_divergence};

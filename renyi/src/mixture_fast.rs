@@ -24,7 +24,7 @@
 //! mixture to rounding (a few ulps of the terms, amplified by at most α), and each
 //! positive value is rounded up by one ulp so that rounding errs on the safe side.
 
-use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8};
+use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8, powi_u32};
 use crate::validate::ProbSummary;
 use crate::{Order, ValueAndSlope};
 
@@ -309,7 +309,7 @@ impl pulp::WithSimd for MinScaled<'_> {
                 d[j] = simd.sub_f64s(rb[j], one);
                 y[j] = simd.mul_f64s(t[j], inv_v);
             }
-            let yk1 = pow_vectors(simd, y, k - 1);
+            let yk1 = crate::simd::pow_vectors(simd, y, k - 1);
             for j in 0..U {
                 let qk1 = simd.mul_f64s(qb[j], yk1[j]);
                 let yk = simd.mul_f64s(yk1[j], y[j]);
@@ -336,7 +336,7 @@ impl pulp::WithSimd for MinScaled<'_> {
             let t = keep + lambda * rx;
             let d = rx - 1.0;
             let y = t * inv_min;
-            let yk1 = powi(y, k - 1);
+            let yk1 = powi_u32(y, k - 1);
             let yk = yk1 * y;
             let qz = qx / yk;
             out[0] += qx * yk1 * y;
@@ -346,55 +346,6 @@ impl pulp::WithSimd for MinScaled<'_> {
         }
         out
     }
-}
-
-/// `x^e` (e ≥ 1) for a block of vectors, by binary powering in registers.
-#[inline(always)]
-fn pow_vectors<S: pulp::Simd>(simd: S, x: [S::f64s; U], e: u32) -> [S::f64s; U] {
-    let mut base = x;
-    let mut e = e;
-    // Skip the low zero bits, so that `acc` starts as a power of x, not as 1.
-    while e & 1 == 0 {
-        for b in base.iter_mut() {
-            *b = simd.mul_f64s(*b, *b);
-        }
-        e >>= 1;
-    }
-    let mut acc = base;
-    e >>= 1;
-    while e != 0 {
-        for b in base.iter_mut() {
-            *b = simd.mul_f64s(*b, *b);
-        }
-        if e & 1 == 1 {
-            for j in 0..U {
-                acc[j] = simd.mul_f64s(acc[j], base[j]);
-            }
-        }
-        e >>= 1;
-    }
-    acc
-}
-
-/// `x^e` (e ≥ 1) by the same binary powering as [`pow_vectors`].
-#[inline(always)]
-fn powi(x: f64, e: u32) -> f64 {
-    let mut base = x;
-    let mut e = e;
-    while e & 1 == 0 {
-        base *= base;
-        e >>= 1;
-    }
-    let mut acc = base;
-    e >>= 1;
-    while e != 0 {
-        base *= base;
-        if e & 1 == 1 {
-            acc *= base;
-        }
-        e >>= 1;
-    }
-    acc
 }
 
 /// The whole blocks of [`RatioTable::sums`], as a `pulp` operation.

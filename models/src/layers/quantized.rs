@@ -208,13 +208,7 @@ impl QuantizedWeight {
                 .enumerate()
                 .for_each(task);
         }
-        let mut y = vec![0.0f32; rows * self.out];
-        for (o, col) in yt.chunks_exact(rows).enumerate() {
-            for (r, v) in col.iter().enumerate() {
-                y[r * self.out + o] = *v;
-            }
-        }
-        y
+        super::few_rows::untranspose(&yt, rows, self.out)
     }
 }
 

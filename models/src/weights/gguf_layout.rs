@@ -35,6 +35,7 @@ pub(super) fn unpermute_rows(
 }
 
 /// The row map of [`unpermute_rows`]: HF row `r` is GGUF row `from[r]`.
+#[cfg(feature = "flex")]
 pub(super) fn unpermuted_order(
     rows: usize,
     heads: usize,
