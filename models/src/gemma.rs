@@ -175,11 +175,11 @@ impl<B: Backend> LanguageModel<B> for Gemma<B> {
         let Step { ids, positions } = start_step(self, batch, cache)?;
         let global = (
             self.rope_global.angles::<B>(&positions, &self.device),
-            cache.mask(batch.len(), None, &self.device),
+            cache.step_mask(batch.len(), None, &self.device),
         );
         let local = (
             self.rope_local.angles::<B>(&positions, &self.device),
-            cache.mask(batch.len(), c.sliding_window, &self.device),
+            cache.step_mask(batch.len(), c.sliding_window, &self.device),
         );
         // HF: embeddings · √hidden, the scale cast to the weights' dtype (f32).
         let scale = (c.hidden_size as f64).sqrt() as f32;

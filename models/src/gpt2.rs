@@ -21,13 +21,11 @@ mod config;
 
 pub use config::{Gpt2Activation, Gpt2Config};
 
-use burn::tensor::{
-    Bool, Int, Tensor, TensorData, activation::softmax, backend::Backend, module::embedding,
-};
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding};
 
 use crate::error::ModelError;
 use crate::layers::activation::{gelu, gelu_tanh};
-use crate::layers::{KvCache, LayerNorm, Linear, LinearDelta, Projection, Site};
+use crate::layers::{KvCache, LayerNorm, Linear, LinearDelta, Projection, Scoring, Site, StepMask};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -183,7 +181,7 @@ impl<B: Backend> SelfAttention<B> {
         x: Tensor<B, 3>,
         layer: usize,
         n_head: usize,
-        mask: &Tensor<B, 4, Bool>,
+        mask: &StepMask<B>,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Tensor<B, 3> {
@@ -192,21 +190,12 @@ impl<B: Backend> SelfAttention<B> {
         let site = |module| Site { layer, module };
         let qkv = self.c_attn.forward(x, site(Projection::CAttn), delta);
         // Queries, keys and values are consecutive `h`-wide column blocks.
-        let part = |j: usize| {
-            qkv.clone()
-                .narrow(2, j * h, h)
-                .reshape([b, s, n_head, hd])
-                .swap_dims(1, 2)
+        let part = |j: usize| qkv.clone().narrow(2, j * h, h).reshape([b, s, n_head, hd]);
+        let scoring = Scoring {
+            scale: (hd as f64).powf(-0.5),
+            softcap: None,
         };
-        let (q, k, v) = (part(0), part(1), part(2));
-        let (k, v) = cache.append(layer, k, v);
-        let t = k.dims()[2];
-        let scores = (q.matmul(k.swap_dims(2, 3)) * (hd as f64).powf(-0.5))
-            .mask_fill(mask.clone().expand([b, n_head, s, t]), f32::MIN);
-        let out = softmax(scores, 3)
-            .matmul(v)
-            .swap_dims(1, 2)
-            .reshape([b, s, h]);
+        let out = cache.attend(layer, part(0), part(1), part(2), mask, scoring);
         self.c_proj.forward(out, site(Projection::CProj), delta)
     }
 }
@@ -247,7 +236,7 @@ impl<B: Backend> LanguageModel<B> for Gpt2<B> {
             TensorData::new(pos, [batch.rows(), batch.len()]),
             &self.device,
         );
-        let mask = cache.mask(batch.len(), None, &self.device);
+        let mask = cache.step_mask(batch.len(), None, &self.device);
         let mut x = embedding(self.wte.clone(), ids) + embedding(self.wpe.clone(), pos);
         for (i, block) in self.layers.iter().enumerate() {
             let site = |module| Site { layer: i, module };

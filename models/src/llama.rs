@@ -297,7 +297,7 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
     ) -> Result<Tensor<B, 3>, ModelError> {
         let Step { ids, positions } = start_step(self, batch, cache)?;
         let angles = self.rope.angles::<B>(&positions, &self.device);
-        let mask = cache.mask(batch.len(), None, &self.device);
+        let mask = cache.step_mask(batch.len(), None, &self.device);
         let mut x = embedding(self.embed_tokens.clone(), ids);
         for (i, block) in self.layers.iter().enumerate() {
             let site = |module| Site { layer: i, module };

@@ -9,7 +9,7 @@
 use burn::tensor::{Bool, Tensor, activation::softmax, backend::Backend};
 
 use super::activation::soft_cap;
-use super::kv_cache::KvCache;
+use super::kv_cache::{KvCache, Scoring, StepMask};
 use super::linear::{Linear, LinearDelta, Projection, Site};
 use super::rms_norm::RmsNorm;
 use super::rope::RopeAngles;
@@ -58,7 +58,7 @@ impl<B: Backend> Attention<B> {
         x: Tensor<B, 3>,
         layer: usize,
         angles: &RopeAngles<B>,
-        mask: &Tensor<B, 4, Bool>,
+        mask: &StepMask<B>,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Tensor<B, 3> {
@@ -85,28 +85,45 @@ impl<B: Backend> Attention<B> {
         if let Some(norm) = &self.k_norm {
             k = norm.forward(k);
         }
-        let q = angles.apply_seq_major(q).swap_dims(1, 2);
-        let k = angles.apply_seq_major(k).swap_dims(1, 2);
-        let (k, v) = cache.append(layer, k, v.swap_dims(1, 2));
-        let t = k.dims()[2];
-
-        // Group queries by their key/value head: [b, kv, rep·s, d], so each
-        // key/value head is used without being copied.
-        let rep = c.num_heads / c.num_kv_heads;
-        let q = q.reshape([b, c.num_kv_heads, rep * s, c.head_dim]);
-        let mut scores = q.matmul(k.swap_dims(2, 3)) * c.scale;
-        if let Some(cap) = c.softcap {
-            scores = soft_cap(scores, cap);
-        }
-        let scores = scores
-            .reshape([b, c.num_heads, s, t])
-            .mask_fill(mask.clone().expand([b, c.num_heads, s, t]), f32::MIN);
-        let probs = softmax(scores, 3).reshape([b, c.num_kv_heads, rep * s, t]);
-        let out = probs
-            .matmul(v)
-            .reshape([b, c.num_heads, s, c.head_dim])
-            .swap_dims(1, 2)
-            .reshape([b, s, c.num_heads * c.head_dim]);
+        let q = angles.apply_seq_major(q);
+        let k = angles.apply_seq_major(k);
+        let scoring = Scoring {
+            scale: c.scale,
+            softcap: c.softcap,
+        };
+        let out = cache.attend(layer, q, k, v, mask, scoring);
         self.o_proj.forward(out, site(Projection::O), delta)
     }
+}
+
+/// HF eager attention with burn's ops: `softmax(q kᵀ · scale, soft-capped,
+/// masked with f32::MIN) v`, for `q: [batch, new, heads, head_dim]` and all
+/// keys and values `[batch, kv_heads, slots, head_dim]`; returns `[batch,
+/// new, heads · head_dim]`.
+pub(crate) fn eager<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: &Tensor<B, 4, Bool>,
+    scoring: Scoring,
+) -> Tensor<B, 3> {
+    let [b, s, heads, d] = q.dims();
+    let [_, kv_heads, t, _] = k.dims();
+    // Group queries by their key/value head: [b, kv, rep·s, d], so each
+    // key/value head is used without being copied.
+    let rep = heads / kv_heads;
+    let q = q.swap_dims(1, 2).reshape([b, kv_heads, rep * s, d]);
+    let mut scores = q.matmul(k.swap_dims(2, 3)) * scoring.scale;
+    if let Some(cap) = scoring.softcap {
+        scores = soft_cap(scores, cap);
+    }
+    let scores = scores
+        .reshape([b, heads, s, t])
+        .mask_fill(mask.clone().expand([b, heads, s, t]), f32::MIN);
+    let probs = softmax(scores, 3).reshape([b, kv_heads, rep * s, t]);
+    probs
+        .matmul(v)
+        .reshape([b, heads, s, d])
+        .swap_dims(1, 2)
+        .reshape([b, s, heads * d])
 }

@@ -11,6 +11,11 @@ use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
 use crate::error::ModelError;
 
+/// Steps of at most this many new tokens per row are attended on the host
+/// (plain burn-flex); longer ones (prefill) use gemm through burn's ops.
+#[cfg(feature = "flex")]
+const HOST_QUERIES_MAX: usize = 8;
+
 /// One row's slot bookkeeping.
 #[derive(Debug, Clone, Default)]
 struct RowSlots {
@@ -22,10 +27,45 @@ struct RowSlots {
     next_position: usize,
 }
 
+/// One layer's keys and values.
+#[derive(Debug, Clone)]
+enum Layer<B: Backend> {
+    /// Nothing appended yet.
+    Empty,
+    /// `[batch, kv_heads, slots, head_dim]` tensors, grown by `cat`.
+    Tensors(Tensor<B, 4>, Tensor<B, 4>),
+    /// Host vectors with spare capacity (plain burn-flex; see [`super::host_kv`]).
+    #[cfg(feature = "flex")]
+    Host(super::host_kv::HostKv),
+}
+
+/// The attention mask of one step: which slots each new query may see.
+#[derive(Debug, Clone)]
+pub struct StepMask<B: Backend> {
+    /// `[batch, 1, new, slots]`, `true` where attention is NOT allowed
+    /// ([`KvCache::mask`]).
+    pub keys: Tensor<B, 4, Bool>,
+    /// The sliding window it was made with, if any.
+    pub window: Option<usize>,
+}
+
+/// How attention scores are formed: `q·k · scale`, then, with a cap `c`,
+/// `c·tanh(score / c)` (Gemma 2's soft-capping).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scoring {
+    /// Multiplier of `q·k` (usually `head_dim^-1/2`).
+    pub scale: f64,
+    /// Soft-cap of the scores, if any.
+    pub softcap: Option<f64>,
+}
+
 /// Per-layer keys and values plus per-row slot validity and positions.
+///
+/// Cloning copies host-held keys and values (plain burn-flex), so a clone
+/// and its original each append in place; tensors are shared as usual.
 #[derive(Debug, Clone)]
 pub struct KvCache<B: Backend> {
-    layers: Vec<Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
+    layers: Vec<Layer<B>>,
     rows: Vec<RowSlots>,
 }
 
@@ -33,7 +73,7 @@ impl<B: Backend> KvCache<B> {
     /// An empty cache for `num_layers` layers and `batch` rows.
     pub fn new(num_layers: usize, batch: usize) -> Self {
         Self {
-            layers: vec![None; num_layers],
+            layers: vec![Layer::Empty; num_layers],
             rows: vec![RowSlots::default(); batch],
         }
     }
@@ -114,22 +154,109 @@ impl<B: Backend> KvCache<B> {
         Tensor::from_data(TensorData::new(data, [self.rows.len(), 1, new, t]), device)
     }
 
-    /// Appends this step's keys and values to layer `layer` and returns all of
-    /// them (`[batch, kv_heads, slots, head_dim]`). Models call it with
+    /// [`KvCache::mask`] for the last `new` slots, with its window.
+    pub fn step_mask(&self, new: usize, window: Option<usize>, device: &B::Device) -> StepMask<B> {
+        StepMask {
+            keys: self.mask(new, window, device),
+            window,
+        }
+    }
+
+    /// Appends this step's keys and values to layer `layer` and returns the
+    /// attention of this step's queries over all slots (HF eager attention:
+    /// `softmax(q kᵀ · scale, soft-capped, masked) v`).
+    ///
+    /// `q: [batch, new, heads, head_dim]`, `k` and `v`: `[batch, new,
+    /// kv_heads, head_dim]` (`heads` a multiple of `kv_heads`); returns
+    /// `[batch, new, heads · head_dim]`. Models call it with
     /// `layer < num_layers()` (checked once per step by
     /// [`crate::runtime::start_step`]); a larger index panics.
-    pub fn append(
+    ///
+    /// On plain burn-flex the keys and values are kept in host memory and a
+    /// step of at most `HOST_QUERIES_MAX` queries (decoding) is answered
+    /// there ([`super::host_kv`]); other backends, autodiff and longer steps
+    /// use burn's tensor ops.
+    pub fn attend(
+        &mut self,
+        layer: usize,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        mask: &StepMask<B>,
+        scoring: Scoring,
+    ) -> Tensor<B, 3> {
+        #[cfg(feature = "flex")]
+        if crate::runtime::is_plain_flex::<B>() {
+            return self.attend_host(layer, q, k, v, mask, scoring);
+        }
+        let (k, v) = self.append_tensors(layer, k.swap_dims(1, 2), v.swap_dims(1, 2));
+        super::attention::eager(q, k, v, &mask.keys, scoring)
+    }
+
+    /// Appends `[batch, kv_heads, new, head_dim]` keys and values to a
+    /// tensor-held layer and returns all of them.
+    fn append_tensors(
         &mut self,
         layer: usize,
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>) {
-        let entry = match self.layers[layer].take() {
-            Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
-            None => (k, v),
+        let (k, v) = match std::mem::replace(&mut self.layers[layer], Layer::Empty) {
+            Layer::Tensors(pk, pv) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
+            _ => (k, v),
         };
-        self.layers[layer] = Some(entry.clone());
-        entry
+        self.layers[layer] = Layer::Tensors(k.clone(), v.clone());
+        (k, v)
+    }
+
+    /// [`KvCache::attend`] with host-held keys and values.
+    #[cfg(feature = "flex")]
+    fn attend_host(
+        &mut self,
+        layer: usize,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        mask: &StepMask<B>,
+        scoring: Scoring,
+    ) -> Tensor<B, 3> {
+        use super::host_kv::{HostKv, HostScoring, attend};
+        let [b, s, heads, d] = q.dims();
+        let kv_heads = k.dims()[2];
+        let device = q.device();
+        let read = |t: Tensor<B, 4>| crate::runtime::to_vec(t).expect("plain flex f32 data");
+        if !matches!(self.layers[layer], Layer::Host(_)) {
+            self.layers[layer] = Layer::Host(HostKv::new(b, kv_heads, d));
+        }
+        let Layer::Host(kv) = &mut self.layers[layer] else {
+            unreachable!("set just above")
+        };
+        kv.append(&read(k), &read(v), s);
+        if s > HOST_QUERIES_MAX {
+            let t = kv.len();
+            let (kc, vc) = kv.contiguous();
+            let tensor = |x: Vec<f32>| {
+                Tensor::<B, 4>::from_data(TensorData::new(x, [b, kv_heads, t, d]), &device)
+            };
+            return super::attention::eager(q, tensor(kc), tensor(vc), &mask.keys, scoring);
+        }
+        let t = kv.len();
+        let rows = &self.rows;
+        let window = mask.window;
+        let visible = |row: usize, i: usize, j: usize| {
+            let r = &rows[row];
+            let qs = t - s + i;
+            let (qp, kp) = (r.position[qs], r.position[j]);
+            r.valid[j] && j <= qs && window.is_none_or(|w| qp - kp.min(qp) < w)
+        };
+        let host = HostScoring {
+            heads,
+            // As burn's `mul_scalar` on f32 tensors: the scalar in f32.
+            scale: scoring.scale as f32,
+            softcap: scoring.softcap.map(|c| c as f32),
+        };
+        let out = attend(&read(q), s, kv, host, &visible);
+        Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device)
     }
 
     /// Keeps only the rows `keep` (in that order), e.g. to drop finished rows
@@ -143,14 +270,19 @@ impl<B: Backend> KvCache<B> {
         }
         self.rows = keep.iter().map(|&r| self.rows[r].clone()).collect();
         for entry in &mut self.layers {
-            if let Some((k, v)) = entry.take() {
-                let device = k.device();
-                let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
-                let idx = Tensor::<B, 1, burn::tensor::Int>::from_data(
-                    TensorData::new(idx, [keep.len()]),
-                    &device,
-                );
-                *entry = Some((k.select(0, idx.clone()), v.select(0, idx)));
+            match entry {
+                Layer::Empty => {}
+                Layer::Tensors(k, v) => {
+                    let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
+                    let idx = Tensor::<B, 1, burn::tensor::Int>::from_data(
+                        TensorData::new(idx, [keep.len()]),
+                        &k.device(),
+                    );
+                    *entry =
+                        Layer::Tensors(k.clone().select(0, idx.clone()), v.clone().select(0, idx));
+                }
+                #[cfg(feature = "flex")]
+                Layer::Host(kv) => kv.select_rows(keep),
             }
         }
         Ok(())

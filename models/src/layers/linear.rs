@@ -7,6 +7,8 @@
 use burn::tensor::{Tensor, backend::Backend};
 use rayon::prelude::*;
 
+use crate::runtime::is_plain_flex;
+
 /// Which projection of a layer (the modules a LoRA may target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -254,18 +256,6 @@ const SPLIT_MAX_ROWS: usize = 8;
 const SPLIT_MIN_WEIGHTS: usize = 1 << 16;
 /// Column chunks start at multiples of this.
 const SPLIT_COLUMN_ALIGN: usize = 64;
-
-/// Whether `B` is exactly burn-flex (the CPU backend without autodiff).
-fn is_plain_flex<B: Backend>() -> bool {
-    #[cfg(feature = "flex")]
-    {
-        core::any::TypeId::of::<B>() == core::any::TypeId::of::<burn::backend::Flex>()
-    }
-    #[cfg(not(feature = "flex"))]
-    {
-        false
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -6,6 +6,8 @@ pub mod activation;
 pub mod attention;
 #[cfg(feature = "flex")]
 mod few_rows;
+#[cfg(feature = "flex")]
+mod host_kv;
 pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;
@@ -15,7 +17,7 @@ pub mod rms_norm;
 pub mod rope;
 
 pub use attention::{Attention, AttentionConfig};
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, Scoring, StepMask};
 pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearDelta, Projection, Site};
 pub use rms_norm::RmsNorm;

@@ -28,12 +28,13 @@ use crate::gguf::GgmlType;
 const QK: usize = 32;
 /// Tasks cover whole multiples of this many output rows.
 const BLOCK: usize = 16;
-/// Weights of at least this many bytes of blocks are split over rayon's threads.
-const PARALLEL_MIN_BYTES: usize = 4 << 20;
+/// Products of at least this many bytes of blocks × rows of `x` are split
+/// over rayon's threads.
+const PARALLEL_MIN_WORK: usize = 4 << 20;
 /// Weight rows per tile.
 const OUT_TILE: usize = 4;
-/// Rows of `x` per tile.
-const ROW_TILE: usize = 2;
+/// Most rows of `x` per tile.
+const ROW_TILE: usize = 4;
 
 /// How a [`QuantizedWeight`] stores its blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +161,34 @@ impl QuantizedWeight {
         w
     }
 
+    /// Row `o` dequantised into `out` (`in` entries), block by block.
+    #[inline(always)]
+    fn dequantize_row<const Q4: bool>(&self, o: usize, out: &mut [f32]) {
+        let nb = self.inp / QK;
+        for (b, w) in out.chunks_exact_mut(QK).enumerate() {
+            // Through a fixed array, one block at a time: vectorised across the
+            // block's 32 entries (writing `out` directly, the compiler
+            // vectorised across blocks, with gathers).
+            let mut block = [0.0f32; QK];
+            let index = o * nb + b;
+            if Q4 {
+                dequantize_q4_1(
+                    self.scale[index],
+                    self.min[index],
+                    self.q[index * 16..][..16].try_into().expect("16 bytes"),
+                    &mut block,
+                );
+            } else {
+                dequantize_q8_0(
+                    self.scale[index],
+                    self.q[index * QK..][..QK].try_into().expect("32 bytes"),
+                    &mut block,
+                );
+            }
+            w.copy_from_slice(&block);
+        }
+    }
+
     /// Block `index` (row-major over `[out, in/32]`) into `w`.
     fn dequantize(&self, index: usize, w: &mut [f32; QK]) {
         match self.format {
@@ -186,7 +215,7 @@ impl QuantizedWeight {
         // worker costs here, so those run on the calling thread (measured:
         // `forward/smollm2_decode_after_32` 11.7 ms with every product split over
         // 2 threads, 10.0 ms with none split).
-        let threads = if self.q.len() >= PARALLEL_MIN_BYTES {
+        let threads = if self.q.len() * rows >= PARALLEL_MIN_WORK {
             rayon::current_num_threads().max(1)
         } else {
             1
@@ -233,9 +262,15 @@ impl WithSimd for Task<'_> {
     }
 }
 
-/// Tiles of up to 4 weight rows × 2 rows of `x`: each block of the weight
-/// rows is dequantised once per pair of `x` rows into an L1 buffer, then
-/// feeds up to 8 independent FMA chains.
+/// For each tile of up to [`OUT_TILE`] weight rows: the rows are dequantised
+/// once into an L1 panel, then every group of up to [`ROW_TILE`] rows of `x`
+/// sweeps the panel, `OUT_TILE × R` independent FMA chains per vector of `k`.
+///
+/// Why a panel: with many rows of `x` (an ensemble step has N + 1) the
+/// dequantisation is paid once per weight, not once per pair of rows; with
+/// one row it costs what dequantising block by block costs. Each output is
+/// summed over the same lanes in the same order whatever the grouping, so a
+/// row's result does not depend on the other rows of the batch.
 #[inline(always)]
 fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
     let Task {
@@ -245,21 +280,57 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
         rows,
         yt,
     } = task;
+    let k = w.inp;
     let n_out = yt.len() / rows;
+    // Rows of x in groups as even as possible, none above ROW_TILE.
+    let groups = rows.div_ceil(ROW_TILE);
+    let mut panel = vec![0.0f32; if rows <= 2 { 0 } else { OUT_TILE * k }];
     let mut o = 0;
     while o < n_out {
         let width = (n_out - o).min(OUT_TILE);
-        let mut r = 0;
-        while r < rows {
-            if rows - r >= ROW_TILE {
-                let t = tile::<S, Q4, ROW_TILE>(simd, w, first + o, width, x, r);
-                put(yt, rows, o, r, width, t);
-                r += ROW_TILE;
-            } else {
-                let t = tile::<S, Q4, 1>(simd, w, first + o, width, x, r);
-                put(yt, rows, o, r, width, t);
-                r += 1;
+        if rows <= 2 {
+            // One sweep: dequantising block by block just before use is
+            // cheaper than a panel round trip through L1 (single-row decode,
+            // `forward/smollm2_decode_after_32`: 12.0 ms with the panel, 10.7
+            // ms without).
+            match rows {
+                2 => put(
+                    yt,
+                    rows,
+                    o,
+                    0,
+                    width,
+                    tile_blocks::<S, Q4, 2>(simd, w, first + o, width, x, 0),
+                ),
+                _ => put(
+                    yt,
+                    rows,
+                    o,
+                    0,
+                    width,
+                    tile_blocks::<S, Q4, 1>(simd, w, first + o, width, x, 0),
+                ),
             }
+            o += width;
+            continue;
+        }
+        for (i, row) in panel.chunks_exact_mut(k).enumerate() {
+            if i < width {
+                w.dequantize_row::<Q4>(first + o + i, row);
+            } else {
+                row.fill(0.0);
+            }
+        }
+        let mut r = 0;
+        for g in 0..groups {
+            let size = rows / groups + usize::from(g < rows % groups);
+            match size {
+                4 => put(yt, rows, o, r, width, tile::<S, 4>(simd, &panel, k, x, r)),
+                3 => put(yt, rows, o, r, width, tile::<S, 3>(simd, &panel, k, x, r)),
+                2 => put(yt, rows, o, r, width, tile::<S, 2>(simd, &panel, k, x, r)),
+                _ => put(yt, rows, o, r, width, tile::<S, 1>(simd, &panel, k, x, r)),
+            }
+            r += size;
         }
         o += width;
     }
@@ -280,9 +351,48 @@ fn put<const R: usize>(
     }
 }
 
-/// `[w_{o+i} · x_{r+j}]` for `i < width` (≤ 4) and `j < R`.
+/// `[panel_i · x_{r+j}]` for the panel's `OUT_TILE` rows of `k` weights and
+/// `j < R`.
 #[inline(always)]
-fn tile<S: Simd, const Q4: bool, const R: usize>(
+fn tile<S: Simd, const R: usize>(
+    simd: S,
+    panel: &[f32],
+    k: usize,
+    x: &[f32],
+    r: usize,
+) -> [[f32; R]; OUT_TILE] {
+    let zero = simd.splat_f32s(0.0);
+    let mut acc = [[zero; R]; OUT_TILE];
+    let empty: &[S::f32s] = &[];
+    let mut ws = [empty; OUT_TILE];
+    for (i, wi) in ws.iter_mut().enumerate() {
+        *wi = S::as_simd_f32s(&panel[i * k..][..k]).0;
+    }
+    let mut xs = [empty; R];
+    for (j, xj) in xs.iter_mut().enumerate() {
+        *xj = S::as_simd_f32s(&x[(r + j) * k..][..k]).0;
+    }
+    // k is a multiple of 32, so there is no scalar tail for any vector width.
+    for v in 0..ws[0].len() {
+        for i in 0..OUT_TILE {
+            for j in 0..R {
+                acc[i][j] = simd.mul_add_e_f32s(ws[i][v], xs[j][v], acc[i][j]);
+            }
+        }
+    }
+    let mut out = [[0.0f32; R]; OUT_TILE];
+    for i in 0..OUT_TILE {
+        for j in 0..R {
+            out[i][j] = simd.reduce_sum_f32s(acc[i][j]);
+        }
+    }
+    out
+}
+
+/// `[w_{o+i} · x_{r+j}]` for `i < width` (≤ 4) and `j < R`, each block of
+/// the weight rows dequantised into a 4-block L1 buffer just before use.
+#[inline(always)]
+fn tile_blocks<S: Simd, const Q4: bool, const R: usize>(
     simd: S,
     w: &QuantizedWeight,
     o: usize,

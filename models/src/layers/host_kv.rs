@@ -1,0 +1,346 @@
+//! Keys and values held in host memory, with attention for a few queries
+//! computed straight from them (plain burn-flex only).
+//!
+//! Why: with burn's tensor ops a decode step copies the whole cache to
+//! append one slot (`cat`; burn-flex's `slice_assign` copies too), and its
+//! attention is two tiny `gemm` calls per (row, key/value head), each paying
+//! gemm's packing and dispatch. For the ensemble's N + 1 rows that was a
+//! third of a decode step. Here a layer's keys and values live in two `Vec`s
+//! with spare capacity, a step writes only its own slots, and the few
+//! queries of a decode step are answered by one pass over the visible slots.
+//!
+//! Semantics are those of the tensor path (HF eager attention): scores
+//! `q·k · scale`, optional soft-capping `cap·tanh(s/cap)`, masked scores set
+//! to `f32::MIN`, softmax in f32, then the probability-weighted sum of
+//! values. Masked slots get probability exactly 0 there too (`exp(f32::MIN −
+//! max)` underflows), except when every slot is masked, where both give the
+//! uniform average. Only the order of the f32 sums differs.
+
+use pulp::{Simd, WithSimd};
+
+/// Keys and values of one layer, `[batch, heads, capacity, dim]`, of which
+/// the first `len` slots of every (row, head) are filled.
+#[derive(Debug, Clone)]
+pub(crate) struct HostKv {
+    batch: usize,
+    heads: usize,
+    dim: usize,
+    capacity: usize,
+    len: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl HostKv {
+    /// An empty layer for `batch` rows of `heads` heads of width `dim`.
+    pub(crate) fn new(batch: usize, heads: usize, dim: usize) -> Self {
+        Self {
+            batch,
+            heads,
+            dim,
+            capacity: 0,
+            len: 0,
+            k: Vec::new(),
+            v: Vec::new(),
+        }
+    }
+
+    /// Filled slots per (row, head).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Appends `s` slots; `k` and `v` are `[batch, s, heads, dim]` (the
+    /// projections' own layout). The capacity at least doubles when it runs
+    /// out, so appending one slot at a time copies each slot O(1) times.
+    pub(crate) fn append(&mut self, k: &[f32], v: &[f32], s: usize) {
+        let (b, h, d) = (self.batch, self.heads, self.dim);
+        debug_assert_eq!(k.len(), b * s * h * d);
+        let need = self.len + s;
+        if need > self.capacity {
+            self.grow(need.max(2 * self.capacity).max(16));
+        }
+        for (dst, src) in [(&mut self.k, k), (&mut self.v, v)] {
+            for row in 0..b {
+                for i in 0..s {
+                    for head in 0..h {
+                        let from = ((row * s + i) * h + head) * d;
+                        let to = ((row * h + head) * self.capacity + self.len + i) * d;
+                        dst[to..to + d].copy_from_slice(&src[from..from + d]);
+                    }
+                }
+            }
+        }
+        self.len = need;
+    }
+
+    /// Moves the filled slots into buffers of `capacity` slots.
+    fn grow(&mut self, capacity: usize) {
+        let (b, h, d) = (self.batch, self.heads, self.dim);
+        for buf in [&mut self.k, &mut self.v] {
+            let mut next = vec![0.0f32; b * h * capacity * d];
+            for bh in 0..b * h {
+                next[bh * capacity * d..][..self.len * d]
+                    .copy_from_slice(&buf[bh * self.capacity * d..][..self.len * d]);
+            }
+            *buf = next;
+        }
+        self.capacity = capacity;
+    }
+
+    /// Keys and values as contiguous `[batch, heads, len, dim]` vectors.
+    pub(crate) fn contiguous(&self) -> (Vec<f32>, Vec<f32>) {
+        let (b, h, d) = (self.batch, self.heads, self.dim);
+        let take = |buf: &[f32]| {
+            let mut out = Vec::with_capacity(b * h * self.len * d);
+            for bh in 0..b * h {
+                out.extend_from_slice(&buf[bh * self.capacity * d..][..self.len * d]);
+            }
+            out
+        };
+        (take(&self.k), take(&self.v))
+    }
+
+    /// Keeps rows `keep` (in range, checked by the caller), in that order.
+    pub(crate) fn select_rows(&mut self, keep: &[usize]) {
+        let per_row = self.heads * self.capacity * self.dim;
+        for buf in [&mut self.k, &mut self.v] {
+            let mut next = Vec::with_capacity(keep.len() * per_row);
+            for &r in keep {
+                next.extend_from_slice(&buf[r * per_row..(r + 1) * per_row]);
+            }
+            *buf = next;
+        }
+        self.batch = keep.len();
+    }
+}
+
+/// What an attention call needs besides the queries and the cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostScoring {
+    /// Query heads (a multiple of the cache's key/value heads).
+    pub heads: usize,
+    /// Multiplier of `q·k`.
+    pub scale: f32,
+    /// Soft-cap of the scores, if any.
+    pub softcap: Option<f32>,
+}
+
+/// Attention of `s` new queries per row, `q: [batch, s, heads, dim]`,
+/// against every slot of `kv`; `visible(row, i, slot)` says whether query
+/// `i` of `row` may attend to `slot`. Returns `[batch, s, heads, dim]`.
+pub(crate) fn attend(
+    q: &[f32],
+    s: usize,
+    kv: &HostKv,
+    scoring: HostScoring,
+    visible: &dyn Fn(usize, usize, usize) -> bool,
+) -> Vec<f32> {
+    let (b, d, t) = (kv.batch, kv.dim, kv.len);
+    let mut out = vec![0.0f32; q.len()];
+    let mut scores = vec![0.0f32; t];
+    let mut seen = vec![false; t];
+    let rep = scoring.heads / kv.heads;
+    for row in 0..b {
+        for i in 0..s {
+            for (j, v) in seen.iter_mut().enumerate() {
+                *v = visible(row, i, j);
+            }
+            for head in 0..scoring.heads {
+                let at = ((row * s + i) * scoring.heads + head) * d;
+                let base = (row * kv.heads + head / rep) * kv.capacity * d;
+                pulp::Arch::new().dispatch(Query {
+                    q: &q[at..at + d],
+                    k: &kv.k[base..base + t * d],
+                    v: &kv.v[base..base + t * d],
+                    seen: &seen,
+                    scoring,
+                    scores: &mut scores,
+                    out: &mut out[at..at + d],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// One query against `t` slots of keys and values (`[t, dim]` each).
+struct Query<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    seen: &'a [bool],
+    scoring: HostScoring,
+    scores: &'a mut [f32],
+    out: &'a mut [f32],
+}
+
+impl WithSimd for Query<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Query {
+            q,
+            k,
+            v,
+            seen,
+            scoring,
+            scores,
+            out,
+        } = self;
+        let d = q.len();
+        let (qv, qt) = S::as_simd_f32s(q);
+        let mut max = f32::NEG_INFINITY;
+        for (j, score) in scores.iter_mut().enumerate() {
+            let kj = &k[j * d..(j + 1) * d];
+            let (kv, kt) = S::as_simd_f32s(kj);
+            let mut acc = simd.splat_f32s(0.0);
+            for (a, b) in qv.iter().zip(kv) {
+                acc = simd.mul_add_e_f32s(*a, *b, acc);
+            }
+            let mut dot = simd.reduce_sum_f32s(acc);
+            for (a, b) in qt.iter().zip(kt) {
+                dot += a * b;
+            }
+            let mut x = dot * scoring.scale;
+            if let Some(cap) = scoring.softcap {
+                x = (x / cap).tanh() * cap;
+            }
+            if !seen[j] {
+                x = f32::MIN;
+            }
+            *score = x;
+            max = max.max(x);
+        }
+        let mut sum = 0.0f32;
+        for score in scores.iter_mut() {
+            *score = (*score - max).exp();
+            sum += *score;
+        }
+        out.fill(0.0);
+        for (j, &p) in scores.iter().enumerate() {
+            if p == 0.0 {
+                continue;
+            }
+            let p = p / sum;
+            let vj = &v[j * d..(j + 1) * d];
+            let (ov, ot) = S::as_mut_simd_f32s(out);
+            let (vv, vt) = S::as_simd_f32s(vj);
+            let ps = simd.splat_f32s(p);
+            for (o, x) in ov.iter_mut().zip(vv) {
+                *o = simd.mul_add_e_f32s(ps, *x, *o);
+            }
+            for (o, x) in ot.iter_mut().zip(vt) {
+                *o += p * x;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Straightforward f64 attention over contiguous `[b, h, t, d]` keys and values.
+    fn reference(
+        q: &[f32],
+        s: usize,
+        (k, v): (&[f32], &[f32]),
+        (b, kvh, t, d): (usize, usize, usize, usize),
+        sc: HostScoring,
+        visible: &dyn Fn(usize, usize, usize) -> bool,
+    ) -> Vec<f64> {
+        let mut out = vec![0.0; q.len()];
+        for row in 0..b {
+            for i in 0..s {
+                for head in 0..sc.heads {
+                    let at = ((row * s + i) * sc.heads + head) * d;
+                    let base = (row * kvh + head / (sc.heads / kvh)) * t * d;
+                    let scores: Vec<f64> = (0..t)
+                        .map(|j| {
+                            let dot: f64 = (0..d)
+                                .map(|c| f64::from(q[at + c]) * f64::from(k[base + j * d + c]))
+                                .sum();
+                            let mut x = dot * f64::from(sc.scale);
+                            if let Some(cap) = sc.softcap {
+                                x = (x / f64::from(cap)).tanh() * f64::from(cap);
+                            }
+                            if visible(row, i, j) {
+                                x
+                            } else {
+                                f64::from(f32::MIN)
+                            }
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for c in 0..d {
+                        out[at + c] = (0..t)
+                            .map(|j| e[j] / z * f64::from(v[base + j * d + c]))
+                            .sum();
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Appending in several steps (through capacity growth) and attending
+        /// gives HF eager attention on the contiguous cache, computed in f64.
+        #[test]
+        fn matches_eager_attention(
+            b in 1usize..4,
+            kvh in 1usize..3,
+            rep in 1usize..3,
+            d in prop::sample::select(vec![4usize, 16, 20, 64]),
+            steps in prop::collection::vec(1usize..5, 1..6),
+            s in 1usize..3,
+            softcap in prop::option::of(1.0f32..30.0),
+            window in prop::option::of(1usize..6),
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 2001) as f32 / 1000.0 - 1.0
+            };
+            let mut kv = HostKv::new(b, kvh, d);
+            for &n in steps.iter().chain([&s]) {
+                let k: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
+                let v: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
+                kv.append(&k, &v, n);
+            }
+            let t = kv.len();
+            let sc = HostScoring { heads: kvh * rep, scale: 0.3, softcap };
+            let q: Vec<f32> = (0..b * s * sc.heads * d).map(|_| 3.0 * next()).collect();
+            // Causal within the new slots, a window, and row 1 cannot see slot 0.
+            let visible = |row: usize, i: usize, j: usize| {
+                let qs = t - s + i;
+                j <= qs && window.is_none_or(|w| qs - j < w) && !(row == 1 && j == 0)
+            };
+            let got = attend(&q, s, &kv, sc, &visible);
+            let (k, v) = kv.contiguous();
+            let want = reference(&q, s, (&k, &v), (b, kvh, t, d), sc, &visible);
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((f64::from(*g) - w).abs() < 1e-5, "{} vs {}", g, w);
+            }
+        }
+    }
+
+    #[test]
+    fn select_rows_keeps_the_named_rows() {
+        let mut kv = HostKv::new(3, 1, 2);
+        let k: Vec<f32> = (0..6).map(|i| i as f32).collect();
+        kv.append(&k, &k, 1);
+        kv.select_rows(&[2, 0]);
+        assert_eq!(kv.contiguous().0, vec![4.0, 5.0, 0.0, 1.0]);
+    }
+}
