@@ -12,6 +12,7 @@
 //! parts ([`data`]), and LoRA fine-tuning of a member on its part with
 //! burn autodiff ([`train`]).
 pub mod data;
+mod host_factors;
 pub mod lora;
 pub mod rows;
 pub mod runner;

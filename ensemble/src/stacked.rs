@@ -3,9 +3,13 @@
 //! model).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use privmix_models::runtime::is_plain_flex;
 use privmix_models::{LinearDelta, Site};
+
+use crate::host_factors::{HostFactors, HostSite};
 
 use crate::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError, module_name, module_path};
 use crate::runner::EnsembleError;
@@ -19,11 +23,17 @@ use crate::runner::EnsembleError;
 /// rows of `B` to the largest rank, which leaves `x A B` unchanged; a member
 /// without a site gets zero factors there. So row `i`'s delta is exactly its
 /// member's `scale · x A B` (up to f32 rounding of the folded scale).
+///
+/// On plain burn-flex the factors are kept in host memory instead
+/// ([`crate::host_factors`]), where the decode path adds them to the base
+/// projection directly; the tensors are not kept there, so either form is
+/// held, never both.
 #[derive(Debug, Clone)]
 pub struct StackedAdapters<B: Backend> {
     num_members: usize,
     rank: usize,
     sites: HashMap<Site, (Tensor<B, 3>, Tensor<B, 3>)>,
+    host: Option<Arc<HostFactors>>,
 }
 
 impl<B: Backend> StackedAdapters<B> {
@@ -57,7 +67,9 @@ impl<B: Backend> StackedAdapters<B> {
                 }
             }
         }
+        let host = is_plain_flex::<B>();
         let mut sites = HashMap::with_capacity(used.len());
+        let mut host_sites = HostFactors::with_capacity(used.len());
         for site in used {
             let (i, o) = base.shape(site).unwrap_or_default();
             let mut a_all = Vec::with_capacity(members.len() + 1);
@@ -86,6 +98,18 @@ impl<B: Backend> StackedAdapters<B> {
                 a_all.push(a);
                 b_all.push(b);
             }
+            if host {
+                let read = |t: Tensor<B, 2>| {
+                    privmix_models::runtime::to_vec(t).expect("plain flex f32 data")
+                };
+                let factors: Vec<(Vec<f32>, Vec<f32>)> = a_all
+                    .into_iter()
+                    .zip(b_all)
+                    .map(|(a, b)| (read(a), read(b)))
+                    .collect();
+                host_sites.insert(site, HostSite::new(i, o, rank, &factors));
+                continue;
+            }
             a_all.push(Tensor::zeros([i, rank], device));
             b_all.push(Tensor::zeros([rank, o], device));
             sites.insert(site, (Tensor::stack(a_all, 0), Tensor::stack(b_all, 0)));
@@ -94,6 +118,7 @@ impl<B: Backend> StackedAdapters<B> {
             num_members: members.len(),
             rank,
             sites,
+            host: host.then(|| Arc::new(host_sites)),
         })
     }
 
@@ -107,19 +132,28 @@ impl<B: Backend> StackedAdapters<B> {
         self.rank
     }
 
-    /// Bytes of the stacked factors in f32 (zero slot included).
+    /// Bytes of the stacked factors in f32 (the tensors' zero slot included).
     pub fn bytes(&self) -> usize {
-        self.sites
+        let host: usize = self
+            .host
+            .iter()
+            .flat_map(|h| h.values())
+            .map(|s| 4 * s.len())
+            .sum();
+        host + self
+            .sites
             .values()
             .map(|(a, b)| {
                 4 * (a.dims().iter().product::<usize>() + b.dims().iter().product::<usize>())
             })
-            .sum()
+            .sum::<usize>()
     }
 
     /// Bytes [`StackedAdapters::bytes`] reports for `members` adapters of
     /// `config` on every targeted site of `base`, without building them:
-    /// `4 · (members + 1) · r · Σ_sites (in + out)`.
+    /// `4 · slots · r · Σ_sites (in + out)`, with `slots = members` for
+    /// host-held factors (plain burn-flex) and `members + 1` for tensors
+    /// (their zero slot).
     pub fn bytes_for(base: &BaseShapes, config: &LoraConfig, members: usize) -> usize {
         let per_rank: usize = base
             .sites()
@@ -130,7 +164,12 @@ impl<B: Backend> StackedAdapters<B> {
                 i + o
             })
             .sum();
-        4 * (members + 1) * config.r * per_rank
+        let slots = if is_plain_flex::<B>() {
+            members
+        } else {
+            members + 1
+        };
+        4 * slots * config.r * per_rank
     }
 
     /// The per-row view: row `i` gets member `rows[i]`, `None` for no adapter.
@@ -144,6 +183,13 @@ impl<B: Backend> StackedAdapters<B> {
         if rows.iter().all(Option::is_none) {
             return Ok(RowAdapters {
                 sites: HashMap::new(),
+                host: None,
+            });
+        }
+        if let Some(host) = &self.host {
+            return Ok(RowAdapters {
+                sites: HashMap::new(),
+                host: Some((host.clone(), rows.to_vec())),
             });
         }
         let idx: Vec<i64> = rows
@@ -161,7 +207,7 @@ impl<B: Backend> StackedAdapters<B> {
                 (a.clone().select(0, idx.clone()), b.clone().select(0, idx)),
             );
         }
-        Ok(RowAdapters { sites })
+        Ok(RowAdapters { sites, host: None })
     }
 }
 
@@ -170,21 +216,47 @@ impl<B: Backend> StackedAdapters<B> {
 /// `B: [rows, r, out]`. As a [`LinearDelta`] it returns `(x A) B` by two
 /// batched matmuls, one member per row. A batch with another row count than
 /// the assignment's is a caller error the runner never makes.
+///
+/// With host-held factors (plain burn-flex) it holds the factors and each
+/// row's member instead, and computes the update in host memory.
 #[derive(Debug, Clone)]
 pub struct RowAdapters<B: Backend> {
     sites: HashMap<Site, (Tensor<B, 3>, Tensor<B, 3>)>,
+    host: Option<(Arc<HostFactors>, Vec<Option<usize>>)>,
 }
 
 impl<B: Backend> RowAdapters<B> {
     /// True when no row carries an adapter (the hook can be skipped).
     pub fn is_empty(&self) -> bool {
-        self.sites.is_empty()
+        self.sites.is_empty() && self.host.is_none()
     }
 }
 
 impl<B: Backend> LinearDelta<B> for RowAdapters<B> {
     fn delta(&self, site: Site, x: &Tensor<B, 3>) -> Option<Tensor<B, 3>> {
+        if let Some((host, rows)) = &self.host {
+            let h = host.get(&site)?;
+            let [b, s, _] = x.dims();
+            let xs = privmix_models::runtime::to_vec(x.clone()).expect("plain flex f32 data");
+            let mut y = vec![0.0f32; b * s * h.out_features()];
+            h.add(rows, &xs, &mut y);
+            return Some(Tensor::from_data(
+                TensorData::new(y, [b, s, h.out_features()]),
+                &x.device(),
+            ));
+        }
         let (a, b) = self.sites.get(&site)?;
         Some(x.clone().matmul(a.clone()).matmul(b.clone()))
+    }
+
+    fn add_host(&self, site: Site, x: &[f32], _batch: usize, y: &mut [f32]) -> bool {
+        let Some((host, rows)) = &self.host else {
+            return false;
+        };
+        // A site no member adapts adds nothing.
+        if let Some(h) = host.get(&site) {
+            h.add(rows, x, y);
+        }
+        true
     }
 }

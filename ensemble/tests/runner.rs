@@ -61,7 +61,22 @@ fn check_rows(got: &LogProbRows, want: &[Vec<f32>], what: &str) {
 
 #[test]
 fn batched_rows_of_different_lengths_equal_each_member_alone() {
-    let model = tiny_llama();
+    rows_of_different_lengths_equal_each_member_alone(&tiny_llama());
+}
+
+/// The same on the tiny llama's Q8_0 GGUF: on plain flex its decode
+/// products read the quantised blocks and the members' updates are added in
+/// host memory (`RowAdapters::add_host`), while a member alone goes through
+/// its `LoraAdapter`'s tensor delta.
+#[test]
+fn quantised_gguf_rows_equal_each_member_alone() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
+    rows_of_different_lengths_equal_each_member_alone(&Model::load_gguf(&path, &dev()).unwrap());
+}
+
+fn rows_of_different_lengths_equal_each_member_alone(model: &Model<B>) {
+    let model = model.clone();
     let ms = members(&model);
     let runner = EnsembleRunner::new(model.clone(), &ms).unwrap();
     assert_eq!(runner.num_members(), 3);

@@ -232,9 +232,10 @@ pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, M
         .map_err(|e| ModelError::bad_input(format!("reading tensor data: {e:?}")))
 }
 
-/// Whether `B` is exactly burn-flex (the CPU backend without autodiff).
+/// Whether `B` is exactly burn-flex (the CPU backend without autodiff):
+/// the backend whose decode paths run in host memory.
 #[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
-pub(crate) fn is_plain_flex<B: Backend>() -> bool {
+pub fn is_plain_flex<B: Backend>() -> bool {
     #[cfg(feature = "flex")]
     {
         core::any::TypeId::of::<B>() == core::any::TypeId::of::<burn::backend::Flex>()

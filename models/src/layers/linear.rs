@@ -55,6 +55,16 @@ pub trait LinearDelta<B: Backend> {
     ///
     /// Contract: a returned tensor has exactly the base projection's shape.
     fn delta(&self, site: Site, x: &Tensor<B, 3>) -> Option<Tensor<B, 3>>;
+
+    /// Adds the delta at `site` into `y` in host memory, for `x` (`[batch ·
+    /// seq, in]`, row-major) and `y` (`[batch · seq, out]`): the decode path
+    /// of plain burn-flex, which computes `x Wᵀ` there already. Returns
+    /// `false`, leaving `y` untouched, when this source has no host form;
+    /// [`LinearDelta::delta`] then serves. The default has none.
+    fn add_host(&self, site: Site, x: &[f32], batch: usize, y: &mut [f32]) -> bool {
+        let _ = (site, x, batch, y);
+        false
+    }
 }
 
 /// `y = x Wᵀ + b` with `W` stored `[out, in]` as in PyTorch checkpoints.
@@ -147,12 +157,52 @@ impl<B: Backend> Linear<B> {
         site: Site,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Tensor<B, 3> {
+        #[cfg(feature = "flex")]
+        if let Some(y) = self.forward_host(&x, site, delta) {
+            return y;
+        }
         let extra = delta.and_then(|d| d.delta(site, &x));
         let y = self.forward_base(x);
         match extra {
             Some(e) => y + e,
             None => y,
         }
+    }
+
+    /// [`Linear::forward`] in host memory, for a few rows on plain burn-flex
+    /// with a quantised weight, no bias, and a delta (if any) with a host
+    /// form: `x` is read once, the delta added to the product before it
+    /// becomes a tensor. `None` where that does not apply.
+    #[cfg(feature = "flex")]
+    fn forward_host(
+        &self,
+        x: &Tensor<B, 3>,
+        site: Site,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Option<Tensor<B, 3>> {
+        let q = self.quantized.as_ref()?;
+        let [b, s, i] = x.dims();
+        if b * s > FEW_ROWS_MAX
+            || self.bias.is_some()
+            || i != q.in_features()
+            || !is_plain_flex::<B>()
+        {
+            return None;
+        }
+        let xs = crate::runtime::to_vec(x.clone()).ok()?;
+        let mut y = q.matmul(&xs, b * s);
+        let extra = match delta {
+            Some(d) if !d.add_host(site, &xs, b, &mut y) => d.delta(site, x),
+            _ => None,
+        };
+        let y = Tensor::from_data(
+            burn::tensor::TensorData::new(y, [b, s, q.out_features()]),
+            &x.device(),
+        );
+        Some(match extra {
+            Some(e) => y + e,
+            None => y,
+        })
     }
 
     /// `x Wᵀ + b` without any adapter.
@@ -315,6 +365,71 @@ mod tests {
                     assert!(diff <= 2.0 * gamma * abs_sum, "row {r} col {c}: {g} vs {p}");
                 }
             }
+        }
+    }
+
+    /// A delta with a host form that adds `site.layer + x[row, 0]` to every
+    /// output of a row, counting its calls; `delta` is never to be used.
+    struct HostOnly(std::cell::Cell<usize>);
+
+    impl LinearDelta<Flex> for HostOnly {
+        fn delta(&self, _: Site, _: &Tensor<Flex, 3>) -> Option<Tensor<Flex, 3>> {
+            panic!("the host form should have served")
+        }
+
+        fn add_host(&self, site: Site, x: &[f32], batch: usize, y: &mut [f32]) -> bool {
+            self.0.set(self.0.get() + 1);
+            let (rows, inp) = (batch * 2, x.len() / (batch * 2));
+            let out = y.len() / rows;
+            for r in 0..rows {
+                for o in 0..out {
+                    y[r * out + o] += site.layer as f32 + x[r * inp];
+                }
+            }
+            true
+        }
+    }
+
+    /// On plain flex a few rows through a quantised weight take the host
+    /// path: the delta's host form is added to exactly the base product.
+    #[test]
+    fn quantised_decode_adds_the_host_delta() {
+        use crate::gguf::GgmlType;
+        let dev = Default::default();
+        let (o, i) = (40, 64);
+        let mut raw = Vec::new();
+        for blk in 0..o * i / 32 {
+            raw.extend(half::f16::from_f32(0.01 * (1 + blk % 5) as f32).to_le_bytes());
+            raw.extend((0..32).map(|j| ((blk * 31 + j * 7) % 255) as u8));
+        }
+        let q = super::super::quantized::QuantizedWeight::from_ggml(GgmlType::Q8_0, &raw, o, i)
+            .unwrap()
+            .unwrap();
+        let dense: Vec<f32> = (0..o).flat_map(|r| q.row(r)).collect();
+        let lin = Linear::<Flex>::new(
+            Tensor::from_data(TensorData::new(dense, [o, i]), &dev),
+            None,
+        )
+        .with_quantized(q);
+        assert!(lin.is_quantized());
+        let xs: Vec<f32> = (0..3 * 2 * i)
+            .map(|j| (j % 13) as f32 / 6.0 - 1.0)
+            .collect();
+        let x = Tensor::<Flex, 3>::from_data(TensorData::new(xs.clone(), [3, 2, i]), &dev);
+        let site = Site {
+            layer: 5,
+            module: Projection::Up,
+        };
+        let hook = HostOnly(std::cell::Cell::new(0));
+        let got = lin
+            .forward(x.clone(), site, Some(&hook))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_eq!(hook.0.get(), 1);
+        let base = lin.forward_base(x).into_data().to_vec::<f32>().unwrap();
+        for (k, (g, b)) in got.iter().zip(&base).enumerate() {
+            assert_eq!(*g, b + (5.0 + xs[(k / o) * i]), "entry {k}");
         }
     }
 }
