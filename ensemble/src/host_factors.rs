@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use privmix_models::Site;
 use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
 
 /// One site's factors for every member: `A` transposed, `[members, r, in]`,
 /// and the scaled `B`, `[members, r, out]`.
@@ -67,71 +68,73 @@ impl HostSite {
     /// rows whose member is `None`; `x: [rows, in]`, `y: [rows, out]`.
     pub(crate) fn add(&self, members: &[Option<usize>], x: &[f32], y: &mut [f32]) {
         let rows = x.len() / self.inp;
-        let seq = rows / members.len().max(1);
-        pulp::Arch::new().dispatch(AddRows {
-            site: self,
-            members,
-            seq: seq.max(1),
-            x,
-            y,
-        });
+        let seq = (rows / members.len().max(1)).max(1);
+        let add = |(row, (x, y)): (usize, (&[f32], &mut [f32]))| {
+            if let Some(m) = members.get(row / seq).copied().flatten() {
+                pulp::Arch::new().dispatch(AddRow {
+                    site: self,
+                    member: m,
+                    x,
+                    y,
+                });
+            }
+        };
+        let rows_iter = x.chunks_exact(self.inp).zip(y.chunks_exact_mut(self.out));
+        // Rows in parallel where there is enough work (the members' factors
+        // are read from memory: ~34 KB per member and site for SmolLM2).
+        if rows > 1 && rows * self.rank * (self.inp + self.out) >= PARALLEL_MIN_FLOATS {
+            x.par_chunks_exact(self.inp)
+                .zip(y.par_chunks_exact_mut(self.out))
+                .enumerate()
+                .for_each(add);
+        } else {
+            rows_iter.enumerate().for_each(add);
+        }
     }
 }
 
 /// The factors of every adapted site.
 pub(crate) type HostFactors = HashMap<Site, HostSite>;
 
-struct AddRows<'a> {
+/// Row updates of at least this many factor entries run rows in parallel.
+const PARALLEL_MIN_FLOATS: usize = 1 << 14;
+
+/// One row's update `y += (x A_m) B_m`.
+struct AddRow<'a> {
     site: &'a HostSite,
-    members: &'a [Option<usize>],
-    seq: usize,
+    member: usize,
     x: &'a [f32],
     y: &'a mut [f32],
 }
 
-impl WithSimd for AddRows<'_> {
+impl WithSimd for AddRow<'_> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let AddRows {
-            site,
-            members,
-            seq,
-            x,
-            y,
-        } = self;
+        let AddRow { site, member, x, y } = self;
         let (inp, out, rank) = (site.inp, site.out, site.rank);
-        let mut u = vec![0.0f32; rank];
-        for (row, (xr, yr)) in x.chunks_exact(inp).zip(y.chunks_exact_mut(out)).enumerate() {
-            let Some(m) = members.get(row / seq).copied().flatten() else {
-                continue;
-            };
-            let (xv, xt) = S::as_simd_f32s(xr);
-            for (j, uj) in u.iter_mut().enumerate() {
-                let a = &site.a_t[(m * rank + j) * inp..][..inp];
-                let (av, at) = S::as_simd_f32s(a);
-                let mut acc = simd.splat_f32s(0.0);
-                for (p, q) in xv.iter().zip(av) {
-                    acc = simd.mul_add_e_f32s(*p, *q, acc);
-                }
-                let mut dot = simd.reduce_sum_f32s(acc);
-                for (p, q) in xt.iter().zip(at) {
-                    dot += p * q;
-                }
-                *uj = dot;
+        let (xv, xt) = S::as_simd_f32s(x);
+        for j in 0..rank {
+            let a = &site.a_t[(member * rank + j) * inp..][..inp];
+            let (av, at) = S::as_simd_f32s(a);
+            let mut acc = simd.splat_f32s(0.0);
+            for (p, q) in xv.iter().zip(av) {
+                acc = simd.mul_add_e_f32s(*p, *q, acc);
             }
-            for (j, &uj) in u.iter().enumerate() {
-                let b = &site.b[(m * rank + j) * out..][..out];
-                let (bv, bt) = S::as_simd_f32s(b);
-                let (yv, yt) = S::as_mut_simd_f32s(yr);
-                let us = simd.splat_f32s(uj);
-                for (o, q) in yv.iter_mut().zip(bv) {
-                    *o = simd.mul_add_e_f32s(us, *q, *o);
-                }
-                for (o, q) in yt.iter_mut().zip(bt) {
-                    *o += uj * q;
-                }
+            let mut u = simd.reduce_sum_f32s(acc);
+            for (p, q) in xt.iter().zip(at) {
+                u += p * q;
+            }
+            let b = &site.b[(member * rank + j) * out..][..out];
+            let (bv, bt) = S::as_simd_f32s(b);
+            let (yv, yt) = S::as_mut_simd_f32s(y);
+            let us = simd.splat_f32s(u);
+            for (o, q) in yv.iter_mut().zip(bv) {
+                *o = simd.mul_add_e_f32s(us, *q, *o);
+            }
+            for (o, q) in yt.iter_mut().zip(bt) {
+                *o += u * q;
             }
         }
     }

@@ -162,5 +162,41 @@ fn matmul_layout(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, forward, matvec_head, matmul_layout);
+/// The quantised decode kernel on one SmolLM2 MLP projection's shape
+/// (`[1536, 576]`, Q4_1) for 1 row (a decode step) and 9 rows (the public
+/// model and 8 members), on the calling thread alone and with rayon's pool.
+fn quantized(c: &mut Criterion) {
+    use privmix_models::gguf::GgmlType;
+    use privmix_models::layers::quantized::QuantizedWeight;
+    let mut group = c.benchmark_group("quantized_q4_1_1536x576");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2));
+    let (o, i) = (1536, 576);
+    let mut raw = Vec::with_capacity(o * i / 32 * 20);
+    for blk in 0..o * i / 32 {
+        raw.extend(half::f16::from_f32(0.01).to_le_bytes());
+        raw.extend(half::f16::from_f32(-0.05).to_le_bytes());
+        raw.extend((0..16).map(|j| ((blk * 31 + j * 7) % 256) as u8));
+    }
+    let w = QuantizedWeight::from_ggml(GgmlType::Q4_1, &raw, o, i)
+        .unwrap()
+        .unwrap();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for rows in [1, 9] {
+        let x: Vec<f32> = (0..rows * i).map(|j| (j % 17) as f32 / 8.0 - 1.0).collect();
+        group.bench_function(format!("rows{rows}_pool"), |b| {
+            b.iter(|| w.matmul(&x, rows))
+        });
+        group.bench_function(format!("rows{rows}_one_thread"), |b| {
+            b.iter(|| one.install(|| w.matmul(&x, rows)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, forward, matvec_head, matmul_layout, quantized);
 criterion_main!(benches);

@@ -92,10 +92,15 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
-        match self {
+        let mut run = || match self {
             Self::Gpt2(m) => m.forward(batch, cache, delta),
             Self::Llama(m) => m.forward(batch, cache, delta),
             Self::Gemma(m) => m.forward(batch, cache, delta),
+        };
+        if crate::runtime::is_plain_flex::<B>() {
+            crate::runtime::on_hot_pool(run)
+        } else {
+            run()
         }
     }
 }

@@ -17,6 +17,7 @@
 //! uniform average. Only the order of the f32 sums differs.
 
 use pulp::{Simd, WithSimd};
+use rayon::prelude::*;
 
 /// Keys and values of one layer, `[batch, heads, capacity, dim]`, of which
 /// the first `len` slots of every (row, head) are filled.
@@ -51,14 +52,15 @@ impl HostKv {
     }
 
     /// Appends `s` slots; `k` and `v` are `[batch, s, heads, dim]` (the
-    /// projections' own layout). The capacity at least doubles when it runs
-    /// out, so appending one slot at a time copies each slot O(1) times.
+    /// projections' own layout). When the capacity runs out it becomes twice
+    /// what is needed: appending one slot at a time copies each slot O(1)
+    /// times, and a prefill leaves room for as many decode steps.
     pub(crate) fn append(&mut self, k: &[f32], v: &[f32], s: usize) {
         let (b, h, d) = (self.batch, self.heads, self.dim);
         debug_assert_eq!(k.len(), b * s * h * d);
         let need = self.len + s;
         if need > self.capacity {
-            self.grow(need.max(2 * self.capacity).max(16));
+            self.grow((2 * need).max(16));
         }
         for (dst, src) in [(&mut self.k, k), (&mut self.v, v)] {
             for row in 0..b {
@@ -134,23 +136,24 @@ pub(crate) fn attend(
     s: usize,
     kv: &HostKv,
     scoring: HostScoring,
-    visible: &dyn Fn(usize, usize, usize) -> bool,
+    visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
 ) -> Vec<f32> {
-    let (b, d, t) = (kv.batch, kv.dim, kv.len);
+    let (d, t) = (kv.dim, kv.len);
     let mut out = vec![0.0f32; q.len()];
-    let mut scores = vec![0.0f32; t];
-    let mut seen = vec![false; t];
+    let per_row = s * scoring.heads * d;
     let rep = scoring.heads / kv.heads;
-    for row in 0..b {
+    let one_row = |(row, out): (usize, &mut [f32])| {
+        let mut scores = vec![0.0f32; t];
+        let mut seen = vec![false; t];
         for i in 0..s {
             for (j, v) in seen.iter_mut().enumerate() {
                 *v = visible(row, i, j);
             }
             for head in 0..scoring.heads {
-                let at = ((row * s + i) * scoring.heads + head) * d;
+                let at = (i * scoring.heads + head) * d;
                 let base = (row * kv.heads + head / rep) * kv.capacity * d;
                 pulp::Arch::new().dispatch(Query {
-                    q: &q[at..at + d],
+                    q: &q[row * per_row + at..][..d],
                     k: &kv.k[base..base + t * d],
                     v: &kv.v[base..base + t * d],
                     seen: &seen,
@@ -160,9 +163,19 @@ pub(crate) fn attend(
                 });
             }
         }
+    };
+    // Rows in parallel where there is enough work.
+    if kv.batch > 1 && q.len() * t >= PARALLEL_MIN_WORK {
+        out.par_chunks_mut(per_row).enumerate().for_each(one_row);
+    } else {
+        out.chunks_mut(per_row).enumerate().for_each(one_row);
     }
     out
 }
+
+/// Attention calls with at least this many query entries × slots run rows
+/// in parallel.
+const PARALLEL_MIN_WORK: usize = 1 << 15;
 
 /// One query against `t` slots of keys and values (`[t, dim]` each).
 struct Query<'a> {

@@ -48,7 +48,10 @@ pub struct Site {
 
 /// A per-call source of additive corrections to linear projections (a LoRA
 /// adapter, or one adapter per batch row).
-pub trait LinearDelta<B: Backend> {
+///
+/// `Sync`, so that a forward pass may run on another thread (plain
+/// burn-flex runs it on rayon's pool).
+pub trait LinearDelta<B: Backend>: Sync {
     /// Extra output to add to the base projection of `x`
     /// (`[batch, seq, in]` → `[batch, seq, out]`), or `None` when this site
     /// carries no adapter. Each batch row may belong to a different member.
@@ -370,7 +373,7 @@ mod tests {
 
     /// A delta with a host form that adds `site.layer + x[row, 0]` to every
     /// output of a row, counting its calls; `delta` is never to be used.
-    struct HostOnly(std::cell::Cell<usize>);
+    struct HostOnly(std::sync::atomic::AtomicUsize);
 
     impl LinearDelta<Flex> for HostOnly {
         fn delta(&self, _: Site, _: &Tensor<Flex, 3>) -> Option<Tensor<Flex, 3>> {
@@ -378,7 +381,7 @@ mod tests {
         }
 
         fn add_host(&self, site: Site, x: &[f32], batch: usize, y: &mut [f32]) -> bool {
-            self.0.set(self.0.get() + 1);
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (rows, inp) = (batch * 2, x.len() / (batch * 2));
             let out = y.len() / rows;
             for r in 0..rows {
@@ -420,13 +423,13 @@ mod tests {
             layer: 5,
             module: Projection::Up,
         };
-        let hook = HostOnly(std::cell::Cell::new(0));
+        let hook = HostOnly(std::sync::atomic::AtomicUsize::new(0));
         let got = lin
             .forward(x.clone(), site, Some(&hook))
             .into_data()
             .to_vec::<f32>()
             .unwrap();
-        assert_eq!(hook.0.get(), 1);
+        assert_eq!(hook.0.load(std::sync::atomic::Ordering::Relaxed), 1);
         let base = lin.forward_base(x).into_data().to_vec::<f32>().unwrap();
         for (k, (g, b)) in got.iter().zip(&base).enumerate() {
             assert_eq!(*g, b + (5.0 + xs[(k / o) * i]), "entry {k}");

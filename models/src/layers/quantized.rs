@@ -30,7 +30,7 @@ const QK: usize = 32;
 const BLOCK: usize = 16;
 /// Products of at least this many bytes of blocks × rows of `x` are split
 /// over rayon's threads.
-const PARALLEL_MIN_WORK: usize = 4 << 20;
+const PARALLEL_MIN_WORK: usize = 128 << 10;
 /// Weight rows per tile.
 const OUT_TILE: usize = 4;
 /// Most rows of `x` per tile.
@@ -209,45 +209,53 @@ impl QuantizedWeight {
     /// `x Wᵀ` for row-major `x: [rows, in]`, as row-major `[rows, out]`.
     pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
         debug_assert_eq!(x.len(), rows * self.inp);
-        let mut yt = vec![0.0f32; self.out * rows];
-        // One task per thread (rounded to whole tiles) for large weights only: a
-        // projection of SmolLM2 is read in ~10–30 µs, about what waking a rayon
-        // worker costs here, so those run on the calling thread (measured:
-        // `forward/smollm2_decode_after_32` 11.7 ms with every product split over
-        // 2 threads, 10.0 ms with none split).
+        if rows == 0 {
+            return Vec::new();
+        }
+        let mut y = vec![0.0f32; rows * self.out];
+        // One task per thread (rounded to whole tiles) where the work is worth
+        // a split: small products run on the calling thread (a split costs
+        // a `join`, and forward passes run on rayon's pool, see
+        // `runtime::on_hot_pool`).
         let threads = if self.q.len() * rows >= PARALLEL_MIN_WORK {
             rayon::current_num_threads().max(1)
         } else {
             1
         };
         let per_task = self.out.div_ceil(threads).div_ceil(BLOCK) * BLOCK;
-        let task = |(index, yt): (usize, &mut [f32])| {
+        // Task t writes columns [t·per_task, (t+1)·per_task) of every row of
+        // y: its pieces of the rows, split off without copies.
+        let tasks = self.out.div_ceil(per_task);
+        let mut pieces: Vec<Vec<&mut [f32]>> =
+            (0..tasks).map(|_| Vec::with_capacity(rows)).collect();
+        for row in y.chunks_exact_mut(self.out) {
+            for (t, piece) in row.chunks_mut(per_task).enumerate() {
+                pieces[t].push(piece);
+            }
+        }
+        let task = |(index, y): (usize, Vec<&mut [f32]>)| {
             pulp::Arch::new().dispatch(Task {
                 w: self,
                 first: index * per_task,
                 x,
-                rows,
-                yt,
+                y,
             });
         };
-        if threads == 1 {
-            task((0, &mut yt));
+        if tasks == 1 {
+            pieces.into_iter().enumerate().for_each(task);
         } else {
-            yt.par_chunks_mut(per_task * rows)
-                .enumerate()
-                .for_each(task);
+            pieces.into_par_iter().enumerate().for_each(task);
         }
-        super::few_rows::untranspose(&yt, rows, self.out)
+        y
     }
 }
 
-/// Output rows `first..first + yt.len()/rows`: `yt[o, r] = w[first + o] · x[r]`.
+/// Outputs `first..first + y[r].len()` of every row: `y[r][o] = w[first + o] · x[r]`.
 struct Task<'a> {
     w: &'a QuantizedWeight,
     first: usize,
     x: &'a [f32],
-    rows: usize,
-    yt: &'a mut [f32],
+    y: Vec<&'a mut [f32]>,
 }
 
 impl WithSimd for Task<'_> {
@@ -273,15 +281,10 @@ impl WithSimd for Task<'_> {
 /// row's result does not depend on the other rows of the batch.
 #[inline(always)]
 fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
-    let Task {
-        w,
-        first,
-        x,
-        rows,
-        yt,
-    } = task;
+    let Task { w, first, x, mut y } = task;
+    let rows = y.len();
     let k = w.inp;
-    let n_out = yt.len() / rows;
+    let n_out = y[0].len();
     // Rows of x in groups as even as possible, none above ROW_TILE.
     let groups = rows.div_ceil(ROW_TILE);
     let mut panel = vec![0.0f32; if rows <= 2 { 0 } else { OUT_TILE * k }];
@@ -295,16 +298,14 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
             // ms without).
             match rows {
                 2 => put(
-                    yt,
-                    rows,
+                    &mut y,
                     o,
                     0,
                     width,
                     tile_blocks::<S, Q4, 2>(simd, w, first + o, width, x, 0),
                 ),
                 _ => put(
-                    yt,
-                    rows,
+                    &mut y,
                     o,
                     0,
                     width,
@@ -325,10 +326,10 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
         for g in 0..groups {
             let size = rows / groups + usize::from(g < rows % groups);
             match size {
-                4 => put(yt, rows, o, r, width, tile::<S, 4>(simd, &panel, k, x, r)),
-                3 => put(yt, rows, o, r, width, tile::<S, 3>(simd, &panel, k, x, r)),
-                2 => put(yt, rows, o, r, width, tile::<S, 2>(simd, &panel, k, x, r)),
-                _ => put(yt, rows, o, r, width, tile::<S, 1>(simd, &panel, k, x, r)),
+                4 => put(&mut y, o, r, width, tile::<S, 4>(simd, &panel, k, x, r)),
+                3 => put(&mut y, o, r, width, tile::<S, 3>(simd, &panel, k, x, r)),
+                2 => put(&mut y, o, r, width, tile::<S, 2>(simd, &panel, k, x, r)),
+                _ => put(&mut y, o, r, width, tile::<S, 1>(simd, &panel, k, x, r)),
             }
             r += size;
         }
@@ -336,18 +337,19 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
     }
 }
 
-/// Stores a tile's dot products at `yt[o + i, r + j]`.
+/// Stores a tile's dot products at `y[r + j][o + i]`.
 #[inline(always)]
 fn put<const R: usize>(
-    yt: &mut [f32],
-    rows: usize,
+    y: &mut [&mut [f32]],
     o: usize,
     r: usize,
     width: usize,
     t: [[f32; R]; OUT_TILE],
 ) {
     for (i, ti) in t.iter().enumerate().take(width) {
-        yt[(o + i) * rows + r..][..R].copy_from_slice(ti);
+        for (j, v) in ti.iter().enumerate() {
+            y[r + j][o + i] = *v;
+        }
     }
 }
 
@@ -508,7 +510,7 @@ mod tests {
             q8 in any::<bool>(),
             out in 1usize..140,
             nb in 1usize..5,
-            rows in 1usize..7,
+            rows in 1usize..11,
             bytes in prop::collection::vec(any::<u8>(), 1..97),
             xs in prop::collection::vec(-2.0f32..2.0, 1..97),
         ) {
@@ -522,6 +524,12 @@ mod tests {
             }
             let x: Vec<f32> = (0..rows * inp).map(|i| xs[i % xs.len()] * (1.0 + i as f32 * 1e-3)).collect();
             let y = w.matmul(&x, rows);
+            // A row's result does not depend on the other rows (the row
+            // groups sum each output in the same order).
+            for r in 0..rows {
+                let alone = w.matmul(&x[r * inp..(r + 1) * inp], 1);
+                prop_assert_eq!(&y[r * out..(r + 1) * out], &alone[..]);
+            }
             let u = f64::from(f32::EPSILON) / 2.0;
             let gamma = (inp + 1) as f64 * u / (1.0 - (inp + 1) as f64 * u);
             for r in 0..rows {
