@@ -4,7 +4,7 @@
 //! for the mechanisms' per-step `(N + 1) × V` log-probabilities (issue #5).
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use privmix_models::runtime::to_vec;
+use privmix_models::runtime::{log_softmax_to_vec, to_vec};
 use privmix_models::{Batch, KvCache, LanguageModel, LinearDelta, ModelError, log_softmax};
 use thiserror::Error;
 
@@ -242,7 +242,7 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
     fn run(&mut self, batch: &Batch) -> Result<LogProbRows, EnsembleError> {
         let model = &self.runner.model;
         let logits = model.logits_last(batch, &mut self.cache, hook(&self.adapters))?;
-        let values = to_vec(log_softmax(logits))?;
+        let values = log_softmax_to_vec(logits)?;
         Ok(LogProbRows::new(
             self.layout.clone(),
             model.vocab_size(),

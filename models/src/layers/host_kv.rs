@@ -226,11 +226,14 @@ impl WithSimd for Query<'_> {
             *score = x;
             max = max.max(x);
         }
-        let mut sum = 0.0f32;
-        for score in scores.iter_mut() {
-            *score = (*score - max).exp();
-            sum += *score;
+        let m = simd.splat_f32s(max);
+        let (sv, st) = S::as_mut_simd_f32s(scores);
+        for v in sv.iter_mut() {
+            *v = super::vexp::exp_f32s(simd, simd.sub_f32s(*v, m));
         }
+        let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
+        simd.partial_store_f32s(st, e);
+        let sum: f32 = scores.iter().sum();
         out.fill(0.0);
         for (j, &p) in scores.iter().enumerate() {
             if p == 0.0 {

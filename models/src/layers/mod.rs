@@ -15,6 +15,8 @@ pub mod linear;
 pub mod quantized;
 pub mod rms_norm;
 pub mod rope;
+#[cfg(feature = "flex")]
+pub mod vexp;
 
 pub use attention::{Attention, AttentionConfig};
 pub use kv_cache::{KvCache, Scoring, StepMask};
