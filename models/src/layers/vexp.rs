@@ -49,7 +49,7 @@ pub(crate) fn exp_f32s<S: Simd>(simd: S, x: S::f32s) -> S::f32s {
         8.333_452e-3,
         4.166_579_6e-2,
         1.666_666_5e-1,
-        5.000_000_1e-1,
+        0.5, // Cephes: 5.0000001201e-1, which is 0.5 in f32
     ] {
         p = simd.mul_add_e_f32s(p, r, simd.splat_f32s(c));
     }
