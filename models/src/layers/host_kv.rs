@@ -19,8 +19,11 @@
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
-/// Keys and values of one layer, `[batch, heads, capacity, dim]`, of which
-/// the first `len` slots of every (row, head) are filled.
+/// Keys and values of one layer, of which the first `len` slots of every
+/// (row, head) are filled: keys dimension-major, `[batch, heads, dim,
+/// capacity]`, so that one vector holds one coordinate of consecutive keys
+/// and a query's scores need no horizontal sums; values `[batch, heads,
+/// capacity, dim]`, added slot by slot.
 #[derive(Debug, Clone)]
 pub(crate) struct HostKv {
     batch: usize,
@@ -28,7 +31,7 @@ pub(crate) struct HostKv {
     dim: usize,
     capacity: usize,
     len: usize,
-    k: Vec<f32>,
+    k_t: Vec<f32>,
     v: Vec<f32>,
 }
 
@@ -41,7 +44,7 @@ impl HostKv {
             dim,
             capacity: 0,
             len: 0,
-            k: Vec::new(),
+            k_t: Vec::new(),
             v: Vec::new(),
         }
     }
@@ -62,13 +65,17 @@ impl HostKv {
         if need > self.capacity {
             self.grow((2 * need).max(16));
         }
-        for (dst, src) in [(&mut self.k, k), (&mut self.v, v)] {
-            for row in 0..b {
-                for i in 0..s {
-                    for head in 0..h {
-                        let from = ((row * s + i) * h + head) * d;
-                        let to = ((row * h + head) * self.capacity + self.len + i) * d;
-                        dst[to..to + d].copy_from_slice(&src[from..from + d]);
+        let cap = self.capacity;
+        for row in 0..b {
+            for i in 0..s {
+                for head in 0..h {
+                    let from = ((row * s + i) * h + head) * d;
+                    let slot = self.len + i;
+                    let to = ((row * h + head) * cap + slot) * d;
+                    self.v[to..to + d].copy_from_slice(&v[from..from + d]);
+                    let kt = &mut self.k_t[(row * h + head) * d * cap..][..d * cap];
+                    for (c, x) in k[from..from + d].iter().enumerate() {
+                        kt[c * cap + slot] = *x;
                     }
                 }
             }
@@ -78,35 +85,45 @@ impl HostKv {
 
     /// Moves the filled slots into buffers of `capacity` slots.
     fn grow(&mut self, capacity: usize) {
-        let (b, h, d) = (self.batch, self.heads, self.dim);
-        for buf in [&mut self.k, &mut self.v] {
-            let mut next = vec![0.0f32; b * h * capacity * d];
-            for bh in 0..b * h {
-                next[bh * capacity * d..][..self.len * d]
-                    .copy_from_slice(&buf[bh * self.capacity * d..][..self.len * d]);
-            }
-            *buf = next;
+        let (b, h, d, len, old) = (self.batch, self.heads, self.dim, self.len, self.capacity);
+        let mut k_t = vec![0.0f32; b * h * d * capacity];
+        for (to, from) in k_t
+            .chunks_exact_mut(capacity)
+            .zip(self.k_t.chunks_exact(old.max(1)))
+        {
+            to[..len].copy_from_slice(&from[..len]);
         }
+        let mut v = vec![0.0f32; b * h * capacity * d];
+        for (to, from) in v
+            .chunks_exact_mut(capacity * d)
+            .zip(self.v.chunks_exact((old * d).max(1)))
+        {
+            to[..len * d].copy_from_slice(&from[..len * d]);
+        }
+        self.k_t = k_t;
+        self.v = v;
         self.capacity = capacity;
     }
 
     /// Keys and values as contiguous `[batch, heads, len, dim]` vectors.
     pub(crate) fn contiguous(&self) -> (Vec<f32>, Vec<f32>) {
-        let (b, h, d) = (self.batch, self.heads, self.dim);
-        let take = |buf: &[f32]| {
-            let mut out = Vec::with_capacity(b * h * self.len * d);
-            for bh in 0..b * h {
-                out.extend_from_slice(&buf[bh * self.capacity * d..][..self.len * d]);
+        let (b, h, d, len, cap) = (self.batch, self.heads, self.dim, self.len, self.capacity);
+        let mut k = Vec::with_capacity(b * h * len * d);
+        let mut v = Vec::with_capacity(b * h * len * d);
+        for bh in 0..b * h {
+            let kt = &self.k_t[bh * d * cap..][..d * cap];
+            for j in 0..len {
+                k.extend((0..d).map(|c| kt[c * cap + j]));
             }
-            out
-        };
-        (take(&self.k), take(&self.v))
+            v.extend_from_slice(&self.v[bh * cap * d..][..len * d]);
+        }
+        (k, v)
     }
 
     /// Keeps rows `keep` (in range, checked by the caller), in that order.
     pub(crate) fn select_rows(&mut self, keep: &[usize]) {
         let per_row = self.heads * self.capacity * self.dim;
-        for buf in [&mut self.k, &mut self.v] {
+        for buf in [&mut self.k_t, &mut self.v] {
             let mut next = Vec::with_capacity(keep.len() * per_row);
             for &r in keep {
                 next.extend_from_slice(&buf[r * per_row..(r + 1) * per_row]);
@@ -154,7 +171,8 @@ pub(crate) fn attend(
                 let base = (row * kv.heads + head / rep) * kv.capacity * d;
                 pulp::Arch::new().dispatch(Query {
                     q: &q[row * per_row + at..][..d],
-                    k: &kv.k[base..base + t * d],
+                    k_t: &kv.k_t[base..base + kv.capacity * d],
+                    capacity: kv.capacity,
                     v: &kv.v[base..base + t * d],
                     seen: &seen,
                     scoring,
@@ -177,10 +195,11 @@ pub(crate) fn attend(
 /// in parallel.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 
-/// One query against `t` slots of keys and values (`[t, dim]` each).
+/// One query against `t` slots: keys `[dim, capacity]`, values `[t, dim]`.
 struct Query<'a> {
     q: &'a [f32],
-    k: &'a [f32],
+    k_t: &'a [f32],
+    capacity: usize,
     v: &'a [f32],
     seen: &'a [bool],
     scoring: HostScoring,
@@ -195,7 +214,8 @@ impl WithSimd for Query<'_> {
     fn with_simd<S: Simd>(self, simd: S) {
         let Query {
             q,
-            k,
+            k_t,
+            capacity,
             v,
             seen,
             scoring,
@@ -203,20 +223,22 @@ impl WithSimd for Query<'_> {
             out,
         } = self;
         let d = q.len();
-        let (qv, qt) = S::as_simd_f32s(q);
+        // Scores of a vector of consecutive keys at a time: Σ_c q_c·k_t[c, j..].
+        let lanes = core::mem::size_of::<S::f32s>() / core::mem::size_of::<f32>();
+        let mut j0 = 0;
+        while j0 < scores.len() {
+            let n = (scores.len() - j0).min(lanes);
+            let mut acc = simd.splat_f32s(0.0);
+            for (c, &qc) in q.iter().enumerate() {
+                let kc = simd.partial_load_f32s(&k_t[c * capacity + j0..][..n]);
+                acc = simd.mul_add_e_f32s(simd.splat_f32s(qc), kc, acc);
+            }
+            simd.partial_store_f32s(&mut scores[j0..j0 + n], acc);
+            j0 += n;
+        }
         let mut max = f32::NEG_INFINITY;
         for (j, score) in scores.iter_mut().enumerate() {
-            let kj = &k[j * d..(j + 1) * d];
-            let (kv, kt) = S::as_simd_f32s(kj);
-            let mut acc = simd.splat_f32s(0.0);
-            for (a, b) in qv.iter().zip(kv) {
-                acc = simd.mul_add_e_f32s(*a, *b, acc);
-            }
-            let mut dot = simd.reduce_sum_f32s(acc);
-            for (a, b) in qt.iter().zip(kt) {
-                dot += a * b;
-            }
-            let mut x = dot * scoring.scale;
+            let mut x = *score * scoring.scale;
             if let Some(cap) = scoring.softcap {
                 x = (x / cap).tanh() * cap;
             }
