@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 
 use privmix_models::Site;
+use privmix_models::layers::simd::{axpy, dot};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -114,28 +115,9 @@ impl WithSimd for AddRow<'_> {
     fn with_simd<S: Simd>(self, simd: S) {
         let AddRow { site, member, x, y } = self;
         let (inp, out, rank) = (site.inp, site.out, site.rank);
-        let (xv, xt) = S::as_simd_f32s(x);
         for j in 0..rank {
-            let a = &site.a_t[(member * rank + j) * inp..][..inp];
-            let (av, at) = S::as_simd_f32s(a);
-            let mut acc = simd.splat_f32s(0.0);
-            for (p, q) in xv.iter().zip(av) {
-                acc = simd.mul_add_e_f32s(*p, *q, acc);
-            }
-            let mut u = simd.reduce_sum_f32s(acc);
-            for (p, q) in xt.iter().zip(at) {
-                u += p * q;
-            }
-            let b = &site.b[(member * rank + j) * out..][..out];
-            let (bv, bt) = S::as_simd_f32s(b);
-            let (yv, yt) = S::as_mut_simd_f32s(y);
-            let us = simd.splat_f32s(u);
-            for (o, q) in yv.iter_mut().zip(bv) {
-                *o = simd.mul_add_e_f32s(us, *q, *o);
-            }
-            for (o, q) in yt.iter_mut().zip(bt) {
-                *o += u * q;
-            }
+            let u = dot(simd, x, &site.a_t[(member * rank + j) * inp..][..inp]);
+            axpy(simd, u, &site.b[(member * rank + j) * out..][..out], y);
         }
     }
 }

@@ -261,17 +261,7 @@ impl WithSimd for Query<'_> {
             if p == 0.0 {
                 continue;
             }
-            let p = p / sum;
-            let vj = &v[j * d..(j + 1) * d];
-            let (ov, ot) = S::as_mut_simd_f32s(out);
-            let (vv, vt) = S::as_simd_f32s(vj);
-            let ps = simd.splat_f32s(p);
-            for (o, x) in ov.iter_mut().zip(vv) {
-                *o = simd.mul_add_e_f32s(ps, *x, *o);
-            }
-            for (o, x) in ot.iter_mut().zip(vt) {
-                *o += p * x;
-            }
+            super::simd::axpy(simd, p / sum, &v[j * d..(j + 1) * d], out);
         }
     }
 }

@@ -16,6 +16,8 @@ pub mod quantized;
 pub mod rms_norm;
 pub mod rope;
 #[cfg(feature = "flex")]
+pub mod simd;
+#[cfg(feature = "flex")]
 pub mod vexp;
 
 pub use attention::{Attention, AttentionConfig};
