@@ -418,3 +418,40 @@ fn generate<B: Backend, M: LanguageModel<B> + ?Sized>(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rayon::prelude::*;
+
+    /// `on_hot_pool` returns `f`'s value and finishes when called from
+    /// outside the pool, from inside it, nested in itself and from many
+    /// parallel tasks at once (forward passes of several models side by
+    /// side), with parallel work inside, on pools of 1 to 4 threads.
+    #[test]
+    fn hot_pool_runs_nested_and_parallel_calls_to_completion() {
+        let work = |seed: u64| -> u64 {
+            (0..64u64)
+                .into_par_iter()
+                .map(|i| (0..200u64).map(|j| (i * 31 + j + seed) % 7).sum::<u64>())
+                .sum()
+        };
+        let want: Vec<u64> = (0..8).map(work).collect();
+        for threads in 1..=4 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                assert_eq!(on_hot_pool(|| work(0)), want[0]);
+                let got: Vec<u64> = (0..8u64)
+                    .into_par_iter()
+                    .map(|s| on_hot_pool(|| on_hot_pool(|| work(s))))
+                    .collect();
+                assert_eq!(got, want);
+            });
+        }
+        // From outside any pool (the global one).
+        assert_eq!(on_hot_pool(|| work(3)), want[3]);
+    }
+}
