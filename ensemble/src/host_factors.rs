@@ -80,7 +80,6 @@ impl HostSite {
                 });
             }
         };
-        let rows_iter = x.chunks_exact(self.inp).zip(y.chunks_exact_mut(self.out));
         // Rows in parallel where there is enough work (the members' factors
         // are read from memory: ~34 KB per member and site for SmolLM2).
         if rows > 1 && rows * self.rank * (self.inp + self.out) >= PARALLEL_MIN_FLOATS {
@@ -89,7 +88,10 @@ impl HostSite {
                 .enumerate()
                 .for_each(add);
         } else {
-            rows_iter.enumerate().for_each(add);
+            x.chunks_exact(self.inp)
+                .zip(y.chunks_exact_mut(self.out))
+                .enumerate()
+                .for_each(add);
         }
     }
 }

@@ -99,7 +99,7 @@ pub(crate) fn few_rows_times_weight_rows(
 
 /// `y` (`[rows, out]`, row-major) from `yt` (`[out, rows]`), the layout in which
 /// each parallel task owns a contiguous block of outputs.
-pub(crate) fn untranspose(yt: &[f32], rows: usize, out: usize) -> Vec<f32> {
+fn untranspose(yt: &[f32], rows: usize, out: usize) -> Vec<f32> {
     let mut y = vec![0.0f32; rows * out];
     for (o, col) in yt.chunks_exact(rows).enumerate() {
         for (r, v) in col.iter().enumerate() {

@@ -183,23 +183,17 @@ impl<B: Backend> Linear<B> {
         site: Site,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Option<Tensor<B, 3>> {
-        let q = self.quantized.as_ref()?;
-        let [b, s, i] = x.dims();
-        if b * s > FEW_ROWS_MAX
-            || self.bias.is_some()
-            || i != q.in_features()
-            || !is_plain_flex::<B>()
-        {
+        if self.bias.is_some() {
             return None;
         }
-        let xs = crate::runtime::to_vec(x.clone()).ok()?;
-        let mut y = q.matmul(&xs, b * s);
+        let [b, s, i] = x.dims();
+        let (xs, mut y) = self.quantized_product(&x.clone().reshape([b * s, i]))?;
         let extra = match delta {
             Some(d) if !d.add_host(site, &xs, b, &mut y) => d.delta(site, x),
             _ => None,
         };
         let y = Tensor::from_data(
-            burn::tensor::TensorData::new(y, [b, s, q.out_features()]),
+            burn::tensor::TensorData::new(y, [b, s, self.out_features()]),
             &x.device(),
         );
         Some(match extra {
@@ -231,16 +225,11 @@ impl<B: Backend> Linear<B> {
     fn few_rows(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         #[cfg(feature = "flex")]
         {
-            let [rows, k] = x.dims();
+            let [rows, _] = x.dims();
             if rows <= FEW_ROWS_MAX {
-                if let Some(q) = &self.quantized
-                    && is_plain_flex::<B>()
-                    && k == q.in_features()
-                    && let Ok(xs) = crate::runtime::to_vec(x.clone())
-                {
-                    let y = q.matmul(&xs, rows);
+                if let Some((_, y)) = self.quantized_product(x) {
                     return Some(Tensor::from_data(
-                        burn::tensor::TensorData::new(y, [rows, q.out_features()]),
+                        burn::tensor::TensorData::new(y, [rows, self.out_features()]),
                         &x.device(),
                     ));
                 }
@@ -249,6 +238,21 @@ impl<B: Backend> Linear<B> {
         }
         let _ = x;
         None
+    }
+
+    /// `x` read into host memory and `x Wᵀ` by the quantised kernel, both
+    /// row-major, when the weight has a quantised copy, `x: [rows, in]` has
+    /// at most `FEW_ROWS_MAX` rows, and the backend is plain burn-flex.
+    #[cfg(feature = "flex")]
+    fn quantized_product(&self, x: &Tensor<B, 2>) -> Option<(Vec<f32>, Vec<f32>)> {
+        let q = self.quantized.as_ref()?;
+        let [rows, k] = x.dims();
+        if rows > FEW_ROWS_MAX || k != q.in_features() || !is_plain_flex::<B>() {
+            return None;
+        }
+        let xs = crate::runtime::to_vec(x.clone()).ok()?;
+        let y = q.matmul(&xs, rows);
+        Some((xs, y))
     }
 
     /// How many column chunks to compute in parallel for an `x` of `rows`
