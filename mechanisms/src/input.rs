@@ -6,7 +6,8 @@
 //! in f64: every divergence a mechanism charges is then computed on exactly the
 //! distribution it samples from.
 
-use privmix_renyi::NORMALISATION_TOLERANCE;
+use privmix_renyi::{NORMALISATION_TOLERANCE, ValidatedRow, ValidatedRows};
+use rayon::prelude::*;
 
 use crate::MechanismError;
 
@@ -23,7 +24,7 @@ pub enum Rows<'a> {
     LogProbF64(&'a [f64]),
 }
 
-impl Rows<'_> {
+impl<'a> Rows<'a> {
     fn len(&self) -> usize {
         match self {
             Rows::ProbF32(r) => r.len(),
@@ -33,27 +34,27 @@ impl Rows<'_> {
         }
     }
 
-    fn is_log(&self) -> bool {
-        matches!(self, Rows::LogProbF32(_) | Rows::LogProbF64(_))
-    }
-
-    fn get(&self, i: usize) -> f64 {
-        match self {
-            Rows::ProbF32(r) => f64::from(r[i]),
-            Rows::ProbF64(r) => r[i],
-            Rows::LogProbF32(r) => f64::from(r[i]),
-            Rows::LogProbF64(r) => r[i],
+    /// Entries `start..start + len`, of the same kind.
+    fn slice(&self, start: usize, len: usize) -> Rows<'a> {
+        let range = start..start + len;
+        match *self {
+            Rows::ProbF32(r) => Rows::ProbF32(&r[range]),
+            Rows::ProbF64(r) => Rows::ProbF64(&r[range]),
+            Rows::LogProbF32(r) => Rows::LogProbF32(&r[range]),
+            Rows::LogProbF64(r) => Rows::LogProbF64(&r[range]),
         }
     }
 }
 
 /// A validated step input: the public distribution and N member distributions,
 /// each an f64 probability row of length `vocab` summing to 1 in f64.
+///
+/// The rows are kept as `privmix_renyi::ValidatedRows`, so that the λ solves of every
+/// step (N of them against the same public row) do not validate them again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ensemble {
-    vocab: usize,
-    public: Vec<f64>,
-    members: Vec<f64>,
+    public: ValidatedRows,
+    members: ValidatedRows,
 }
 
 impl Ensemble {
@@ -76,16 +77,19 @@ impl Ensemble {
                 vocab,
             });
         }
-        let public = convert_row(public, 0, 0, vocab)?;
-        let n = members.len() / vocab;
-        let mut rows = Vec::with_capacity(members.len());
-        for m in 0..n {
-            rows.extend(convert_row(members, m + 1, m * vocab, vocab)?);
-        }
+        let public = convert_row(public, 0)?;
+        // Rows are converted in parallel; each row's arithmetic is that of
+        // `convert_row` alone, so the result does not depend on the thread count.
+        let members = (0..members.len() / vocab)
+            .into_par_iter()
+            .map(|m| convert_row(members.slice(m * vocab, vocab), m + 1))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
         Ok(Self {
-            vocab,
-            public,
-            members: rows,
+            public: ValidatedRows::new(public, vocab)?,
+            members: ValidatedRows::new(members, vocab)?,
         })
     }
 
@@ -96,12 +100,12 @@ impl Ensemble {
 
     /// Vocabulary size V.
     pub fn vocab(&self) -> usize {
-        self.vocab
+        self.public.row_len()
     }
 
     /// Number of members N.
     pub fn len(&self) -> usize {
-        self.members.len() / self.vocab
+        self.members.len()
     }
 
     /// True when there are no members.
@@ -111,77 +115,108 @@ impl Ensemble {
 
     /// The public distribution p0.
     pub fn public(&self) -> &[f64] {
-        &self.public
+        self.public.entries(0)
+    }
+
+    /// The public distribution with its validation summary (for the solvers).
+    pub fn public_row(&self) -> ValidatedRow<'_> {
+        self.public.row(0)
     }
 
     /// Member i's distribution p_i (0-based).
     pub fn member(&self, i: usize) -> &[f64] {
-        &self.members[i * self.vocab..(i + 1) * self.vocab]
+        self.members.entries(i)
+    }
+
+    /// Member i's distribution with its validation summary (for the solvers).
+    pub fn member_row(&self, i: usize) -> ValidatedRow<'_> {
+        self.members.row(i)
     }
 
     /// All member rows, row-major.
     pub fn members(&self) -> &[f64] {
-        &self.members
+        self.members.as_slice()
     }
 
     /// The same ensemble without member i: the neighbouring dataset of
     /// PMixED and AdaPMixED (a member's data removed). Used by tests and audits.
     pub fn without_member(&self, i: usize) -> Self {
-        let mut members = self.members.clone();
-        members.drain(i * self.vocab..(i + 1) * self.vocab);
         Self {
-            vocab: self.vocab,
             public: self.public.clone(),
-            members,
+            members: self.members.without_row(i),
         }
     }
 }
 
-fn convert_row(
-    rows: Rows<'_>,
+/// One row converted to f64 probabilities: checked (finite, non-negative, or for
+/// log rows not NaN and not positive), summed in order, and divided by its sum.
+fn convert_row(row: Rows<'_>, index: usize) -> Result<Vec<f64>, MechanismError> {
+    let out = match row {
+        Rows::ProbF32(r) => probabilities(r.iter().map(|&x| f64::from(x)), r.len(), index)?,
+        Rows::ProbF64(r) => probabilities(r.iter().copied(), r.len(), index)?,
+        Rows::LogProbF32(r) => log_probabilities(r.iter().map(|&x| f64::from(x)), index)?,
+        Rows::LogProbF64(r) => log_probabilities(r.iter().copied(), index)?,
+    };
+    normalise(out, index)
+}
+
+/// Probability entries, copied after one check pass that finds the first bad entry
+/// only when the branch-free screen (a non-finite sum or a negative minimum) says
+/// there is one.
+fn probabilities(
+    values: impl Iterator<Item = f64> + Clone,
+    len: usize,
     row: usize,
-    start: usize,
-    vocab: usize,
 ) -> Result<Vec<f64>, MechanismError> {
-    let mut out = Vec::with_capacity(vocab);
-    for index in 0..vocab {
-        let x = rows.get(start + index);
-        let p = if rows.is_log() {
-            // −∞ is a valid log-probability (zero); NaN and +∞ are not.
+    let (sum, min) = values
+        .clone()
+        .fold((0.0_f64, 0.0_f64), |(s, m), x| (s + x, m.min(x)));
+    if !sum.is_finite() || min < 0.0 {
+        for (index, value) in values.clone().enumerate() {
+            if !value.is_finite() {
+                return Err(MechanismError::NonFinite { row, index, value });
+            }
+            if value < 0.0 {
+                return Err(MechanismError::Negative { row, index, value });
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(len);
+    out.extend(values);
+    Ok(out)
+}
+
+/// Log-probability entries exponentiated: −∞ is a valid log-probability (zero);
+/// NaN and +∞ are not, and a positive one is a probability above 1.
+fn log_probabilities(
+    values: impl Iterator<Item = f64>,
+    row: usize,
+) -> Result<Vec<f64>, MechanismError> {
+    values
+        .enumerate()
+        .map(|(index, x)| {
             if x.is_nan() || x == f64::INFINITY {
-                return Err(MechanismError::NonFinite {
+                Err(MechanismError::NonFinite {
                     row,
                     index,
                     value: x,
-                });
-            }
-            if x > 0.0 {
-                return Err(MechanismError::Negative {
+                })
+            } else if x > 0.0 {
+                Err(MechanismError::Negative {
                     row,
                     index,
                     value: -x,
-                });
+                })
+            } else {
+                Ok(x.exp())
             }
-            x.exp()
-        } else {
-            if !x.is_finite() {
-                return Err(MechanismError::NonFinite {
-                    row,
-                    index,
-                    value: x,
-                });
-            }
-            if x < 0.0 {
-                return Err(MechanismError::Negative {
-                    row,
-                    index,
-                    value: x,
-                });
-            }
-            x
-        };
-        out.push(p);
-    }
+        })
+        .collect()
+}
+
+/// Divides a checked row by its f64 sum, which must lie within
+/// [`NORMALISATION_TOLERANCE`] of 1.
+fn normalise(mut out: Vec<f64>, row: usize) -> Result<Vec<f64>, MechanismError> {
     let sum: f64 = out.iter().sum();
     // Entries are finite, so the sum is finite (or +∞ on overflow, which fails too).
     if sum.is_nan() || (sum - 1.0).abs() > NORMALISATION_TOLERANCE {

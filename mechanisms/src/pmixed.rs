@@ -184,7 +184,7 @@ impl<'a> Projector<'a> {
         let order = Order::new(alpha_c)?;
         Ok(Projector {
             ensemble,
-            public: ValidatedRow::new(ensemble.public())?,
+            public: ensemble.public_row(),
             order,
             enforced: radius * (1.0 - EVALUATOR_MARGIN),
         })
@@ -192,8 +192,8 @@ impl<'a> Projector<'a> {
 
     /// Member `i`'s projection toward p₀.
     fn solve(&self, i: usize) -> Result<Solution, MechanismError> {
-        Ok(PmixedProjection::with_public(
-            self.ensemble.member(i),
+        Ok(PmixedProjection::from_rows(
+            &self.ensemble.member_row(i),
             &self.public,
             self.order,
             self.enforced,

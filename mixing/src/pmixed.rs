@@ -88,6 +88,25 @@ impl<'a> PmixedProjection<'a> {
         })
     }
 
+    /// From a private and a public row both validated beforehand
+    /// (`privmix_renyi::ValidatedRows`: the rows of an ensemble, solved against every
+    /// token); bitwise the same projection as [`PmixedProjection::new`] on their slices.
+    pub fn from_rows(
+        private: &ValidatedRow<'a>,
+        public: &ValidatedRow<'a>,
+        alpha: Order,
+        bound: f64,
+    ) -> Result<Self, MixingError> {
+        check_bound(bound)?;
+        let path = SymmetricMixture::from_rows(private, public, alpha)?;
+        Ok(PmixedProjection {
+            path,
+            private: private.row(),
+            public: public.row(),
+            bound,
+        })
+    }
+
     /// `Dsym(λp_i + (1−λ)p₀, p₀)` as evaluated by `privmix_renyi::SymmetricMixture`.
     /// Errors for λ outside [0, 1] or NaN.
     pub fn constraint(&self, lambda: f64) -> Result<f64, MixingError> {

@@ -274,6 +274,9 @@ fn public_validated_once_gives_the_same_projection() {
         let old = PmixedProjection::new(&p, &q, order(alpha), 1.5).unwrap();
         let new = PmixedProjection::with_public(&p, &public, order(alpha), 1.5).unwrap();
         assert_eq!(old.solve().unwrap(), new.solve().unwrap(), "α = {alpha}");
+        let private = ValidatedRow::new(&p).unwrap();
+        let rows = PmixedProjection::from_rows(&private, &public, order(alpha), 1.5).unwrap();
+        assert_eq!(old.solve().unwrap(), rows.solve().unwrap(), "α = {alpha}");
     }
     // The private row is still validated, and the lengths checked.
     let bad = vec![0.5; 300];
@@ -281,4 +284,6 @@ fn public_validated_once_gives_the_same_projection() {
     let short = distribution(299, 1, 2.0);
     assert!(PmixedProjection::with_public(&short, &public, order(2.0), 1.0).is_err());
     assert!(ValidatedRow::new(&bad).is_err());
+    let short = ValidatedRow::new(&short).unwrap();
+    assert!(PmixedProjection::from_rows(&short, &public, order(2.0), 1.0).is_err());
 }

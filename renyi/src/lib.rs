@@ -84,6 +84,7 @@ mod mixture_log;
 mod mixture_max;
 mod order;
 mod ratio;
+mod rows;
 mod scalar;
 pub mod simd;
 mod validate;
@@ -92,6 +93,7 @@ pub use batched::{Direction, batched_divergence};
 pub use error::{RenyiError, Result};
 pub use mixture::{MixturePath, SymmetricMixture, SymmetricValue, ValidatedRow, ValueAndSlope};
 pub use order::Order;
+pub use rows::ValidatedRows;
 pub use scalar::{
     divergence, divergence_log, kl_divergence, kl_divergence_log, symmetric_divergence,
     symmetric_divergence_log,

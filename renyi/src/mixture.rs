@@ -153,6 +153,17 @@ impl<'a> ValidatedRow<'a> {
     pub fn row(&self) -> &'a [f64] {
         self.row
     }
+
+    /// A row and the summary its validation produced ([`crate::ValidatedRows`] keeps
+    /// both).
+    pub(crate) fn from_parts(row: &'a [f64], summary: ProbSummary) -> Self {
+        ValidatedRow { row, summary }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn summary(&self) -> ProbSummary {
+        self.summary
+    }
 }
 
 /// Both directions of the PMixED constraint at one λ.
@@ -208,6 +219,14 @@ impl<'a> SymmetricMixture<'a> {
         let alpha = alpha.checked()?;
         let sp = validate::probabilities(p)?;
         Self::build(p, q.row, alpha, sp, q.summary)
+    }
+
+    /// From two rows validated beforehand (many solves against the same rows pay for
+    /// their validation once); validates the length and `alpha`. Bitwise the same as
+    /// [`SymmetricMixture::new`] on the rows' slices.
+    pub fn from_rows(p: &ValidatedRow<'a>, q: &ValidatedRow<'a>, alpha: Order) -> Result<Self> {
+        let alpha = alpha.checked()?;
+        Self::build(p.row, q.row, alpha, p.summary, q.summary)
     }
 
     fn build(
