@@ -15,7 +15,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use privmix_accountant::Orders;
 use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, Pmixed, PmixedConfig, PrivacyRng,
-    Unbudgeted,
+    Rows, Unbudgeted,
 };
 use privmix_renyi::{Order, symmetric_divergence};
 use rand::SeedableRng;
@@ -39,7 +39,8 @@ fn softmax(logits: &[f64]) -> Vec<f64> {
     w.into_iter().map(|x| x / s).collect()
 }
 
-fn ensemble() -> Ensemble {
+/// The public row and the N member rows (row-major), as a model runtime hands them over.
+fn rows() -> (Vec<f64>, Vec<f64>) {
     let mut rng = ChaCha20Rng::seed_from_u64(2024);
     let wide = Normal::new(0.0, 3.0).unwrap();
     let narrow = Normal::new(0.0, 1.0).unwrap();
@@ -50,7 +51,7 @@ fn ensemble() -> Ensemble {
         let l: Vec<f64> = base.iter().map(|b| b + narrow.sample(&mut rng)).collect();
         members.extend(softmax(&l));
     }
-    Ensemble::from_probabilities(&public, &members).unwrap()
+    (public, members)
 }
 
 /// The reference code's λ: check λ = 1, else 20 halvings of [0, 1], returning the
@@ -138,7 +139,8 @@ fn streaming_pass(e: &Ensemble) -> f64 {
 }
 
 fn benches(c: &mut Criterion) {
-    let e = ensemble();
+    let (public, members) = rows();
+    let e = Ensemble::from_probabilities(&public, &members).unwrap();
     let orders = Orders::new(vec![ALPHA]).unwrap();
     let radius = 0.2 * ALPHA; // the paper's β = 0.2 at α = 18
 
@@ -174,6 +176,23 @@ fn benches(c: &mut Criterion) {
     });
     group.bench_function("part_leave_one_out", |b| {
         b.iter(|| black_box(ada.data_dependent_losses(&e, &answer, &[ALPHA]).unwrap()))
+    });
+    // Not part of a step: checking and converting the rows a runtime hands over
+    // (once per token, shared by every mechanism run on them).
+    group.bench_function("ensemble_new", |b| {
+        b.iter(|| black_box(Ensemble::from_probabilities(&public, &members).unwrap()))
+    });
+    let mut reused = Some(e.clone());
+    group.bench_function("ensemble_renew", |b| {
+        b.iter(|| {
+            let next = reused
+                .take()
+                .unwrap()
+                .renew(Rows::ProbF64(&public), Rows::ProbF64(&members))
+                .unwrap();
+            black_box(next.len());
+            reused = Some(next);
+        })
     });
     group.bench_function("straightforward_adapmixed", |b| {
         b.iter(|| black_box(straightforward_adapmixed(&e, radius)))

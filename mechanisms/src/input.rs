@@ -66,6 +66,27 @@ impl Ensemble {
     /// Zero members are allowed here (the public-only baseline); mechanisms that
     /// need members return [`MechanismError::EmptyEnsemble`].
     pub fn new(public: Rows<'_>, members: Rows<'_>) -> Result<Self, MechanismError> {
+        Self::build(public, members, Vec::new(), Vec::new())
+    }
+
+    /// [`Ensemble::new`] for the next token, reusing this ensemble's buffers: a
+    /// runtime that builds an ensemble every step then allocates (and the kernel
+    /// zero-fills) nothing new. On error the buffers are dropped.
+    pub fn renew(self, public: Rows<'_>, members: Rows<'_>) -> Result<Self, MechanismError> {
+        Self::build(
+            public,
+            members,
+            self.public.into_data(),
+            self.members.into_data(),
+        )
+    }
+
+    fn build(
+        public: Rows<'_>,
+        members: Rows<'_>,
+        mut public_buf: Vec<f64>,
+        mut members_buf: Vec<f64>,
+    ) -> Result<Self, MechanismError> {
         let vocab = public.len();
         if vocab == 0 {
             return Err(MechanismError::EmptyVocabulary);
@@ -77,19 +98,22 @@ impl Ensemble {
                 vocab,
             });
         }
-        let public = convert_row(public, 0)?;
-        // Rows are converted in parallel; each row's arithmetic is that of
-        // `convert_row` alone, so the result does not depend on the thread count.
-        let members = (0..members.len() / vocab)
-            .into_par_iter()
-            .map(|m| convert_row(members.slice(m * vocab, vocab), m + 1))
+        public_buf.resize(vocab, 0.0);
+        convert_row(public, 0, &mut public_buf)?;
+        // Rows are converted in parallel, each into its own slice of one buffer;
+        // each row's arithmetic is that of `convert_row` alone, so the result does
+        // not depend on the thread count. The first bad row (in order) is reported.
+        members_buf.resize(members.len(), 0.0);
+        members_buf
+            .par_chunks_mut(vocab)
+            .enumerate()
+            .map(|(m, out)| convert_row(members.slice(m * vocab, vocab), m + 1, out))
             .collect::<Vec<_>>()
             .into_iter()
-            .collect::<Result<Vec<_>, _>>()?
-            .concat();
+            .collect::<Result<Vec<()>, _>>()?;
         Ok(Self {
-            public: ValidatedRows::new(public, vocab)?,
-            members: ValidatedRows::new(members, vocab)?,
+            public: ValidatedRows::new(public_buf, vocab)?,
+            members: ValidatedRows::new(members_buf, vocab)?,
         })
     }
 
@@ -148,88 +172,142 @@ impl Ensemble {
     }
 }
 
-/// One row converted to f64 probabilities: checked (finite, non-negative, or for
-/// log rows not NaN and not positive), summed in order, and divided by its sum.
-fn convert_row(row: Rows<'_>, index: usize) -> Result<Vec<f64>, MechanismError> {
-    let out = match row {
-        Rows::ProbF32(r) => probabilities(r.iter().map(|&x| f64::from(x)), r.len(), index)?,
-        Rows::ProbF64(r) => probabilities(r.iter().copied(), r.len(), index)?,
-        Rows::LogProbF32(r) => log_probabilities(r.iter().map(|&x| f64::from(x)), index)?,
-        Rows::LogProbF64(r) => log_probabilities(r.iter().copied(), index)?,
+/// One row converted to f64 probabilities in `out` (of the row's length): checked
+/// (finite and non-negative, or for log rows not NaN and not positive), summed, and
+/// divided by its sum, which must lie within [`NORMALISATION_TOLERANCE`] of 1.
+fn convert_row(row: Rows<'_>, index: usize, out: &mut [f64]) -> Result<(), MechanismError> {
+    let sum = match row {
+        Rows::ProbF32(r) => probabilities(r, index, out)?,
+        Rows::ProbF64(r) => probabilities(r, index, out)?,
+        Rows::LogProbF32(r) => log_probabilities(r.iter().map(|&x| f64::from(x)), index, out)?,
+        Rows::LogProbF64(r) => log_probabilities(r.iter().copied(), index, out)?,
     };
-    normalise(out, index)
-}
-
-/// Probability entries, copied after one check pass that finds the first bad entry
-/// only when the branch-free screen (a non-finite sum or a negative minimum) says
-/// there is one.
-fn probabilities(
-    values: impl Iterator<Item = f64> + Clone,
-    len: usize,
-    row: usize,
-) -> Result<Vec<f64>, MechanismError> {
-    let (sum, min) = values
-        .clone()
-        .fold((0.0_f64, 0.0_f64), |(s, m), x| (s + x, m.min(x)));
-    if !sum.is_finite() || min < 0.0 {
-        for (index, value) in values.clone().enumerate() {
-            if !value.is_finite() {
-                return Err(MechanismError::NonFinite { row, index, value });
-            }
-            if value < 0.0 {
-                return Err(MechanismError::Negative { row, index, value });
-            }
-        }
-    }
-    let mut out = Vec::with_capacity(len);
-    out.extend(values);
-    Ok(out)
-}
-
-/// Log-probability entries exponentiated: −∞ is a valid log-probability (zero);
-/// NaN and +∞ are not, and a positive one is a probability above 1.
-fn log_probabilities(
-    values: impl Iterator<Item = f64>,
-    row: usize,
-) -> Result<Vec<f64>, MechanismError> {
-    values
-        .enumerate()
-        .map(|(index, x)| {
-            if x.is_nan() || x == f64::INFINITY {
-                Err(MechanismError::NonFinite {
-                    row,
-                    index,
-                    value: x,
-                })
-            } else if x > 0.0 {
-                Err(MechanismError::Negative {
-                    row,
-                    index,
-                    value: -x,
-                })
-            } else {
-                Ok(x.exp())
-            }
-        })
-        .collect()
-}
-
-/// Divides a checked row by its f64 sum, which must lie within
-/// [`NORMALISATION_TOLERANCE`] of 1.
-fn normalise(mut out: Vec<f64>, row: usize) -> Result<Vec<f64>, MechanismError> {
-    let sum: f64 = out.iter().sum();
     // Entries are finite, so the sum is finite (or +∞ on overflow, which fails too).
     if sum.is_nan() || (sum - 1.0).abs() > NORMALISATION_TOLERANCE {
         return Err(MechanismError::NotNormalised {
-            row,
+            row: index,
             sum,
             tolerance: NORMALISATION_TOLERANCE,
         });
     }
-    for p in &mut out {
-        *p /= sum;
+    pulp::Arch::new().dispatch(Divide(out, sum));
+    Ok(())
+}
+
+/// Lanes of the conversion's sums: a fixed summation order whatever the vector width.
+const LANES: usize = 8;
+
+/// Probability entries widened into `out`, in one pass that also forms their sum
+/// (in [`LANES`] interleaved partial sums) and their minimum; the first bad entry is
+/// looked for only when that screen (a non-finite sum or a negative minimum) says
+/// there is one. Returns the sum.
+fn probabilities<T: Copy + Into<f64> + Send + Sync>(
+    row: &[T],
+    index: usize,
+    out: &mut [f64],
+) -> Result<f64, MechanismError> {
+    let (sum, min) = pulp::Arch::new().dispatch(Widen(row, out));
+    if !sum.is_finite() || min < 0.0 {
+        for (i, &value) in out.iter().enumerate() {
+            if !value.is_finite() {
+                return Err(MechanismError::NonFinite {
+                    row: index,
+                    index: i,
+                    value,
+                });
+            }
+            if value < 0.0 {
+                return Err(MechanismError::Negative {
+                    row: index,
+                    index: i,
+                    value,
+                });
+            }
+        }
     }
-    Ok(out)
+    Ok(sum)
+}
+
+/// The pass of [`probabilities`], compiled for the CPU's widest vectors.
+struct Widen<'a, T>(&'a [T], &'a mut [f64]);
+
+impl<T: Copy + Into<f64>> pulp::WithSimd for Widen<'_, T> {
+    type Output = (f64, f64);
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> (f64, f64) {
+        let Widen(row, out) = self;
+        let (mut sum, mut min) = ([0.0_f64; LANES], [0.0_f64; LANES]);
+        let mut blocks = out.chunks_exact_mut(LANES);
+        let mut entries = row.chunks_exact(LANES);
+        for (o, r) in (&mut blocks).zip(&mut entries) {
+            for j in 0..LANES {
+                let v: f64 = r[j].into();
+                o[j] = v;
+                sum[j] += v;
+                min[j] = if v < min[j] { v } else { min[j] };
+            }
+        }
+        for (j, (o, &r)) in blocks
+            .into_remainder()
+            .iter_mut()
+            .zip(entries.remainder())
+            .enumerate()
+        {
+            let v: f64 = r.into();
+            *o = v;
+            sum[j] += v;
+            min[j] = if v < min[j] { v } else { min[j] };
+        }
+        let total =
+            ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
+        (total, min.into_iter().fold(0.0, f64::min))
+    }
+}
+
+/// `out /= sum`, compiled for the CPU's widest vectors.
+struct Divide<'a>(&'a mut [f64], f64);
+
+impl pulp::WithSimd for Divide<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let Divide(out, sum) = self;
+        for p in out.iter_mut() {
+            *p /= sum;
+        }
+    }
+}
+
+/// Log-probability entries exponentiated into `out`: −∞ is a valid log-probability
+/// (zero); NaN and +∞ are not, and a positive one is a probability above 1. Returns
+/// the sum of the probabilities.
+fn log_probabilities(
+    values: impl Iterator<Item = f64>,
+    row: usize,
+    out: &mut [f64],
+) -> Result<f64, MechanismError> {
+    let mut sum = 0.0;
+    for (index, (x, o)) in values.zip(out.iter_mut()).enumerate() {
+        if x.is_nan() || x == f64::INFINITY {
+            return Err(MechanismError::NonFinite {
+                row,
+                index,
+                value: x,
+            });
+        }
+        if x > 0.0 {
+            return Err(MechanismError::Negative {
+                row,
+                index,
+                value: -x,
+            });
+        }
+        *o = x.exp();
+        sum += *o;
+    }
+    Ok(sum)
 }
 
 #[cfg(test)]
@@ -282,6 +360,58 @@ mod tests {
             Ensemble::new(Rows::LogProbF64(&logs), Rows::ProbF64(&p)),
             Err(MechanismError::Negative { row: 0, .. })
         ));
+    }
+
+    #[test]
+    fn renew_equals_new_and_checks_the_same() {
+        let public = [0.5, 0.25, 0.25];
+        let a = [0.2, 0.3, 0.5, 0.6, 0.2, 0.2];
+        let b: Vec<f32> = vec![0.1, 0.1, 0.8];
+        let first = Ensemble::from_probabilities(&public, &a).unwrap();
+        // Fewer members and f32 rows this time: the buffers shrink and are refilled.
+        let renewed = first
+            .clone()
+            .renew(Rows::ProbF64(&public), Rows::ProbF32(&b))
+            .unwrap();
+        assert_eq!(
+            renewed,
+            Ensemble::new(Rows::ProbF64(&public), Rows::ProbF32(&b)).unwrap()
+        );
+        assert_eq!(renewed.len(), 1);
+        assert!(matches!(
+            first.renew(
+                Rows::ProbF64(&public),
+                Rows::ProbF64(&[0.5, 0.5, -0.1, 0.1])
+            ),
+            Err(MechanismError::LengthMismatch { .. })
+        ));
+        let bad = [0.5, 0.5, 0.0, 0.7, f64::NAN, -0.2];
+        assert!(matches!(
+            renewed.renew(Rows::ProbF64(&public), Rows::ProbF64(&bad)),
+            Err(MechanismError::NonFinite {
+                row: 2,
+                index: 1,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn long_rows_are_checked_entry_by_entry() {
+        // Past the vector blocks: the first bad entry is named wherever it is.
+        let v = 37;
+        let public = vec![1.0 / v as f64; v];
+        for bad in [0, 7, 8, 35, 36] {
+            let mut row = public.clone();
+            row[bad] = -1e-3;
+            row[(bad + 1) % v] += 1e-3;
+            match Ensemble::from_probabilities(&public, &row) {
+                Err(MechanismError::Negative { row: 1, index, .. }) => assert_eq!(index, bad),
+                other => panic!("entry {bad}: {other:?}"),
+            }
+        }
+        let e = Ensemble::from_probabilities(&public, &public).unwrap();
+        assert!((e.member(0).iter().sum::<f64>() - 1.0).abs() < 1e-15);
     }
 
     #[test]

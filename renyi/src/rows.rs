@@ -87,6 +87,11 @@ impl ValidatedRows {
         &self.data
     }
 
+    /// The rows' buffer, for reuse (its summaries are dropped).
+    pub fn into_data(self) -> Vec<f64> {
+        self.data
+    }
+
     /// The same rows without row `i` (the others keep their summaries: nothing is
     /// validated again). Panics if `i ≥ len()`, like `Vec::remove`.
     pub fn without_row(&self, i: usize) -> Self {
