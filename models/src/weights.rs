@@ -321,7 +321,7 @@ impl WeightSource {
         }
         let Some(q) = crate::layers::quantized::QuantizedWeight::from_ggml(
             info.ggml_type,
-            file.tensor_bytes(&gname)?,
+            &file.tensor_bytes(&gname)?,
             out,
             inp,
         )?

@@ -241,3 +241,71 @@ fn every_truncation_is_a_typed_error() {
         assert!(GgufFile::parse(bytes[..cut].to_vec()).is_err(), "cut {cut}");
     }
 }
+
+/// A scratch file for `open`, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(tag: &str) -> Self {
+        let name = format!("privmix-gguf-{tag}-{}.gguf", std::process::id());
+        TempFile(std::env::temp_dir().join(name))
+    }
+    fn write(&self, bytes: &[u8]) -> &std::path::Path {
+        std::fs::write(&self.0, bytes).unwrap();
+        &self.0
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn open_reads_what_parse_reads_one_tensor_at_a_time() {
+    let mut b = two_f32_tensors(32);
+    // A string longer than the first header prefix (64 bytes in tests): re-reads.
+    b.kvs
+        .push(("general.name".into(), 8, gguf_str(&"x".repeat(300))));
+    let mut bytes = b.build();
+    let n = bytes.len();
+    for (i, byte) in bytes[n - 64..].iter_mut().enumerate() {
+        *byte = i as u8;
+    }
+    let tmp = TempFile::new("open");
+    let opened = GgufFile::open(tmp.write(&bytes)).unwrap();
+    let parsed = GgufFile::parse(bytes.clone()).unwrap();
+    assert_eq!(opened.metadata, parsed.metadata);
+    assert_eq!(opened.tensors, parsed.tensors);
+    assert_eq!(opened.data_start, parsed.data_start);
+    for t in &parsed.tensors {
+        assert_eq!(
+            opened.tensor_bytes(&t.name).unwrap(),
+            parsed.tensor_bytes(&t.name).unwrap()
+        );
+        let (a, b) = (opened.tensor_f32(&t.name), parsed.tensor_f32(&t.name));
+        assert_eq!(
+            a.unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            b.unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
+    }
+    // Every truncation gives `parse`'s error.
+    for cut in 0..n {
+        let got = GgufFile::open(tmp.write(&bytes[..cut])).err();
+        assert_eq!(
+            got,
+            GgufFile::parse(bytes[..cut].to_vec()).err(),
+            "cut {cut}"
+        );
+    }
+    // A file cut short after it was opened: an I/O error naming the file.
+    let f = GgufFile::open(tmp.write(&bytes)).unwrap();
+    tmp.write(&bytes[..n - 8]);
+    assert!(matches!(f.tensor_bytes("y"), Err(GgufError::Io { .. })));
+    assert!(matches!(f.tensor_f32("y"), Err(GgufError::Io { .. })));
+    assert!(matches!(
+        GgufFile::open(tmp.0.with_extension("missing")),
+        Err(GgufError::Io { .. })
+    ));
+}
