@@ -27,7 +27,9 @@
 //! probabilities) and their `_log` variants (log-probabilities); [`batched_divergence`]
 //! (N rows against one reference, parallel, exp/log-free for integer α); and
 //! [`MixturePath`] / [`SymmetricMixture`], the value and λ-derivative of the divergence
-//! along `λp + (1−λ)q`, for λ solvers.
+//! along `λp + (1−λ)q`, for λ solvers. [`ValidatedRows`] keeps rows validated once with
+//! what validation learnt, so that solves repeated against them (every member of an
+//! ensemble, every token) skip their validation pass.
 //!
 //! ## What is computed
 //!
