@@ -23,7 +23,7 @@
 //! (a few ulps per term, amplified at most α-fold); AdaPMixED's additive
 //! allowance covers that.
 
-use privmix_renyi::simd::pow_vectors;
+use privmix_renyi::simd::{pow_vectors, warm};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -239,6 +239,8 @@ impl WithSimd for ChunkPass<'_> {
                 simd.splat_f64s(1.0 - lambdas[i]),
             );
             let (mut racc, mut tmin, mut dom) = (zero, simd.splat_f64s(f64::INFINITY), zero);
+            // The member's slice is a short stream: fetch it with many misses in flight.
+            warm(row);
             {
                 let tv = S::as_mut_simd_f64s(&mut t).0;
                 for v in 0..sv.len() {

@@ -120,6 +120,8 @@ impl RatioTable {
         if sp.min_positive < RATIO_PATH_MIN || sq.min_positive < RATIO_PATH_MIN {
             return None;
         }
+        // `p` is usually a fresh row (a member's), `q` shared and in cache.
+        crate::simd::warm(p);
         let mut r = vec![1.0; p.len()];
         let (lo, hi, ps, qs, off) = pulp::Arch::new().dispatch(Ratios { p, q, r: &mut r });
         let (r_min, r_max) = (lo, hi);
