@@ -115,10 +115,8 @@ impl GgufFile {
     /// would need `unsafe`, which this workspace denies.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref();
-        let io = |e: std::io::Error| GgufError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        };
+        let shown = path.display().to_string();
+        let io = io_error(&shown);
         let mut file = File::open(path).map_err(io)?;
         let file_len = file.metadata().map_err(io)?.len();
         // The header's size is not known before it is parsed: parse a prefix, and
@@ -147,7 +145,7 @@ impl GgufFile {
             header,
             Data::File {
                 file: Arc::new(Mutex::new(file)),
-                path: path.display().to_string(),
+                path: shown,
             },
         ))
     }
@@ -193,20 +191,11 @@ impl GgufFile {
                 Ok(Cow::Borrowed(&bytes[start..start + info.n_bytes as usize]))
             }
             Data::File { file, path } => {
-                let io = |e: std::io::Error| GgufError::Io {
-                    path: path.clone(),
-                    message: e.to_string(),
-                };
                 let n = usize::try_from(info.n_bytes).map_err(|_| GgufError::SizeOverflow {
                     what: format!("data of tensor {name:?}"),
                 })?;
                 let mut out = vec![0u8; n];
-                // A poisoned lock only means another reader panicked mid-read; the
-                // seek below resets the position, so the handle is still usable.
-                let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
-                file.seek(SeekFrom::Start(start)).map_err(io)?;
-                // A file cut short since it was opened is an I/O error here.
-                file.read_exact(&mut out).map_err(io)?;
+                read_at(file, path, start, &mut out)?;
                 Ok(Cow::Owned(out))
             }
         }
@@ -231,25 +220,37 @@ impl GgufFile {
         // The header check made n_bytes = (n_elements / block) · block_bytes.
         let blocks_per_chunk = (DEQUANTISE_CHUNK / block_bytes).max(1);
         let n_blocks = info.n_bytes / block_bytes;
-        let io = |e: std::io::Error| GgufError::Io {
-            path: path.clone(),
-            message: e.to_string(),
-        };
+        let start = self.data_start + info.offset;
         let mut out = Vec::with_capacity(info.n_elements as usize);
         let mut bytes = Vec::new();
-        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
-        file.seek(SeekFrom::Start(self.data_start + info.offset))
-            .map_err(io)?;
         let mut done = 0;
         while done < n_blocks {
             let blocks = blocks_per_chunk.min(n_blocks - done);
             bytes.resize((blocks * block_bytes) as usize, 0);
-            file.read_exact(&mut bytes).map_err(io)?;
+            read_at(file, path, start + done * block_bytes, &mut bytes)?;
             out.extend(dequantize(ty, &bytes, blocks * block)?);
             done += blocks;
         }
         Ok(out)
     }
+}
+
+/// An I/O error on the file shown as `path`, as a [`GgufError::Io`].
+fn io_error(path: &str) -> impl Fn(std::io::Error) -> GgufError + Copy + '_ {
+    move |e| GgufError::Io {
+        path: path.to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Fills `out` with the file's bytes from `start` on. A file cut short since it was
+/// opened is an I/O error here, never a panic.
+fn read_at(file: &Mutex<File>, path: &str, start: u64, out: &mut [u8]) -> Result<(), GgufError> {
+    // A poisoned lock only means another reader panicked mid-read; the seek below
+    // resets the position, so the handle is still usable.
+    let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+    file.seek(SeekFrom::Start(start)).map_err(io_error(path))?;
+    file.read_exact(out).map_err(io_error(path))
 }
 
 /// Everything before the data section.
