@@ -11,7 +11,11 @@
 //! argmax (greedy generation; after a warm-up of 4 steps). Threads of the CPU
 //! backend: `RAYON_NUM_THREADS`. Peak memory: `VmHWM` of /proc/self/status
 //! after load, prefill and decode, beside the model's weights in f32 (sum of
-//! the GGUF tensors' elements × 4 bytes).
+//! the GGUF tensors' elements × 4 bytes); also the resident size once the
+//! backend has started (before any weight) and after the load. Last, after
+//! the peak was read, the time of one streaming read of a buffer the size of
+//! the f32 weights (`f32_weights_read_s`) and its inverse: the decode speed
+//! no engine reading f32 weights can exceed on this machine.
 
 use std::time::Instant;
 
@@ -19,6 +23,7 @@ use burn::tensor::backend::Backend;
 use privmix_models::gguf::GgufFile;
 use privmix_models::runtime::to_vec;
 use privmix_models::{Batch, LanguageModel, Model};
+use rayon::prelude::*;
 
 fn argmax(row: &[f32]) -> u32 {
     let mut best = 0;
@@ -35,12 +40,45 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-/// Peak resident set size in bytes (`VmHWM`), if the kernel reports it.
-fn vm_hwm_bytes() -> Option<u64> {
+/// A `/proc/self/status` size in bytes (`VmHWM`, `VmRSS`), if the kernel reports it.
+fn status_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Peak resident set size in bytes (`VmHWM`), if the kernel reports it.
+fn vm_hwm_bytes() -> Option<u64> {
+    status_bytes("VmHWM:")
+}
+
+/// Seconds one streaming read of `bytes` of f32 values takes on rayon's
+/// threads (median of 3 after a warm-up): the floor of a decode step of an
+/// engine that keeps its weights in f32, since every step multiplies by
+/// every weight once. Sixteen independent partial sums per task, so that
+/// the read, not an add chain, bounds it.
+fn f32_read_seconds(bytes: u64) -> f64 {
+    let buffer: Vec<f32> = (0..bytes / 4).map(|i| (i % 7) as f32).collect();
+    let read = || {
+        let t = Instant::now();
+        let sum: f32 = buffer
+            .par_chunks(1 << 16)
+            .map(|chunk| {
+                let mut acc = [0.0f32; 16];
+                for v in chunk.chunks_exact(16) {
+                    for (a, x) in acc.iter_mut().zip(v) {
+                        *a += x;
+                    }
+                }
+                acc.iter().sum::<f32>()
+            })
+            .sum();
+        std::hint::black_box(sum);
+        t.elapsed().as_secs_f64()
+    };
+    read();
+    median((0..3).map(|_| read()).collect())
 }
 
 fn run<B: Backend>(
@@ -50,9 +88,16 @@ fn run<B: Backend>(
     decode_len: usize,
 ) -> Result<String, String> {
     let device = B::Device::default();
+    // The runtime before any weight: one tiny tensor written and read back
+    // starts the device (on wgpu: the Vulkan driver, its JIT, cubecl's pools).
+    let probe = burn::tensor::Tensor::<B, 1>::from_floats([1.0f32], &device);
+    to_vec(probe).map_err(|e| e.to_string())?;
+    let runtime_rss = status_bytes("VmRSS:");
     let t = Instant::now();
     let model = Model::<B>::load(path, &device).map_err(|e| format!("load {path}: {e}"))?;
     let load_s = t.elapsed().as_secs_f64();
+    let load_peak = vm_hwm_bytes();
+    let loaded_rss = status_bytes("VmRSS:");
     let vocab = model.vocab_size();
     let prompt: Vec<u32> = (0..prompt_len)
         .map(|i| ((100 + 37 * i) % vocab) as u32)
@@ -95,9 +140,10 @@ fn run<B: Backend>(
     let decode_s = t.elapsed().as_secs_f64();
     let peak = vm_hwm_bytes();
 
-    // After the peak was read: the GGUF parser holds the file in memory.
     let file = GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
     let f32_bytes: u64 = file.tensors.iter().map(|t| t.n_elements * 4).sum();
+    // After the peak was read: this allocates the f32 weights' size again.
+    let f32_read_s = f32_read_seconds(f32_bytes);
     Ok(serde_json::json!({
         "engine": "privmix",
         "backend": backend,
@@ -109,9 +155,14 @@ fn run<B: Backend>(
         "decode_tokens": decode_len,
         "decode_s": decode_s,
         "decode_tok_s": decode_len as f64 / decode_s,
+        "runtime_rss_bytes": runtime_rss,
+        "load_peak_bytes": load_peak,
+        "loaded_rss_bytes": loaded_rss,
         "vm_hwm_bytes": peak,
         "f32_weight_bytes": f32_bytes,
         "peak_over_f32_weights": peak.map(|p| p as f64 / f32_bytes as f64),
+        "f32_weights_read_s": f32_read_s,
+        "f32_decode_ceiling_tok_s": 1.0 / f32_read_s,
     })
     .to_string())
 }

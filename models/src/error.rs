@@ -71,6 +71,9 @@ pub enum ModelError {
     /// A tokenizer could not be loaded or failed on its input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The backend's device failed (a lost device, a failed submission).
+    #[error("device: {0}")]
+    Device(String),
 }
 
 impl ModelError {

@@ -165,7 +165,7 @@ impl<B: Backend> LanguageModel<B> for Gemma<B> {
         self.device.clone()
     }
 
-    fn forward(
+    fn forward_hidden(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
@@ -219,10 +219,14 @@ impl<B: Backend> LanguageModel<B> for Gemma<B> {
                 None => m,
             };
         }
-        let logits = self.lm_head.forward_base(self.norm.forward(x));
-        Ok(match c.final_logit_softcapping {
+        Ok(self.norm.forward(x))
+    }
+
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        let logits = self.lm_head.forward_base(hidden);
+        match self.config.final_logit_softcapping {
             Some(cap) => soft_cap(logits, cap),
             None => logits,
-        })
+        }
     }
 }

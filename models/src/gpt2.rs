@@ -213,7 +213,7 @@ impl<B: Backend> LanguageModel<B> for Gpt2<B> {
         self.device.clone()
     }
 
-    fn forward(
+    fn forward_hidden(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
@@ -263,6 +263,10 @@ impl<B: Backend> LanguageModel<B> for Gpt2<B> {
                 .c_proj
                 .forward(up, site(Projection::MlpCProj), delta);
         }
-        Ok(self.lm_head.forward_base(self.ln_f.forward(x)))
+        Ok(self.ln_f.forward(x))
+    }
+
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.lm_head.forward_base(hidden)
     }
 }

@@ -289,7 +289,7 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
         self.device.clone()
     }
 
-    fn forward(
+    fn forward_hidden(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
@@ -323,6 +323,10 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
                 .down
                 .forward(gate * up, site(Projection::Down), delta);
         }
-        Ok(self.lm_head.forward_base(self.norm.forward(x)))
+        Ok(self.norm.forward(x))
+    }
+
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.lm_head.forward_base(hidden)
     }
 }

@@ -61,6 +61,18 @@ impl<B: Backend> Model<B> {
     }
 }
 
+impl<B: Backend> Model<B> {
+    /// Runs `f` on rayon's hot pool on plain burn-flex (see
+    /// [`crate::runtime::on_hot_pool`]), directly elsewhere.
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        if crate::runtime::is_plain_flex::<B>() {
+            crate::runtime::on_hot_pool(f)
+        } else {
+            f()
+        }
+    }
+}
+
 impl<B: Backend> LanguageModel<B> for Model<B> {
     fn vocab_size(&self) -> usize {
         match self {
@@ -86,21 +98,51 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         }
     }
 
+    fn forward_hidden(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        self.run(|| match self {
+            Self::Gpt2(m) => m.forward_hidden(batch, cache, delta),
+            Self::Llama(m) => m.forward_hidden(batch, cache, delta),
+            Self::Gemma(m) => m.forward_hidden(batch, cache, delta),
+        })
+    }
+
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.run(|| match self {
+            Self::Gpt2(m) => m.head(hidden),
+            Self::Llama(m) => m.head(hidden),
+            Self::Gemma(m) => m.head(hidden),
+        })
+    }
+
+    // The whole pass on the hot pool at once, not its two halves one by one.
     fn forward(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
-        let mut run = || match self {
+        self.run(|| match self {
             Self::Gpt2(m) => m.forward(batch, cache, delta),
             Self::Llama(m) => m.forward(batch, cache, delta),
             Self::Gemma(m) => m.forward(batch, cache, delta),
-        };
-        if crate::runtime::is_plain_flex::<B>() {
-            crate::runtime::on_hot_pool(run)
-        } else {
-            run()
-        }
+        })
+    }
+
+    fn logits_last(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 2>, ModelError> {
+        self.run(|| match self {
+            Self::Gpt2(m) => m.logits_last(batch, cache, delta),
+            Self::Llama(m) => m.logits_last(batch, cache, delta),
+            Self::Gemma(m) => m.logits_last(batch, cache, delta),
+        })
     }
 }

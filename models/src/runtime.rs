@@ -141,6 +141,24 @@ pub trait LanguageModel<B: Backend> {
     fn device(&self) -> B::Device;
 
     /// Runs the tokens of `batch` after whatever `cache` holds, appends them
+    /// to the cache, and returns the final hidden states (after the last
+    /// norm) at every position, `[rows, len, hidden]` (rows at padding
+    /// positions are meaningless). `delta` adds adapter outputs to the
+    /// linear projections.
+    fn forward_hidden(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 3>, ModelError>;
+
+    /// The output head: logits of final hidden states, `[rows, len, hidden]`
+    /// → `[rows, len, vocab]` (with the final soft-capping where the model
+    /// has one). Position by position, so it may be applied to any subset of
+    /// the positions [`LanguageModel::forward_hidden`] returned.
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3>;
+
+    /// Runs the tokens of `batch` after whatever `cache` holds, appends them
     /// to the cache, and returns logits for every position,
     /// `[rows, len, vocab]` (rows at padding positions are meaningless).
     /// `delta` adds adapter outputs to the linear projections.
@@ -149,7 +167,9 @@ pub trait LanguageModel<B: Backend> {
         batch: &Batch,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
-    ) -> Result<Tensor<B, 3>, ModelError>;
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        Ok(self.head(self.forward_hidden(batch, cache, delta)?))
+    }
 
     /// An empty cache for `rows` rows.
     fn new_cache(&self, rows: usize) -> KvCache<B> {
@@ -177,8 +197,13 @@ pub trait LanguageModel<B: Backend> {
                     .ok_or_else(|| ModelError::bad_input(format!("row {r} has no real token")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let logits = self.forward(batch, cache, delta)?;
-        Ok(select_positions(logits, &last))
+        // The head only where it is read: over a prompt of n tokens the
+        // full `[rows, n, vocab]` logits would cost n head products and n
+        // vocabulary-wide rows of memory for one row of use.
+        let hidden = select_positions(self.forward_hidden(batch, cache, delta)?, &last);
+        let [rows, width] = hidden.dims();
+        let logits = self.head(hidden.reshape([rows, 1, width]));
+        Ok(logits.reshape([rows, self.vocab_size()]))
     }
 
     /// Log-probabilities of the next token after `tokens` (one row, empty
@@ -227,8 +252,8 @@ pub fn log_softmax<B: Backend, const D: usize>(logits: Tensor<B, D>) -> Tensor<B
     activation::log_softmax(logits, D - 1)
 }
 
-/// The `[rows, vocab]` slice of `[rows, len, vocab]` logits at position
-/// `positions[row]` of each row.
+/// The `[rows, width]` slice of `[rows, len, width]` values (logits, hidden
+/// states) at position `positions[row]` of each row.
 pub fn select_positions<B: Backend>(logits: Tensor<B, 3>, positions: &[usize]) -> Tensor<B, 2> {
     let [rows, len, vocab] = logits.dims();
     let idx: Vec<i64> = positions

@@ -236,7 +236,17 @@ impl WeightSource {
         device: &B::Device,
     ) -> Result<Tensor<B, 2>, ModelError> {
         let v = self.tensor(name, &[rows, cols])?;
-        Ok(Tensor::from_data(TensorData::new(v, [rows, cols]), device))
+        let t = Tensor::from_data(TensorData::new(v, [rows, cols]), device);
+        // Off burn-flex the upload is only queued, its data held in a
+        // staging copy until the queue runs. Waiting for each weight frees
+        // its staging copy before the next is made: otherwise every copy of
+        // the load is alive at once when the queue first runs (SmolLM2 on
+        // wgpu/lavapipe: the process peaked 60–80 MiB higher, by an amount
+        // that varied from run to run).
+        if !crate::runtime::is_plain_flex::<B>() {
+            B::sync(device).map_err(|e| ModelError::Device(format!("uploading {name}: {e:?}")))?;
+        }
+        Ok(t)
     }
 
     /// The linear layer `{prefix}.weight` (`[out, in]`) with `{prefix}.bias` if `bias`.
@@ -260,8 +270,13 @@ impl WeightSource {
             None
         };
         let linear = Linear::new(w, b);
+        // Only plain burn-flex reads the blocks: elsewhere reading them would
+        // be a transient copy of every weight for nothing.
         #[cfg(feature = "flex")]
-        if let Some(q) = self.quantized(&format!("{prefix}.weight"), out_features, in_features)? {
+        if crate::runtime::is_plain_flex::<B>()
+            && let Some(q) =
+                self.quantized(&format!("{prefix}.weight"), out_features, in_features)?
+        {
             return Ok(linear.with_quantized(q));
         }
         Ok(linear)
@@ -275,7 +290,7 @@ impl WeightSource {
     ) -> Result<Linear<B>, ModelError> {
         let head = Linear::new(embed_tokens.clone(), None);
         #[cfg(feature = "flex")]
-        {
+        if crate::runtime::is_plain_flex::<B>() {
             let [vocab, hidden] = embed_tokens.dims();
             if let Some(q) = self.quantized("model.embed_tokens.weight", vocab, hidden)? {
                 return Ok(head.with_quantized(q));

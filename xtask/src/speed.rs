@@ -257,6 +257,27 @@ fn render(s: &mut String, rows: &[Row], prompt: usize, decode: usize, load: &str
                             p / w,
                             if p / w <= 1.5 { "met" } else { "NOT met" }
                         ));
+                        if let (Some(r), Some(l)) =
+                            (num(v, "runtime_rss_bytes"), num(v, "loaded_rss_bytes"))
+                        {
+                            notes.push(format!(
+                                "  - resident: {:.0} MiB once the backend had started (before any \
+                                 weight), {:.0} MiB after the load, {:.0} MiB at the peak.",
+                                r / 1048576.0,
+                                l / 1048576.0,
+                                p / 1048576.0
+                            ));
+                        }
+                    }
+                    if let Some(ceiling) = num(v, "f32_decode_ceiling_tok_s") {
+                        notes.push(format!(
+                            "  - one streaming read of a buffer the size of the f32 weights took \
+                             {:.1} ms here (same process, after the run): no engine that reads \
+                             f32 weights every token decodes faster than {ceiling:.0} tok/s \
+                             ({:.2}× llama.cpp) on this machine.",
+                            1e3 / ceiling,
+                            ceiling / base
+                        ));
                     }
                 }
             }
@@ -279,6 +300,9 @@ mod tests {
         if let Some(p) = peak {
             v["vm_hwm_bytes"] = p.into();
             v["f32_weight_bytes"] = 100.0.into();
+            v["runtime_rss_bytes"] = (10.0 * 1048576.0).into();
+            v["loaded_rss_bytes"] = (110.0 * 1048576.0).into();
+            v["f32_decode_ceiling_tok_s"] = 60.0.into();
         }
         Row {
             label: label.into(),
@@ -306,6 +330,9 @@ mod tests {
         );
         assert!(s.contains("decode 0.50× llama.cpp's faster wait policy — target ≥ 0.5×: met."));
         assert!(s.contains("peak memory 1.20× the f32 weights — target ≤ 1.5×: met."));
+        assert!(s.contains("10 MiB once the backend had started"), "{s}");
+        assert!(s.contains("took 16.7 ms here"), "{s}");
+        assert!(s.contains("faster than 60 tok/s (1.50× llama.cpp)"), "{s}");
         assert!(s.contains("| privmix wgpu | — | — | — | — | — |"));
         assert!(s.contains("privmix wgpu: not measured — no lavapipe"));
     }
