@@ -135,8 +135,11 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     let mut generated: Vec<u32> = Vec::new();
     let mut printed = String::new();
     let mut stop = Stop::MaxTokens;
+    // The last step's ensemble, whose buffers the next one reuses.
+    let mut last: Option<Ensemble> = None;
     for index in 0..args.max_tokens {
-        let ensemble = Ensemble::new(
+        let ensemble = Ensemble::renew_or_new(
+            last.take(),
             Rows::LogProbF32(rows.row(0)),
             Rows::LogProbF32(rows.member_rows()),
         )?;
@@ -204,6 +207,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
         if index + 1 < args.max_tokens {
             rows = decoder.next_log_probs(token)?;
         }
+        last = Some(ensemble);
     }
     bar.finish_and_clear();
     let spent = spent_epsilon(&ledger_and_budget, &unbudgeted, delta)?;

@@ -81,6 +81,20 @@ impl Ensemble {
         )
     }
 
+    /// [`Ensemble::renew`] on `previous` where there is one, else
+    /// [`Ensemble::new`]: the form for a loop that builds one ensemble per
+    /// token and keeps the last (`last = Some(Ensemble::renew_or_new(last.take(), ..)?)`).
+    pub fn renew_or_new(
+        previous: Option<Self>,
+        public: Rows<'_>,
+        members: Rows<'_>,
+    ) -> Result<Self, MechanismError> {
+        match previous {
+            Some(e) => e.renew(public, members),
+            None => Self::new(public, members),
+        }
+    }
+
     fn build(
         public: Rows<'_>,
         members: Rows<'_>,
@@ -393,6 +407,27 @@ mod tests {
                 index: 1,
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn renew_or_new_equals_new_with_or_without_a_previous_ensemble() {
+        let public = [0.5, 0.25, 0.25];
+        let a = [0.2, 0.3, 0.5, 0.6, 0.2, 0.2];
+        let want = Ensemble::new(Rows::ProbF64(&public), Rows::ProbF64(&a)).unwrap();
+        let first =
+            Ensemble::renew_or_new(None, Rows::ProbF64(&public), Rows::ProbF64(&a)).unwrap();
+        assert_eq!(first, want);
+        let b = [0.1, 0.1, 0.8];
+        let second =
+            Ensemble::renew_or_new(Some(first), Rows::ProbF64(&public), Rows::ProbF64(&b)).unwrap();
+        assert_eq!(
+            second,
+            Ensemble::new(Rows::ProbF64(&public), Rows::ProbF64(&b)).unwrap()
+        );
+        assert!(matches!(
+            Ensemble::renew_or_new(Some(second), Rows::ProbF64(&public), Rows::ProbF64(&[0.5])),
+            Err(MechanismError::LengthMismatch { .. })
         ));
     }
 

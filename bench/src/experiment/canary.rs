@@ -155,18 +155,22 @@ pub fn canary_audit(
     let orders = Orders::dp_accounting_default();
     let mut cs = contenders(config, queries, &orders)?;
     let mut rng = PrivacyRng::from_seed(config.seed ^ 0xCA4A);
+    // The last position's ensemble, whose buffers the next one reuses.
+    let mut last: Option<Ensemble> = None;
     for (prefix, secret) in &encoded {
         let tokens = [prefix.as_slice(), secret].concat();
         let steps = runner.score_block_full(&layout, &tokens)?;
         for (i, rows) in steps.iter().enumerate().skip(prefix.len() - 1) {
             let flat = rows.as_flat();
-            let ensemble = Ensemble::new(
+            let ensemble = Ensemble::renew_or_new(
+                last.take(),
                 Rows::LogProbF32(&flat[..vocab]),
                 Rows::LogProbF32(&flat[vocab..(n + 1) * vocab]),
             )?;
             for c in &mut cs {
                 c.observe(&ensemble, tokens[i + 1] as usize, &mut rng)?;
             }
+            last = Some(ensemble);
         }
         for c in &mut cs {
             c.end_block();

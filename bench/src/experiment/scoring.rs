@@ -114,12 +114,15 @@ pub fn score_mechanisms(
         indicatif::ProgressBar::hidden()
     };
     bar.set_message("scoring held-out blocks");
+    // The last position's ensemble, whose buffers the next one reuses.
+    let mut last: Option<Ensemble> = None;
     for block in eval {
         let steps = runner.score_block_full(&layout, block)?;
         for (i, rows) in steps.iter().enumerate() {
             let v = rows.vocab();
             let flat = rows.as_flat();
-            let ensemble = Ensemble::new(
+            let ensemble = Ensemble::renew_or_new(
+                last.take(),
                 Rows::LogProbF32(&flat[..v]),
                 Rows::LogProbF32(&flat[v..(n + 1) * v]),
             )?;
@@ -127,6 +130,7 @@ pub fn score_mechanisms(
             for c in &mut contenders {
                 c.observe(&ensemble, target, &mut rng)?;
             }
+            last = Some(ensemble);
             for (k, (nll, _)) in dp_nll.iter_mut().enumerate() {
                 *nll -= f64::from(flat[(n + 1 + k) * v + target]);
             }
