@@ -5,7 +5,8 @@
 //!
 //! - `baseline_single_model`: one row, the base model alone;
 //! - `ensemble_n{N}`: the N + 1 rows in one batched forward (EnsembleRunner);
-//! - `separate_n{N}`: N + 1 single-row forwards, one per member (N ≤ 8).
+//! - `separate_n{N}`: N + 1 single-row forwards, one per member (N ≤ 8);
+//! - `prefill_n8`: a new decoder's prefill of the context, 9 rows × 32 tokens.
 //!
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
@@ -33,6 +34,8 @@ type B = burn::backend::Flex;
 const CONTEXT: usize = 32;
 const MEMBERS: [usize; 5] = [1, 2, 4, 8, 16];
 const SEPARATE_UP_TO: usize = 8;
+/// The ensemble size whose prefill of the context is timed too.
+const PREFILL_BENCHED: usize = 8;
 
 fn context() -> Vec<u32> {
     (0..CONTEXT as u32)
@@ -98,6 +101,14 @@ fn bench(c: &mut Criterion) {
     for &n in &MEMBERS {
         let runner = EnsembleRunner::new(model.clone(), &adapters[..n]).unwrap();
         let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
+        if n == PREFILL_BENCHED {
+            g.bench_function(format!("prefill_n{n}"), |b| {
+                b.iter(|| {
+                    let mut d = runner.decoder(RowLayout::public_and_members(n)).unwrap();
+                    d.prefill(&context()).unwrap()
+                })
+            });
+        }
         dec.prefill(&context()).unwrap();
         g.bench_function(format!("ensemble_n{n}"), |b| {
             b.iter_batched(
