@@ -15,7 +15,9 @@
 //! backend has started (before any weight) and after the load. Last, after
 //! the peak was read, the time of one streaming read of a buffer the size of
 //! the f32 weights (`f32_weights_read_s`) and its inverse: the decode speed
-//! no engine reading f32 weights can exceed on this machine.
+//! no engine reading f32 weights can exceed on this machine; and the time of
+//! one `[1, 576] × [576, 576]` product through burn's matmul on the backend
+//! (`matvec_576_s`), the cost of one q or o projection of a decode step.
 
 use std::time::Instant;
 
@@ -81,6 +83,25 @@ fn f32_read_seconds(bytes: u64) -> f64 {
     median((0..3).map(|_| read()).collect())
 }
 
+/// Seconds one `[1, 576] × [576, 576]` f32 product takes on the backend,
+/// read back to the host (median of 20 after 5 warm-ups; SmolLM2's q and o
+/// projections have this shape): on wgpu, what burn's own matmul kernel costs
+/// per projection of a decode step.
+fn matvec_576_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
+    use burn::tensor::{Distribution, Tensor};
+    let w = Tensor::<B, 2>::random([576, 576], Distribution::Uniform(-0.05, 0.05), device);
+    let x = Tensor::<B, 2>::random([1, 576], Distribution::Uniform(-1.0, 1.0), device);
+    let once = || -> Result<f64, String> {
+        let t = Instant::now();
+        to_vec(x.clone().matmul(w.clone().transpose())).map_err(|e| e.to_string())?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    for _ in 0..5 {
+        once()?;
+    }
+    Ok(median((0..20).map(|_| once()).collect::<Result<_, _>>()?))
+}
+
 fn run<B: Backend>(
     path: &str,
     backend: &str,
@@ -144,6 +165,7 @@ fn run<B: Backend>(
     let f32_bytes: u64 = file.tensors.iter().map(|t| t.n_elements * 4).sum();
     // After the peak was read: this allocates the f32 weights' size again.
     let f32_read_s = f32_read_seconds(f32_bytes);
+    let matvec_576_s = matvec_576_seconds::<B>(&device)?;
     Ok(serde_json::json!({
         "engine": "privmix",
         "backend": backend,
@@ -163,6 +185,7 @@ fn run<B: Backend>(
         "peak_over_f32_weights": peak.map(|p| p as f64 / f32_bytes as f64),
         "f32_weights_read_s": f32_read_s,
         "f32_decode_ceiling_tok_s": 1.0 / f32_read_s,
+        "matvec_576_s": matvec_576_s,
     })
     .to_string())
 }

@@ -21,6 +21,11 @@ use crate::{cargo, workspace_root};
 /// Threads given to both engines (the CI machine has 2 cores).
 const THREADS: &str = "2";
 
+/// Matrix products per SmolLM2 decode step whose weight is at least
+/// 576 × 576: q, o, gate, up and down in each of the 30 layers, and the
+/// head (k and v, 576 × 192, are left out).
+const SMOLLM2_PRODUCTS_AT_LEAST_576_SQUARED: f64 = 30.0 * 5.0 + 1.0;
+
 /// One engine's measurement, or why there is none.
 struct Row {
     label: String,
@@ -269,6 +274,18 @@ fn render(s: &mut String, rows: &[Row], prompt: usize, decode: usize, load: &str
                             ));
                         }
                     }
+                    if let Some(t) = num(v, "matvec_576_s") {
+                        let bound = 1.0 / (SMOLLM2_PRODUCTS_AT_LEAST_576_SQUARED * t);
+                        notes.push(format!(
+                            "  - one [1, 576] × [576, 576] product through burn's matmul took \
+                             {:.3} ms on this backend; a decode step makes {:.0} products at least \
+                             that large, so its products alone allow at most {bound:.1} tok/s \
+                             ({:.3}× llama.cpp).",
+                            t * 1e3,
+                            SMOLLM2_PRODUCTS_AT_LEAST_576_SQUARED,
+                            bound / base
+                        ));
+                    }
                     if let Some(ceiling) = num(v, "f32_decode_ceiling_tok_s") {
                         notes.push(format!(
                             "  - one streaming read of a buffer the size of the f32 weights took \
@@ -303,6 +320,7 @@ mod tests {
             v["runtime_rss_bytes"] = (10.0 * 1048576.0).into();
             v["loaded_rss_bytes"] = (110.0 * 1048576.0).into();
             v["f32_decode_ceiling_tok_s"] = 60.0.into();
+            v["matvec_576_s"] = 0.001.into();
         }
         Row {
             label: label.into(),
@@ -332,6 +350,9 @@ mod tests {
         assert!(s.contains("peak memory 1.20× the f32 weights — target ≤ 1.5×: met."));
         assert!(s.contains("10 MiB once the backend had started"), "{s}");
         assert!(s.contains("took 16.7 ms here"), "{s}");
+        assert!(s.contains("took 1.000 ms on this backend"), "{s}");
+        // 1 / (151 × 1 ms) = 6.6 tok/s, over llama.cpp (b)'s 40 tok/s.
+        assert!(s.contains("at most 6.6 tok/s (0.166× llama.cpp)"), "{s}");
         assert!(s.contains("faster than 60 tok/s (1.50× llama.cpp)"), "{s}");
         assert!(s.contains("| privmix wgpu | — | — | — | — | — |"));
         assert!(s.contains("privmix wgpu: not measured — no lavapipe"));
