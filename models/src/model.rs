@@ -62,6 +62,15 @@ impl<B: Backend> Model<B> {
 }
 
 impl<B: Backend> Model<B> {
+    /// The model inside, whatever its architecture.
+    fn inner(&self) -> &(dyn LanguageModel<B> + Sync) {
+        match self {
+            Self::Gpt2(m) => m,
+            Self::Llama(m) => m,
+            Self::Gemma(m) => m,
+        }
+    }
+
     /// Runs `f` on rayon's hot pool on plain burn-flex (see
     /// [`crate::runtime::on_hot_pool`]), directly elsewhere.
     fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
@@ -75,27 +84,15 @@ impl<B: Backend> Model<B> {
 
 impl<B: Backend> LanguageModel<B> for Model<B> {
     fn vocab_size(&self) -> usize {
-        match self {
-            Self::Gpt2(m) => m.vocab_size(),
-            Self::Llama(m) => m.vocab_size(),
-            Self::Gemma(m) => m.vocab_size(),
-        }
+        self.inner().vocab_size()
     }
 
     fn num_layers(&self) -> usize {
-        match self {
-            Self::Gpt2(m) => m.num_layers(),
-            Self::Llama(m) => m.num_layers(),
-            Self::Gemma(m) => m.num_layers(),
-        }
+        self.inner().num_layers()
     }
 
     fn device(&self) -> B::Device {
-        match self {
-            Self::Gpt2(m) => m.device(),
-            Self::Llama(m) => m.device(),
-            Self::Gemma(m) => m.device(),
-        }
+        self.inner().device()
     }
 
     fn forward_hidden(
@@ -104,33 +101,21 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
-        self.run(|| match self {
-            Self::Gpt2(m) => m.forward_hidden(batch, cache, delta),
-            Self::Llama(m) => m.forward_hidden(batch, cache, delta),
-            Self::Gemma(m) => m.forward_hidden(batch, cache, delta),
-        })
+        self.run(|| self.inner().forward_hidden(batch, cache, delta))
     }
 
     fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.run(|| match self {
-            Self::Gpt2(m) => m.head(hidden),
-            Self::Llama(m) => m.head(hidden),
-            Self::Gemma(m) => m.head(hidden),
-        })
+        self.run(|| self.inner().head(hidden))
     }
 
-    // The whole pass on the hot pool at once, not its two halves one by one.
+    // Each whole pass on the hot pool at once, not its two halves one by one.
     fn forward(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
-        self.run(|| match self {
-            Self::Gpt2(m) => m.forward(batch, cache, delta),
-            Self::Llama(m) => m.forward(batch, cache, delta),
-            Self::Gemma(m) => m.forward(batch, cache, delta),
-        })
+        self.run(|| self.inner().forward(batch, cache, delta))
     }
 
     fn logits_last(
@@ -139,10 +124,6 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 2>, ModelError> {
-        self.run(|| match self {
-            Self::Gpt2(m) => m.logits_last(batch, cache, delta),
-            Self::Llama(m) => m.logits_last(batch, cache, delta),
-            Self::Gemma(m) => m.logits_last(batch, cache, delta),
-        })
+        self.run(|| self.inner().logits_last(batch, cache, delta))
     }
 }
