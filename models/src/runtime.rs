@@ -254,15 +254,15 @@ pub fn log_softmax<B: Backend, const D: usize>(logits: Tensor<B, D>) -> Tensor<B
 
 /// The `[rows, width]` slice of `[rows, len, width]` values (logits, hidden
 /// states) at position `positions[row]` of each row.
-pub fn select_positions<B: Backend>(logits: Tensor<B, 3>, positions: &[usize]) -> Tensor<B, 2> {
-    let [rows, len, vocab] = logits.dims();
+pub fn select_positions<B: Backend>(values: Tensor<B, 3>, positions: &[usize]) -> Tensor<B, 2> {
+    let [rows, len, width] = values.dims();
     let idx: Vec<i64> = positions
         .iter()
         .enumerate()
         .map(|(r, &p)| (r * len + p) as i64)
         .collect();
-    let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [rows]), &logits.device());
-    logits.reshape([rows * len, vocab]).select(0, idx)
+    let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [rows]), &values.device());
+    values.reshape([rows * len, width]).select(0, idx)
 }
 
 /// Copies a float tensor to a host vector.
