@@ -66,6 +66,9 @@ fn bench(c: &mut Criterion) {
         );
         return;
     }
+    #[cfg(all(feature = "wgpu", not(feature = "cuda")))]
+    let device = privmix_models::open_wgpu_device().expect("wgpu device");
+    #[cfg(not(all(feature = "wgpu", not(feature = "cuda"))))]
     let device = Default::default();
     let model = Model::<B>::load_gguf(&path, &device).expect("SmolLM2 GGUF");
     let base = model.base_shapes().unwrap();

@@ -103,12 +103,12 @@ fn matvec_576_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
 }
 
 fn run<B: Backend>(
+    device: B::Device,
     path: &str,
     backend: &str,
     prompt_len: usize,
     decode_len: usize,
 ) -> Result<String, String> {
-    let device = B::Device::default();
     // The runtime before any weight: one tiny tensor written and read back
     // starts the device (on wgpu: the Vulkan driver, its JIT, cubecl's pools).
     let probe = burn::tensor::Tensor::<B, 1>::from_floats([1.0f32], &device);
@@ -207,9 +207,15 @@ fn main() {
     };
     let (prompt_len, decode_len) = (number(2, 128), number(3, 64));
     let result = match backend {
-        "flex" => run::<burn::backend::Flex>(path, backend, prompt_len, decode_len),
+        "flex" => {
+            run::<burn::backend::Flex>(Default::default(), path, backend, prompt_len, decode_len)
+        }
         #[cfg(feature = "wgpu")]
-        "wgpu" => run::<burn::backend::Wgpu>(path, backend, prompt_len, decode_len),
+        "wgpu" => privmix_models::open_wgpu_device()
+            .map_err(|e| e.to_string())
+            .and_then(|device| {
+                run::<burn::backend::Wgpu>(device, path, backend, prompt_len, decode_len)
+            }),
         other => Err(format!(
             "backend {other} not available (flex; wgpu with --features wgpu)"
         )),

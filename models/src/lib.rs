@@ -32,6 +32,8 @@ pub mod runtime;
 pub mod safetensors;
 pub mod tokenizer;
 pub mod weights;
+#[cfg(feature = "wgpu")]
+pub mod wgpu_device;
 
 pub use bert::{Bert, BertConfig, SentenceEncoder};
 pub use config::ModelConfig;
@@ -44,6 +46,8 @@ pub use model::Model;
 pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};
 pub use tokenizer::Tokenizer;
 pub use weights::WeightSource;
+#[cfg(feature = "wgpu")]
+pub use wgpu_device::open_wgpu_device;
 
 /// The CPU backend (burn-flex).
 #[cfg(feature = "flex")]

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use burn::backend::{Flex, Wgpu};
 use burn::tensor::backend::Backend;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model};
+use privmix_models::{Batch, LanguageModel, Model, open_wgpu_device};
 use serde_json::Value;
 
 const TOL: f32 = 1e-4;
@@ -40,8 +40,8 @@ fn reference(name: &str) -> (Vec<Vec<u32>>, Vec<f32>) {
     (ids, logits.into_iter().flatten().flatten().collect())
 }
 
-fn load<B: Backend>(name: &str) -> Model<B> {
-    Model::load(fixture(&format!("hf/{name}")), &Default::default()).expect("load fixture")
+fn load<B: Backend>(name: &str, device: &B::Device) -> Model<B> {
+    Model::load(fixture(&format!("hf/{name}")), device).expect("load fixture")
 }
 
 /// Names of the HF fixtures of the architectures on burn.
@@ -68,10 +68,13 @@ fn hf_fixtures_match_transformers_on_wgpu() {
     }
 }
 
+/// On the device opened by `open_wgpu_device` (16 MiB allocator blocks), the
+/// one the speed bench and the real-weights test use.
 #[test]
 fn cached_decode_equals_full_forward_on_wgpu() {
+    let device = open_wgpu_device().expect("open the wgpu device");
     for name in ["gpt2", "llama", "gemma3"] {
-        let model = load::<Wgpu>(name);
+        let model = load::<Wgpu>(name, &device);
         let tokens = reference(name).0[0].clone();
         let vocab = model.vocab_size();
         let full = to_vec(model.logits_all(&Batch::single(&tokens).unwrap()).unwrap()).unwrap();
@@ -109,7 +112,8 @@ fn smollm2_on_wgpu_agrees_with_flex() {
     let flex = Model::<Flex>::load_gguf(&path, &Default::default()).unwrap();
     let want = flex.log_probs_last(&tokens).unwrap();
     drop(flex);
-    let wgpu = Model::<Wgpu>::load_gguf(&path, &Default::default()).unwrap();
+    let device = open_wgpu_device().expect("open the wgpu device");
+    let wgpu = Model::<Wgpu>::load_gguf(&path, &device).unwrap();
     let got = wgpu.log_probs_last(&tokens).unwrap();
     assert!(got.iter().all(|x| x.is_finite()));
     let diff = max_abs_diff(&got, &want);

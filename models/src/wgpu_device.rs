@@ -1,0 +1,82 @@
+//! Opening the wgpu device with fixed 16 MiB allocator blocks.
+//!
+//! cubecl opens its wgpu device with `MemoryHints::MemoryUsage`, under which
+//! wgpu's Vulkan allocator (gpu-allocator) carves buffers out of shared
+//! memory blocks whose size doubles from 8 to 64 MiB as blocks are added.
+//! cubecl's pool pages (8, 32 and 128 MiB) and wgpu's short-lived buffers
+//! (the staging copy of every upload, the per-dispatch uniforms) share those
+//! blocks. On a software driver such as Mesa lavapipe, device memory is
+//! process memory, and a block that transient buffers have written stays
+//! resident after they are freed. heaptrack over a SmolLM2 run on lavapipe
+//! found ~96 MiB of live device memory beyond cubecl's 560 MiB of pages, and
+//! the process's resident size equal to everything allocated.
+//!
+//! [`open_wgpu_device`] opens the same adapter with the same features and
+//! limits as cubecl, but with blocks fixed at 16 MiB (`MemoryHints::Manual`).
+//! Peak resident size of `models/examples/speed` (SmolLM2 Q4_1 → f32, 128-token
+//! prompt, 16 decode steps) over the f32 weights, by block size in MiB
+//! (device range; wgpu halves it for host blocks):
+//!
+//! | blocks | 4 | 8 | 12 | 16 | 20 | 24 | 32 | 64 | 8–64 (cubecl) | 128 | 256 |
+//! |---|---|---|---|---|---|---|---|---|---|---|---|
+//! | peak ÷ weights | 1.71–1.82 | 1.80 | 1.38 | 1.39 | 1.44 | 1.45 | 1.46 | 1.50 | 1.52 | 1.61 | 1.70 |
+//!
+//! Below 8.4 MB every cubecl page of 8 MiB gets its own allocation from the
+//! driver, which was far worse; above, the larger the blocks, the more of
+//! them the transient buffers leave resident. 16 MiB is the middle of the
+//! good range. Nothing is computed differently: only how device memory is
+//! carved. On a discrete GPU, 16 MiB blocks are still far below Vulkan's
+//! allocation-count limits for a model of this size.
+
+use burn::backend::wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
+use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, WgpuSetup, init_device};
+
+use crate::ModelError;
+
+/// The device allocator block size (see the module documentation).
+const BLOCK_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Opens the default wgpu adapter (Vulkan on Linux; lavapipe on machines
+/// without a GPU) as a burn device, with 16 MiB allocator blocks (see the
+/// module documentation). Use it in place of `WgpuDevice::default()`.
+///
+/// Errors: [`ModelError::Device`] when no adapter is found or the device
+/// cannot be opened.
+pub fn open_wgpu_device() -> Result<WgpuDevice, ModelError> {
+    let backend = AutoGraphicsApi::backend();
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: backend.into(),
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        force_fallback_adapter: false,
+        compatible_surface: None,
+    }))
+    .map_err(|e| ModelError::Device(format!("no wgpu adapter for {backend:?}: {e}")))?;
+    // The features and limits cubecl asks for (cubecl-wgpu's
+    // `request_device`), without its experimental passthrough shaders,
+    // which the WGSL compiler does not use.
+    let (device, queue) = pollster::block_on(
+        adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("privmix"),
+            required_features: adapter
+                .features()
+                .difference(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+            required_limits: adapter.limits(),
+            memory_hints: wgpu::MemoryHints::Manual {
+                suballocated_device_memory_block_size: BLOCK_BYTES..BLOCK_BYTES,
+            },
+            ..Default::default()
+        }),
+    )
+    .map_err(|e| ModelError::Device(format!("opening {:?}: {e}", adapter.get_info().name)))?;
+    let setup = WgpuSetup {
+        instance,
+        adapter,
+        device,
+        queue,
+        backend,
+    };
+    Ok(init_device(setup, RuntimeOptions::default()))
+}
