@@ -17,7 +17,8 @@
 //! the f32 weights (`f32_weights_read_s`) and its inverse: the decode speed
 //! no engine reading f32 weights can exceed on this machine; and the time of
 //! one `[1, 576] × [576, 576]` product through burn's matmul on the backend
-//! (`matvec_576_s`), the cost of one q or o projection of a decode step.
+//! (`matvec_576_s`), the cost of one q or o projection of a decode step; and
+//! the fixed cost of one kernel dispatch on the backend (`dispatch_s`).
 
 use std::time::Instant;
 
@@ -102,6 +103,33 @@ fn matvec_576_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
     Ok(median((0..20).map(|_| once()).collect::<Result<_, _>>()?))
 }
 
+/// Seconds per kernel dispatch on the backend: a chain of 64 dependent
+/// `add_scalar`s on a `[1, 64]` tensor, each one kernel launch (burn's wgpu
+/// backend is built without fusion here), read back once at the end (median
+/// of 5 chains after a warm-up, divided by 64). The arithmetic is 64 adds, so
+/// this is the fixed cost every operation of a decode step pays: burn,
+/// cubecl and wgpu on the host side, the driver's launch on the device side.
+fn dispatch_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
+    use burn::tensor::Tensor;
+    const CHAIN: usize = 64;
+    let x = Tensor::<B, 2>::ones([1, 64], device);
+    let once = || -> Result<f64, String> {
+        let t = Instant::now();
+        let mut y = x.clone();
+        for _ in 0..CHAIN {
+            y = y.add_scalar(1.0);
+        }
+        let out = to_vec(y).map_err(|e| e.to_string())?;
+        // The chain really ran: every element went from 1 to 1 + CHAIN.
+        if out.iter().any(|&v| v != 1.0 + CHAIN as f32) {
+            return Err(format!("dispatch chain gave {:?}", &out[..4]));
+        }
+        Ok(t.elapsed().as_secs_f64() / CHAIN as f64)
+    };
+    once()?;
+    Ok(median((0..5).map(|_| once()).collect::<Result<_, _>>()?))
+}
+
 fn run<B: Backend>(
     device: B::Device,
     path: &str,
@@ -166,6 +194,7 @@ fn run<B: Backend>(
     // After the peak was read: this allocates the f32 weights' size again.
     let f32_read_s = f32_read_seconds(f32_bytes);
     let matvec_576_s = matvec_576_seconds::<B>(&device)?;
+    let dispatch_s = dispatch_seconds::<B>(&device)?;
     Ok(serde_json::json!({
         "engine": "privmix",
         "backend": backend,
@@ -186,6 +215,7 @@ fn run<B: Backend>(
         "f32_weights_read_s": f32_read_s,
         "f32_decode_ceiling_tok_s": 1.0 / f32_read_s,
         "matvec_576_s": matvec_576_s,
+        "dispatch_s": dispatch_s,
     })
     .to_string())
 }

@@ -26,6 +26,12 @@ const THREADS: &str = "2";
 /// head (k and v, 576 × 192, are left out).
 const SMOLLM2_PRODUCTS_AT_LEAST_576_SQUARED: f64 = 30.0 * 5.0 + 1.0;
 
+/// Matrix products per SmolLM2 decode step, each at least one kernel
+/// dispatch: q, k, v, o, gate, up and down in each of the 30 layers, and the
+/// head. (Norms, RoPE, attention and activations add more dispatches, so
+/// this is a lower bound.)
+const SMOLLM2_PRODUCTS_PER_STEP: f64 = 30.0 * 7.0 + 1.0;
+
 /// One engine's measurement, or why there is none.
 struct Row {
     label: String,
@@ -286,6 +292,17 @@ fn render(s: &mut String, rows: &[Row], prompt: usize, decode: usize, load: &str
                             bound / base
                         ));
                     }
+                    if let Some(t) = num(v, "dispatch_s") {
+                        let bound = 1.0 / (SMOLLM2_PRODUCTS_PER_STEP * t);
+                        notes.push(format!(
+                            "  - one kernel dispatch (a chain of tiny adds) cost {:.1} µs on this \
+                             backend; a decode step dispatches at least its {:.0} products, so \
+                             dispatch alone allows at most {bound:.0} tok/s ({:.2}× llama.cpp).",
+                            t * 1e6,
+                            SMOLLM2_PRODUCTS_PER_STEP,
+                            bound / base
+                        ));
+                    }
                     if let Some(ceiling) = num(v, "f32_decode_ceiling_tok_s") {
                         notes.push(format!(
                             "  - one streaming read of a buffer the size of the f32 weights took \
@@ -321,6 +338,7 @@ mod tests {
             v["loaded_rss_bytes"] = (110.0 * 1048576.0).into();
             v["f32_decode_ceiling_tok_s"] = 60.0.into();
             v["matvec_576_s"] = 0.001.into();
+            v["dispatch_s"] = 0.0001.into();
         }
         Row {
             label: label.into(),
@@ -354,6 +372,9 @@ mod tests {
         // 1 / (151 × 1 ms) = 6.6 tok/s, over llama.cpp (b)'s 40 tok/s.
         assert!(s.contains("at most 6.6 tok/s (0.166× llama.cpp)"), "{s}");
         assert!(s.contains("faster than 60 tok/s (1.50× llama.cpp)"), "{s}");
+        // 1 / (211 × 100 µs) = 47 tok/s, over llama.cpp (b)'s 40 tok/s.
+        assert!(s.contains("cost 100.0 µs on this backend"), "{s}");
+        assert!(s.contains("at most 47 tok/s (1.18× llama.cpp)"), "{s}");
         assert!(s.contains("| privmix wgpu | — | — | — | — | — |"));
         assert!(s.contains("privmix wgpu: not measured — no lavapipe"));
     }
