@@ -120,3 +120,41 @@ fn smollm2_on_wgpu_agrees_with_flex() {
     println!("SmolLM2 last-position log-probs, wgpu vs flex: max |Δ| {diff:e}");
     assert!(diff <= 1e-3, "{diff}");
 }
+
+/// Without a Vulkan driver, `open_wgpu_device` reports a typed
+/// `ModelError::Device` naming the backend instead of panicking inside wgpu
+/// (cubecl's own device opening panics). The driver is hidden from a child
+/// process (this same test binary, running only this test) by pointing the
+/// Vulkan loader at a driver list that does not exist.
+#[test]
+fn open_wgpu_device_without_a_driver_is_a_typed_error() {
+    const CHILD: &str = "PRIVMIX_WGPU_NO_DRIVER_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        match open_wgpu_device() {
+            Err(privmix_models::ModelError::Device(message)) => {
+                assert!(message.contains("Vulkan"), "{message}");
+                println!("typed error: {message}");
+            }
+            Err(other) => panic!("expected ModelError::Device, got {other}"),
+            Ok(_) => panic!("a device opened without a Vulkan driver"),
+        }
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "open_wgpu_device_without_a_driver_is_a_typed_error",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("VK_ICD_FILENAMES", "/nonexistent/privmix-no-driver.json")
+        .env("VK_DRIVER_FILES", "/nonexistent/privmix-no-driver.json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("typed error: "),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
