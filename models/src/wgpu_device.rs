@@ -8,24 +8,32 @@
 //! blocks. On a software driver such as Mesa lavapipe, device memory is
 //! process memory, and a block that transient buffers have written stays
 //! resident after they are freed. heaptrack over a SmolLM2 run on lavapipe
-//! found ~96 MiB of live device memory beyond cubecl's 560 MiB of pages, and
-//! the process's resident size equal to everything allocated.
+//! found about 656 MiB of live driver allocations (nearly all of them
+//! gpu-allocator's blocks) for cubecl's 560 MiB of pages, and the process's
+//! resident size about equal to everything allocated.
 //!
 //! [`open_wgpu_device`] opens the same adapter with the same features and
-//! limits as cubecl, but with blocks fixed at 16 MiB (`MemoryHints::Manual`).
-//! Peak resident size of `models/examples/speed` (SmolLM2 Q4_1 → f32, 128-token
-//! prompt, 16 decode steps) over the f32 weights, by block size in MiB
-//! (device range; wgpu halves it for host blocks):
+//! limits as cubecl, but with fixed blocks (`MemoryHints::Manual`): 16 MiB for
+//! device memory, and half that, 8 MiB, for host-visible memory. lavapipe's
+//! only memory type is host-visible, so there every block is 8 MiB, exactly
+//! one of cubecl's small pages, and the pages no longer share blocks with the
+//! transient buffers. (gpu-allocator rounds block sizes up to multiples of
+//! 4 MiB and gives anything larger than a block an allocation of its own.)
 //!
-//! | blocks | 4 | 8 | 12 | 16 | 20 | 24 | 32 | 64 | 8–64 (cubecl) | 128 | 256 |
+//! Peak resident size of `models/examples/speed` (SmolLM2 Q4_1 → f32,
+//! 128-token prompt, 16 decode steps) over the f32 weights, by the block size
+//! asked for, and what it becomes on lavapipe (MiB):
+//!
+//! | asked (device) | 4 | 8 | 12 | 16 | 20 | 24 | 32 | 64 | cubecl: 8→64 | 128 | 256 |
 //! |---|---|---|---|---|---|---|---|---|---|---|---|
+//! | lavapipe (host) | 4 | 4 | 8 | 8 | 12 | 12 | 16 | 32 | 4→32 | 64 | 128 |
 //! | peak ÷ weights | 1.71–1.82 | 1.80 | 1.38 | 1.39 | 1.44 | 1.45 | 1.46 | 1.50 | 1.52 | 1.61 | 1.70 |
 //!
-//! Below 8.4 MB every cubecl page of 8 MiB gets its own allocation from the
-//! driver, which was far worse; above, the larger the blocks, the more of
-//! them the transient buffers leave resident. 16 MiB is the middle of the
-//! good range. Nothing is computed differently: only how device memory is
-//! carved. On a discrete GPU, 16 MiB blocks are still far below Vulkan's
+//! With 4 MiB blocks each 8 MiB page is an allocation of its own, which was
+//! far worse; from 8 MiB up the peak grows with the block size, as more block
+//! space is left written. (The 4 MiB column was measured with 64 decode
+//! steps.) Nothing is computed differently: only how device memory is carved.
+//! On a discrete GPU, 16 MiB blocks are still far below Vulkan's
 //! allocation-count limits for a model of this size.
 
 use burn::backend::wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
@@ -33,7 +41,8 @@ use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, WgpuSetup, init_device};
 
 use crate::ModelError;
 
-/// The device allocator block size (see the module documentation).
+/// The device allocator block size; host-visible blocks are half of it (see
+/// the module documentation).
 const BLOCK_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Opens the default wgpu adapter (Vulkan on Linux; lavapipe on machines
