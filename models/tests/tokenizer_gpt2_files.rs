@@ -1,6 +1,7 @@
 //! GPT-2-format tokenizer files (`vocab.json` + `merges.txt`) through
-//! `Tokenizer::from_gpt2_files`, against transformers' slow, pure-Python
-//! `GPT2Tokenizer` on the same files: ids, decoded text, `<|endoftext|>` as
+//! `Tokenizer::from_gpt2_files`, and the same BPE as one `tokenizer.json`
+//! through `Tokenizer::from_file`, against transformers' slow, pure-Python
+//! `GPT2Tokenizer` on the GPT-2 files: ids, decoded text, `<|endoftext|>` as
 //! BOS/EOS and as special-token text. The files (a 1000-token byte-level BPE
 //! trained on two Shakespeare plays) and the reference ids were written by
 //! `fixtures/tokenizer/make_gpt2_files.py`.
@@ -19,11 +20,10 @@ fn load() -> Tokenizer {
         .expect("load GPT-2 files")
 }
 
-#[test]
-fn gpt2_files_match_transformers_slow_tokenizer() {
+/// Checks `tok` against every reference case.
+fn check_against_golden(tok: &Tokenizer) {
     let golden: Value =
         serde_json::from_str(&std::fs::read_to_string(dir().join("golden.json")).unwrap()).unwrap();
-    let tok = load();
     assert_eq!(
         tok.vocab_size() as u64,
         golden["vocab_size"].as_u64().unwrap()
@@ -50,7 +50,23 @@ fn gpt2_files_match_transformers_slow_tokenizer() {
 }
 
 #[test]
+fn gpt2_files_match_transformers_slow_tokenizer() {
+    check_against_golden(&load());
+}
+
+#[test]
+fn tokenizer_json_of_the_same_bpe_matches_transformers_slow_tokenizer() {
+    let tok = Tokenizer::from_file(dir().join("tokenizer.json")).expect("tokenizer.json");
+    check_against_golden(&tok);
+}
+
+#[test]
 fn missing_or_corrupt_gpt2_files_are_typed_errors() {
+    let absent = Tokenizer::from_file(dir().join("nope.json"));
+    assert!(
+        matches!(absent, Err(ModelError::Tokenizer(_))),
+        "{absent:?}"
+    );
     let missing = Tokenizer::from_gpt2_files(dir().join("nope.json"), dir().join("merges.txt"));
     assert!(
         matches!(missing, Err(ModelError::Tokenizer(_))),
