@@ -25,7 +25,7 @@ use crate::runner::EnsembleError;
 /// member's `scale · x A B` (up to f32 rounding of the folded scale).
 ///
 /// On plain burn-flex the factors are kept in host memory instead
-/// ([`crate::host_factors`]), where the decode path adds them to the base
+/// (`host_factors`), where the decode path adds them to the base
 /// projection directly; the tensors are not kept there, so either form is
 /// held, never both.
 #[derive(Debug, Clone)]

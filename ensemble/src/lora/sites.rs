@@ -42,7 +42,7 @@ pub fn module_path(site: Site) -> Option<String> {
     })
 }
 
-/// The site a module path names (the inverse of [`module_path`]).
+/// The site a module path names (the inverse of [`module_path()`]).
 pub fn parse_module_path(path: &str) -> Option<Site> {
     let (layer, block, name) = if let Some(rest) = path.strip_prefix("model.layers.") {
         split3(rest)?

@@ -203,7 +203,7 @@ impl GgufFile {
 
     /// Tensor `name` dequantised to `f32`, in ggml element order. From an open
     /// file the bytes are read and dequantised in chunks of whole blocks (about
-    /// [`DEQUANTISE_CHUNK`] bytes), so no copy of the raw tensor is ever whole in
+    /// `DEQUANTISE_CHUNK` bytes), so no copy of the raw tensor is ever whole in
     /// memory beside its f32 values.
     pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>, GgufError> {
         let info = self

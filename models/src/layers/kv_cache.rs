@@ -174,7 +174,7 @@ impl<B: Backend> KvCache<B> {
     ///
     /// On plain burn-flex the keys and values are kept in host memory and a
     /// step of at most `HOST_QUERIES_MAX` queries (decoding) is answered
-    /// there ([`super::host_kv`]); other backends, autodiff and longer steps
+    /// there (`layers::host_kv`); other backends, autodiff and longer steps
     /// use burn's tensor ops.
     pub fn attend(
         &mut self,

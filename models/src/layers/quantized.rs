@@ -11,7 +11,7 @@
 //! [`crate::gguf`]'s dequantiser (`d·q + m` for Q4_1, `d·q` for Q8_0, each
 //! rounded as Rust rounds it, without contraction), so the kernel multiplies
 //! `x` by *exactly* the f32 weights of the f32 path; only the order of the dot
-//! products' sums differs (as in [`super::few_rows`]), within the same
+//! products' sums differs (as in `layers::few_rows`), within the same
 //! `γ_k Σ|w_j x_j|` bound, which the tests check.
 //!
 //! SIMD: `pulp` dispatch; the dequantisation of a block is plain loops over
