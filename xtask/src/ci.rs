@@ -23,28 +23,23 @@ pub(crate) fn wgpu_tests() -> Result<(), String> {
     let runtime_dir = std::env::temp_dir().join("privmix-xdg-runtime");
     std::fs::create_dir_all(&runtime_dir)
         .map_err(|e| format!("cannot create {}: {e}", runtime_dir.display()))?;
-    let args = [
-        "test",
-        "-p",
-        "privmix-models",
-        "--features",
-        "wgpu",
-        "--test",
-        "wgpu_backend",
-    ];
-    eprintln!("xtask: cargo {} (lavapipe)", args.join(" "));
-    let status = crate::cargo_command()
-        .args(args)
-        .env("XDG_RUNTIME_DIR", &runtime_dir)
-        // Pick lavapipe even where other Vulkan drivers are installed.
-        .env("VK_ICD_FILENAMES", lavapipe_icd().unwrap_or_default())
-        .status()
-        .map_err(|e| format!("could not start cargo: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
-    }
+    let icd = lavapipe_icd().unwrap_or_default();
+    crate::cargo_with_env(
+        &[
+            "test",
+            "-p",
+            "privmix-models",
+            "--features",
+            "wgpu",
+            "--test",
+            "wgpu_backend",
+        ],
+        &[
+            ("XDG_RUNTIME_DIR", runtime_dir.as_os_str()),
+            // Pick lavapipe even where other Vulkan drivers are installed.
+            ("VK_ICD_FILENAMES", icd.as_ref()),
+        ],
+    )
 }
 
 /// `cargo check`s the models with only the CUDA backend enabled.
