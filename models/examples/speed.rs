@@ -43,6 +43,21 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// The median of `samples` calls of `once` (each returning seconds), after
+/// `warmups` calls whose results are dropped.
+fn median_after_warmup(
+    warmups: usize,
+    samples: usize,
+    mut once: impl FnMut() -> Result<f64, String>,
+) -> Result<f64, String> {
+    for _ in 0..warmups {
+        once()?;
+    }
+    Ok(median(
+        (0..samples).map(|_| once()).collect::<Result<_, _>>()?,
+    ))
+}
+
 /// A `/proc/self/status` size in bytes (`VmHWM`, `VmRSS`), if the kernel reports it.
 fn status_bytes(key: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -61,7 +76,7 @@ fn vm_hwm_bytes() -> Option<u64> {
 /// engine that keeps its weights in f32, since every step multiplies by
 /// every weight once. Sixteen independent partial sums per task, so that
 /// the read, not an add chain, bounds it.
-fn f32_read_seconds(bytes: u64) -> f64 {
+fn f32_read_seconds(bytes: u64) -> Result<f64, String> {
     let buffer: Vec<f32> = (0..bytes / 4).map(|i| (i % 7) as f32).collect();
     let read = || {
         let t = Instant::now();
@@ -78,10 +93,9 @@ fn f32_read_seconds(bytes: u64) -> f64 {
             })
             .sum();
         std::hint::black_box(sum);
-        t.elapsed().as_secs_f64()
+        Ok(t.elapsed().as_secs_f64())
     };
-    read();
-    median((0..3).map(|_| read()).collect())
+    median_after_warmup(1, 3, read)
 }
 
 /// Seconds one `[1, 576] × [576, 576]` f32 product takes on the backend,
@@ -97,20 +111,17 @@ fn matvec_576_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
         to_vec(x.clone().matmul(w.clone().transpose())).map_err(|e| e.to_string())?;
         Ok(t.elapsed().as_secs_f64())
     };
-    for _ in 0..5 {
-        once()?;
-    }
-    Ok(median((0..20).map(|_| once()).collect::<Result<_, _>>()?))
+    median_after_warmup(5, 20, once)
 }
 
 /// Seconds per kernel dispatch on the backend: a chain of 64 dependent
 /// `add_scalar`s on a `[1, 64]` tensor, each one kernel launch (burn's wgpu
 /// backend is built without fusion here), read back once at the end (median
-/// of 11 chains after a warm-up, divided by 64). On lavapipe it varies from
-/// run to run (23–130 µs seen), with how the driver's threads and the host
-/// share the two cores. The arithmetic is 64 adds, so
-/// this is the fixed cost every operation of a decode step pays: burn,
+/// of 11 chains after a warm-up, divided by 64). The arithmetic is 64 adds,
+/// so this is the fixed cost every operation of a decode step pays: burn,
 /// cubecl and wgpu on the host side, the driver's launch on the device side.
+/// On lavapipe it varies from run to run (23–130 µs seen), with how the
+/// driver's threads and the host share the two cores.
 fn dispatch_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
     use burn::tensor::Tensor;
     const CHAIN: usize = 64;
@@ -128,8 +139,7 @@ fn dispatch_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
         }
         Ok(t.elapsed().as_secs_f64() / CHAIN as f64)
     };
-    once()?;
-    Ok(median((0..11).map(|_| once()).collect::<Result<_, _>>()?))
+    median_after_warmup(1, 11, once)
 }
 
 fn run<B: Backend>(
@@ -164,12 +174,7 @@ fn run<B: Backend>(
         let row = to_vec(logits).map_err(|e| e.to_string())?;
         Ok((t.elapsed().as_secs_f64(), row, cache))
     };
-    prefill()?;
-    let mut times = Vec::new();
-    for _ in 0..3 {
-        times.push(prefill()?.0);
-    }
-    let prefill_s = median(times);
+    let prefill_s = median_after_warmup(1, 3, || Ok(prefill()?.0))?;
 
     let (_, row, mut cache) = prefill()?;
     let mut next = argmax(&row);
@@ -194,7 +199,7 @@ fn run<B: Backend>(
     let file = GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
     let f32_bytes: u64 = file.tensors.iter().map(|t| t.n_elements * 4).sum();
     // After the peak was read: this allocates the f32 weights' size again.
-    let f32_read_s = f32_read_seconds(f32_bytes);
+    let f32_read_s = f32_read_seconds(f32_bytes)?;
     let matvec_576_s = matvec_576_seconds::<B>(&device)?;
     let dispatch_s = dispatch_seconds::<B>(&device)?;
     Ok(serde_json::json!({
