@@ -31,10 +31,10 @@ const BLOCK: usize = 16;
 /// Products of at least this many bytes of blocks × rows of `x` are split
 /// over rayon's threads.
 const PARALLEL_MIN_WORK: usize = 128 << 10;
-/// Weight rows per tile.
-const OUT_TILE: usize = 4;
-/// Most rows of `x` per tile.
-const ROW_TILE: usize = 4;
+/// Most rows of `x` per register tile (more are swept in groups).
+const ROW_GROUP: usize = 10;
+/// Weight rows every group of rows sweeps before the next ones.
+const OUT_CHUNK: usize = 64;
 
 /// How a [`QuantizedWeight`] stores its blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,34 +161,6 @@ impl QuantizedWeight {
         w
     }
 
-    /// Row `o` dequantised into `out` (`in` entries), block by block.
-    #[inline(always)]
-    fn dequantize_row<const Q4: bool>(&self, o: usize, out: &mut [f32]) {
-        let nb = self.inp / QK;
-        for (b, w) in out.chunks_exact_mut(QK).enumerate() {
-            // Through a fixed array, one block at a time: vectorised across the
-            // block's 32 entries (writing `out` directly, the compiler
-            // vectorised across blocks, with gathers).
-            let mut block = [0.0f32; QK];
-            let index = o * nb + b;
-            if Q4 {
-                dequantize_q4_1(
-                    self.scale[index],
-                    self.min[index],
-                    self.q[index * 16..][..16].try_into().expect("16 bytes"),
-                    &mut block,
-                );
-            } else {
-                dequantize_q8_0(
-                    self.scale[index],
-                    self.q[index * QK..][..QK].try_into().expect("32 bytes"),
-                    &mut block,
-                );
-            }
-            w.copy_from_slice(&block);
-        }
-    }
-
     /// Block `index` (row-major over `[out, in/32]`) into `w`.
     fn dequantize(&self, index: usize, w: &mut [f32; QK]) {
         match self.format {
@@ -270,159 +242,128 @@ impl WithSimd for Task<'_> {
     }
 }
 
-/// For each tile of up to [`OUT_TILE`] weight rows: the rows are dequantised
-/// once into an L1 panel, then every group of up to [`ROW_TILE`] rows of `x`
-/// sweeps the panel, `OUT_TILE × R` independent FMA chains per vector of `k`.
+/// Rows of `x` in groups as even as possible, none above [`ROW_GROUP`]; for
+/// each group, chunks of [`OUT_CHUNK`] weight rows, swept in tiles of `O`
+/// weight rows × the group's `R` rows: each block of the tile's weight rows is
+/// dequantised into registers (an L1 buffer) once and multiplied into all
+/// `O × R` accumulators before the next block.
 ///
-/// Why a panel: with many rows of `x` (an ensemble step has N + 1) the
-/// dequantisation is paid once per weight, not once per pair of rows; with
-/// one row it costs what dequantising block by block costs. Each output is
-/// summed over the same lanes in the same order whatever the grouping, so a
-/// row's result does not depend on the other rows of the batch.
+/// Why this shape: an ensemble step has N + 1 rows (9 for eight members), and
+/// the product is bound by the multiply-adds, not by reading the blocks. With
+/// every row of the group in one tile, each weight is dequantised once per
+/// step (not once per group of rows) and each vector of `x` is loaded once per
+/// `O` weight rows. `O × R ≤ 20` accumulators plus the tile's `2·O` weight
+/// vectors fit AVX-512's 32 registers; a tile that does not (3 × 9) spills and
+/// runs at half the speed (`examples/qk`). Each output is summed over the same lanes in
+/// the same order whatever the grouping (block by block, then across lanes),
+/// so a row's result does not depend on the other rows of the batch.
 #[inline(always)]
 fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
     let Task { w, first, x, mut y } = task;
     let rows = y.len();
-    let k = w.inp;
     let n_out = y[0].len();
-    // Rows of x in groups as even as possible, none above ROW_TILE.
-    let groups = rows.div_ceil(ROW_TILE);
-    let mut panel = vec![0.0f32; if rows <= 2 { 0 } else { OUT_TILE * k }];
-    let mut o = 0;
-    while o < n_out {
-        let width = (n_out - o).min(OUT_TILE);
-        if rows <= 2 {
-            // One sweep: dequantising block by block just before use is
-            // cheaper than a panel round trip through L1 (single-row decode,
-            // `forward/smollm2_decode_after_32`: 12.0 ms with the panel, 10.7
-            // ms without).
-            match rows {
-                2 => put(
-                    &mut y,
-                    o,
-                    0,
-                    width,
-                    tile_blocks::<S, Q4, 2>(simd, w, first + o, width, x, 0),
-                ),
-                _ => put(
-                    &mut y,
-                    o,
-                    0,
-                    width,
-                    tile_blocks::<S, Q4, 1>(simd, w, first + o, width, x, 0),
-                ),
-            }
-            o += width;
-            continue;
-        }
-        for (i, row) in panel.chunks_exact_mut(k).enumerate() {
-            if i < width {
-                w.dequantize_row::<Q4>(first + o + i, row);
-            } else {
-                row.fill(0.0);
+    let k = w.inp;
+    let groups = rows.div_ceil(ROW_GROUP);
+    // Each group's rows of x interleaved block by block (`[block][row][32]`):
+    // the tile reads one contiguous run of R·32 entries per block.
+    let mut interleaved = Vec::with_capacity(groups);
+    let mut r = 0;
+    for g in 0..groups {
+        let size = rows / groups + usize::from(g < rows % groups);
+        let mut xt = Vec::with_capacity(size * k);
+        for b in 0..k / QK {
+            for j in r..r + size {
+                xt.extend_from_slice(&x[j * k + b * QK..][..QK]);
             }
         }
-        let mut r = 0;
-        for g in 0..groups {
-            let size = rows / groups + usize::from(g < rows % groups);
+        interleaved.push((r, size, xt));
+        r += size;
+    }
+    let mut chunk = 0;
+    while chunk < n_out {
+        // Chunks keep a few dozen weight rows in L1/L2 while every group of
+        // rows (more than one only past ROW_GROUP rows) sweeps them.
+        let end = (chunk + OUT_CHUNK).min(n_out);
+        for (r, size, xt) in &interleaved {
+            macro_rules! sweep {
+                ($o:literal, $r:literal) => {
+                    sweep::<S, Q4, $o, $r>(simd, w, first, chunk..end, xt, &mut y, *r)
+                };
+            }
             match size {
-                4 => put(&mut y, o, r, width, tile::<S, 4>(simd, &panel, k, x, r)),
-                3 => put(&mut y, o, r, width, tile::<S, 3>(simd, &panel, k, x, r)),
-                2 => put(&mut y, o, r, width, tile::<S, 2>(simd, &panel, k, x, r)),
-                _ => put(&mut y, o, r, width, tile::<S, 1>(simd, &panel, k, x, r)),
+                1 => sweep!(4, 1),
+                2 => sweep!(4, 2),
+                3 => sweep!(4, 3),
+                4 => sweep!(4, 4),
+                5 => sweep!(2, 5),
+                6 => sweep!(2, 6),
+                7 => sweep!(2, 7),
+                8 => sweep!(2, 8),
+                9 => sweep!(2, 9),
+                _ => sweep!(2, 10),
             }
-            r += size;
+        }
+        chunk = end;
+    }
+}
+
+/// Outputs `outs` (task-relative) of rows `r..r + R`, in tiles of `O` weight rows.
+#[inline(always)]
+fn sweep<S: Simd, const Q4: bool, const O: usize, const R: usize>(
+    simd: S,
+    w: &QuantizedWeight,
+    first: usize,
+    outs: std::ops::Range<usize>,
+    xt: &[f32],
+    y: &mut [&mut [f32]],
+    r: usize,
+) {
+    let mut o = outs.start;
+    while o < outs.end {
+        let width = (outs.end - o).min(O);
+        let t = tile_blocks::<S, Q4, O, R>(simd, w, first + o, width, xt);
+        for (i, ti) in t.iter().enumerate().take(width) {
+            for (j, v) in ti.iter().enumerate() {
+                y[r + j][o + i] = *v;
+            }
         }
         o += width;
     }
 }
 
-/// Stores a tile's dot products at `y[r + j][o + i]`.
+/// `[w_{o+i} · x_j]` for `i < width` (≤ `O`) and `j < R`, from the group's
+/// interleaved rows `xt` (`[block][row][32]`), each block of the weight rows
+/// dequantised into an `O`-block L1 buffer just before use.
 #[inline(always)]
-fn put<const R: usize>(
-    y: &mut [&mut [f32]],
-    o: usize,
-    r: usize,
-    width: usize,
-    t: [[f32; R]; OUT_TILE],
-) {
-    for (i, ti) in t.iter().enumerate().take(width) {
-        for (j, v) in ti.iter().enumerate() {
-            y[r + j][o + i] = *v;
-        }
-    }
-}
-
-/// `[panel_i · x_{r+j}]` for the panel's `OUT_TILE` rows of `k` weights and
-/// `j < R`.
-#[inline(always)]
-fn tile<S: Simd, const R: usize>(
-    simd: S,
-    panel: &[f32],
-    k: usize,
-    x: &[f32],
-    r: usize,
-) -> [[f32; R]; OUT_TILE] {
-    let zero = simd.splat_f32s(0.0);
-    let mut acc = [[zero; R]; OUT_TILE];
-    let empty: &[S::f32s] = &[];
-    let mut ws = [empty; OUT_TILE];
-    for (i, wi) in ws.iter_mut().enumerate() {
-        *wi = S::as_simd_f32s(&panel[i * k..][..k]).0;
-    }
-    let mut xs = [empty; R];
-    for (j, xj) in xs.iter_mut().enumerate() {
-        *xj = S::as_simd_f32s(&x[(r + j) * k..][..k]).0;
-    }
-    // k is a multiple of 32, so there is no scalar tail for any vector width.
-    for v in 0..ws[0].len() {
-        for i in 0..OUT_TILE {
-            for j in 0..R {
-                acc[i][j] = simd.mul_add_e_f32s(ws[i][v], xs[j][v], acc[i][j]);
-            }
-        }
-    }
-    let mut out = [[0.0f32; R]; OUT_TILE];
-    for i in 0..OUT_TILE {
-        for j in 0..R {
-            out[i][j] = simd.reduce_sum_f32s(acc[i][j]);
-        }
-    }
-    out
-}
-
-/// `[w_{o+i} · x_{r+j}]` for `i < width` (≤ 4) and `j < R`, each block of
-/// the weight rows dequantised into a 4-block L1 buffer just before use.
-#[inline(always)]
-fn tile_blocks<S: Simd, const Q4: bool, const R: usize>(
+fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     simd: S,
     w: &QuantizedWeight,
     o: usize,
     width: usize,
-    x: &[f32],
-    r: usize,
-) -> [[f32; R]; OUT_TILE] {
+    xt: &[f32],
+) -> [[f32; R]; O] {
     let k = w.inp;
     let nb = k / QK;
     let qb = if Q4 { 16 } else { QK };
     let zero = simd.splat_f32s(0.0);
-    let mut acc = [[zero; R]; OUT_TILE];
-    let mut buf = [[0.0f32; QK]; OUT_TILE];
+    let mut acc = [[zero; R]; O];
+    let mut buf = [[0.0f32; QK]; O];
     // Each weight row's blocks, scales and minima as slices (no per-block index
     // arithmetic into the whole weight).
+    // Past `width` the tile repeats its first weight row (results unused), so
+    // that every loop below has the constant trip count O.
     let empty: (&[u8], &[f32], &[f32]) = (&[], &[], &[]);
-    let mut rows_of = [empty; OUT_TILE];
-    for (i, row) in rows_of.iter_mut().enumerate().take(width) {
-        let at = (o + i) * nb;
+    let mut rows_of = [empty; O];
+    for (i, row) in rows_of.iter_mut().enumerate() {
+        let at = (o + if i < width { i } else { 0 }) * nb;
         *row = (
             &w.q[at * qb..(at + nb) * qb],
             &w.scale[at..at + nb],
             if Q4 { &w.min[at..at + nb] } else { &[] },
         );
     }
-    let xr = &x[r * k..(r + R) * k];
-    for b in 0..nb {
-        for i in 0..width {
+    for (b, xb) in xt.chunks_exact(R * QK).enumerate().take(nb) {
+        for i in 0..O {
             let (q, d, m) = rows_of[i];
             if Q4 {
                 dequantize_q4_1(
@@ -436,20 +377,37 @@ fn tile_blocks<S: Simd, const Q4: bool, const R: usize>(
             }
         }
         let empty: &[S::f32s] = &[];
-        let mut xs = [empty; R];
-        for (j, xj) in xs.iter_mut().enumerate() {
-            *xj = S::as_simd_f32s(&xr[j * k + b * QK..][..QK]).0;
+        let mut ws = [empty; O];
+        for (i, wi) in ws.iter_mut().enumerate() {
+            *wi = S::as_simd_f32s(&buf[i]).0;
         }
-        for i in 0..width {
-            let ws = S::as_simd_f32s(&buf[i]).0;
-            for v in 0..ws.len() {
+        // Vector by vector of the block: each vector of x is loaded once and
+        // multiplied into the O weight rows held in registers.
+        let xb = S::as_simd_f32s(xb).0;
+        let per_block = ws[0].len();
+        if R <= 2 {
+            // A single-row step is bound by dequantising: weight row by
+            // weight row, as the blocks come out of the buffer.
+            for i in 0..O {
+                for v in 0..per_block {
+                    for j in 0..R {
+                        let xv = xb[j * per_block + v];
+                        acc[i][j] = simd.mul_add_e_f32s(ws[i][v], xv, acc[i][j]);
+                    }
+                }
+            }
+        } else {
+            for v in 0..per_block {
                 for j in 0..R {
-                    acc[i][j] = simd.mul_add_e_f32s(ws[v], xs[j][v], acc[i][j]);
+                    let xv = xb[j * per_block + v];
+                    for i in 0..O {
+                        acc[i][j] = simd.mul_add_e_f32s(ws[i][v], xv, acc[i][j]);
+                    }
                 }
             }
         }
     }
-    let mut out = [[0.0f32; R]; OUT_TILE];
+    let mut out = [[0.0f32; R]; O];
     for i in 0..width {
         for j in 0..R {
             out[i][j] = simd.reduce_sum_f32s(acc[i][j]);
