@@ -195,6 +195,9 @@ pub(crate) fn attend(
 /// in parallel.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 
+/// Vectors of slots scored per pass over a query (independent chains).
+const SWEEP: usize = 4;
+
 /// One query against `t` slots: keys `[dim, capacity]`, values `[t, dim]`.
 struct Query<'a> {
     q: &'a [f32],
@@ -223,18 +226,40 @@ impl WithSimd for Query<'_> {
             out,
         } = self;
         let d = q.len();
-        // Scores of a vector of consecutive keys at a time: Σ_c q_c·k_t[c, j..].
+        let t = scores.len();
+        // Scores of SWEEP vectors of consecutive keys per pass over q:
+        // Σ_c q_c·k_t[c, j..], in SWEEP independent chains of multiply-adds.
+        // A vector reads whole lanes while they lie inside the row's capacity
+        // (slots past `t` are scored and dropped), a partial load past it.
         let lanes = core::mem::size_of::<S::f32s>() / core::mem::size_of::<f32>();
-        let mut j0 = 0;
-        while j0 < scores.len() {
-            let n = (scores.len() - j0).min(lanes);
-            let mut acc = simd.splat_f32s(0.0);
-            for (c, &qc) in q.iter().enumerate() {
-                let kc = simd.partial_load_f32s(&k_t[c * capacity + j0..][..n]);
-                acc = simd.mul_add_e_f32s(simd.splat_f32s(qc), kc, acc);
+        let zero = simd.splat_f32s(0.0);
+        let load = |row: &[f32], j: usize| {
+            if j + lanes <= row.len() {
+                S::as_simd_f32s(&row[j..j + lanes]).0[0]
+            } else if j < row.len() {
+                simd.partial_load_f32s(&row[j..])
+            } else {
+                zero
             }
-            simd.partial_store_f32s(&mut scores[j0..j0 + n], acc);
-            j0 += n;
+        };
+        let mut j0 = 0;
+        while j0 < t {
+            let mut acc = [zero; SWEEP];
+            for (c, &qc) in q.iter().enumerate() {
+                let row = &k_t[c * capacity..(c + 1) * capacity];
+                let qc = simd.splat_f32s(qc);
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = simd.mul_add_e_f32s(qc, load(row, j0 + u * lanes), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                let j = j0 + u * lanes;
+                if j < t {
+                    let n = (t - j).min(lanes);
+                    simd.partial_store_f32s(&mut scores[j..j + n], *a);
+                }
+            }
+            j0 += SWEEP * lanes;
         }
         let mut max = f32::NEG_INFINITY;
         for (j, score) in scores.iter_mut().enumerate() {
@@ -256,12 +281,28 @@ impl WithSimd for Query<'_> {
         let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
         simd.partial_store_f32s(st, e);
         let sum: f32 = scores.iter().sum();
-        out.fill(0.0);
-        for (j, &p) in scores.iter().enumerate() {
-            if p == 0.0 {
-                continue;
+        for p in scores.iter_mut() {
+            *p /= sum;
+        }
+        // Σ_j p_j·v_j, one output vector at a time in a register.
+        let (ov, ot) = S::as_mut_simd_f32s(out);
+        for (i, o) in ov.iter_mut().enumerate() {
+            let mut acc = zero;
+            for (j, &p) in scores.iter().enumerate() {
+                if p != 0.0 {
+                    let vj = S::as_simd_f32s(&v[j * d..(j + 1) * d]).0[i];
+                    acc = simd.mul_add_e_f32s(simd.splat_f32s(p), vj, acc);
+                }
             }
-            super::simd::axpy(simd, p / sum, &v[j * d..(j + 1) * d], out);
+            *o = acc;
+        }
+        let done = d - ot.len();
+        for (i, o) in ot.iter_mut().enumerate() {
+            *o = scores
+                .iter()
+                .enumerate()
+                .filter(|&(_, &p)| p != 0.0)
+                .fold(0.0, |a, (j, &p)| p.mul_add(v[j * d + done + i], a));
         }
     }
 }
@@ -327,7 +368,7 @@ mod tests {
             kvh in 1usize..3,
             rep in 1usize..3,
             d in prop::sample::select(vec![4usize, 16, 20, 64]),
-            steps in prop::collection::vec(1usize..5, 1..6),
+            steps in prop::collection::vec(prop_oneof![1usize..5, 30usize..60], 1..6),
             s in 1usize..3,
             softcap in prop::option::of(1.0f32..30.0),
             window in prop::option::of(1usize..6),
