@@ -8,6 +8,15 @@
 //! - `separate_n{N}`: N + 1 single-row forwards, one per member (N ≤ 8);
 //! - `prefill_n8`: a new decoder's prefill of the context, 9 rows × 32 tokens.
 //!
+//! Each decode figure is the time per step of a decode loop: from a copy of
+//! the state after the context (made outside the timing), [`STEPS`]
+//! consecutive steps, each appending its token to the caches, as generation
+//! does; the copy is dropped outside the timing too. Why not one step per
+//! copy: a copy of the 9-row caches is 27 MB, and criterion's batches of
+//! copies (hundreds of MB, freed inside the timed routine) then cost the
+//! ensemble more in page faults and frees than a decode loop ever pays
+//! (stop 17 measured `ensemble_n8` 14.6 ms that way, 12.5 ms in a loop).
+//!
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
 
@@ -15,10 +24,10 @@
 #![allow(missing_docs)]
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use burn::tensor::Tensor;
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
@@ -36,6 +45,26 @@ const MEMBERS: [usize; 5] = [1, 2, 4, 8, 16];
 const SEPARATE_UP_TO: usize = 8;
 /// The ensemble size whose prefill of the context is timed too.
 const PREFILL_BENCHED: usize = 8;
+/// Consecutive decode steps per timed run.
+const STEPS: usize = 8;
+
+/// Reports the time per step of [`STEPS`] consecutive `step`s on a fresh
+/// `setup()` state, the setup and the state's drop untimed.
+fn per_step<T>(b: &mut Bencher<'_>, setup: impl Fn() -> T, mut step: impl FnMut(&mut T)) {
+    b.iter_custom(|iters| {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let mut state = setup();
+            let start = Instant::now();
+            for _ in 0..STEPS {
+                step(&mut state);
+            }
+            total += start.elapsed();
+            drop(state);
+        }
+        total / STEPS as u32
+    })
+}
 
 fn context() -> Vec<u32> {
     (0..CONTEXT as u32)
@@ -94,10 +123,12 @@ fn bench(c: &mut Criterion) {
 
     let cache = prefilled(&model, None);
     g.bench_function("baseline_single_model", |b| {
-        b.iter_batched(
+        per_step(
+            b,
             || cache.clone(),
-            |mut cache| step(&model, &mut cache, None),
-            BatchSize::SmallInput,
+            |cache| {
+                std::hint::black_box(step(&model, cache, None));
+            },
         )
     });
 
@@ -114,10 +145,12 @@ fn bench(c: &mut Criterion) {
         }
         dec.prefill(&context()).unwrap();
         g.bench_function(format!("ensemble_n{n}"), |b| {
-            b.iter_batched(
+            per_step(
+                b,
                 || dec.clone(),
-                |mut d| d.next_log_probs(42).unwrap(),
-                BatchSize::SmallInput,
+                |d| {
+                    std::hint::black_box(d.next_log_probs(42).unwrap());
+                },
             )
         });
         if n <= SEPARATE_UP_TO {
@@ -126,17 +159,17 @@ fn bench(c: &mut Criterion) {
                 .map(|a| prefilled(&model, a.map(|a| a as &dyn LinearDelta<B>)))
                 .collect();
             g.bench_function(format!("separate_n{n}"), |b| {
-                b.iter_batched(
+                per_step(
+                    b,
                     || caches.clone(),
-                    |mut caches| {
+                    |caches| {
                         for (i, cache) in caches.iter_mut().enumerate() {
                             let delta = i
                                 .checked_sub(1)
                                 .map(|m| &adapters[m] as &dyn LinearDelta<B>);
-                            step(&model, cache, delta);
+                            std::hint::black_box(step(&model, cache, delta));
                         }
                     },
-                    BatchSize::SmallInput,
                 )
             });
         }
