@@ -230,11 +230,15 @@ impl WithSimd for Query<'_> {
         // Scores of SWEEP vectors of consecutive keys per pass over q:
         // Σ_c q_c·k_t[c, j..], in SWEEP independent chains of multiply-adds.
         // A vector reads whole lanes while they lie inside the row's capacity
-        // (slots past `t` are scored and dropped), a partial load past it.
+        // (slots past `t` are scored and dropped), a partial load past it, and
+        // nothing when it starts past `t` (the cache is read from memory at
+        // every step: its unused capacity is not).
         let lanes = core::mem::size_of::<S::f32s>() / core::mem::size_of::<f32>();
         let zero = simd.splat_f32s(0.0);
         let load = |row: &[f32], j: usize| {
-            if j + lanes <= row.len() {
+            if j >= t {
+                zero
+            } else if j + lanes <= row.len() {
                 S::as_simd_f32s(&row[j..j + lanes]).0[0]
             } else if j < row.len() {
                 simd.partial_load_f32s(&row[j..])
