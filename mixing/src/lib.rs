@@ -17,8 +17,9 @@
 //!   evaluator (exposed as `constraint(λ)`), never approximately: the search keeps a
 //!   bracket whose lower end has been evaluated feasible and returns that end.
 //! * It is within [`LAMBDA_TOLERANCE`] (1e-9) of the supremum of the feasible set — the
-//!   bracket's upper end, [`Solution::violated_at`], was evaluated infeasible — or it is
-//!   the upper end of the range when that is feasible.
+//!   bracket's upper end, [`Solution::violated_at`], was evaluated infeasible, or (PMixED,
+//!   whose transformed constraint is convex in λ) proven infeasible by the tangent at the
+//!   λ returned — or it is the upper end of the range when that is feasible.
 //! * Each constraint is non-decreasing in λ (each module documents why), so the feasible
 //!   set is an interval starting at 0 and "largest λ" is well defined.
 //!

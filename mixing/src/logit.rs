@@ -243,6 +243,7 @@ impl LogitMixing {
         Search {
             upper: self.upper,
             bound: self.bound,
+            convex: false,
         }
         .run(|x| self.evaluate(x))
     }

@@ -155,6 +155,8 @@ impl<'a> PmixedProjection<'a> {
         Search {
             upper: 1.0,
             bound: self.bound,
+            // Both transforms are convex in λ (module documentation).
+            convex: true,
         }
         .run(|x| self.evaluate(x))
     }

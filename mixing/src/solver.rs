@@ -40,6 +40,12 @@
 //! above. The λ returned then depends on the estimate alone and is bit-identical across
 //! summation orders unless the supremum lies within `ESTIMATE_ERROR` of a grid point. A
 //! finishing evaluation that lands on the wrong side forces a bisection.
+//!
+//! Where the solver proves each part's transform `H` convex in λ (PMixED), the grid point
+//! above is not evaluated when the tangent of `H` at the grid point below already passes
+//! the bound there with room for rounding (`H(x) ≥ H(lo) + (x − lo)·H'(lo)`): one pass
+//! fewer per solve (AdaPMixED's bench: 3.82 → 3.36 passes per member). The upper end is
+//! then proven, not evaluated, infeasible; the tests evaluate it and check.
 
 use crate::MixingError;
 
@@ -57,10 +63,12 @@ pub struct Solution {
     pub lambda: f64,
     /// The constraint's value at `lambda`, as evaluated (`≤` the bound).
     pub value: f64,
-    /// The smallest λ at which the constraint was evaluated and found above the bound;
-    /// `None` when `lambda` is the upper end of the range. By monotonicity the supremum of
-    /// the feasible set lies in `[lambda, violated_at]`, and except for a zero bound (see
-    /// the solvers) `violated_at − lambda ≤ LAMBDA_TOLERANCE`.
+    /// The smallest λ at which the constraint is known to be above the bound: evaluated
+    /// there and found above, or, for a constraint whose parts' transforms are convex in λ
+    /// (PMixED's), proven above by the tangent at `lambda` (see `bracket`); `None` when
+    /// `lambda` is the upper end of the range. By monotonicity the supremum of the
+    /// feasible set lies in `[lambda, violated_at]`, and except for a zero bound (see the
+    /// solvers) `violated_at − lambda ≤ LAMBDA_TOLERANCE`.
     pub violated_at: Option<f64>,
     /// How many times the constraint was evaluated (each evaluation is one pass over the
     /// inputs): the cost of the solve.
@@ -112,6 +120,11 @@ pub(crate) struct Search {
     pub upper: f64,
     /// The bound `b` (≥ 0, possibly `+∞`).
     pub bound: f64,
+    /// Each part's transform `H = expm1(κc)/κ` is convex in λ (the solver proves it), so
+    /// the tangent at a feasible point bounds H from below to its right: the search may
+    /// then certify the upper end of its final bracket without evaluating it (see
+    /// `bracket`).
+    pub convex: bool,
 }
 
 /// Validates a bound: a number ≥ 0 or `+∞`.

@@ -8,9 +8,13 @@ fn solve(
     f: impl Fn(f64) -> f64,
     df: impl Fn(f64) -> f64,
 ) -> Solution {
-    Search { upper, bound }
-        .run(|x| Ok(Evaluation::single(f(x), df(x), kappa)))
-        .unwrap()
+    Search {
+        upper,
+        bound,
+        convex: false,
+    }
+    .run(|x| Ok(Evaluation::single(f(x), df(x), kappa)))
+    .unwrap()
 }
 
 /// The returned λ is feasible, the bracket is closed and contains the known root.
@@ -181,7 +185,12 @@ fn support_mismatch_closes_in_three_evaluations() {
 #[test]
 fn rejects_bad_bounds_ranges_and_broken_evaluators() {
     let run = |upper: f64, bound: f64| {
-        Search { upper, bound }.run(|x| Ok(Evaluation::single(x, 1.0, 1.0)))
+        Search {
+            upper,
+            bound,
+            convex: false,
+        }
+        .run(|x| Ok(Evaluation::single(x, 1.0, 1.0)))
     };
     assert_eq!(run(1.0, -1.0), Err(MixingError::InvalidBound(-1.0)));
     assert!(matches!(run(1.0, f64::NAN), Err(MixingError::InvalidBound(v)) if v.is_nan()));
@@ -191,6 +200,7 @@ fn rejects_bad_bounds_ranges_and_broken_evaluators() {
     let broken = Search {
         upper: 1.0,
         bound: 0.5,
+        convex: false,
     }
     .run(|_| Ok(Evaluation::single(1.0, 0.0, 1.0)));
     assert_eq!(
@@ -203,6 +213,7 @@ fn rejects_bad_bounds_ranges_and_broken_evaluators() {
     let failing = Search {
         upper: 1.0,
         bound: 0.5,
+        convex: false,
     }
     .run(|_| Err(MixingError::Empty));
     assert_eq!(failing, Err(MixingError::Empty));
@@ -222,4 +233,41 @@ fn noisy_evaluator_keeps_feasibility() {
     assert!(f(sol.lambda) <= b);
     let hi = sol.violated_at.unwrap();
     assert!(f(hi) > b && hi - sol.lambda <= LAMBDA_TOLERANCE);
+}
+
+/// With a convex transform the upper end of the final bracket is proven infeasible by the
+/// tangent at the λ returned instead of being evaluated: one evaluation fewer where the
+/// grid point above had to be evaluated, the same λ, and the claim holds when checked.
+#[test]
+fn convex_transforms_certify_the_upper_end_by_the_tangent() {
+    // H = e^c − 1 with c = log(1 + λR) is λR, linear (convex); with c = λ², e^{λ²} − 1.
+    let shapes: [(&dyn Fn(f64) -> f64, &dyn Fn(f64) -> f64); 2] = [
+        (&|x: f64| (x * 7.0).ln_1p(), &|x: f64| 7.0 / (1.0 + 7.0 * x)),
+        (&|x: f64| x * x, &|x: f64| 2.0 * x),
+    ];
+    let mut saved = 0;
+    for (f, df) in shapes {
+        for &b in &[1e-4, 0.3, 0.9] {
+            let run = |convex: bool| {
+                Search {
+                    upper: 1.0,
+                    bound: b,
+                    convex,
+                }
+                .run(|x| Ok(Evaluation::single(f(x), df(x), 1.0)))
+                .unwrap()
+            };
+            let (plain, certified) = (run(false), run(true));
+            assert_eq!(certified.lambda, plain.lambda);
+            // Where an earlier point already closed the bracket there is nothing to save.
+            assert!(
+                certified.evaluations <= plain.evaluations,
+                "{plain:?} {certified:?}"
+            );
+            saved += plain.evaluations - certified.evaluations;
+            let hi = certified.violated_at.unwrap();
+            assert!(f(hi) > b && hi - certified.lambda <= LAMBDA_TOLERANCE);
+        }
+    }
+    assert!(saved >= 3, "{saved}");
 }

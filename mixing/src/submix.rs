@@ -64,6 +64,7 @@ impl<'a> SubmixPairProjection<'a> {
         Search {
             upper: 1.0,
             bound: self.bound,
+            convex: false,
         }
         .run(|x| {
             let v = self.path.evaluate(x)?;

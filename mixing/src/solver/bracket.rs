@@ -381,12 +381,56 @@ where
                 return Ok(());
             }
         }
-        if self.hi.lambda > above && self.probe(above)? {
-            self.misled = true;
-        } else {
-            self.on_grid = true;
+        if self.hi.lambda > above {
+            if self.tangent_exceeds_bound(above) {
+                self.hi = Sample {
+                    lambda: above,
+                    value: f64::INFINITY,
+                    parts: self.lo.parts,
+                };
+            } else if self.probe(above)? {
+                self.misled = true;
+                return Ok(());
+            }
         }
+        self.on_grid = true;
         Ok(())
+    }
+
+    /// Whether the constraint is provably above the bound at `x` > the lower end, from
+    /// the lower end's value and slope alone: for a constraint whose parts' transforms
+    /// `H = expm1(κc)/κ` are convex in λ ([`Search::convex`]), `H(x) ≥ H(lo) + (x − lo)·H'(lo)`
+    /// (the tangent), so a part whose tangent, mapped back to the constraint's scale,
+    /// passes the bound by more than the evaluator's rounding is above the bound at `x`,
+    /// and so is the maximum. The allowance is generous: the slope is taken `1e-6`
+    /// (relative) low and the tangent must pass the bound by `1e-11` of the bound and of
+    /// the lower end's value, far beyond the ~1e-13 to which the evaluators agree with an
+    /// exact computation. A point that fails the test is evaluated instead.
+    fn tangent_exceeds_bound(&self, x: f64) -> bool {
+        const SLOPE_SLACK: f64 = 1e-6;
+        const VALUE_SLACK: f64 = 1e-11;
+        let b = self.search.bound;
+        // (x, b) are finite here; b may be 0 (then the bracket closes at λ = 0) or +∞.
+        let usable = self.search.convex && self.lo_checked && x > self.lo.lambda;
+        if !usable || b <= 0.0 || b.is_infinite() {
+            return false;
+        }
+        let step = x - self.lo.lambda;
+        self.lo.parts.iter().any(|part| {
+            let Part {
+                value,
+                slope,
+                kappa,
+            } = *part;
+            if kappa == 0.0 || !(value.is_finite() && value >= 0.0 && slope.is_finite()) {
+                return false;
+            }
+            // H(c) = expm1(κc)/κ, dH/dλ = e^{κc}·dc/dλ, and c = ln(1 + κH)/κ.
+            let tangent = (kappa * value).exp_m1() / kappa
+                + step * (kappa * value).exp() * slope.max(0.0) * (1.0 - SLOPE_SLACK);
+            let back = (kappa * tangent).ln_1p() / kappa;
+            back.is_finite() && back > b + VALUE_SLACK * (b + value)
+        })
     }
 
     /// Returns the lower end, evaluating λ = 0 first if it was only assumed feasible.
