@@ -241,7 +241,8 @@ fn noisy_evaluator_keeps_feasibility() {
 #[test]
 fn convex_transforms_certify_the_upper_end_by_the_tangent() {
     // H = e^c − 1 with c = log(1 + λR) is λR, linear (convex); with c = λ², e^{λ²} − 1.
-    let shapes: [(&dyn Fn(f64) -> f64, &dyn Fn(f64) -> f64); 2] = [
+    type Shape<'a> = (&'a dyn Fn(f64) -> f64, &'a dyn Fn(f64) -> f64);
+    let shapes: [Shape; 2] = [
         (&|x: f64| (x * 7.0).ln_1p(), &|x: f64| 7.0 / (1.0 + 7.0 * x)),
         (&|x: f64| x * x, &|x: f64| 2.0 * x),
     ];
