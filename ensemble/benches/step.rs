@@ -14,8 +14,9 @@
 //! does; the copy is dropped outside the timing too. Why not one step per
 //! copy: a copy of the 9-row caches is 27 MB, and criterion's batches of
 //! copies (hundreds of MB, freed inside the timed routine) then cost the
-//! ensemble more in page faults and frees than a decode loop ever pays
-//! (stop 17 measured `ensemble_n8` 14.6 ms that way, 12.5 ms in a loop).
+//! ensemble more in page faults and frees than a decode loop ever pays (on
+//! the same code, stop 17 measured `ensemble_n8` at 14.6 ms that way and
+//! 12.6 ms as steps of a loop; the single-model step at 4.8 ms both ways).
 //!
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
