@@ -255,10 +255,11 @@ impl WithSimd for Task<'_> {
 /// every row of the group in one tile, each weight is dequantised once per
 /// step (not once per group of rows) and each vector of `x` is loaded once per
 /// `O` weight rows. `O × R ≤ 20` accumulators plus the tile's `2·O` weight
-/// vectors fit AVX-512's 32 registers; a tile that does not (3 × 9) spills and
-/// runs at half the speed (`examples/qk`). Each output is summed over the same lanes in
-/// the same order whatever the grouping (block by block, then across lanes),
-/// so a row's result does not depend on the other rows of the batch.
+/// vectors fit AVX-512's 32 registers; a tile that does not (3 × 9) spills
+/// and runs at half the speed (`examples/qk`). Each output is summed over the
+/// same lanes in the same order whatever the grouping (block by block, then
+/// across lanes), so a row's result does not depend on the other rows of the
+/// batch.
 #[inline(always)]
 fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
     let Task { w, first, x, mut y } = task;
