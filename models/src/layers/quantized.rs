@@ -256,7 +256,11 @@ impl WithSimd for Task<'_> {
 /// step (not once per group of rows) and each vector of `x` is loaded once per
 /// `O` weight rows. `O × R ≤ 20` accumulators plus the tile's `2·O` weight
 /// vectors fit AVX-512's 32 registers; a tile that does not (3 × 9) spills
-/// and runs at half the speed (`examples/qk`). Each output is summed over the
+/// and runs at half the speed (`examples/qk`). With AVX2's 16 registers the
+/// tiles are 4 × R up to 3 rows, 2 × R up to 5 and 1 × R up to 10, whose
+/// weight vectors are read from the L1 buffer (on this machine, forcing pulp's
+/// AVX2 level, 9 rows × [1536, 576]: 154 µs, against 163 µs for stop 16's
+/// kernel and 247 µs for AVX-512's shapes there). Each output is summed over the
 /// same lanes in the same order whatever the grouping (block by block, then
 /// across lanes), so a row's result does not depend on the other rows of the
 /// batch.
@@ -267,6 +271,9 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
     let n_out = y[0].len();
     let k = w.inp;
     let lut = Lut::for_simd::<S>();
+    // AVX2 and narrower have 16 vector registers: fewer accumulators per
+    // tile (a 4 × 4 or 2 × 9 tile spills there).
+    let narrow = size_of::<S::f32s>() < 64;
     let groups = rows.div_ceil(ROW_GROUP);
     // Each group's rows of x interleaved block by block (`[block][row][32]`):
     // the tile reads one contiguous run of R·32 entries per block.
@@ -297,8 +304,16 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
             match size {
                 1 => sweep!(4, 1),
                 2 => sweep!(4, 2),
+                3 if narrow => sweep!(2, 3),
                 3 => sweep!(4, 3),
+                4 if narrow => sweep!(2, 4),
                 4 => sweep!(4, 4),
+                5 if narrow => sweep!(2, 5),
+                6 if narrow => sweep!(1, 6),
+                7 if narrow => sweep!(1, 7),
+                8 if narrow => sweep!(1, 8),
+                9 if narrow => sweep!(1, 9),
+                _ if narrow => sweep!(1, 10),
                 5 => sweep!(2, 5),
                 6 => sweep!(2, 6),
                 7 => sweep!(2, 7),
@@ -567,6 +582,38 @@ mod tests {
         v
     }
 
+    /// `x Wᵀ` on one thread at the SIMD level `simd` (the dispatch picks the
+    /// widest; the tests also run the narrower ones, whose tiles differ).
+    fn matmul_on<S: Simd>(simd: S, w: &QuantizedWeight, x: &[f32], rows: usize) -> Vec<f32> {
+        let mut y = vec![0.0f32; rows * w.out];
+        let pieces: Vec<&mut [f32]> = y.chunks_mut(w.out).collect();
+        simd.vectorize(Task {
+            w,
+            first: 0,
+            x,
+            y: pieces,
+        });
+        y
+    }
+
+    /// The kernel's result at every SIMD level this CPU has, beside the dispatched one.
+    fn every_level(w: &QuantizedWeight, x: &[f32], rows: usize) -> Vec<Vec<f32>> {
+        let mut all = vec![
+            w.matmul(x, rows),
+            matmul_on(pulp::Scalar::new(), w, x, rows),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let Some(simd) = pulp::x86::V3::try_new() {
+                all.push(matmul_on(simd, w, x, rows));
+            }
+            if let Some(simd) = pulp::x86::V4::try_new() {
+                all.push(matmul_on(simd, w, x, rows));
+            }
+        }
+        all
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -578,7 +625,7 @@ mod tests {
             q8 in any::<bool>(),
             out in 1usize..140,
             nb in 1usize..5,
-            rows in 1usize..11,
+            rows in 1usize..24,
             bytes in prop::collection::vec(any::<u8>(), 1..97),
             xs in prop::collection::vec(-2.0f32..2.0, 1..97),
         ) {
@@ -591,12 +638,14 @@ mod tests {
                 prop_assert_eq!(w.row(o), dense[o * inp..(o + 1) * inp].to_vec());
             }
             let x: Vec<f32> = (0..rows * inp).map(|i| xs[i % xs.len()] * (1.0 + i as f32 * 1e-3)).collect();
-            let y = w.matmul(&x, rows);
+            let alone: Vec<Vec<Vec<f32>>> = (0..rows)
+                .map(|r| every_level(&w, &x[r * inp..(r + 1) * inp], 1))
+                .collect();
+            for (level, y) in every_level(&w, &x, rows).iter().enumerate() {
             // A row's result does not depend on the other rows (the row
-            // groups sum each output in the same order).
+            // groups sum each output in the same order), at every level.
             for r in 0..rows {
-                let alone = w.matmul(&x[r * inp..(r + 1) * inp], 1);
-                prop_assert_eq!(&y[r * out..(r + 1) * out], &alone[..]);
+                prop_assert_eq!(&y[r * out..(r + 1) * out], &alone[r][level][..]);
             }
             let u = f64::from(f32::EPSILON) / 2.0;
             let gamma = (inp + 1) as f64 * u / (1.0 - (inp + 1) as f64 * u);
@@ -610,8 +659,9 @@ mod tests {
                     }
                     let got = f64::from(y[r * out + o]);
                     prop_assert!((got - s).abs() <= gamma * a + f64::from(f32::MIN_POSITIVE),
-                        "row {} out {}: {} vs {}", r, o, got, s);
+                        "level {} row {} out {}: {} vs {}", level, r, o, got, s);
                 }
+            }
             }
         }
     }
