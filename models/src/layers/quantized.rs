@@ -384,6 +384,8 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
             if Q4 { &w.min[at..at + nb] } else { &[] },
         );
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = lut;
     #[cfg(target_arch = "x86_64")]
     if let (true, Some(v4)) = (Q4, lut.v4) {
         // The table path with each block's weights kept in registers.
@@ -417,7 +419,7 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
         for i in 0..O {
             let (q, d, m) = rows_of[i];
             if Q4 {
-                lut.dequantize_q4_1(
+                dequantize_q4_1(
                     d[b],
                     m[b],
                     q[b * 16..][..16].try_into().expect("16"),
@@ -498,24 +500,6 @@ impl Lut {
             },
         }
     }
-
-    /// One Q4_1 block into `w`.
-    #[inline(always)]
-    fn dequantize_q4_1(self, d: f32, m: f32, qs: &[u8; 16], w: &mut [f32; QK]) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(simd) = self.v4 {
-            return dequantize_q4_1_table(simd, d, m, qs, w);
-        }
-        dequantize_q4_1(d, m, qs, w)
-    }
-}
-
-/// [`dequantize_q4_1`] by table lookup (see [`Lut`]).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn dequantize_q4_1_table(simd: pulp::x86::V4, d: f32, m: f32, qs: &[u8; 16], w: &mut [f32; QK]) {
-    let halves: &mut [[f32; 16]; 2] = bytemuck::cast_mut(w);
-    *halves = q4_1_table_vectors(simd, d, m, qs).map(bytemuck::cast);
 }
 
 /// One Q4_1 block's 32 weights as two vectors (entries 0–15, 16–31), by
