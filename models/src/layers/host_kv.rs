@@ -232,7 +232,8 @@ impl WithSimd for Query<'_> {
         // A vector reads whole lanes while they lie inside the row's capacity
         // (slots past `t` are scored and dropped), a partial load past it, and
         // nothing when it starts past `t` (the cache is read from memory at
-        // every step: its unused capacity is not).
+        // every step: its unused capacity is not). `t ≤ capacity`, so a vector
+        // that starts before `t` starts inside the row.
         let lanes = core::mem::size_of::<S::f32s>() / core::mem::size_of::<f32>();
         let zero = simd.splat_f32s(0.0);
         let load = |row: &[f32], j: usize| {
@@ -240,10 +241,8 @@ impl WithSimd for Query<'_> {
                 zero
             } else if j + lanes <= row.len() {
                 S::as_simd_f32s(&row[j..j + lanes]).0[0]
-            } else if j < row.len() {
-                simd.partial_load_f32s(&row[j..])
             } else {
-                zero
+                simd.partial_load_f32s(&row[j..])
             }
         };
         let mut j0 = 0;

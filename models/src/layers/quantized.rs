@@ -407,13 +407,7 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
                 }
             }
         }
-        let mut out = [[0.0f32; R]; O];
-        for i in 0..width {
-            for j in 0..R {
-                out[i][j] = simd.reduce_sum_f32s(acc[i][j]);
-            }
-        }
-        return out;
+        return reduce_tile(simd, &acc, width);
     }
     for (b, xb) in xt.chunks_exact(R * QK).enumerate().take(nb) {
         for i in 0..O {
@@ -460,6 +454,16 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
             }
         }
     }
+    reduce_tile(simd, &acc, width)
+}
+
+/// Each accumulator of a tile's first `width` weight rows summed across its lanes.
+#[inline(always)]
+fn reduce_tile<S: Simd, const O: usize, const R: usize>(
+    simd: S,
+    acc: &[[S::f32s; R]; O],
+    width: usize,
+) -> [[f32; R]; O] {
     let mut out = [[0.0f32; R]; O];
     for i in 0..width {
         for j in 0..R {
