@@ -25,8 +25,9 @@
 //! nearly the linear `λR` (exactly at α = ∞); and κ = −1 for the reverse one, where
 //! `H = 1 − e^{−D} = 1 − M_{1−α}(w)` is convex and nearly the linear `λ(1 − min w)`
 //! (exactly at α = ∞). Near λ = 0 both grow like `λ²` (α(α−1)χ²/2), the other power the
-//! model captures exactly. A typical solve costs 3 to 8 evaluations, each one pass over
-//! both vectors computing both directions.
+//! model captures exactly. A typical solve costs 3 evaluations (1 when λ = 1 is
+//! feasible, up to about 8 on awkward shapes), each one pass over both vectors computing
+//! both directions.
 
 use privmix_renyi::{Order, RenyiError, SymmetricMixture, ValidatedRow};
 use rayon::prelude::*;

@@ -272,3 +272,55 @@ fn convex_transforms_certify_the_upper_end_by_the_tangent() {
     }
     assert!(saved >= 3, "{saved}");
 }
+
+/// A shape that is no power law in the model's coordinates, found infeasible at the top:
+/// Newton's first step from λ = 1 lands near the root but not within the estimate error,
+/// and the cubic through the top and that point finishes the solve: the top, one Newton
+/// point and the grid point below (the one above is proven by the tangent).
+#[test]
+fn two_points_finish_after_one_newton_step() {
+    let mut total = 0;
+    for &c in &[0.5, 0.9, 0.99] {
+        for &s in &[0.05, 0.3, 1.0] {
+            // D = −ln(1 − cλ) + sλ³: convex, steep toward λ = 1/c, with a cubic bend.
+            let f = move |x: f64| -(-c * x).ln_1p() + s * x * x * x;
+            let df = move |x: f64| c / (1.0 - c * x) + 3.0 * s * x * x;
+            let top = f(1.0);
+            // Bounds a little below the top: the root is close to λ = 1, as in PMixED.
+            for &gap in &[1e-3, 1e-2, 5e-2] {
+                let b = top * (1.0 - gap);
+                let sol = Search {
+                    upper: 1.0,
+                    bound: b,
+                    convex: true,
+                }
+                .run(|x| {
+                    let part = Part {
+                        value: f(x),
+                        slope: df(x),
+                        kappa: -1.0,
+                    };
+                    Ok(Evaluation {
+                        value: f(x),
+                        parts: [part, part],
+                    })
+                })
+                .unwrap();
+                // Bisect f for the root.
+                let (mut lo, mut hi) = (0.0, 1.0);
+                for _ in 0..200 {
+                    let mid = 0.5 * (lo + hi);
+                    if f(mid) <= b { lo = mid } else { hi = mid }
+                }
+                assert!(f(sol.lambda) <= b && sol.lambda <= lo, "{sol:?}");
+                let up = sol.violated_at.unwrap();
+                assert!(f(up) > b && up - sol.lambda <= LAMBDA_TOLERANCE, "{sol:?}");
+                let cap = if gap <= 1e-2 { 3 } else { 4 };
+                assert!(sol.evaluations <= cap, "c {c} s {s} gap {gap}: {sol:?}");
+                total += sol.evaluations;
+            }
+        }
+    }
+    // Newton's own convergence test alone took 94 evaluations here.
+    assert!(total <= 84, "{total}");
+}

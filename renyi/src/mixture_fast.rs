@@ -97,10 +97,65 @@ impl pulp::WithSimd for Ratios<'_> {
                 lo = lo.min(*r);
                 hi = hi.max(*r);
             } else {
+                *r = 1.0;
                 off += p;
             }
         }
         (lo, hi, ps, qs, off)
+    }
+}
+
+impl Drop for RatioTable {
+    fn drop(&mut self) {
+        spare::give(std::mem::take(&mut self.r));
+    }
+}
+
+/// Ratio buffers of dropped tables, kept per thread for the next table built there.
+///
+/// Why: a table is built per member per token (hundreds per step, each a
+/// vocabulary-sized buffer). A fresh buffer is memory the cache has never seen: writing
+/// it costs a read of every line from DRAM first (and page faults when the allocator maps
+/// new pages), which made the buffer's allocation and fill cost as much as the ratio pass
+/// itself. A reused buffer is still in cache. The buffer's old contents are never read:
+/// the ratio pass writes every entry.
+mod spare {
+    use std::cell::RefCell;
+
+    /// Buffers kept per thread (two per thread cover a table being built while another
+    /// is alive).
+    const KEPT: usize = 2;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A buffer of `len` entries, reused where this thread has one (contents arbitrary).
+    pub(super) fn take(len: usize) -> Vec<f64> {
+        let reused = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+        match reused {
+            Some(mut r) => {
+                // Same vocabulary as last time: no write at all.
+                r.resize(len, 1.0);
+                r
+            }
+            None => vec![1.0; len],
+        }
+    }
+
+    /// Keeps `r` for the next [`take`] on this thread (dropped if enough are kept, or
+    /// while the thread is exiting).
+    pub(super) fn give(r: Vec<f64>) {
+        if r.capacity() == 0 {
+            return;
+        }
+        let _ = SPARE.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut()
+                && s.len() < KEPT
+            {
+                s.push(r);
+            }
+        });
     }
 }
 
@@ -122,7 +177,7 @@ impl RatioTable {
         }
         // `p` is usually a fresh row (a member's), `q` shared and in cache.
         crate::simd::warm(p);
-        let mut r = vec![1.0; p.len()];
+        let mut r = spare::take(p.len());
         let (lo, hi, ps, qs, off) = pulp::Arch::new().dispatch(Ratios { p, q, r: &mut r });
         let (r_min, r_max) = (lo, hi);
         if !(r_min.is_finite() && r_max.is_finite()) {

@@ -456,3 +456,80 @@ fn closed_form_keeps_precision_where_the_ratio_is_tiny() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The closed-form path reuses the ratio buffer of a dropped evaluator on the same
+    /// thread; whatever that buffer held (here: another pair's ratios, of another length,
+    /// with zeros of q in the tail), the values are bitwise those of an evaluator built on
+    /// a thread that never built one.
+    #[test]
+    fn a_reused_ratio_buffer_changes_nothing(
+        (p, q, _) in triple(-12.0),
+        (p2, q2, _) in triple(-12.0),
+        lambda in 0.01..=1.0f64,
+    ) {
+        let alpha = Order::new(7.0).unwrap();
+        let fresh = {
+            let (p, q) = (p.clone(), q.clone());
+            std::thread::spawn(move || {
+                SymmetricMixture::new(&p, &q, alpha).unwrap().evaluate(lambda).unwrap()
+            })
+            .join()
+            .unwrap()
+        };
+        drop(SymmetricMixture::new(&p2, &q2, alpha).unwrap());
+        let reused = SymmetricMixture::new(&p, &q, alpha).unwrap().evaluate(lambda).unwrap();
+        let bits = |v: privmix_renyi::SymmetricValue| {
+            [v.forward.value, v.forward.slope, v.reverse.value, v.reverse.slope].map(f64::to_bits)
+        };
+        prop_assert_eq!(bits(fresh), bits(reused));
+    }
+}
+
+/// The reused buffer's old entries are overwritten even where q = 0 in the scalar tail:
+/// an earlier pair leaves ratios of ~1e139 there, which would overflow the powers of a
+/// term whose weight is 0 (0·∞ = NaN) if they survived.
+#[test]
+fn a_reused_ratio_buffer_with_huge_stale_ratios_changes_nothing() {
+    let alpha = Order::new(7.0).unwrap();
+    // 11 entries: one or two whole vectors and a tail of three on any SIMD width.
+    let normalise = |v: Vec<f64>| {
+        let s: f64 = v.iter().sum();
+        v.into_iter().map(|x| x / s).collect::<Vec<f64>>()
+    };
+    let mut q2 = vec![0.1; 11];
+    let mut p2 = vec![0.01; 11];
+    for x in 8..11 {
+        q2[x] = 1e-140;
+        p2[x] = 0.3;
+    }
+    let (p2, q2) = (normalise(p2), normalise(q2));
+    let mut q = vec![0.125; 11];
+    for x in q.iter_mut().skip(8) {
+        *x = 0.0;
+    }
+    let p = normalise((1..=11).map(|x| x as f64).collect());
+    let q = normalise(q);
+    for lambda in [0.3, 1.0] {
+        let fresh = {
+            let (p, q) = (p.clone(), q.clone());
+            std::thread::spawn(move || {
+                SymmetricMixture::new(&p, &q, alpha)
+                    .unwrap()
+                    .evaluate(lambda)
+                    .unwrap()
+            })
+            .join()
+            .unwrap()
+        };
+        drop(SymmetricMixture::new(&p2, &q2, alpha).unwrap());
+        let reused = SymmetricMixture::new(&p, &q, alpha)
+            .unwrap()
+            .evaluate(lambda)
+            .unwrap();
+        assert!(!reused.reverse.value.is_nan(), "{reused:?}");
+        assert_eq!(format!("{fresh:?}"), format!("{reused:?}"));
+    }
+}

@@ -14,8 +14,21 @@ const GUIDED_EVALUATIONS: u32 = 40;
 const GRID: f64 = 1.0 / 4_294_967_296.0;
 
 /// How far below the converged estimate of the supremum the returned grid point lies at
-/// least: a bound on the estimate's error.
-const ESTIMATE_ERROR: f64 = 1e-11;
+/// least: a bound on the estimate's error. The convergence tests below accept an estimate
+/// whose predicted error is a tenth of this; with the grid point four steps above
+/// (`4·GRID ≈ 9.3e-10 < LAMBDA_TOLERANCE`) the final bracket still holds the supremum
+/// when the estimate is off by up to `3·GRID − ESTIMATE_ERROR ≈ 6e-10` upward.
+const ESTIMATE_ERROR: f64 = 1e-10;
+
+/// Largest predicted error, in log λ, at which an estimate counts as converged: a tenth
+/// of [`ESTIMATE_ERROR`] (λ ≤ 1 for PMixED and SubMix; DPS-MOZO's λ ≤ 1.5 keeps a
+/// margin of 6.7).
+const CONVERGED: f64 = 1e-11;
+
+/// Largest `|ln H(c) − ln H(b)|` at the latest point for which the two-point (Hermite)
+/// estimate is trusted: the point must already be close to the root on the model's own
+/// scale, not on a steep wall far from it.
+const HERMITE_RESIDUAL: f64 = 1e-2;
 
 /// Largest `|c(λ) − b|` at which a small Newton step is taken as a sign that the search
 /// has converged (a tiny step also comes from a point far up a steep wall).
@@ -105,6 +118,8 @@ struct State<'s, F> {
     /// Smallest λ evaluated infeasible.
     hi: Sample,
     last: Sample,
+    /// The evaluation before `last`, if any (for the two-point estimate).
+    previous: Option<Sample>,
     /// The last two steps taken, in log λ, older first (for the `rtsafe` progress rule).
     steps: [f64; 2],
     /// Whether the latest point was reached by a Newton step.
@@ -145,6 +160,7 @@ where
             lo_checked: false,
             hi: top,
             last: top,
+            previous: None,
             steps: [f64::INFINITY; 2],
             newton_last: false,
             on_grid: false,
@@ -165,6 +181,9 @@ where
     /// Returns whether `x` is feasible.
     fn probe(&mut self, x: f64) -> Result<bool, MixingError> {
         let Evaluation { value, parts } = (self.eval)(x)?;
+        if self.evaluations > 0 {
+            self.previous = Some(self.last);
+        }
         self.evaluations += 1;
         self.widths = [self.widths[1], self.widths[2], self.width()];
         let s = Sample {
@@ -206,26 +225,26 @@ where
     /// model `H ∝ λ^p` reaches `H(b)` at `λ·(H(b)/H(c))^{1/p}`; the constraint, a maximum,
     /// reaches it at the smallest of these.
     fn newton(&self, s: &Sample) -> Option<f64> {
+        s.parts
+            .iter()
+            .filter_map(|part| self.part_newton(s.lambda, part))
+            .reduce(f64::min)
+    }
+
+    /// Newton's step for one part from λ (see [`State::newton`]).
+    fn part_newton(&self, lambda: f64, part: &Part) -> Option<f64> {
+        let Part {
+            value,
+            slope,
+            kappa,
+        } = *part;
+        if !(value.is_finite() && value > 0.0 && slope.is_finite() && slope > 0.0 && lambda > 0.0) {
+            return None;
+        }
         let b = self.search.bound;
-        let part_newton = |part: &Part| {
-            let Part {
-                value,
-                slope,
-                kappa,
-            } = *part;
-            if !(value.is_finite()
-                && value > 0.0
-                && slope.is_finite()
-                && slope > 0.0
-                && s.lambda > 0.0)
-            {
-                return None;
-            }
-            let power = s.lambda * slope * log_h_rate(kappa, value);
-            let x = s.lambda * ((log_h(kappa, b) - log_h(kappa, value)) / power).exp();
-            x.is_finite().then_some(x)
-        };
-        s.parts.iter().filter_map(part_newton).reduce(f64::min)
+        let power = lambda * slope * log_h_rate(kappa, value);
+        let x = lambda * ((log_h(kappa, b) - log_h(kappa, value)) / power).exp();
+        x.is_finite().then_some(x)
     }
 
     /// The secant through the bracket ends in log–log coordinates (with the upper end's
@@ -310,6 +329,84 @@ where
         }
     }
 
+    /// The two-point estimate of the root and its predicted error (in log λ): the zero of
+    /// the cubic Hermite interpolant, in Newton's log–log coordinates, through the last two
+    /// evaluations of the part active at the latest one (values and slopes at both).
+    ///
+    /// Why: Newton from the latest point `x₁` leaves an error `e_N ≈ C·u²` (`u` its step,
+    /// `C = |g''/2g'|` for the model residual `g`); the cubic through `x₀` and `x₁` leaves
+    /// `|g''''/24g'|·u²·h²` (`h = x₀ − x₁`), far smaller when `x₁` came from a Newton step
+    /// from `x₀`. With `e_N ≈ d = |Hermite − Newton|` and `|g''''/g'| ≈ (2C)³`, the
+    /// predicted error is `d³h²/(3u⁴)`. Once the first Newton step from the upper end has
+    /// landed near the root, this usually certifies convergence one evaluation earlier
+    /// than Newton's own test. A wrong prediction costs speed only: the grid point below
+    /// the estimate is evaluated, and the one above is evaluated or proven infeasible.
+    ///
+    /// `None` unless both points are positive with the same active part, finite positive
+    /// values and slopes, the latest point is within [`HERMITE_RESIDUAL`] of the target on
+    /// the model's scale, that part reaches the bound before the other one (by each part's
+    /// Newton estimate), and the cubic's correction to Newton is small.
+    fn hermite(&self) -> Option<(f64, f64)> {
+        let (last, previous) = (&self.last, self.previous.as_ref()?);
+        if !(last.lambda > 0.0 && previous.lambda > 0.0 && last.lambda != previous.lambda) {
+            return None;
+        }
+        let j = usize::from(last.active() != last.parts[0]);
+        let coordinates = |s: &Sample| {
+            let Part {
+                value,
+                slope,
+                kappa,
+            } = s.parts[j];
+            let usable = value.is_finite() && value > 0.0 && slope.is_finite() && slope > 0.0;
+            usable.then(|| {
+                (
+                    s.lambda.ln(),
+                    log_h(kappa, value),
+                    s.lambda * slope * log_h_rate(kappa, value),
+                    kappa,
+                )
+            })
+        };
+        let (x1, y1, g1, k1) = coordinates(last)?;
+        let (x0, y0, g0, k0) = coordinates(previous)?;
+        let target = log_h(k1, self.search.bound);
+        if k0 != k1 || !((y1 - target).abs() <= HERMITE_RESIDUAL && g1 > 0.0 && g0 > 0.0) {
+            return None;
+        }
+        // P(u) = y₁ + g₁u + a·u² + c·u³ with P(h) = y₀ and P'(h) = g₀.
+        let h = x0 - x1;
+        let d2 = (y0 - y1 - g1 * h) / (h * h);
+        let e1 = (g0 - g1) / h;
+        let c = (e1 - 2.0 * d2) / h;
+        let a = 3.0 * d2 - e1;
+        let newton = (target - y1) / g1;
+        let mut u = newton;
+        for _ in 0..4 {
+            let p = y1 + u * (g1 + u * (a + c * u)) - target;
+            let dp = g1 + u * (2.0 * a + 3.0 * c * u);
+            if dp.is_nan() || dp <= 0.0 {
+                return None;
+            }
+            u -= p / dp;
+        }
+        let d = (u - newton).abs();
+        if !(u.is_finite() && d <= 0.5 * newton.abs()) {
+            return None;
+        }
+        let estimate = last.lambda * u.exp();
+        // The other part must not reach the bound first.
+        let other = last.parts[1 - j];
+        if other != last.parts[j]
+            && let Some(n) = self.part_newton(last.lambda, &other)
+            && n <= estimate * (1.0 + 1e-6)
+        {
+            return None;
+        }
+        let predicted = d * d * d * h * h / (3.0 * newton.powi(4));
+        Some((estimate, predicted))
+    }
+
     /// The root, once an estimate says the search has converged: the latest point's
     /// residual is small (a tiny step also comes from a point far up a steep wall) and
     ///
@@ -319,6 +416,13 @@ where
     /// * or, without slopes, the chord moved less than an eighth of the grid.
     fn converged(&self, newton: Option<f64>, chord: Option<f64>) -> Option<f64> {
         let last = self.last.lambda;
+        if let Some((estimate, predicted)) = self.hermite()
+            && predicted <= CONVERGED
+            && estimate >= self.lo.lambda
+            && estimate <= self.hi.lambda
+        {
+            return Some(estimate);
+        }
         if (self.last.value - self.search.bound).abs() > NEAR_ROOT_RESIDUAL {
             return None;
         }
@@ -331,7 +435,8 @@ where
                 } else {
                     f64::INFINITY
                 };
-                (predicted <= 1e-12 || step <= 1e-7 || (n - last).abs() <= GRID / 8.0).then_some(n)
+                (predicted <= CONVERGED / 10.0 || step <= 1e-7 || (n - last).abs() <= GRID / 8.0)
+                    .then_some(n)
             }
             (None, Some(c)) => ((c - last).abs() <= GRID / 8.0).then_some(c),
             (None, None) => None,
