@@ -44,7 +44,7 @@ use crate::bounds::{
     check_enforcement_order, check_probability, check_radius, pmixed_worst_neighbour_at,
 };
 use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
-use crate::pmixed::solve_and_sum;
+use crate::pmixed::{GroupSums, solve_and_sum};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
@@ -165,13 +165,19 @@ pub struct PrivateAnswer {
 #[derive(Debug, Clone)]
 pub struct Adapmixed {
     config: AdapmixedConfig,
+    /// Buffers for the group sums of the private answer, kept between steps (see
+    /// `solve_and_sum`); never read before being written.
+    partials: GroupSums,
 }
 
 impl Adapmixed {
     /// A mechanism with a validated configuration.
     pub fn new(config: AdapmixedConfig) -> Result<Self, MechanismError> {
         config.validate()?;
-        Ok(Self { config })
+        Ok(Self {
+            config,
+            partials: GroupSums::default(),
+        })
     }
 
     /// Its configuration.
@@ -257,9 +263,14 @@ impl Adapmixed {
     }
 
     /// Step 2a: every member's projection and the average of the mixtures.
-    pub fn private_answer(&self, ensemble: &Ensemble) -> Result<PrivateAnswer, MechanismError> {
+    pub fn private_answer(&mut self, ensemble: &Ensemble) -> Result<PrivateAnswer, MechanismError> {
         Self::check_members(ensemble)?;
-        let (solutions, sum) = solve_and_sum(ensemble, self.config.alpha_c, self.config.radius)?;
+        let (solutions, sum) = solve_and_sum(
+            ensemble,
+            self.config.alpha_c,
+            self.config.radius,
+            &mut self.partials,
+        )?;
         let n = ensemble.len() as f64;
         let distribution = sum.iter().map(|&s| s / n).collect();
         Ok(PrivateAnswer {

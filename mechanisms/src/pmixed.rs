@@ -222,57 +222,86 @@ const SUM_GROUPS: usize = 16;
 /// while each member's row is still in cache: members are split into
 /// [`SUM_GROUPS`] contiguous groups, each summed in member order on one worker,
 /// and the group sums are added in group order (deterministic).
+///
+/// `partials` holds the group sums between calls. Why: they are vocabulary-sized
+/// (16 × 400 KB for GPT-2), and fresh buffers of that size come from the
+/// allocator as new pages each step (page faults and zeroing); on the AdaPMixED
+/// bench that cost 6.4 → 8.3 ms per step in some heap states. Their contents are
+/// never read before being written: each group's first member writes its mixture
+/// (bitwise `0 + x`).
 pub(crate) fn solve_and_sum(
     ensemble: &Ensemble,
     alpha_c: f64,
     radius: f64,
+    partials: &mut GroupSums,
 ) -> Result<(Vec<Solution>, Vec<f64>), MechanismError> {
+    let partials = &mut partials.0;
     let projector = Projector::new(ensemble, alpha_c, radius)?;
     let members: Vec<usize> = (0..ensemble.len()).collect();
     let group = members.len().div_ceil(SUM_GROUPS).max(1);
-    let groups: Vec<(Vec<Solution>, Vec<f64>)> = members
+    let groups = members.len().div_ceil(group);
+    partials.resize_with(groups, Vec::new);
+    let solved: Vec<Vec<Solution>> = members
         .par_chunks(group)
-        .map(|g| {
-            let mut partial = vec![0.0; ensemble.vocab()];
+        .zip(partials.par_iter_mut())
+        .map(|(g, partial)| {
+            partial.resize(ensemble.vocab(), 0.0);
             let mut solutions = Vec::with_capacity(g.len());
             for &i in g {
                 let solution = projector.solve(i)?;
                 add_mixture(
-                    &mut partial,
+                    partial,
                     ensemble.member(i),
                     ensemble.public(),
                     solution.lambda,
+                    solutions.is_empty(),
                 );
                 solutions.push(solution);
             }
-            Ok((solutions, partial))
+            Ok(solutions)
         })
         .collect::<Result<_, MechanismError>>()?;
-    let mut solutions = Vec::with_capacity(members.len());
-    let mut sum = vec![0.0; ensemble.vocab()];
-    for (s, partial) in groups {
-        solutions.extend(s);
-        sum.iter_mut().zip(&partial).for_each(|(a, &b)| *a += b);
+    let mut sum = partials[0].clone();
+    for partial in &partials[1..groups] {
+        sum.iter_mut().zip(partial).for_each(|(a, &b)| *a += b);
     }
-    Ok((solutions, sum))
+    Ok((solved.into_iter().flatten().collect(), sum))
 }
 
-/// `acc += λ·p + (1 − λ)·p₀`, compiled for the CPU's widest vectors (the entry is
-/// the expression [`PmixedProjection::mixture`] uses).
-fn add_mixture(acc: &mut [f64], p: &[f64], p0: &[f64], lambda: f64) {
-    struct Add<'a>(&'a mut [f64], &'a [f64], &'a [f64], f64);
+/// The group-sum buffers [`solve_and_sum`] keeps between calls (its `Debug` shows
+/// their number, not their contents).
+#[derive(Clone, Default)]
+pub(crate) struct GroupSums(Vec<Vec<f64>>);
+
+impl std::fmt::Debug for GroupSums {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GroupSums({} buffers)", self.0.len())
+    }
+}
+
+/// `acc += λ·p + (1 − λ)·p₀` (or `acc = …` when `first`, the same value as adding
+/// to zero), compiled for the CPU's widest vectors (the entry is the expression
+/// [`PmixedProjection::mixture`] uses).
+fn add_mixture(acc: &mut [f64], p: &[f64], p0: &[f64], lambda: f64, first: bool) {
+    struct Add<'a>(&'a mut [f64], &'a [f64], &'a [f64], f64, bool);
     impl pulp::WithSimd for Add<'_> {
         type Output = ();
         #[inline(always)]
         fn with_simd<S: pulp::Simd>(self, _simd: S) {
-            let Add(acc, p, p0, lambda) = self;
+            let Add(acc, p, p0, lambda, first) = self;
             let mu = 1.0 - lambda;
-            for ((a, &p), &q) in acc.iter_mut().zip(p).zip(p0) {
-                *a += lambda * p + mu * q;
+            if first {
+                for ((a, &p), &q) in acc.iter_mut().zip(p).zip(p0) {
+                    *a = lambda * p + mu * q;
+                }
+            } else {
+                for ((a, &p), &q) in acc.iter_mut().zip(p).zip(p0) {
+                    *a += lambda * p + mu * q;
+                }
             }
         }
     }
-    pulp::Arch::new().dispatch(Add(acc, p, p0, lambda));
+    pulp::Arch::new().dispatch(Add(acc, p, p0, lambda, first));
 }
 
 /// `out[x] = Σ_k (λ_k·p_{members[k]}(x) + (1 − λ_k)·p₀(x))`, summed over k in
