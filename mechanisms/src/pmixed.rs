@@ -261,10 +261,18 @@ pub(crate) fn solve_and_sum(
             Ok(solutions)
         })
         .collect::<Result<_, MechanismError>>()?;
-    let mut sum = partials[0].clone();
-    for partial in &partials[1..groups] {
-        sum.iter_mut().zip(partial).for_each(|(a, &b)| *a += b);
-    }
+    // The group sums added in group order, in parallel over vocabulary chunks (a
+    // serial pass over 16 buffers took 0.3 ms).
+    let mut sum = vec![0.0; ensemble.vocab()];
+    let partials = &partials[..groups];
+    sum.par_chunks_mut(CHUNK).enumerate().for_each(|(c, out)| {
+        let start = c * CHUNK;
+        out.copy_from_slice(&partials[0][start..start + out.len()]);
+        for partial in &partials[1..] {
+            let part = &partial[start..start + out.len()];
+            out.iter_mut().zip(part).for_each(|(a, &b)| *a += b);
+        }
+    });
     Ok((solved.into_iter().flatten().collect(), sum))
 }
 
