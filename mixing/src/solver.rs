@@ -83,7 +83,9 @@ pub struct Solution {
     /// solvers) `violated_at − lambda ≤ LAMBDA_TOLERANCE`.
     pub violated_at: Option<f64>,
     /// How many times the constraint was evaluated (each evaluation is one pass over the
-    /// inputs): the cost of the solve.
+    /// inputs, except that PMixED's probe of λ = 1 on the closed-form path of
+    /// `privmix_renyi::SymmetricMixture` comes from the pass that builds its ratio table):
+    /// the cost of the solve.
     pub evaluations: u32,
 }
 

@@ -187,10 +187,12 @@ impl SymmetricValue {
 /// DPS-MOZO.
 ///
 /// For integer α ∈ [2, 4096] and entries ≥ 1e-150, the constructor precomputes
-/// `p/q − 1` once, and each λ ∈ (0, 1] is then evaluated in closed form from that
-/// vector and q (see `mixture_fast.rs`): equal to [`MixturePath::forward`] and
+/// the ratios `p/q` once, and each λ ∈ (0, 1] is then evaluated in closed form from
+/// that vector and q (see `mixture_fast.rs`): equal to [`MixturePath::forward`] and
 /// [`MixturePath::reverse`] to rounding (relative ~1e-14), with each positive value
-/// rounded up one ulp. Elsewhere (other orders, tiny entries, λ = 0, or a scale that
+/// rounded up one ulp. The pass that forms the ratios also forms the sums at λ = 1
+/// (where the mixture is p), so `evaluate(1.0)`, the first point every λ search
+/// probes, costs no further pass. Elsewhere (other orders, tiny entries, λ = 0, or a scale that
 /// cannot keep every term representable) it is exactly those two paths evaluated
 /// together (same formulas, same summation order), at half the memory traffic.
 #[derive(Debug, Clone)]

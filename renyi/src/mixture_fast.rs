@@ -18,6 +18,11 @@
 //! and an element that underflows is below `2^-1022` of the largest term. Powers are
 //! repeated squaring on blocks of [`PW`] elements in independent lanes.
 //!
+//! The pass that forms `r` also forms the four sums at λ = 1 (`t = r`), unscaled: they
+//! are used where `α·|ln r|` stays below 600 for the extreme ratios (every term is
+//! then representable, and the largest ones are ≥ 1 since `min r ≤ 1 ≤ max r`), so a
+//! solve's first probe rides on the table's construction.
+//!
 //! Only used where every non-zero entry of p and q is at least `RATIO_PATH_MIN` (so
 //! `r ∈ [0, 1e150]`) and `2 ≤ α ≤ MAX_ORDER`; otherwise, and at λ = 0, the general
 //! chunked kernels answer. The values agree with [`crate::divergence`] on the explicit
@@ -45,6 +50,9 @@ pub(crate) struct RatioTable {
     q_total: f64,
     /// Some `q_x = 0 < p_x`: the forward divergence is `+∞` for every λ > 0.
     off_support: bool,
+    /// Both directions at λ = 1, from the sums the ratio pass formed on the way
+    /// (see [`RatioTable::new`]); `None` where they could not be trusted.
+    at_one: Option<Pair>,
 }
 
 /// The pass of [`RatioTable::new`] as a `pulp` operation: writes `r` and returns the
@@ -53,16 +61,23 @@ struct Ratios<'a> {
     p: &'a [f64],
     q: &'a [f64],
     r: &'a mut [f64],
+    /// The order: the pass also forms the λ = 1 sums `[Σ q·r^k, Σ q·r^{k−1}·d,
+    /// Σ q·r·r^{−k}, Σ q·r^{−k}·d]` (`d = r − 1`), unscaled.
+    k: u32,
 }
 
+/// What [`Ratios`] returns: `(min r, max r, Σp, Σq, Σ p off q's support)` and the
+/// λ = 1 sums.
+type RatioSums = ((f64, f64, f64, f64, f64), [f64; 4]);
+
 impl pulp::WithSimd for Ratios<'_> {
-    type Output = (f64, f64, f64, f64, f64);
+    type Output = RatioSums;
 
     /// Explicit vectors: the compiler does not vectorise the selects by itself.
     /// `p/0` is computed and discarded where q = 0.
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) -> Self::Output {
-        let Ratios { p, q, r } = self;
+        let Ratios { p, q, r, k } = self;
         let (pv, p_tail) = S::as_simd_f64s(p);
         let (qv, q_tail) = S::as_simd_f64s(q);
         let (rv, r_tail) = S::as_mut_simd_f64s(r);
@@ -73,6 +88,7 @@ impl pulp::WithSimd for Ratios<'_> {
         );
         let (mut lo, mut hi) = (inf, neg_inf);
         let (mut ps, mut qs, mut off) = (zero, zero, zero);
+        let mut at_one = [zero; 4];
         for ((&p, &q), r) in pv.iter().zip(qv).zip(rv.iter_mut()) {
             ps = simd.add_f64s(ps, p);
             qs = simd.add_f64s(qs, q);
@@ -82,7 +98,17 @@ impl pulp::WithSimd for Ratios<'_> {
             lo = simd.min_f64s(lo, simd.select_f64s(on, ratio, inf));
             hi = simd.max_f64s(hi, simd.select_f64s(on, ratio, neg_inf));
             off = simd.add_f64s(off, simd.select_f64s(on, zero, p));
+            // λ = 1: t = r (q = 0 gives r = 1 and weight 0).
+            let d = simd.sub_f64s(ratio, one);
+            let [rk1] = crate::simd::pow_vectors(simd, [ratio], k - 1);
+            let qk1 = simd.mul_f64s(q, rk1);
+            let qz = simd.div_f64s(q, simd.mul_f64s(rk1, ratio));
+            at_one[0] = simd.mul_add_f64s(qk1, ratio, at_one[0]);
+            at_one[1] = simd.mul_add_f64s(qk1, d, at_one[1]);
+            at_one[2] = simd.mul_add_f64s(qz, ratio, at_one[2]);
+            at_one[3] = simd.mul_add_f64s(qz, d, at_one[3]);
         }
+        let mut at_one = at_one.map(|v| simd.reduce_sum_f64s(v));
         let (mut lo, mut hi) = (simd.reduce_min_f64s(lo), simd.reduce_max_f64s(hi));
         let (mut ps, mut qs, mut off) = (
             simd.reduce_sum_f64s(ps),
@@ -96,12 +122,19 @@ impl pulp::WithSimd for Ratios<'_> {
                 *r = p / q;
                 lo = lo.min(*r);
                 hi = hi.max(*r);
+                let (ratio, d) = (*r, *r - 1.0);
+                let rk1 = powi_u32(ratio, k - 1);
+                let (qk1, qz) = (q * rk1, q / (rk1 * ratio));
+                at_one[0] += qk1 * ratio;
+                at_one[1] += qk1 * d;
+                at_one[2] += qz * ratio;
+                at_one[3] += qz * d;
             } else {
                 *r = 1.0;
                 off += p;
             }
         }
-        (lo, hi, ps, qs, off)
+        ((lo, hi, ps, qs, off), at_one)
     }
 }
 
@@ -178,12 +211,13 @@ impl RatioTable {
         // `p` is usually a fresh row (a member's), `q` shared and in cache.
         crate::simd::warm(p);
         let mut r = spare::take(p.len());
-        let (lo, hi, ps, qs, off) = pulp::Arch::new().dispatch(Ratios { p, q, r: &mut r });
+        let ((lo, hi, ps, qs, off), [a, b, c, d]) =
+            pulp::Arch::new().dispatch(Ratios { p, q, r: &mut r, k });
         let (r_min, r_max) = (lo, hi);
         if !(r_min.is_finite() && r_max.is_finite()) {
             return None;
         }
-        Some(RatioTable {
+        let mut table = RatioTable {
             k,
             r,
             r_min,
@@ -191,7 +225,27 @@ impl RatioTable {
             p_total: ps,
             q_total: qs,
             off_support: off > 0.0,
-        })
+            at_one: None,
+        };
+        // The λ = 1 sums are unscaled (t = r): trusted where every power of every
+        // ratio stays within e^{±600} (so no term overflows and the largest terms,
+        // which are ≥ 1 since min r ≤ 1 ≤ max r, keep full precision), as the scaled
+        // passes guarantee by construction.
+        let alpha = f64::from(k);
+        let in_range = alpha * r_max.ln() < MIN_SCALED_LOG_RANGE
+            && -alpha * r_min.ln() < MIN_SCALED_LOG_RANGE
+            && r_min > 0.0;
+        if in_range
+            && a > 0.0
+            && c > 0.0
+            && a.is_finite()
+            && c.is_finite()
+            && b.is_finite()
+            && d.is_finite()
+        {
+            table.at_one = Some(table.pair(1.0, a.ln(), b / a, c.ln(), d / c));
+        }
+        Some(table)
     }
 
     /// Both directions at `lambda ∈ (0, 1]` (the caller checks the range), or `None`
@@ -199,6 +253,11 @@ impl RatioTable {
     pub(crate) fn evaluate(&self, q: &[f64], lambda: f64) -> Option<Pair> {
         if !(lambda > 0.0 && lambda <= 1.0) {
             return None;
+        }
+        if lambda == 1.0
+            && let Some(pair) = self.at_one
+        {
+            return Some(pair);
         }
         let keep = 1.0 - lambda;
         let t_max = keep + lambda * self.r_max;
@@ -233,6 +292,21 @@ impl RatioTable {
                     gr / sr,
                 )
             };
+        Some(self.pair(lambda, log_sf, forward_rate, log_sr, reverse_rate))
+    }
+
+    /// Both directions from the logs of the forward and reverse sums `Σ q·t^α` and
+    /// `Σ q·t^{1−α}` and their relative rates (`S'/(αS)`-style factors as
+    /// [`RatioTable::evaluate`] forms them).
+    fn pair(
+        &self,
+        lambda: f64,
+        log_sf: f64,
+        forward_rate: f64,
+        log_sr: f64,
+        reverse_rate: f64,
+    ) -> Pair {
+        let alpha = f64::from(self.k);
         let e = alpha - 1.0;
         let (pt, qt) = (self.p_total, self.q_total);
         let mix_total = if pt == qt {
@@ -261,7 +335,7 @@ impl RatioTable {
             value: round_up(value),
             slope: -reverse_rate + norm_slope / mix_total,
         };
-        Some((forward, reverse))
+        (forward, reverse)
     }
 
     /// `(Σ q·v^α, Σ q·v^{α−1}·d, Σ q·t·u^α, Σ q·u^α·d)` with `d = r − 1`, `v = t/t_max`,
