@@ -29,7 +29,7 @@
 //! (a few ulps per term, amplified at most α-fold); AdaPMixED's additive
 //! allowance covers that.
 
-use privmix_renyi::simd::{pow_vectors, warm};
+use privmix_renyi::simd::{Prefetch, pow_vectors, warm};
 use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
@@ -274,6 +274,10 @@ impl WithSimd for ChunkPass<'_> {
             let fused = fuse.then(|| FusedMember {
                 head,
                 tail,
+                next: ensemble
+                    .members()
+                    .get((i + 1) * ensemble.vocab() + start..(i + 1) * ensemble.vocab() + end)
+                    .unwrap_or(&[]),
                 inv: iv,
                 scaled_public: spv,
                 weight: wv,
@@ -370,6 +374,10 @@ const U: usize = 4;
 struct FusedMember<'a, S: Simd> {
     head: &'a [S::f64s],
     tail: S::f64s,
+    /// The next member's slice of the chunk (empty for the last member): its
+    /// lines are prefetched during this pass, one per vector, so that its DRAM
+    /// latency hides behind this member's arithmetic.
+    next: &'a [f64],
     inv: &'a [S::f64s],
     scaled_public: &'a [S::f64s],
     weight: &'a [S::f64s],
@@ -392,6 +400,7 @@ impl<S: Simd> FusedMember<'_, S> {
         let FusedMember {
             head,
             tail,
+            next,
             inv,
             scaled_public,
             weight,
@@ -420,10 +429,13 @@ impl<S: Simd> FusedMember<'_, S> {
         let (mut tmin, mut low) = (simd.splat_f64s(f64::INFINITY), zero);
         let one = simd.splat_f64s(1.0);
         let mut tv = store.as_mut().map(|t| S::as_mut_simd_f64s(t).0);
+        let prefetch = Prefetch::new();
+        let lanes = size_of::<S::f64s>() / size_of::<f64>();
         for b in 0..inv.len() / U {
             let mut x = [zero; U];
             for j in 0..U {
                 let v = b * U + j;
+                prefetch.line(next, v * lanes);
                 let p = load(v);
                 ps[j] = simd.add_f64s(ps[j], p);
                 let rest = simd.mul_add_f64s(neg_m, scaled_public[v], cv);
