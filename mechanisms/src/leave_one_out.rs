@@ -263,12 +263,16 @@ impl WithSimd for ChunkPass<'_> {
         let half = simd.splat_f64s(0.5);
         let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
         let spv = S::as_simd_f64s(&scaled_public).0;
+        let mut prefetched = false;
         for i in 0..n {
             let row = &ensemble.member(i)[start..end];
             let (head, tail) = S::as_simd_f64s(row);
             let tail = simd.partial_load_f64s(tail);
-            // The member's slice is a short stream: fetch it with many misses in flight.
-            warm(row);
+            // The member's slice is a short stream: unless the previous member's
+            // fused pass prefetched it, fetch it with many misses in flight.
+            if !prefetched {
+                warm(row);
+            }
             // The common case: no entry dominated by member i, one fused pass.
             let store = (orders.len() > 1).then_some(&mut t);
             let fused = fuse.then(|| FusedMember {
@@ -285,6 +289,9 @@ impl WithSimd for ChunkPass<'_> {
                 c,
                 k: orders[0],
             });
+            // A fused pass (even one that finds a dominated entry) prefetches the
+            // next member's slice.
+            prefetched = fused.is_some();
             if let Some(f) = fused.and_then(|m| m.run(simd, store)) {
                 out.fused += 1;
                 out.rest[i] = s_total - (lambdas[i] * f.p_total + (1.0 - lambdas[i]) * p0_total);
