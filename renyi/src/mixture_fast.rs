@@ -30,6 +30,7 @@
 //! positive value is rounded up by one ulp so that rounding errs on the safe side.
 
 use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8, powi_u32};
+
 use crate::validate::ProbSummary;
 use crate::{Order, ValueAndSlope};
 
@@ -45,7 +46,8 @@ pub(crate) struct RatioTable {
     r: Vec<f64>,
     r_min: f64,
     r_max: f64,
-    /// `Σp` and `Σq`, for the normalisations `M = λΣp + (1−λ)Σq`.
+    /// `Σp` and `Σq` as validation summed them, for the normalisations
+    /// `M = λΣp + (1−λ)Σq`.
     p_total: f64,
     q_total: f64,
     /// Some `q_x = 0 < p_x`: the forward divergence is `+∞` for every λ > 0.
@@ -55,29 +57,39 @@ pub(crate) struct RatioTable {
     at_one: Option<Pair>,
 }
 
-/// The pass of [`RatioTable::new`] as a `pulp` operation: writes `r` and returns the
-/// lane-wise `(min r, max r, Σp, Σq, Σ p off q's support)`.
+/// The pass of [`RatioTable::new`] as a `pulp` operation: writes `r` and returns
+/// `(min r, max r, Σ p off q's support, check)` and the λ = 1 sums
+/// `[Σ q·r^k, Σ q·r^{k−1}·d, Σ q·r·r^{−k}, Σ q·r^{−k}·d]` (`d = r − 1`, unscaled).
+///
+/// Two variants. The quick one (`careful = false`) assumes q > 0 everywhere: it
+/// divides without masks, and `check` (the sum of the ratios) comes out non-finite
+/// exactly when some `q_x = 0` (a ratio `p/0` is `+∞` or NaN; every other ratio is at
+/// most `1/RATIO_PATH_MIN`), in which case the caller runs the careful one, which
+/// masks those entries (`r = 1`, weight 0, excluded from the extremes) and sums the
+/// mass of p there.
 struct Ratios<'a> {
     p: &'a [f64],
     q: &'a [f64],
     r: &'a mut [f64],
-    /// The order: the pass also forms the λ = 1 sums `[Σ q·r^k, Σ q·r^{k−1}·d,
-    /// Σ q·r·r^{−k}, Σ q·r^{−k}·d]` (`d = r − 1`), unscaled.
     k: u32,
+    careful: bool,
 }
 
-/// What [`Ratios`] returns: `(min r, max r, Σp, Σq, Σ p off q's support)` and the
-/// λ = 1 sums.
-type RatioSums = ((f64, f64, f64, f64, f64), [f64; 4]);
+/// What [`Ratios`] returns.
+type RatioSums = ((f64, f64, f64, f64), [f64; 4]);
 
 impl pulp::WithSimd for Ratios<'_> {
     type Output = RatioSums;
 
-    /// Explicit vectors: the compiler does not vectorise the selects by itself.
-    /// `p/0` is computed and discarded where q = 0.
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) -> Self::Output {
-        let Ratios { p, q, r, k } = self;
+        let Ratios {
+            p,
+            q,
+            r,
+            k,
+            careful,
+        } = self;
         let (pv, p_tail) = S::as_simd_f64s(p);
         let (qv, q_tail) = S::as_simd_f64s(q);
         let (rv, r_tail) = S::as_mut_simd_f64s(r);
@@ -86,40 +98,64 @@ impl pulp::WithSimd for Ratios<'_> {
             simd.splat_f64s(f64::INFINITY),
             simd.splat_f64s(f64::NEG_INFINITY),
         );
-        let (mut lo, mut hi) = (inf, neg_inf);
-        let (mut ps, mut qs, mut off) = (zero, zero, zero);
+        let (mut lo, mut hi, mut off, mut check) = (inf, neg_inf, zero, zero);
         let mut at_one = [zero; 4];
-        for ((&p, &q), r) in pv.iter().zip(qv).zip(rv.iter_mut()) {
-            ps = simd.add_f64s(ps, p);
-            qs = simd.add_f64s(qs, q);
-            let on = simd.greater_than_f64s(q, zero);
-            let ratio = simd.select_f64s(on, simd.div_f64s(p, q), one);
-            *r = ratio;
-            lo = simd.min_f64s(lo, simd.select_f64s(on, ratio, inf));
-            hi = simd.max_f64s(hi, simd.select_f64s(on, ratio, neg_inf));
-            off = simd.add_f64s(off, simd.select_f64s(on, zero, p));
-            // λ = 1: t = r (q = 0 gives r = 1 and weight 0).
-            let d = simd.sub_f64s(ratio, one);
-            let [rk1] = crate::simd::pow_vectors(simd, [ratio], k - 1);
-            let qk1 = simd.mul_f64s(q, rk1);
-            let qz = simd.div_f64s(q, simd.mul_f64s(rk1, ratio));
-            at_one[0] = simd.mul_add_f64s(qk1, ratio, at_one[0]);
-            at_one[1] = simd.mul_add_f64s(qk1, d, at_one[1]);
-            at_one[2] = simd.mul_add_f64s(qz, ratio, at_one[2]);
-            at_one[3] = simd.mul_add_f64s(qz, d, at_one[3]);
+        // Blocks of `U` vectors, so that the powers run in `U` independent chains,
+        // then the remaining vectors one at a time.
+        let blocks = pv.len() / U;
+        let (p_blocks, p_rest) = pv.split_at(blocks * U);
+        let (q_blocks, q_rest) = qv.split_at(blocks * U);
+        let (r_blocks, r_rest) = rv.split_at_mut(blocks * U);
+        let groups = p_blocks
+            .chunks_exact(U)
+            .zip(q_blocks.chunks_exact(U))
+            .zip(r_blocks.chunks_exact_mut(U))
+            .map(|((p, q), r)| (p, q, r))
+            .chain(
+                p_rest
+                    .chunks(1)
+                    .zip(q_rest.chunks(1))
+                    .zip(r_rest.chunks_mut(1))
+                    .map(|((p, q), r)| (p, q, r)),
+            );
+        for (pb, qb, rb) in groups {
+            let mut ratio = [one; U];
+            for j in 0..pb.len() {
+                let (p, q) = (pb[j], qb[j]);
+                if careful {
+                    let on = simd.greater_than_f64s(q, zero);
+                    ratio[j] = simd.select_f64s(on, simd.div_f64s(p, q), one);
+                    lo = simd.min_f64s(lo, simd.select_f64s(on, ratio[j], inf));
+                    hi = simd.max_f64s(hi, simd.select_f64s(on, ratio[j], neg_inf));
+                    off = simd.add_f64s(off, simd.select_f64s(on, zero, p));
+                } else {
+                    ratio[j] = simd.div_f64s(p, q);
+                    lo = simd.min_f64s(lo, ratio[j]);
+                    hi = simd.max_f64s(hi, ratio[j]);
+                    check = simd.add_f64s(check, ratio[j]);
+                }
+                rb[j] = ratio[j];
+            }
+            // λ = 1: t = r (the careful pass's masked entries have r = 1 and weight 0;
+            // unused lanes of a short group are 1 with no weight read).
+            let rk1 = crate::simd::pow_vectors(simd, ratio, k - 1);
+            for j in 0..pb.len() {
+                let (q, d) = (qb[j], simd.sub_f64s(ratio[j], one));
+                let qk1 = simd.mul_f64s(q, rk1[j]);
+                let qz = simd.div_f64s(q, simd.mul_f64s(rk1[j], ratio[j]));
+                at_one[0] = simd.mul_add_f64s(qk1, ratio[j], at_one[0]);
+                at_one[1] = simd.mul_add_f64s(qk1, d, at_one[1]);
+                at_one[2] = simd.mul_add_f64s(qz, ratio[j], at_one[2]);
+                at_one[3] = simd.mul_add_f64s(qz, d, at_one[3]);
+            }
         }
         let mut at_one = at_one.map(|v| simd.reduce_sum_f64s(v));
         let (mut lo, mut hi) = (simd.reduce_min_f64s(lo), simd.reduce_max_f64s(hi));
-        let (mut ps, mut qs, mut off) = (
-            simd.reduce_sum_f64s(ps),
-            simd.reduce_sum_f64s(qs),
-            simd.reduce_sum_f64s(off),
-        );
+        let (mut off, mut check) = (simd.reduce_sum_f64s(off), simd.reduce_sum_f64s(check));
         for ((&p, &q), r) in p_tail.iter().zip(q_tail).zip(r_tail.iter_mut()) {
-            ps += p;
-            qs += q;
-            if q > 0.0 {
+            if q > 0.0 || !careful {
                 *r = p / q;
+                check += *r;
                 lo = lo.min(*r);
                 hi = hi.max(*r);
                 let (ratio, d) = (*r, *r - 1.0);
@@ -134,7 +170,7 @@ impl pulp::WithSimd for Ratios<'_> {
                 off += p;
             }
         }
-        ((lo, hi, ps, qs, off), at_one)
+        ((lo, hi, off, check), at_one)
     }
 }
 
@@ -211,8 +247,21 @@ impl RatioTable {
         // `p` is usually a fresh row (a member's), `q` shared and in cache.
         crate::simd::warm(p);
         let mut r = spare::take(p.len());
-        let ((lo, hi, ps, qs, off), [a, b, c, d]) =
-            pulp::Arch::new().dispatch(Ratios { p, q, r: &mut r, k });
+        let ratios = |careful, r: &mut Vec<f64>| {
+            pulp::Arch::new().dispatch(Ratios {
+                p,
+                q,
+                r,
+                k,
+                careful,
+            })
+        };
+        let mut sums = ratios(false, &mut r);
+        if !sums.0.3.is_finite() {
+            // Some q_x = 0.
+            sums = ratios(true, &mut r);
+        }
+        let ((lo, hi, off, _), [a, b, c, d]) = sums;
         let (r_min, r_max) = (lo, hi);
         if !(r_min.is_finite() && r_max.is_finite()) {
             return None;
@@ -222,8 +271,8 @@ impl RatioTable {
             r,
             r_min,
             r_max,
-            p_total: ps,
-            q_total: qs,
+            p_total: sp.sum,
+            q_total: sq.sum,
             off_support: off > 0.0,
             at_one: None,
         };

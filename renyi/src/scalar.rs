@@ -85,6 +85,7 @@ pub(crate) fn forward_prob_screened<T: Probability, const S: u8>(
     let valid = validate::check_sum(sum).is_ok() && screen.min >= 0.0;
     let summary = ProbSummary {
         min_positive: screen.min_positive,
+        sum,
     };
     (valid && ratio::applicable(summary.min_positive, RATIO_PATH_MIN))
         .then(|| (non_negative(d), summary))

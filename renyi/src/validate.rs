@@ -31,6 +31,9 @@ pub(crate) struct ProbSummary {
     /// Smallest strictly positive entry (`+∞` when every entry is 0, which normalisation
     /// already excludes).
     pub min_positive: f64,
+    /// `Σp` as validation summed it (the closed-form mixture path uses it for its
+    /// normalisations).
+    pub sum: f64,
 }
 
 /// Checks that `p` is a probability vector: non-empty, every entry finite and ≥ 0, and
@@ -55,6 +58,7 @@ pub(crate) fn probabilities<T: Probability>(p: &[T]) -> Result<ProbSummary> {
     check_sum(sum)?;
     Ok(ProbSummary {
         min_positive: min_positive.into_iter().fold(f64::INFINITY, f64::min),
+        sum,
     })
 }
 
