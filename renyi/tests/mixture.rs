@@ -534,3 +534,25 @@ fn a_reused_ratio_buffer_with_huge_stale_ratios_changes_nothing() {
         assert_eq!(format!("{fresh:?}"), format!("{reused:?}"));
     }
 }
+
+proptest! {
+    /// Against a q with zeros (the closed-form path's masked ratio pass): the same
+    /// values and slopes as the two separate paths, to rounding, at λ = 1 and inside.
+    #[test]
+    fn symmetric_equals_both_paths_against_a_q_with_zeros(
+        (a, _b, c) in triple(-6.0),
+        k in 2..20u32,
+        lambda in prop_oneof![Just(1.0), 0.01..=1.0_f64],
+    ) {
+        prop_assume!(a.contains(&0.0));
+        let alpha = Order::new(f64::from(k)).unwrap();
+        // q = a (zeros), p = c (full support): p has mass where q has none.
+        let both = SymmetricMixture::new(&c, &a, alpha).unwrap().evaluate(lambda).unwrap();
+        let fwd = MixturePath::forward(&c, &a, alpha).unwrap().evaluate(lambda).unwrap();
+        let rev = MixturePath::reverse(&c, &a, alpha).unwrap().evaluate(lambda).unwrap();
+        prop_assert_eq!(both.forward.value, f64::INFINITY);
+        prop_assert_eq!(fwd.value, f64::INFINITY);
+        prop_assert!(close(both.reverse.value, rev.value, 1e-13), "{:?} vs {:?}", both, rev);
+        prop_assert!(close(both.reverse.slope, rev.slope, 1e-12), "{:?} vs {:?}", both, rev);
+    }
+}
