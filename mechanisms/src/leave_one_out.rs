@@ -422,7 +422,7 @@ impl<S: Simd> FusedMember<'_, S> {
             simd.splat_f64s(c),
         );
         // Entries below this are (or may be, by rounding) dominated by member i.
-        let floor = simd.splat_f64s(0.5 * c * (1.0 + 1e-12));
+        let floor = 0.5 * c * (1.0 + 1e-12);
         let load = |v: usize| {
             if v < head.len() {
                 head[v]
@@ -433,8 +433,7 @@ impl<S: Simd> FusedMember<'_, S> {
             }
         };
         let (mut fa, mut ra, mut ps) = ([zero; U], [zero; U], [zero; U]);
-        let (mut tmin, mut low) = (simd.splat_f64s(f64::INFINITY), zero);
-        let one = simd.splat_f64s(1.0);
+        let mut tmin = simd.splat_f64s(f64::INFINITY);
         let mut tv = store.as_mut().map(|t| S::as_mut_simd_f64s(t).0);
         let prefetch = Prefetch::new();
         let lanes = size_of::<S::f64s>() / size_of::<f64>();
@@ -448,7 +447,6 @@ impl<S: Simd> FusedMember<'_, S> {
                 let rest = simd.mul_add_f64s(neg_m, scaled_public[v], cv);
                 x[j] = simd.mul_add_f64s(neg_l, simd.mul_f64s(p, inv[v]), rest);
                 tmin = simd.min_f64s(tmin, x[j]);
-                low = simd.select_f64s(simd.less_than_f64s(x[j], floor), one, low);
                 if let Some(t) = tv.as_mut() {
                     t[v] = x[j];
                 }
@@ -468,7 +466,6 @@ impl<S: Simd> FusedMember<'_, S> {
             let rest = simd.mul_add_f64s(neg_m, scaled_public[v], cv);
             let x = simd.mul_add_f64s(neg_l, simd.mul_f64s(p, inv[v]), rest);
             tmin = simd.min_f64s(tmin, x);
-            low = simd.select_f64s(simd.less_than_f64s(x, floor), one, low);
             if let Some(t) = tv.as_mut() {
                 t[v] = x;
             }
@@ -476,7 +473,9 @@ impl<S: Simd> FusedMember<'_, S> {
             fa[0] = simd.mul_add_f64s(weight[v], simd.mul_f64s(xk1, x), fa[0]);
             ra[0] = simd.add_f64s(ra[0], simd.div_f64s(weight[v], xk1));
         }
-        if simd.reduce_max_f64s(low) > 0.0 {
+        // Some entry below the floor (dominated) has the smallest t below it.
+        let t_min = simd.reduce_min_f64s(tmin);
+        if t_min.is_nan() || t_min < floor {
             return None;
         }
         let sum = |a: [S::f64s; U]| {
@@ -488,7 +487,7 @@ impl<S: Simd> FusedMember<'_, S> {
         };
         Some(FusedSums {
             p_total: sum(ps),
-            t_min: simd.reduce_min_f64s(tmin),
+            t_min,
             forward: sum(fa),
             reverse: sum(ra),
         })
