@@ -207,8 +207,10 @@ impl Adapmixed {
         let indices = top_k_indices(public, k)?;
         let lambda = self.config.screen_lambda;
         let n = ensemble.len() as f64;
+        // In parallel over the indices: each one reads every member's row at a
+        // scattered entry (a cache miss per member), summed in member order.
         let values = indices
-            .iter()
+            .par_iter()
             .map(|&x| {
                 let total: f64 = (0..ensemble.len())
                     .map(|i| lambda * ensemble.member(i)[x] + (1.0 - lambda) * public[x])
@@ -272,7 +274,7 @@ impl Adapmixed {
             &mut self.partials,
         )?;
         let n = ensemble.len() as f64;
-        let distribution = sum.iter().map(|&s| s / n).collect();
+        let distribution = sum.par_iter().map(|&s| s / n).collect();
         Ok(PrivateAnswer {
             distribution,
             solutions,
