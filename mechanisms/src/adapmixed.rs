@@ -44,7 +44,7 @@ use crate::bounds::{
     check_enforcement_order, check_probability, check_radius, pmixed_worst_neighbour_at,
 };
 use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
-use crate::pmixed::{GroupSums, solve_and_sum};
+use crate::pmixed::{StepBuffers, solve_and_sum};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
@@ -167,7 +167,7 @@ pub struct Adapmixed {
     config: AdapmixedConfig,
     /// Buffers for the group sums of the private answer, kept between steps (see
     /// `solve_and_sum`); never read before being written.
-    partials: GroupSums,
+    buffers: StepBuffers,
 }
 
 impl Adapmixed {
@@ -176,7 +176,7 @@ impl Adapmixed {
         config.validate()?;
         Ok(Self {
             config,
-            partials: GroupSums::default(),
+            buffers: StepBuffers::default(),
         })
     }
 
@@ -271,10 +271,15 @@ impl Adapmixed {
             ensemble,
             self.config.alpha_c,
             self.config.radius,
-            &mut self.partials,
+            &mut self.buffers,
         )?;
         let n = ensemble.len() as f64;
-        let distribution = sum.par_iter().map(|&s| s / n).collect();
+        let mut distribution = std::mem::take(&mut self.buffers.distribution);
+        distribution.resize(sum.len(), 0.0);
+        distribution
+            .par_iter_mut()
+            .zip(&sum)
+            .for_each(|(d, &s)| *d = s / n);
         Ok(PrivateAnswer {
             distribution,
             solutions,
@@ -500,8 +505,9 @@ impl EnsembleMechanism for Adapmixed {
                 },
             });
         }
-        let answer = self.private_answer(ensemble)?;
+        let mut answer = self.private_answer(ensemble)?;
         let private = self.private_charge(ensemble, &answer, &orders)?;
+        self.buffers.sum = std::mem::take(&mut answer.sum);
         let charge = screen_cost.compose(&private)?;
         account.charge(&charge, self.name())?;
         let main = self.config.alpha_c;
@@ -529,5 +535,9 @@ impl EnsembleMechanism for Adapmixed {
 
     fn name(&self) -> &'static str {
         "adapmixed"
+    }
+
+    fn recycle(&mut self, distribution: Vec<f64>) {
+        self.buffers.distribution = distribution;
     }
 }

@@ -233,9 +233,9 @@ pub(crate) fn solve_and_sum(
     ensemble: &Ensemble,
     alpha_c: f64,
     radius: f64,
-    partials: &mut GroupSums,
+    buffers: &mut StepBuffers,
 ) -> Result<(Vec<Solution>, Vec<f64>), MechanismError> {
-    let partials = &mut partials.0;
+    let partials = &mut buffers.partials;
     let projector = Projector::new(ensemble, alpha_c, radius)?;
     let members: Vec<usize> = (0..ensemble.len()).collect();
     let group = members.len().div_ceil(SUM_GROUPS).max(1);
@@ -263,7 +263,9 @@ pub(crate) fn solve_and_sum(
         .collect::<Result<_, MechanismError>>()?;
     // The group sums added in group order, in parallel over vocabulary chunks (a
     // serial pass over 16 buffers took 0.3 ms).
-    let mut sum = vec![0.0; ensemble.vocab()];
+    let mut sum = std::mem::take(&mut buffers.sum);
+    // Every entry is written below (the first group's sum is copied in).
+    sum.resize(ensemble.vocab(), 0.0);
     let partials = &partials[..groups];
     sum.par_chunks_mut(CHUNK).enumerate().for_each(|(c, out)| {
         let start = c * CHUNK;
@@ -276,14 +278,21 @@ pub(crate) fn solve_and_sum(
     Ok((solved.into_iter().flatten().collect(), sum))
 }
 
-/// The group-sum buffers [`solve_and_sum`] keeps between calls (its `Debug` shows
-/// their number, not their contents).
+/// Vocabulary-sized buffers kept between steps (its `Debug` shows their number,
+/// not their contents): [`solve_and_sum`]'s group sums, and spare buffers for the
+/// next step's sum `S` and output distribution, handed back after a step. Fresh
+/// buffers of that size are new pages from the allocator every step (page faults
+/// and zeroing); none of these is read before being written.
 #[derive(Clone, Default)]
-pub(crate) struct GroupSums(Vec<Vec<f64>>);
+pub(crate) struct StepBuffers {
+    pub(crate) partials: Vec<Vec<f64>>,
+    pub(crate) sum: Vec<f64>,
+    pub(crate) distribution: Vec<f64>,
+}
 
-impl std::fmt::Debug for GroupSums {
+impl std::fmt::Debug for StepBuffers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GroupSums({} buffers)", self.0.len())
+        write!(f, "StepBuffers({} group sums)", self.partials.len())
     }
 }
 

@@ -86,11 +86,20 @@ pub trait EnsembleMechanism {
     ) -> Result<StepOutcome, MechanismError> {
         let release = self.release(ensemble, rng, account)?;
         let token = sample_index(&release.distribution, rng)?;
+        self.recycle(release.distribution);
         Ok(StepOutcome {
             token,
             charge: release.charge,
             diagnostics: release.diagnostics,
         })
+    }
+
+    /// Takes back a released distribution that is no longer needed, so that a
+    /// mechanism may reuse its buffer for the next one (a fresh vocabulary-sized
+    /// buffer per step costs page faults); [`EnsembleMechanism::step`] hands back the
+    /// one it sampled from. The default drops it.
+    fn recycle(&mut self, distribution: Vec<f64>) {
+        drop(distribution);
     }
 
     /// A short name for ledgers and reports (e.g. `"pmixed"`).
