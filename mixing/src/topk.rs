@@ -30,7 +30,11 @@ pub fn top_k_indices<T: Copy + Into<f64>>(
             len: values.len(),
         });
     }
-    if let Some(index) = values.iter().position(|&v| v.into().is_nan()) {
+    // A branch-free scan first (it vectorises); the first NaN is looked for only
+    // when there is one.
+    if values.iter().fold(false, |any, &v| any | v.into().is_nan())
+        && let Some(index) = values.iter().position(|&v| v.into().is_nan())
+    {
         return Err(MixingError::NotANumber { index });
     }
     let rank = |&i: &usize, &j: &usize| -> Ordering {
@@ -59,15 +63,29 @@ const SMALL_K: usize = 256;
 /// No NaN may be present (checked by the caller).
 fn small_top_k<T: Copy + Into<f64>>(values: &[T], k: usize) -> Vec<usize> {
     let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
-    for (i, &v) in values.iter().enumerate() {
-        let v: f64 = v.into();
-        // Entries come in index order, so an equal value never beats a kept one.
-        if best.len() == k && v <= best[k - 1].0 {
+    // The k-th value kept so far (−∞ until k are kept), in a local so that the
+    // common case (an entry that does not beat it) is one comparison in registers.
+    let mut floor = f64::NEG_INFINITY;
+    // Blocks of 8 entries are screened against the floor at once (branch-free, so it
+    // vectorises); a block with an entry above it is taken entry by entry.
+    for (b, block) in values.chunks(8).enumerate() {
+        let above = block.iter().fold(false, |any, &v| any | (v.into() > floor));
+        if !above && best.len() == k {
             continue;
         }
-        let at = best.partition_point(|&(b, _)| b >= v);
-        best.insert(at, (v, i));
-        best.truncate(k);
+        for (j, &v) in block.iter().enumerate() {
+            let v: f64 = v.into();
+            // Entries come in index order, so an equal value never beats a kept one.
+            if v <= floor && best.len() == k {
+                continue;
+            }
+            let at = best.partition_point(|&(b, _)| b >= v);
+            best.insert(at, (v, b * 8 + j));
+            best.truncate(k);
+            if best.len() == k {
+                floor = best[k - 1].0;
+            }
+        }
     }
     best.into_iter().map(|(_, i)| i).collect()
 }
