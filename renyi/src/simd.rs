@@ -49,7 +49,9 @@ pub fn pow_vectors<S: pulp::Simd, const U: usize>(
 /// (`cargo bench -p privmix-mechanisms --bench steps`): the λ solves 5.19–5.40 →
 /// 4.85–4.89 ms, the leave-one-out pass over 50 KB slices 2.16–2.17 → 1.84–1.85 ms.
 /// `black_box` keeps the loads; if a compiler ever dropped them, only speed would
-/// change.
+/// change. Where a pass has arithmetic to overlap with the fetch, [`Prefetch`] is
+/// better still (the ratio pass of the mixture kernels and the fused leave-one-out
+/// pass use it instead).
 pub fn warm(row: &[f64]) {
     // f64 entries per cache line.
     const LINE: usize = 8;
