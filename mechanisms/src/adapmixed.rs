@@ -165,8 +165,9 @@ pub struct PrivateAnswer {
 #[derive(Debug, Clone)]
 pub struct Adapmixed {
     config: AdapmixedConfig,
-    /// Buffers for the group sums of the private answer, kept between steps (see
-    /// `solve_and_sum`); never read before being written.
+    /// The private answer's group sums, S and output buffer, kept between steps (see
+    /// `solve_and_sum` and [`EnsembleMechanism::recycle`]); never read before being
+    /// written.
     buffers: StepBuffers,
 }
 

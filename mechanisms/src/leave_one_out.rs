@@ -278,10 +278,11 @@ impl WithSimd for ChunkPass<'_> {
             let fused = fuse.then(|| FusedMember {
                 head,
                 tail,
-                next: ensemble
-                    .members()
-                    .get((i + 1) * ensemble.vocab() + start..(i + 1) * ensemble.vocab() + end)
-                    .unwrap_or(&[]),
+                next: if i + 1 < n {
+                    &ensemble.member(i + 1)[start..end]
+                } else {
+                    &[]
+                },
                 inv: iv,
                 scaled_public: spv,
                 weight: wv,
@@ -451,15 +452,10 @@ impl<S: Simd> FusedMember<'_, S> {
                     t[v] = x[j];
                 }
             }
-            let xk1 = pow_vectors(simd, x, k - 1);
-            for j in 0..U {
-                let v = b * U + j;
-                fa[j] = simd.mul_add_f64s(weight[v], simd.mul_f64s(xk1[j], x[j]), fa[j]);
-                ra[j] = simd.add_f64s(ra[j], simd.div_f64s(weight[v], xk1[j]));
-            }
+            add_powers(simd, x, &weight[b * U..], k, &mut fa, &mut ra);
         }
-        // Blocks are whole: the padded length is a multiple of W = U·(lanes) on
-        // AVX-512, and of W on narrower vectors too; any rest is padding-free.
+        // The padded length is a multiple of W entries, which need not fill a block
+        // of U vectors (on AVX-512, W is two vectors): the rest go one at a time.
         for v in (inv.len() / U) * U..inv.len() {
             let p = load(v);
             ps[0] = simd.add_f64s(ps[0], p);
@@ -469,27 +465,18 @@ impl<S: Simd> FusedMember<'_, S> {
             if let Some(t) = tv.as_mut() {
                 t[v] = x;
             }
-            let xk1 = pow_vectors(simd, [x; 1], k - 1)[0];
-            fa[0] = simd.mul_add_f64s(weight[v], simd.mul_f64s(xk1, x), fa[0]);
-            ra[0] = simd.add_f64s(ra[0], simd.div_f64s(weight[v], xk1));
+            add_powers(simd, [x], &weight[v..], k, &mut fa, &mut ra);
         }
         // Some entry below the floor (dominated) has the smallest t below it.
         let t_min = simd.reduce_min_f64s(tmin);
         if t_min.is_nan() || t_min < floor {
             return None;
         }
-        let sum = |a: [S::f64s; U]| {
-            let mut s = a[0];
-            for x in &a[1..] {
-                s = simd.add_f64s(s, *x);
-            }
-            simd.reduce_sum_f64s(s)
-        };
         Some(FusedSums {
-            p_total: sum(ps),
+            p_total: lane_sum(simd, ps),
             t_min,
-            forward: sum(fa),
-            reverse: sum(ra),
+            forward: lane_sum(simd, fa),
+            reverse: lane_sum(simd, ra),
         })
     }
 }
@@ -504,24 +491,41 @@ fn powered_sums<S: Simd>(simd: S, t: &[S::f64s], w: &[S::f64s], k: u32) -> (f64,
     for (tb, wb) in tb.zip(wb) {
         let mut x = [zero; U];
         x.copy_from_slice(tb);
-        let xk1 = pow_vectors(simd, x, k - 1);
-        for j in 0..U {
-            fa[j] = simd.mul_add_f64s(wb[j], simd.mul_f64s(xk1[j], tb[j]), fa[j]);
-            ra[j] = simd.add_f64s(ra[j], simd.div_f64s(wb[j], xk1[j]));
-        }
+        add_powers(simd, x, wb, k, &mut fa, &mut ra);
     }
-    for (&tv, &wv) in tt.iter().zip(wt) {
-        let xk1 = pow_vectors(simd, [tv; U], k - 1)[0];
-        fa[0] = simd.mul_add_f64s(wv, simd.mul_f64s(xk1, tv), fa[0]);
-        ra[0] = simd.add_f64s(ra[0], simd.div_f64s(wv, xk1));
+    for (&tv, wv) in tt.iter().zip(wt.chunks(1)) {
+        add_powers(simd, [tv], wv, k, &mut fa, &mut ra);
     }
-    let mut f = fa[0];
-    let mut r = ra[0];
-    for j in 1..U {
-        f = simd.add_f64s(f, fa[j]);
-        r = simd.add_f64s(r, ra[j]);
+    (lane_sum(simd, fa), lane_sum(simd, ra))
+}
+
+/// Adds `w·x^k` to `fa` and `w/x^{k−1}` to `ra`, vector by vector, for the `B`
+/// vectors of `x` (powers in `B` independent chains): the accumulation both the
+/// two-loop and the fused leave-one-out passes use.
+#[inline(always)]
+fn add_powers<S: Simd, const B: usize>(
+    simd: S,
+    x: [S::f64s; B],
+    w: &[S::f64s],
+    k: u32,
+    fa: &mut [S::f64s; U],
+    ra: &mut [S::f64s; U],
+) {
+    let xk1 = pow_vectors(simd, x, k - 1);
+    for j in 0..B {
+        fa[j] = simd.mul_add_f64s(w[j], simd.mul_f64s(xk1[j], x[j]), fa[j]);
+        ra[j] = simd.add_f64s(ra[j], simd.div_f64s(w[j], xk1[j]));
     }
-    (simd.reduce_sum_f64s(f), simd.reduce_sum_f64s(r))
+}
+
+/// The sum of every lane of `U` accumulators, added in order.
+#[inline(always)]
+fn lane_sum<S: Simd>(simd: S, a: [S::f64s; U]) -> f64 {
+    let mut s = a[0];
+    for x in &a[1..] {
+        s = simd.add_f64s(s, *x);
+    }
+    simd.reduce_sum_f64s(s)
 }
 
 #[cfg(test)]

@@ -223,7 +223,7 @@ const SUM_GROUPS: usize = 16;
 /// [`SUM_GROUPS`] contiguous groups, each summed in member order on one worker,
 /// and the group sums are added in group order (deterministic).
 ///
-/// `partials` holds the group sums between calls. Why: they are vocabulary-sized
+/// `buffers` holds the group sums (and S) between calls. Why: they are vocabulary-sized
 /// (16 × 400 KB for GPT-2), and fresh buffers of that size come from the
 /// allocator as new pages each step (page faults and zeroing); on the AdaPMixED
 /// bench that cost 6.4 → 8.3 ms per step in some heap states. Their contents are

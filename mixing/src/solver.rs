@@ -34,10 +34,10 @@
 //! Permuting the vocabulary changes the evaluator's summation order and the last bits of
 //! every value, so which side of the root a point landed on can differ when a point lands
 //! within rounding of it. Once an estimate of the root has converged (its predicted error
-//! is below 1e-11 in log λ) the search therefore *finishes on a grid*: it evaluates the grid point (`2⁻³²`) at least
-//! `ESTIMATE_ERROR` below the estimate — even if an earlier point above it was already
-//! feasible — and, unless the bracket is already that narrow, the grid point four steps
-//! above. The λ returned then depends on the estimate alone and is bit-identical across
+//! is below 1e-11 in log λ) the search therefore *finishes on a grid*: it evaluates the
+//! grid point (`2⁻³²`) at least `ESTIMATE_ERROR` below the estimate — even if an earlier
+//! point above it was already feasible — and, unless the bracket is already that narrow,
+//! the grid point four steps above. The λ returned then depends on the estimate alone and is bit-identical across
 //! summation orders unless the supremum lies within `ESTIMATE_ERROR` of a grid point. A
 //! finishing evaluation that lands on the wrong side forces a bisection.
 //!

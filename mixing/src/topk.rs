@@ -68,7 +68,7 @@ fn small_top_k<T: Copy + Into<f64>>(values: &[T], k: usize) -> Vec<usize> {
     let mut floor = f64::NEG_INFINITY;
     // Blocks of 8 entries are screened against the floor at once (branch-free, so it
     // vectorises); a block with an entry above it is taken entry by entry.
-    for (b, block) in values.chunks(8).enumerate() {
+    for (block_index, block) in values.chunks(8).enumerate() {
         let above = block.iter().fold(false, |any, &v| any | (v.into() > floor));
         if !above && best.len() == k {
             continue;
@@ -80,7 +80,7 @@ fn small_top_k<T: Copy + Into<f64>>(values: &[T], k: usize) -> Vec<usize> {
                 continue;
             }
             let at = best.partition_point(|&(b, _)| b >= v);
-            best.insert(at, (v, b * 8 + j));
+            best.insert(at, (v, block_index * 8 + j));
             best.truncate(k);
             if best.len() == k {
                 floor = best[k - 1].0;

@@ -192,9 +192,9 @@ impl SymmetricValue {
 /// [`MixturePath::reverse`] to rounding (relative ~1e-14), with each positive value
 /// rounded up one ulp. The pass that forms the ratios also forms the sums at λ = 1
 /// (where the mixture is p), so `evaluate(1.0)`, the first point every λ search
-/// probes, costs no further pass. Elsewhere (other orders, tiny entries, λ = 0, or a scale that
-/// cannot keep every term representable) it is exactly those two paths evaluated
-/// together (same formulas, same summation order), at half the memory traffic.
+/// probes, costs no further pass. Elsewhere (other orders, tiny entries, λ = 0, or a
+/// scale that cannot keep every term representable) it is exactly those two paths
+/// evaluated together (same formulas, same summation order), at half the memory traffic.
 #[derive(Debug, Clone)]
 pub struct SymmetricMixture<'a> {
     p: &'a [f64],

@@ -30,7 +30,6 @@
 //! positive value is rounded up by one ulp so that rounding errs on the safe side.
 
 use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8, powi_u32};
-
 use crate::validate::ProbSummary;
 use crate::{Order, ValueAndSlope};
 
@@ -197,11 +196,10 @@ impl Drop for RatioTable {
 /// Ratio buffers of dropped tables, kept per thread for the next table built there.
 ///
 /// Why: a table is built per member per token (hundreds per step, each a
-/// vocabulary-sized buffer). A fresh buffer is memory the cache has never seen: writing
-/// it costs a read of every line from DRAM first (and page faults when the allocator maps
-/// new pages), which made the buffer's allocation and fill cost as much as the ratio pass
-/// itself. A reused buffer is still in cache. The buffer's old contents are never read:
-/// the ratio pass writes every entry.
+/// vocabulary-sized buffer). A fresh buffer is memory the cache has never seen: filling
+/// it reads every line first (and page faults when the allocator maps new pages); a
+/// reused one is more likely still in cache (AdaPMixED's λ part: 4.17 → 4.10 ms, a small
+/// gain). The buffer's old contents are never read: the ratio pass writes every entry.
 mod spare {
     use std::cell::RefCell;
 
@@ -258,7 +256,6 @@ impl RatioTable {
         if sp.min_positive < RATIO_PATH_MIN || sq.min_positive < RATIO_PATH_MIN {
             return None;
         }
-        // `p` is usually a fresh row (a member's), `q` shared and in cache.
         let mut r = spare::take(p.len());
         let ratios = |careful, r: &mut Vec<f64>| {
             pulp::Arch::new().dispatch(Ratios {
@@ -294,9 +291,9 @@ impl RatioTable {
         // which are ≥ 1 since min r ≤ 1 ≤ max r, keep full precision), as the scaled
         // passes guarantee by construction.
         let alpha = f64::from(k);
-        let in_range = alpha * r_max.ln() < MIN_SCALED_LOG_RANGE
-            && -alpha * r_min.ln() < MIN_SCALED_LOG_RANGE
-            && r_min > 0.0;
+        let in_range = r_min > 0.0
+            && alpha * r_max.ln() < MIN_SCALED_LOG_RANGE
+            && -alpha * r_min.ln() < MIN_SCALED_LOG_RANGE;
         if in_range
             && a > 0.0
             && c > 0.0

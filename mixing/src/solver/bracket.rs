@@ -80,6 +80,25 @@ fn log_h_rate(kappa: f64, c: f64) -> f64 {
     }
 }
 
+/// A part's point in Newton's log–log coordinates: `(ln λ, ln H(c), d ln H/d ln λ)`,
+/// for a positive λ and a finite positive value and slope (else `None`).
+fn log_log(lambda: f64, part: &Part) -> Option<(f64, f64, f64)> {
+    let Part {
+        value,
+        slope,
+        kappa,
+    } = *part;
+    let usable =
+        value.is_finite() && value > 0.0 && slope.is_finite() && slope > 0.0 && lambda > 0.0;
+    usable.then(|| {
+        (
+            lambda.ln(),
+            log_h(kappa, value),
+            lambda * slope * log_h_rate(kappa, value),
+        )
+    })
+}
+
 /// Runs the search (arguments already validated).
 pub(super) fn solve<F>(search: &Search, eval: F) -> Result<Solution, MixingError>
 where
@@ -233,17 +252,8 @@ where
 
     /// Newton's step for one part from λ (see [`State::newton`]).
     fn part_newton(&self, lambda: f64, part: &Part) -> Option<f64> {
-        let Part {
-            value,
-            slope,
-            kappa,
-        } = *part;
-        if !(value.is_finite() && value > 0.0 && slope.is_finite() && slope > 0.0 && lambda > 0.0) {
-            return None;
-        }
-        let b = self.search.bound;
-        let power = lambda * slope * log_h_rate(kappa, value);
-        let x = lambda * ((log_h(kappa, b) - log_h(kappa, value)) / power).exp();
+        let (_, log_hc, power) = log_log(lambda, part)?;
+        let x = lambda * ((log_h(part.kappa, self.search.bound) - log_hc) / power).exp();
         x.is_finite().then_some(x)
     }
 
@@ -352,26 +362,12 @@ where
             return None;
         }
         let j = usize::from(last.active() != last.parts[0]);
-        let coordinates = |s: &Sample| {
-            let Part {
-                value,
-                slope,
-                kappa,
-            } = s.parts[j];
-            let usable = value.is_finite() && value > 0.0 && slope.is_finite() && slope > 0.0;
-            usable.then(|| {
-                (
-                    s.lambda.ln(),
-                    log_h(kappa, value),
-                    s.lambda * slope * log_h_rate(kappa, value),
-                    kappa,
-                )
-            })
-        };
-        let (x1, y1, g1, k1) = coordinates(last)?;
-        let (x0, y0, g0, k0) = coordinates(previous)?;
-        let target = log_h(k1, self.search.bound);
-        if k0 != k1 || !((y1 - target).abs() <= HERMITE_RESIDUAL && g1 > 0.0 && g0 > 0.0) {
+        let kappa = last.parts[j].kappa;
+        let (x1, y1, g1) = log_log(last.lambda, &last.parts[j])?;
+        let (x0, y0, g0) = log_log(previous.lambda, &previous.parts[j])?;
+        let target = log_h(kappa, self.search.bound);
+        let same_transform = previous.parts[j].kappa == kappa;
+        if !(same_transform && (y1 - target).abs() <= HERMITE_RESIDUAL && g1 > 0.0 && g0 > 0.0) {
             return None;
         }
         // P(u) = y₁ + g₁u + a·u² + c·u³ with P(h) = y₀ and P'(h) = g₀.
