@@ -9,6 +9,13 @@
 //! with spare capacity, a step writes only its own slots, and the few
 //! queries of a decode step are answered by one pass over the visible slots.
 //!
+//! The query heads that share a key/value head (grouped-query attention) are
+//! answered together, so each key and value vector is loaded once for all of
+//! them, and the next key/value head's slots are prefetched while one is in
+//! use: an ensemble step reads 9 rows' caches from memory at every layer.
+//! Measured on SmolLM2 (3 query heads per key/value head), 9 rows after a
+//! 32-token context: attention 1.05 → 0.67 ms per step.
+//!
 //! Semantics are those of the tensor path (HF eager attention): scores
 //! `q·k · scale`, optional soft-capping `cap·tanh(s/cap)`, masked scores set
 //! to `f32::MIN`, softmax in f32, then the probability-weighted sum of
@@ -105,6 +112,37 @@ impl HostKv {
         self.capacity = capacity;
     }
 
+    /// Prefetches parts `share` of `parts` equal parts of the filled slots
+    /// of (row, head) `group` (`row · heads + head`; nothing past the last
+    /// one): the lines of each key coordinate's filled slots, then of the
+    /// values.
+    fn prefetch_share(
+        &self,
+        prefetch: super::simd::Prefetch,
+        group: usize,
+        share: std::ops::Range<usize>,
+        parts: usize,
+    ) {
+        /// `f32` entries per cache line.
+        const LINE: usize = 16;
+        if group >= self.batch * self.heads || parts == 0 {
+            return;
+        }
+        let (d, cap, t) = (self.dim, self.capacity, self.len);
+        let per_dim = t.div_ceil(LINE);
+        let k_lines = d * per_dim;
+        let total = k_lines + (t * d).div_ceil(LINE);
+        let k_t = &self.k_t[group * d * cap..][..d * cap];
+        let v = &self.v[group * cap * d..][..t * d];
+        for l in share.start * total / parts..share.end * total / parts {
+            if l < k_lines {
+                prefetch.line(k_t, (l / per_dim) * cap + (l % per_dim) * LINE);
+            } else {
+                prefetch.line(v, (l - k_lines) * LINE);
+            }
+        }
+    }
+
     /// Keys and values as contiguous `[batch, heads, len, dim]` vectors.
     pub(crate) fn contiguous(&self) -> (Vec<f32>, Vec<f32>) {
         let (b, h, d, len, cap) = (self.batch, self.heads, self.dim, self.len, self.capacity);
@@ -155,30 +193,61 @@ pub(crate) fn attend(
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
 ) -> Vec<f32> {
+    attend_grouped(q, s, kv, scoring, visible, GROUP_MAX)
+}
+
+/// [`attend`] with the query heads of each key/value head taken up to
+/// `group` at a time (1: one query per pass, the plain form the tests
+/// compare with).
+fn attend_grouped(
+    q: &[f32],
+    s: usize,
+    kv: &HostKv,
+    scoring: HostScoring,
+    visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
+    group: usize,
+) -> Vec<f32> {
     let (d, t) = (kv.dim, kv.len);
     let mut out = vec![0.0f32; q.len()];
     let per_row = s * scoring.heads * d;
     let rep = scoring.heads / kv.heads;
+    let prefetch = super::simd::Prefetch::new();
     let one_row = |(row, out): (usize, &mut [f32])| {
-        let mut scores = vec![0.0f32; t];
+        let mut scores = vec![0.0f32; group.min(rep) * t];
         let mut seen = vec![false; t];
         for i in 0..s {
             for (j, v) in seen.iter_mut().enumerate() {
                 *v = visible(row, i, j);
             }
-            for head in 0..scoring.heads {
-                let at = (i * scoring.heads + head) * d;
-                let base = (row * kv.heads + head / rep) * kv.capacity * d;
-                pulp::Arch::new().dispatch(Query {
-                    q: &q[row * per_row + at..][..d],
-                    k_t: &kv.k_t[base..base + kv.capacity * d],
-                    capacity: kv.capacity,
-                    v: &kv.v[base..base + t * d],
-                    seen: &seen,
-                    scoring,
-                    scores: &mut scores,
-                    out: &mut out[at..at + d],
-                });
+            for g in 0..kv.heads {
+                let base = (row * kv.heads + g) * kv.capacity * d;
+                let mut head = g * rep;
+                while head < (g + 1) * rep {
+                    let n = ((g + 1) * rep - head).min(group);
+                    // The next key/value head's slots (of this row, else of
+                    // the next) are fetched while this one is used: a share
+                    // of them before each pass.
+                    let share = head - g * rep;
+                    kv.prefetch_share(prefetch, row * kv.heads + g + 1, share..share + n, rep);
+                    let at = (i * scoring.heads + head) * d;
+                    let query = Queries {
+                        q: &q[row * per_row + at..][..n * d],
+                        k_t: &kv.k_t[base..base + kv.capacity * d],
+                        capacity: kv.capacity,
+                        v: &kv.v[base..base + t * d],
+                        seen: &seen,
+                        scoring,
+                        scores: &mut scores[..n * t],
+                        out: &mut out[at..at + n * d],
+                    };
+                    match n {
+                        1 => pulp::Arch::new().dispatch(Group::<1>(query)),
+                        2 => pulp::Arch::new().dispatch(Group::<2>(query)),
+                        3 => pulp::Arch::new().dispatch(Group::<3>(query)),
+                        _ => pulp::Arch::new().dispatch(Group::<4>(query)),
+                    }
+                    head += n;
+                }
             }
         }
     };
@@ -195,11 +264,21 @@ pub(crate) fn attend(
 /// in parallel.
 const PARALLEL_MIN_WORK: usize = 1 << 15;
 
+/// Most query heads of one key/value head answered in one pass over its
+/// keys and values (4 queries × [`SWEEP`] score vectors, or 4 queries × 4
+/// output vectors, are 16 accumulators).
+const GROUP_MAX: usize = 4;
+
 /// Vectors of slots scored per pass over a query (independent chains).
 const SWEEP: usize = 4;
 
-/// One query against `t` slots: keys `[dim, capacity]`, values `[t, dim]`.
-struct Query<'a> {
+/// Output vectors summed per pass over the probabilities.
+const OUT_VECTORS: usize = 4;
+
+/// `Q` consecutive query heads (`q: [Q, dim]`) of one key/value head
+/// against `t` slots: keys `[dim, capacity]`, values `[t, dim]`; `scores`
+/// is `[Q, t]` scratch, `out` is `[Q, dim]`.
+struct Queries<'a> {
     q: &'a [f32],
     k_t: &'a [f32],
     capacity: usize,
@@ -210,12 +289,18 @@ struct Query<'a> {
     out: &'a mut [f32],
 }
 
-impl WithSimd for Query<'_> {
+/// [`Queries`] answered together: each key and value vector is loaded once
+/// for the `Q` queries (grouped-query attention shares them), and each
+/// query's every sum is formed in the same order as alone, so the result
+/// does not depend on `Q`.
+struct Group<'a, const Q: usize>(Queries<'a>);
+
+impl<const Q: usize> WithSimd for Group<'_, Q> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Query {
+        let Queries {
             q,
             k_t,
             capacity,
@@ -224,16 +309,17 @@ impl WithSimd for Query<'_> {
             scoring,
             scores,
             out,
-        } = self;
-        let d = q.len();
-        let t = scores.len();
-        // Scores of SWEEP vectors of consecutive keys per pass over q:
-        // Σ_c q_c·k_t[c, j..], in SWEEP independent chains of multiply-adds.
-        // A vector reads whole lanes while they lie inside the row's capacity
-        // (slots past `t` are scored and dropped), a partial load past it, and
-        // nothing when it starts past `t` (the cache is read from memory at
-        // every step: its unused capacity is not). `t ≤ capacity`, so a vector
-        // that starts before `t` starts inside the row.
+        } = self.0;
+        let d = q.len() / Q;
+        let t = scores.len() / Q;
+        // Scores of SWEEP vectors of consecutive keys per pass over the
+        // queries: Σ_c q_c·k_t[c, j..], in Q × SWEEP independent chains of
+        // multiply-adds, c in order. A vector reads whole lanes while they
+        // lie inside the row's capacity (slots past `t` are scored and
+        // dropped), a partial load past it, and nothing when it starts past
+        // `t` (the cache is read from memory at every step: its unused
+        // capacity is not). `t ≤ capacity`, so a vector that starts before
+        // `t` starts inside the row.
         let lanes = core::mem::size_of::<S::f32s>() / core::mem::size_of::<f32>();
         let zero = simd.splat_f32s(0.0);
         let load = |row: &[f32], j: usize| {
@@ -247,65 +333,92 @@ impl WithSimd for Query<'_> {
         };
         let mut j0 = 0;
         while j0 < t {
-            let mut acc = [zero; SWEEP];
-            for (c, &qc) in q.iter().enumerate() {
+            let mut acc = [[zero; SWEEP]; Q];
+            for c in 0..d {
                 let row = &k_t[c * capacity..(c + 1) * capacity];
-                let qc = simd.splat_f32s(qc);
-                for (u, a) in acc.iter_mut().enumerate() {
-                    *a = simd.mul_add_e_f32s(qc, load(row, j0 + u * lanes), *a);
+                let mut k = [zero; SWEEP];
+                for (u, ku) in k.iter_mut().enumerate() {
+                    *ku = load(row, j0 + u * lanes);
+                }
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let qc = simd.splat_f32s(q[h * d + c]);
+                    for (a, ku) in acc.iter_mut().zip(&k) {
+                        *a = simd.mul_add_e_f32s(qc, *ku, *a);
+                    }
                 }
             }
-            for (u, a) in acc.iter().enumerate() {
-                let j = j0 + u * lanes;
-                if j < t {
-                    let n = (t - j).min(lanes);
-                    simd.partial_store_f32s(&mut scores[j..j + n], *a);
+            for (h, acc) in acc.iter().enumerate() {
+                let scores = &mut scores[h * t..(h + 1) * t];
+                for (u, a) in acc.iter().enumerate() {
+                    let j = j0 + u * lanes;
+                    if j < t {
+                        let n = (t - j).min(lanes);
+                        simd.partial_store_f32s(&mut scores[j..j + n], *a);
+                    }
                 }
             }
             j0 += SWEEP * lanes;
         }
-        let mut max = f32::NEG_INFINITY;
-        for (j, score) in scores.iter_mut().enumerate() {
-            let mut x = *score * scoring.scale;
-            if let Some(cap) = scoring.softcap {
-                x = (x / cap).tanh() * cap;
+        for scores in scores.chunks_exact_mut(t) {
+            let mut max = f32::NEG_INFINITY;
+            for (j, score) in scores.iter_mut().enumerate() {
+                let mut x = *score * scoring.scale;
+                if let Some(cap) = scoring.softcap {
+                    x = (x / cap).tanh() * cap;
+                }
+                if !seen[j] {
+                    x = f32::MIN;
+                }
+                *score = x;
+                max = max.max(x);
             }
-            if !seen[j] {
-                x = f32::MIN;
+            let m = simd.splat_f32s(max);
+            let (sv, st) = S::as_mut_simd_f32s(scores);
+            for v in sv.iter_mut() {
+                *v = super::vexp::exp_f32s(simd, simd.sub_f32s(*v, m));
             }
-            *score = x;
-            max = max.max(x);
+            let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
+            simd.partial_store_f32s(st, e);
+            let sum: f32 = scores.iter().sum();
+            for p in scores.iter_mut() {
+                *p /= sum;
+            }
         }
-        let m = simd.splat_f32s(max);
-        let (sv, st) = S::as_mut_simd_f32s(scores);
-        for v in sv.iter_mut() {
-            *v = super::vexp::exp_f32s(simd, simd.sub_f32s(*v, m));
-        }
-        let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
-        simd.partial_store_f32s(st, e);
-        let sum: f32 = scores.iter().sum();
-        for p in scores.iter_mut() {
-            *p /= sum;
-        }
-        // Σ_j p_j·v_j, one output vector at a time in a register.
-        let (ov, ot) = S::as_mut_simd_f32s(out);
-        for (i, o) in ov.iter_mut().enumerate() {
-            let mut acc = zero;
-            for (j, &p) in scores.iter().enumerate() {
-                if p != 0.0 {
-                    let vj = S::as_simd_f32s(&v[j * d..(j + 1) * d]).0[i];
-                    acc = simd.mul_add_e_f32s(simd.splat_f32s(p), vj, acc);
+        // Σ_j p_j·v_j, OUT_VECTORS output vectors of every query at a time
+        // in registers, j in order (zero probabilities skipped).
+        let vectors = d / lanes;
+        let mut i0 = 0;
+        while i0 < vectors {
+            let width = (vectors - i0).min(OUT_VECTORS);
+            let mut acc = [[zero; OUT_VECTORS]; Q];
+            for j in 0..t {
+                let vj = &S::as_simd_f32s(&v[j * d..(j + 1) * d]).0[i0..i0 + width];
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let p = scores[h * t + j];
+                    if p != 0.0 {
+                        let p = simd.splat_f32s(p);
+                        for (a, x) in acc.iter_mut().zip(vj) {
+                            *a = simd.mul_add_e_f32s(p, *x, *a);
+                        }
+                    }
                 }
             }
-            *o = acc;
+            for (h, acc) in acc.iter().enumerate() {
+                let (ov, _) = S::as_mut_simd_f32s(&mut out[h * d..(h + 1) * d]);
+                ov[i0..i0 + width].copy_from_slice(&acc[..width]);
+            }
+            i0 += width;
         }
-        let done = d - ot.len();
-        for (i, o) in ot.iter_mut().enumerate() {
-            *o = scores
-                .iter()
-                .enumerate()
-                .filter(|&(_, &p)| p != 0.0)
-                .fold(0.0, |a, (j, &p)| p.mul_add(v[j * d + done + i], a));
+        let done = vectors * lanes;
+        for h in 0..Q {
+            let scores = &scores[h * t..(h + 1) * t];
+            for c in done..d {
+                out[h * d + c] = scores
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &p)| p != 0.0)
+                    .fold(0.0, |a, (j, &p)| p.mul_add(v[j * d + c], a));
+            }
         }
     }
 }
@@ -369,7 +482,7 @@ mod tests {
         fn matches_eager_attention(
             b in 1usize..4,
             kvh in 1usize..3,
-            rep in 1usize..3,
+            rep in 1usize..7,
             d in prop::sample::select(vec![4usize, 16, 20, 64]),
             steps in prop::collection::vec(prop_oneof![1usize..5, 30usize..60], 1..6),
             s in 1usize..3,
@@ -399,6 +512,13 @@ mod tests {
                 j <= qs && window.is_none_or(|w| qs - j < w) && !(row == 1 && j == 0)
             };
             let got = attend(&q, s, &kv, sc, &visible);
+            // Query heads answered together give exactly what each gives
+            // alone (every sum in the same order).
+            let alone = attend_grouped(&q, s, &kv, sc, &visible, 1);
+            prop_assert!(
+                got.iter().zip(&alone).all(|(g, a)| g.to_bits() == a.to_bits()),
+                "grouped and one-query passes differ"
+            );
             let (k, v) = kv.contiguous();
             let want = reference(&q, s, (&k, &v), (b, kvh, t, d), sc, &visible);
             for (g, w) in got.iter().zip(&want) {
