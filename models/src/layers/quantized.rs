@@ -37,6 +37,14 @@ const PARALLEL_MIN_WORK: usize = 128 << 10;
 const ROW_GROUP: usize = 10;
 /// Weight rows every group of rows sweeps before the next ones.
 const OUT_CHUNK: usize = 64;
+/// Blocks of the input summed apart before their sums are added in order
+/// (the parts of a long input): 24 blocks of 10 rows of `x` are 30 KB.
+const PART_BLOCKS: usize = 24;
+/// Bytes of a group's rows of `x` above which it sweeps the weights one part
+/// at a time, so that its part of `x` stays in L1 (48 KB here) while the
+/// weights stream past: SmolLM2's 1536-wide input, whole, is 55 KB for 9
+/// rows and came from L2 for every pair of weight rows.
+const X_IN_L1: usize = 32 << 10;
 
 /// How a [`QuantizedWeight`] stores its blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,10 +268,13 @@ impl WithSimd for Task<'_> {
 /// tiles are 4 × R up to 3 rows, 2 × R up to 5 and 1 × R up to 10, whose
 /// weight vectors are read from the L1 buffer (on this machine, forcing pulp's
 /// AVX2 level, 9 rows × [1536, 576]: 154 µs, against 163 µs for stop 16's
-/// kernel and 247 µs for AVX-512's shapes there). Each output is summed over the
-/// same lanes in the same order whatever the grouping (block by block, then
-/// across lanes), so a row's result does not depend on the other rows of the
-/// batch.
+/// kernel and 247 µs for AVX-512's shapes there). Inputs longer than
+/// [`PART_BLOCKS`] blocks are swept a part at a time, so that the group's
+/// rows of `x` stay in L1 (9 rows × [576, 1536]: 61 → 49 µs on 2 threads,
+/// `examples/qk`). Each output is summed over the same lanes in the same
+/// order whatever the grouping (part by part, in order; within a part block
+/// by block, then across lanes), so a row's result does not depend on the
+/// other rows of the batch.
 #[inline(always)]
 fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
     let Task { w, first, x, mut y } = task;
@@ -295,10 +306,31 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
         // Chunks keep a few dozen weight rows in L1/L2 while every group of
         // rows (more than one only past ROW_GROUP rows) sweeps them.
         let end = (chunk + OUT_CHUNK).min(n_out);
-        for (r, size, xt) in &interleaved {
+        for ((r, size, xt), blocks) in interleaved.iter().flat_map(|g| {
+            // A group whose rows of x overflow L1 sweeps the parts one by
+            // one; a smaller one sweeps every block at once (which streams
+            // the weight rows whole), with the same sums.
+            let step = if g.1 * k * 4 > X_IN_L1 {
+                PART_BLOCKS
+            } else {
+                k / QK
+            };
+            (0..k / QK)
+                .step_by(step.max(1))
+                .map(move |b| (g, b..(b + step).min(k / QK)))
+        }) {
             macro_rules! sweep {
                 ($o:literal, $r:literal) => {
-                    sweep::<S, Q4, $o, $r>(simd, lut, w, first, chunk..end, xt, &mut y, *r)
+                    sweep::<S, Q4, $o, $r>(
+                        simd,
+                        lut,
+                        w,
+                        first,
+                        chunk..end,
+                        (xt, blocks.clone()),
+                        &mut y,
+                        *r,
+                    )
                 };
             }
             match size {
@@ -335,26 +367,32 @@ fn sweep<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     w: &QuantizedWeight,
     first: usize,
     outs: std::ops::Range<usize>,
-    xt: &[f32],
+    (xt, blocks): (&[f32], std::ops::Range<usize>),
     y: &mut [&mut [f32]],
     r: usize,
 ) {
+    let xt = &xt[blocks.start * R * QK..blocks.end * R * QK];
     let mut o = outs.start;
     while o < outs.end {
         let width = (outs.end - o).min(O);
-        let t = tile_blocks::<S, Q4, O, R>(simd, lut, w, first + o, width, xt);
+        let t = tile_blocks::<S, Q4, O, R>(simd, lut, w, first + o, width, (xt, blocks.clone()));
         for (i, ti) in t.iter().enumerate().take(width) {
             for (j, v) in ti.iter().enumerate() {
-                y[r + j][o + i] = *v;
+                if blocks.start == 0 {
+                    y[r + j][o + i] = *v;
+                } else {
+                    y[r + j][o + i] += *v;
+                }
             }
         }
         o += width;
     }
 }
 
-/// `[w_{o+i} · x_j]` for `i < width` (≤ `O`) and `j < R`, from the group's
-/// interleaved rows `xt` (`[block][row][32]`), each block of the weight rows
-/// dequantised into an `O`-block L1 buffer just before use.
+/// `[w_{o+i} · x_j]` for `i < width` (≤ `O`) and `j < R` over the weights'
+/// `blocks`, from the group's interleaved rows `xt` (`[block][row][32]`, those
+/// blocks only), each block of the weight rows dequantised into registers or
+/// an `O`-block L1 buffer just before use.
 #[inline(always)]
 fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     simd: S,
@@ -362,13 +400,14 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     w: &QuantizedWeight,
     o: usize,
     width: usize,
-    xt: &[f32],
+    (xt, blocks): (&[f32], std::ops::Range<usize>),
 ) -> [[f32; R]; O] {
-    let k = w.inp;
-    let nb = k / QK;
+    let row_blocks = w.inp / QK;
+    let nb = blocks.len();
     let qb = if Q4 { 16 } else { QK };
     let zero = simd.splat_f32s(0.0);
     let mut acc = [[zero; R]; O];
+    let mut total = None;
     let mut buf = [[0.0f32; QK]; O];
     // Each weight row's blocks, scales and minima as slices (no per-block index
     // arithmetic into the whole weight).
@@ -377,7 +416,7 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     let empty: (&[u8], &[f32], &[f32]) = (&[], &[], &[]);
     let mut rows_of = [empty; O];
     for (i, row) in rows_of.iter_mut().enumerate() {
-        let at = (o + if i < width { i } else { 0 }) * nb;
+        let at = (o + if i < width { i } else { 0 }) * row_blocks + blocks.start;
         *row = (
             &w.q[at * qb..(at + nb) * qb],
             &w.scale[at..at + nb],
@@ -390,6 +429,10 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     if let (true, Some(v4)) = (Q4, lut.v4) {
         // The table path with each block's weights kept in registers.
         for (b, xb) in xt.chunks_exact(R * QK).enumerate().take(nb) {
+            if b > 0 && (blocks.start + b).is_multiple_of(PART_BLOCKS) {
+                total = Some(add_part(total, reduce_tile(simd, &acc, width)));
+                acc = [[zero; R]; O];
+            }
             let mut wv = [[zero; 2]; O];
             for (i, wi) in wv.iter_mut().enumerate() {
                 let (q, d, m) = rows_of[i];
@@ -407,9 +450,13 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
                 }
             }
         }
-        return reduce_tile(simd, &acc, width);
+        return add_part(total, reduce_tile(simd, &acc, width));
     }
     for (b, xb) in xt.chunks_exact(R * QK).enumerate().take(nb) {
+        if b > 0 && (blocks.start + b).is_multiple_of(PART_BLOCKS) {
+            total = Some(add_part(total, reduce_tile(simd, &acc, width)));
+            acc = [[zero; R]; O];
+        }
         for i in 0..O {
             let (q, d, m) = rows_of[i];
             if Q4 {
@@ -454,7 +501,28 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
             }
         }
     }
-    reduce_tile(simd, &acc, width)
+    add_part(total, reduce_tile(simd, &acc, width))
+}
+
+/// `total += part` (`total = part` for the first part): the parts of a
+/// long input summed in order, as a sweep part by part adds them to the
+/// outputs.
+#[inline(always)]
+fn add_part<const O: usize, const R: usize>(
+    total: Option<[[f32; R]; O]>,
+    part: [[f32; R]; O],
+) -> [[f32; R]; O] {
+    match total {
+        None => part,
+        Some(mut t) => {
+            for (ti, pi) in t.iter_mut().zip(&part) {
+                for (a, b) in ti.iter_mut().zip(pi) {
+                    *a += *b;
+                }
+            }
+            t
+        }
+    }
 }
 
 /// Each accumulator of a tile's first `width` weight rows summed across its lanes.
@@ -612,7 +680,7 @@ mod tests {
         fn matches_the_dequantised_weights(
             q8 in any::<bool>(),
             out in 1usize..140,
-            nb in 1usize..5,
+            nb in prop_oneof![1usize..5, 23usize..51],
             rows in 1usize..24,
             bytes in prop::collection::vec(any::<u8>(), 1..97),
             xs in prop::collection::vec(-2.0f32..2.0, 1..97),
