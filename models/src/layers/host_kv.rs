@@ -251,9 +251,19 @@ fn attend_grouped(
             }
         }
     };
-    // Rows in parallel where there is enough work.
-    if kv.batch > 1 && q.len() * t >= PARALLEL_MIN_WORK {
-        out.par_chunks_mut(per_row).enumerate().for_each(one_row);
+    // Rows in parallel where there is enough work, one run of consecutive
+    // rows per thread (a task per row cost more in rayon's splitting than
+    // it gained, as in the ensemble's LoRA pass).
+    let tasks = rayon::current_num_threads().min(kv.batch).max(1);
+    if tasks > 1 && q.len() * t >= PARALLEL_MIN_WORK {
+        let per = kv.batch.div_ceil(tasks);
+        out.par_chunks_mut(per * per_row)
+            .enumerate()
+            .for_each(|(task, out)| {
+                out.chunks_mut(per_row)
+                    .enumerate()
+                    .for_each(|(i, out)| one_row((task * per + i, out)));
+            });
     } else {
         out.chunks_mut(per_row).enumerate().for_each(one_row);
     }
