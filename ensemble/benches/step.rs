@@ -6,7 +6,11 @@
 //! - `baseline_single_model`: one row, the base model alone;
 //! - `ensemble_n{N}`: the N + 1 rows in one batched forward (EnsembleRunner);
 //! - `separate_n{N}`: N + 1 single-row forwards, one per member (N ≤ 8);
-//! - `prefill_n8`: a new decoder's prefill of the context, 9 rows × 32 tokens.
+//! - `prefill_n8`: a new decoder's prefill of the context, 9 rows × 32 tokens;
+//! - `ensemble_n8_q_v`: the N = 8 ensemble with rank-4 adapters on `q_proj`
+//!   and `v_proj` only: PEFT's default targets for Llama, which the PMixED
+//!   reference code gets by leaving `target_modules` unset
+//!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`).
 //!
 //! Each decode figure is the time per step of a decode loop: from a copy of
 //! the state after the context (made outside the timing), [`STEPS`]
@@ -154,6 +158,24 @@ fn bench(c: &mut Criterion) {
                 },
             )
         });
+        if n == PREFILL_BENCHED {
+            let config = LoraConfig::new(4, 8.0, &["q_proj", "v_proj"]).unwrap();
+            let light: Vec<LoraAdapter<B>> = (0..n as u64)
+                .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, &device).unwrap())
+                .collect();
+            let runner = EnsembleRunner::new(model.clone(), &light).unwrap();
+            let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
+            dec.prefill(&context()).unwrap();
+            g.bench_function(format!("ensemble_n{n}_q_v"), |b| {
+                per_step(
+                    b,
+                    || dec.clone(),
+                    |d| {
+                        std::hint::black_box(d.next_log_probs(42).unwrap());
+                    },
+                )
+            });
+        }
         if n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)
                 .chain(adapters[..n].iter().map(Some))
