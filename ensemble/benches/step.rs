@@ -35,7 +35,7 @@ use burn::tensor::Tensor;
 use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
-use privmix_ensemble::runner::EnsembleRunner;
+use privmix_ensemble::runner::{Decoder, EnsembleRunner};
 use privmix_models::{Batch, KvCache, LanguageModel, LinearDelta, Model};
 
 #[cfg(feature = "cuda")]
@@ -89,6 +89,17 @@ fn step(model: &Model<B>, cache: &mut KvCache<B>, delta: Option<&dyn LinearDelta
     let batch = Batch::single(&[42]).unwrap();
     let l = model.logits_last(&batch, cache, delta).unwrap();
     l.into_data().to_vec::<f32>().unwrap()
+}
+
+/// [`per_step`] of an ensemble decoder's steps from its state after the context.
+fn decode_steps(b: &mut Bencher<'_>, dec: &Decoder<'_, B, Model<B>>) {
+    per_step(
+        b,
+        || dec.clone(),
+        |d| {
+            std::hint::black_box(d.next_log_probs(42).unwrap());
+        },
+    )
 }
 
 fn bench(c: &mut Criterion) {
@@ -149,15 +160,7 @@ fn bench(c: &mut Criterion) {
             });
         }
         dec.prefill(&context()).unwrap();
-        g.bench_function(format!("ensemble_n{n}"), |b| {
-            per_step(
-                b,
-                || dec.clone(),
-                |d| {
-                    std::hint::black_box(d.next_log_probs(42).unwrap());
-                },
-            )
-        });
+        g.bench_function(format!("ensemble_n{n}"), |b| decode_steps(b, &dec));
         if n == PREFILL_BENCHED {
             let config = LoraConfig::new(4, 8.0, &["q_proj", "v_proj"]).unwrap();
             let light: Vec<LoraAdapter<B>> = (0..n as u64)
@@ -166,15 +169,7 @@ fn bench(c: &mut Criterion) {
             let runner = EnsembleRunner::new(model.clone(), &light).unwrap();
             let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
             dec.prefill(&context()).unwrap();
-            g.bench_function(format!("ensemble_n{n}_q_v"), |b| {
-                per_step(
-                    b,
-                    || dec.clone(),
-                    |d| {
-                        std::hint::black_box(d.next_log_probs(42).unwrap());
-                    },
-                )
-            });
+            g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &dec));
         }
         if n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)

@@ -140,20 +140,29 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Three members' `A: [in, r]` and `B: [r, out]`, entries from `f`.
+    fn three_members(
+        inp: usize,
+        out: usize,
+        rank: usize,
+        f: impl Fn(usize) -> f32,
+    ) -> Vec<(Vec<f32>, Vec<f32>)> {
+        (0..3)
+            .map(|m| {
+                let a = (0..inp * rank).map(|i| f(i + 7 * m)).collect();
+                let b = (0..rank * out).map(|i| f(i + 13 * m + 5)).collect();
+                (a, b)
+            })
+            .collect()
+    }
+
     /// Rows split over threads (one run of rows per thread) get exactly what
     /// they get one after another on one thread.
     #[test]
     fn rows_in_parallel_equal_rows_in_sequence() {
         let (inp, out, rank) = (600, 500, 4);
         let f = |i: usize| ((i * 2654435761) % 2001) as f32 / 1000.0 - 1.0;
-        let factors: Vec<(Vec<f32>, Vec<f32>)> = (0..3)
-            .map(|m| {
-                let a = (0..inp * rank).map(|i| f(i + 7 * m)).collect();
-                let b = (0..rank * out).map(|i| f(i + 13 * m + 5)).collect();
-                (a, b)
-            })
-            .collect();
-        let site = HostSite::new(inp, out, rank, &factors);
+        let site = HostSite::new(inp, out, rank, &three_members(inp, out, rank, f));
         let members = [
             None,
             Some(0),
@@ -202,13 +211,7 @@ mod tests {
             seed in any::<u32>(),
         ) {
             let f = |i: usize| ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0;
-            let factors: Vec<(Vec<f32>, Vec<f32>)> = (0..3)
-                .map(|m| {
-                    let a = (0..inp * rank).map(|i| f(i + 7 * m)).collect();
-                    let b = (0..rank * out).map(|i| f(i + 13 * m + 5)).collect();
-                    (a, b)
-                })
-                .collect();
+            let factors = three_members(inp, out, rank, f);
             let site = HostSite::new(inp, out, rank, &factors);
             let rows = members.len() * seq;
             let x: Vec<f32> = (0..rows * inp).map(|i| f(3 * i + 1)).collect();
