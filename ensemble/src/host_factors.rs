@@ -15,8 +15,8 @@ use std::collections::HashMap;
 
 use privmix_models::Site;
 use privmix_models::layers::simd::{axpy, dot};
+use privmix_models::runtime::for_each_row;
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 
 /// One site's factors for every member: `A` transposed, `[members, r, in]`,
 /// and the scaled `B`, `[members, r, out]`.
@@ -70,40 +70,20 @@ impl HostSite {
     pub(crate) fn add(&self, members: &[Option<usize>], x: &[f32], y: &mut [f32]) {
         let rows = x.len() / self.inp;
         let seq = (rows / members.len().max(1)).max(1);
-        let add = |(row, (x, y)): (usize, (&[f32], &mut [f32]))| {
+        let add = |row: usize, y: &mut [f32]| {
             if let Some(m) = members.get(row / seq).copied().flatten() {
                 pulp::Arch::new().dispatch(AddRow {
                     site: self,
                     member: m,
-                    x,
+                    x: &x[row * self.inp..][..self.inp],
                     y,
                 });
             }
         };
         // Rows in parallel where there is enough work (the members' factors
-        // are read from memory: ~34 KB per member and site for SmolLM2), one
-        // run of consecutive rows per thread: the pass waits on memory, and
-        // a task per row (rayon's splitting) cost more than it gained (per
-        // SmolLM2 step at N = 8: 1.41 ms with a task per row, 1.09 ms with
-        // one per thread, 1.56 ms on one thread).
-        let tasks = rayon::current_num_threads().min(rows).max(1);
-        if tasks > 1 && rows * self.rank * (self.inp + self.out) >= PARALLEL_MIN_FLOATS {
-            let per = rows.div_ceil(tasks);
-            x.par_chunks(per * self.inp)
-                .zip(y.par_chunks_mut(per * self.out))
-                .enumerate()
-                .for_each(|(t, (x, y))| {
-                    x.chunks_exact(self.inp)
-                        .zip(y.chunks_exact_mut(self.out))
-                        .enumerate()
-                        .for_each(|(i, xy)| add((t * per + i, xy)));
-                });
-        } else {
-            x.chunks_exact(self.inp)
-                .zip(y.chunks_exact_mut(self.out))
-                .enumerate()
-                .for_each(add);
-        }
+        // are read from memory: ~34 KB per member and site for SmolLM2).
+        let parallel = rows * self.rank * (self.inp + self.out) >= PARALLEL_MIN_FLOATS;
+        for_each_row(y, self.out, parallel, add);
     }
 }
 

@@ -37,9 +37,10 @@
 //! is below 1e-11 in log λ) the search therefore *finishes on a grid*: it evaluates the
 //! grid point (`2⁻³²`) at least `ESTIMATE_ERROR` below the estimate — even if an earlier
 //! point above it was already feasible — and, unless the bracket is already that narrow,
-//! the grid point four steps above. The λ returned then depends on the estimate alone and is bit-identical across
-//! summation orders unless the supremum lies within `ESTIMATE_ERROR` of a grid point. A
-//! finishing evaluation that lands on the wrong side forces a bisection.
+//! the grid point four steps above. The λ returned then depends on the estimate alone and
+//! is bit-identical across summation orders unless the supremum lies within
+//! `ESTIMATE_ERROR` of a grid point. A finishing evaluation that lands on the wrong side
+//! forces a bisection.
 //!
 //! Where the solver proves each part's transform `H` convex in λ (PMixED), the grid point
 //! above is not evaluated when the tangent of `H` at the grid point below already passes

@@ -314,6 +314,41 @@ pub fn on_hot_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     })
 }
 
+/// Runs `f(row, out_row)` for every `width`-long row of `out`, in order on the
+/// calling thread, or, with `parallel`, as one run of consecutive rows per
+/// rayon thread.
+///
+/// Why runs and not a task per row: the per-row passes of a decode step (the
+/// ensemble's LoRA update, host attention) have a few rows of small work each,
+/// mostly waiting on memory, and rayon's splitting into a task per row cost
+/// more than it gained. Measured on the LoRA pass of a SmolLM2 step at N = 8:
+/// 1.41 ms with a task per row, 1.09 ms with a run per thread, 1.56 ms on one
+/// thread; host attention 0.89 → 0.85 ms.
+pub fn for_each_row<T: Send>(
+    out: &mut [T],
+    width: usize,
+    parallel: bool,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    use rayon::prelude::*;
+    let rows = out.len() / width.max(1);
+    let tasks = rayon::current_num_threads().min(rows).max(1);
+    if parallel && tasks > 1 {
+        let per = rows.div_ceil(tasks);
+        out.par_chunks_mut(per * width)
+            .enumerate()
+            .for_each(|(task, run)| {
+                for (i, row) in run.chunks_mut(width).enumerate() {
+                    f(task * per + i, row);
+                }
+            });
+    } else {
+        for (row, out) in out.chunks_mut(width.max(1)).enumerate() {
+            f(row, out);
+        }
+    }
+}
+
 /// Whether `B` is exactly burn-flex (the CPU backend without autodiff):
 /// the backend whose decode paths run in host memory.
 #[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]

@@ -24,7 +24,6 @@
 //! uniform average. Only the order of the f32 sums differs.
 
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 
 /// Keys and values of one layer, of which the first `len` slots of every
 /// (row, head) are filled: keys dimension-major, `[batch, heads, dim,
@@ -212,7 +211,7 @@ fn attend_grouped(
     let per_row = s * scoring.heads * d;
     let rep = scoring.heads / kv.heads;
     let prefetch = super::simd::Prefetch::new();
-    let one_row = |(row, out): (usize, &mut [f32])| {
+    let one_row = |row: usize, out: &mut [f32]| {
         let mut scores = vec![0.0f32; group.min(rep) * t];
         let mut seen = vec![false; t];
         for i in 0..s {
@@ -251,22 +250,13 @@ fn attend_grouped(
             }
         }
     };
-    // Rows in parallel where there is enough work, one run of consecutive
-    // rows per thread (a task per row cost more in rayon's splitting than
-    // it gained, as in the ensemble's LoRA pass).
-    let tasks = rayon::current_num_threads().min(kv.batch).max(1);
-    if tasks > 1 && q.len() * t >= PARALLEL_MIN_WORK {
-        let per = kv.batch.div_ceil(tasks);
-        out.par_chunks_mut(per * per_row)
-            .enumerate()
-            .for_each(|(task, out)| {
-                out.chunks_mut(per_row)
-                    .enumerate()
-                    .for_each(|(i, out)| one_row((task * per + i, out)));
-            });
-    } else {
-        out.chunks_mut(per_row).enumerate().for_each(one_row);
-    }
+    // Rows in parallel where there is enough work.
+    crate::runtime::for_each_row(
+        &mut out,
+        per_row,
+        kv.batch > 1 && q.len() * t >= PARALLEL_MIN_WORK,
+        one_row,
+    );
     out
 }
 

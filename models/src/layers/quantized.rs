@@ -310,7 +310,8 @@ fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
             // A group whose rows of x overflow L1 sweeps the parts one by
             // one; a smaller one sweeps every block at once (which streams
             // the weight rows whole), with the same sums.
-            let step = if g.1 * k * 4 > X_IN_L1 {
+            let (_, size, _) = g;
+            let step = if size * k * 4 > X_IN_L1 {
                 PART_BLOCKS
             } else {
                 k / QK
@@ -429,10 +430,7 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     if let (true, Some(v4)) = (Q4, lut.v4) {
         // The table path with each block's weights kept in registers.
         for (b, xb) in xt.chunks_exact(R * QK).enumerate().take(nb) {
-            if b > 0 && (blocks.start + b).is_multiple_of(PART_BLOCKS) {
-                total = Some(add_part(total, reduce_tile(simd, &acc, width)));
-                acc = [[zero; R]; O];
-            }
+            end_part_before(simd, blocks.start + b, b, &mut total, &mut acc, width);
             let mut wv = [[zero; 2]; O];
             for (i, wi) in wv.iter_mut().enumerate() {
                 let (q, d, m) = rows_of[i];
@@ -453,10 +451,7 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
         return add_part(total, reduce_tile(simd, &acc, width));
     }
     for (b, xb) in xt.chunks_exact(R * QK).enumerate().take(nb) {
-        if b > 0 && (blocks.start + b).is_multiple_of(PART_BLOCKS) {
-            total = Some(add_part(total, reduce_tile(simd, &acc, width)));
-            acc = [[zero; R]; O];
-        }
+        end_part_before(simd, blocks.start + b, b, &mut total, &mut acc, width);
         for i in 0..O {
             let (q, d, m) = rows_of[i];
             if Q4 {
@@ -502,6 +497,23 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
         }
     }
     add_part(total, reduce_tile(simd, &acc, width))
+}
+
+/// Where block `block` (the sweep's `b`-th) starts a part of the input, adds the
+/// part just finished to `total` and restarts the accumulators.
+#[inline(always)]
+fn end_part_before<S: Simd, const O: usize, const R: usize>(
+    simd: S,
+    block: usize,
+    b: usize,
+    total: &mut Option<[[f32; R]; O]>,
+    acc: &mut [[S::f32s; R]; O],
+    width: usize,
+) {
+    if b > 0 && block.is_multiple_of(PART_BLOCKS) {
+        *total = Some(add_part(total.take(), reduce_tile(simd, acc, width)));
+        *acc = [[simd.splat_f32s(0.0); R]; O];
+    }
 }
 
 /// `total += part` (`total = part` for the first part): the parts of a
