@@ -12,6 +12,7 @@
 //! values).
 
 use privmix_models::gguf::GgmlType;
+use privmix_models::layers::int8_activations::Int8Weight;
 use privmix_models::layers::quantized::QuantizedWeight;
 
 /// Synthetic GGUF bytes of an `[out, inp]` weight in `ty` (Q4_1 or Q8_0).
@@ -49,29 +50,38 @@ fn main() {
         let w = QuantizedWeight::from_ggml(ty, &blocks(ty, out, inp), out, inp)
             .expect("well-formed blocks")
             .expect("a quantised type");
+        let int8 = Int8Weight::from_quantized(&w).expect("whole 16-row tiles");
         for rows in [1usize, 9, 17] {
             let x: Vec<f32> = (0..rows * inp)
                 .map(|j| (j % 17) as f32 / 8.0 - 1.0)
                 .collect();
             let reps = (200_000_000 / (out * inp * rows)).max(3);
-            let seconds = pool.install(|| {
-                for _ in 0..3 {
-                    std::hint::black_box(w.matmul(&x, rows));
-                }
-                (0..5)
-                    .map(|_| {
-                        let t = std::time::Instant::now();
-                        for _ in 0..reps {
-                            std::hint::black_box(w.matmul(&x, rows));
-                        }
-                        t.elapsed().as_secs_f64() / reps as f64
-                    })
-                    .fold(f64::INFINITY, f64::min)
-            });
+            let time = |f: &(dyn Fn() -> Vec<f32> + Sync)| {
+                pool.install(|| {
+                    for _ in 0..3 {
+                        std::hint::black_box(f());
+                    }
+                    (0..5)
+                        .map(|_| {
+                            let t = std::time::Instant::now();
+                            for _ in 0..reps {
+                                std::hint::black_box(f());
+                            }
+                            t.elapsed().as_secs_f64() / reps as f64
+                        })
+                        .fold(f64::INFINITY, f64::min)
+                })
+            };
+            let f32_x = time(&|| w.matmul(&x, rows));
+            let int8_x = time(&|| int8.matmul(&x, rows));
             println!(
-                "{ty:?} [{out}, {inp}] rows {rows:2}: {:8.1} µs  {:6.1} GFMA/s",
-                seconds * 1e6,
-                (out * inp * rows) as f64 / seconds / 1e9
+                "{ty:?} [{out}, {inp}] rows {rows:2}: f32 x {:8.1} µs {:6.1} GFMA/s | \
+                 8-bit x {:8.1} µs {:6.1} GMAC/s ({:.2}× faster)",
+                f32_x * 1e6,
+                (out * inp * rows) as f64 / f32_x / 1e9,
+                int8_x * 1e6,
+                (out * inp * rows) as f64 / int8_x / 1e9,
+                f32_x / int8_x,
             );
         }
     }

@@ -8,6 +8,8 @@ pub mod attention;
 mod few_rows;
 #[cfg(feature = "flex")]
 mod host_kv;
+#[cfg(feature = "flex")]
+pub mod int8_activations;
 pub mod kv_cache;
 pub mod layer_norm;
 pub mod linear;

@@ -56,6 +56,18 @@ enum Format {
     Q8_0,
 }
 
+/// A [`QuantizedWeight`]'s blocks, row after row (`[out, in/32]`).
+pub(crate) enum QuantizedBlocks<'a> {
+    /// 16 bytes of nibbles per block, `d` and `m` per block.
+    Q4_1 {
+        q: &'a [u8],
+        scale: &'a [f32],
+        min: &'a [f32],
+    },
+    /// 32 signed bytes per block, `d` per block.
+    Q8_0 { q: &'a [u8], scale: &'a [f32] },
+}
+
 /// An `[out, in]` weight kept in GGUF blocks, with each block's scale (and
 /// minimum) widened from f16 to f32 once, at load.
 #[derive(Clone)]
@@ -159,6 +171,21 @@ impl QuantizedWeight {
             }
         }
         w
+    }
+
+    /// The blocks as stored (for [`super::int8_activations`]'s layout).
+    pub(crate) fn blocks(&self) -> QuantizedBlocks<'_> {
+        match self.format {
+            Format::Q4_1 => QuantizedBlocks::Q4_1 {
+                q: &self.q,
+                scale: &self.scale,
+                min: &self.min,
+            },
+            Format::Q8_0 => QuantizedBlocks::Q8_0 {
+                q: &self.q,
+                scale: &self.scale,
+            },
+        }
     }
 
     /// Row `o` dequantised (for tests and checks).

@@ -1,0 +1,788 @@
+//! `x Wᵀ` for a few rows of `x` the way llama.cpp's CPU kernels take it for a
+//! Q4_1 or Q8_0 weight: each row of `x` is first quantised to 8 bits per
+//! block of 32 values (one scale per block, llama.cpp's Q8_1/Q8_0 activation
+//! formats), and every block's dot product is an exact integer sum, scaled
+//! once in f32.
+//!
+//! Why: with many rows (an ensemble step has N + 1) the f32 kernel of
+//! [`super::quantized`] is bound by the multiply-adds, 16 per AVX-512
+//! instruction. An 8-bit product (`vpmaddubsw` + `vpmaddwd`) does 64 per two
+//! instructions, and with the weights laid out 16 output rows to a register
+//! (below) each block costs one conversion and two FMAs per 16 outputs
+//! instead of 32 FMAs per 16 outputs. On SmolLM2's shapes, one thread:
+//! 9 rows × [1536, 576] 99.6 → 29.7 µs (`examples/qk`).
+//!
+//! What it costs: the activations are rounded to 8 bits. Each block of `x`
+//! is replaced by `x̂ = dₓ·q` with `dₓ = max|x|/127` and `q = round(x/dₓ)`
+//! (ties to even), so `|x − x̂| ≤ dₓ/2` per entry and each output moves by at
+//! most `Σ_b (dₓ,b/2)·Σ_{k∈b}|w_k|` from the product with the exact `x`
+//! (checked by the tests). That is llama.cpp's own rounding, so a model run
+//! this way agrees with llama.cpp more closely, and with an f32 forward
+//! (transformers) less closely, than the default f32 kernel does. It is
+//! opt-in: [`crate::weights::DecodeProducts::Int8Activations`].
+//!
+//! The arithmetic, exactly (output `o`, row `r`, blocks `b`, in order):
+//! `acc = fma(m_ob, s_rb, acc)` (Q4_1 only; `s_rb = dₓ,rb · Σ_k q_rbk`, as
+//! llama.cpp's Q8_1 `s`), then `acc = fma(I_orb as f32, d_ob · dₓ,rb, acc)`
+//! with `I_orb = Σ_k qw_obk · q_rbk` summed in integers (`|I| < 2²⁴`, so the
+//! conversion is exact). The AVX-512 kernel and the portable one follow it
+//! step for step, so they agree bit for bit (tested), and a row's result
+//! does not depend on the other rows.
+//!
+//! Layout: the weight is stored in tiles of 16 output rows; a tile's block
+//! `b` is one record whose register `j` holds, in 32-bit lane `i`, four
+//! consecutive bytes of output row `i`'s block. One 8-bit multiply of that
+//! register by four bytes of `x` broadcast to every lane then sums four
+//! products of each of the 16 outputs into its own lane: no horizontal sums.
+//! The scales stay f16, as in the file, so a record is as large as the
+//! GGUF blocks it replaces (a decode step with one row reads every weight
+//! once and is bound by their size).
+
+use rayon::prelude::*;
+
+use super::quantized::{QuantizedBlocks, QuantizedWeight};
+
+/// Values per block, in the weights and in the quantised rows of `x`.
+const QK: usize = 32;
+/// Output rows per tile: the 16 32-bit lanes of an AVX-512 register.
+const TILE: usize = 16;
+/// Bytes of a Q4_1 record: 4 registers of nibbles, 16 f16 scales, 16 f16 minima.
+const Q4_1_RECORD: usize = 4 * 64 + 2 * 32;
+/// Bytes of a Q8_0 record: 8 registers of signed bytes, 16 f16 scales.
+const Q8_0_RECORD: usize = 8 * 64 + 32;
+/// Most rows of `x` per pass over a tile (accumulators in registers).
+const ROW_GROUP: usize = 12;
+/// Products of at least this many bytes of records × rows are split over
+/// rayon's threads (as in [`super::quantized`]).
+const PARALLEL_MIN_WORK: usize = 128 << 10;
+
+/// A Q4_1 or Q8_0 `[out, in]` weight in 16-row tiles, for products with
+/// 8-bit activations (see the module documentation).
+#[derive(Clone)]
+pub struct Int8Weight {
+    q4_1: bool,
+    out: usize,
+    inp: usize,
+    /// Records, tile after tile, block after block within a tile.
+    records: Vec<u8>,
+}
+
+impl std::fmt::Debug for Int8Weight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let format = if self.q4_1 { "Q4_1" } else { "Q8_0" };
+        write!(f, "Int8Weight({format}, [{}, {}])", self.out, self.inp)
+    }
+}
+
+impl Int8Weight {
+    /// The weight's blocks rearranged into tiles, or `None` when its output
+    /// width is not a multiple of 16 (the f32 kernel then serves it).
+    pub fn from_quantized(w: &QuantizedWeight) -> Option<Self> {
+        let (out, inp) = (w.out_features(), w.in_features());
+        if out == 0 || !out.is_multiple_of(TILE) {
+            return None;
+        }
+        let blocks = w.blocks();
+        let q4_1 = matches!(blocks, QuantizedBlocks::Q4_1 { .. });
+        let nb = inp / QK;
+        let record = if q4_1 { Q4_1_RECORD } else { Q8_0_RECORD };
+        let mut records = Vec::with_capacity(out / TILE * nb * record);
+        // The scales were widened from f16 at load, so narrowing them back is exact.
+        let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+        for t in 0..out / TILE {
+            for b in 0..nb {
+                let at = |i: usize| (t * TILE + i) * nb + b;
+                match blocks {
+                    QuantizedBlocks::Q4_1 { q, scale, min } => {
+                        for p in 0..4 {
+                            for i in 0..TILE {
+                                records.extend_from_slice(&q[at(i) * 16 + 4 * p..][..4]);
+                            }
+                        }
+                        (0..TILE).for_each(|i| records.extend(f16(scale[at(i)])));
+                        (0..TILE).for_each(|i| records.extend(f16(min[at(i)])));
+                    }
+                    QuantizedBlocks::Q8_0 { q, scale } => {
+                        for j in 0..8 {
+                            for i in 0..TILE {
+                                records.extend_from_slice(&q[at(i) * QK + 4 * j..][..4]);
+                            }
+                        }
+                        (0..TILE).for_each(|i| records.extend(f16(scale[at(i)])));
+                    }
+                }
+            }
+        }
+        Some(Int8Weight {
+            q4_1,
+            out,
+            inp,
+            records,
+        })
+    }
+
+    /// Output width.
+    pub fn out_features(&self) -> usize {
+        self.out
+    }
+
+    /// Input width.
+    pub fn in_features(&self) -> usize {
+        self.inp
+    }
+
+    fn record_bytes(&self) -> usize {
+        if self.q4_1 { Q4_1_RECORD } else { Q8_0_RECORD }
+    }
+
+    /// `x Wᵀ` for row-major `x: [rows, in]`, as row-major `[rows, out]`, with
+    /// `x` quantised to 8 bits per block first.
+    pub fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        debug_assert_eq!(x.len(), rows * self.inp);
+        if rows == 0 {
+            return Vec::new();
+        }
+        let xq = QuantizedRows::new(x, rows, self.inp);
+        let mut y = vec![0.0f32; rows * self.out];
+        let tiles = self.out / TILE;
+        let threads = if self.records.len() * rows >= PARALLEL_MIN_WORK {
+            rayon::current_num_threads().clamp(1, tiles)
+        } else {
+            1
+        };
+        let per_task = tiles.div_ceil(threads);
+        // Task t writes columns [t·per_task·16, (t+1)·per_task·16) of every row.
+        let mut pieces: Vec<Vec<&mut [f32]>> = (0..tiles.div_ceil(per_task))
+            .map(|_| Vec::with_capacity(rows))
+            .collect();
+        for row in y.chunks_exact_mut(self.out) {
+            for (t, piece) in row.chunks_mut(per_task * TILE).enumerate() {
+                pieces[t].push(piece);
+            }
+        }
+        let task = |(index, mut y): (usize, Vec<&mut [f32]>)| {
+            self.tiles_into(&xq, index * per_task, &mut y);
+        };
+        if pieces.len() == 1 {
+            pieces.into_iter().enumerate().for_each(task);
+        } else {
+            pieces.into_par_iter().enumerate().for_each(task);
+        }
+        y
+    }
+
+    /// Tiles `first..` (as many as `y[r]` has room for) of every row.
+    fn tiles_into(&self, xq: &QuantizedRows, first: usize, y: &mut [&mut [f32]]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            return <pulp::x86::V4 as pulp::Simd>::vectorize(
+                simd,
+                avx512::Tiles {
+                    simd,
+                    w: self,
+                    xq,
+                    first,
+                    y,
+                },
+            );
+        }
+        self.for_each_tile(
+            first,
+            y,
+            &mut Portable {
+                q4_1: self.q4_1,
+                xq,
+            },
+        );
+    }
+
+    /// Runs `kernel` over tiles `first..` (as many as `y[r]` has room for)
+    /// and the rows in groups of at most [`ROW_GROUP`], writing each group's
+    /// outputs into `y`. (A trait, not a closure: a closure's body need not
+    /// be inlined into the SIMD frame, and the intrinsics must be.)
+    #[inline(always)]
+    fn for_each_tile(&self, first: usize, y: &mut [&mut [f32]], kernel: &mut impl TileKernel) {
+        let rows = y.len();
+        let nb = self.inp / QK;
+        let record = self.record_bytes();
+        let groups = rows.div_ceil(ROW_GROUP);
+        for t in 0..y[0].len() / TILE {
+            let tile = &self.records[(first + t) * nb * record..][..nb * record];
+            let mut r = 0;
+            for g in 0..groups {
+                let size = rows / groups + usize::from(g < rows % groups);
+                let mut out = [[0.0f32; TILE]; ROW_GROUP];
+                kernel.run(tile, r..r + size, &mut out);
+                for (j, o) in out.iter().take(size).enumerate() {
+                    y[r + j][t * TILE..][..TILE].copy_from_slice(o);
+                }
+                r += size;
+            }
+        }
+    }
+}
+
+/// `out[j][i] = w_i · x_{rows.start + j}` over one tile (`tile`: its records).
+trait TileKernel {
+    fn run(
+        &mut self,
+        tile: &[u8],
+        rows: std::ops::Range<usize>,
+        out: &mut [[f32; TILE]; ROW_GROUP],
+    );
+}
+
+/// [`tile_rows_portable`] as a [`TileKernel`].
+struct Portable<'a> {
+    q4_1: bool,
+    xq: &'a QuantizedRows,
+}
+
+impl TileKernel for Portable<'_> {
+    fn run(
+        &mut self,
+        tile: &[u8],
+        rows: std::ops::Range<usize>,
+        out: &mut [[f32; TILE]; ROW_GROUP],
+    ) {
+        tile_rows_portable(self.q4_1, tile, self.xq, rows, out);
+    }
+}
+
+/// Rows of `x` quantised to 8 bits per block of 32 (llama.cpp's Q8_1 as
+/// its SIMD code rounds: ties to even).
+pub(crate) struct QuantizedRows {
+    inp: usize,
+    /// `q`, row after row.
+    q: Vec<i8>,
+    /// `dₓ` per row and block; NaN for a block holding a non-finite value,
+    /// so that it reaches the outputs (as it would in an f32 product).
+    d: Vec<f32>,
+    /// `dₓ · Σq` per row and block.
+    s: Vec<f32>,
+}
+
+impl QuantizedRows {
+    pub(crate) fn new(x: &[f32], rows: usize, inp: usize) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            return simd
+                .vectorize(|| Self::with(x, rows, inp, |x, q| avx512::quantize_block(simd, x, q)));
+        }
+        Self::with(x, rows, inp, quantize_block)
+    }
+
+    /// The rows quantised block by block by `quantize`.
+    #[inline(always)]
+    fn with(
+        x: &[f32],
+        rows: usize,
+        inp: usize,
+        mut quantize: impl FnMut(&[f32; QK], &mut [i8; QK]) -> (f32, f32),
+    ) -> Self {
+        let blocks = rows * (inp / QK);
+        let mut me = QuantizedRows {
+            inp,
+            q: vec![0; rows * inp],
+            d: vec![0.0; blocks],
+            s: vec![0.0; blocks],
+        };
+        let parts = x
+            .chunks_exact(QK)
+            .zip(me.q.chunks_exact_mut(QK))
+            .zip(me.d.iter_mut().zip(me.s.iter_mut()));
+        for ((xb, qb), (d, s)) in parts {
+            let xb: &[f32; QK] = xb.try_into().expect("QK values");
+            let qb: &mut [i8; QK] = qb.try_into().expect("QK values");
+            (*d, *s) = quantize(xb, qb);
+        }
+        me
+    }
+}
+
+/// One block of `x`: `q = round(x/d)` with `d = max|x|/127`, so `|q| ≤ 127`.
+/// Returns `(d, d·Σq)`.
+fn quantize_block(x: &[f32; QK], q: &mut [i8; QK]) -> (f32, f32) {
+    if x.iter().any(|v| !v.is_finite()) {
+        q.fill(0);
+        return (f32::NAN, f32::NAN);
+    }
+    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    if amax == 0.0 {
+        q.fill(0);
+        return (0.0, 0.0);
+    }
+    let d = amax / 127.0;
+    let mut sum = 0i32;
+    for (qi, &xi) in q.iter_mut().zip(x) {
+        // |x/d| ≤ 127·(1 + 2⁻²³), which rounds to at most 127.
+        let v = (xi / d).round_ties_even() as i32;
+        *qi = v as i8;
+        sum += v;
+    }
+    (d, d * sum as f32)
+}
+
+/// `out[j][i] = w_i · x_{rows.start + j}` over one tile (`tile`: its
+/// records), one output and block at a time: the definition the SIMD
+/// kernel follows step for step.
+fn tile_rows_portable(
+    q4_1: bool,
+    tile: &[u8],
+    xq: &QuantizedRows,
+    rows: std::ops::Range<usize>,
+    out: &mut [[f32; TILE]; ROW_GROUP],
+) {
+    let nb = xq.inp / QK;
+    let record = if q4_1 { Q4_1_RECORD } else { Q8_0_RECORD };
+    let f16 = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    for (j, r) in rows.enumerate() {
+        for i in 0..TILE {
+            let mut acc = 0.0f32;
+            for b in 0..nb {
+                let rec = &tile[b * record..][..record];
+                let qx = &xq.q[r * xq.inp + b * QK..][..QK];
+                let (dx, sx) = (xq.d[r * nb + b], xq.s[r * nb + b]);
+                let mut isum = 0i32;
+                for (k, &xk) in qx.iter().enumerate() {
+                    let w = if q4_1 {
+                        let byte = rec[(k % 16 / 4) * 64 + i * 4 + k % 4];
+                        i32::from(if k < 16 { byte & 0x0f } else { byte >> 4 })
+                    } else {
+                        i32::from(rec[(k / 4) * 64 + i * 4 + k % 4] as i8)
+                    };
+                    isum += w * i32::from(xk);
+                }
+                if q4_1 {
+                    acc = f16(&rec[256 + 32..], i).mul_add(sx, acc);
+                    acc = (isum as f32).mul_add(f16(&rec[256..], i) * dx, acc);
+                } else {
+                    acc = (isum as f32).mul_add(f16(&rec[512..], i) * dx, acc);
+                }
+            }
+            out[j][i] = acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    //! The AVX-512 tile kernel, through pulp's safe intrinsics.
+
+    use core::arch::x86_64::{__m256i, __m512, __m512i};
+
+    use super::{QK, QuantizedRows, ROW_GROUP, TILE};
+
+    /// [`super::Int8Weight::tiles_into`] in one AVX-512 frame.
+    pub(super) struct Tiles<'a, 'y> {
+        pub simd: pulp::x86::V4,
+        pub w: &'a super::Int8Weight,
+        pub xq: &'a QuantizedRows,
+        pub first: usize,
+        pub y: &'a mut [&'y mut [f32]],
+    }
+
+    impl pulp::WithSimd for Tiles<'_, '_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _: S) {
+            let Tiles {
+                simd,
+                w,
+                xq,
+                first,
+                y,
+            } = self;
+            w.for_each_tile(
+                first,
+                y,
+                &mut Kernel {
+                    simd,
+                    q4_1: w.q4_1,
+                    xq,
+                },
+            );
+        }
+    }
+
+    /// [`tile_rows`] as a [`super::TileKernel`].
+    struct Kernel<'a> {
+        simd: pulp::x86::V4,
+        q4_1: bool,
+        xq: &'a QuantizedRows,
+    }
+
+    impl super::TileKernel for Kernel<'_> {
+        #[inline(always)]
+        fn run(
+            &mut self,
+            tile: &[u8],
+            rows: std::ops::Range<usize>,
+            out: &mut [[f32; TILE]; ROW_GROUP],
+        ) {
+            let Kernel { simd, q4_1, xq } = *self;
+            macro_rules! rows {
+                ($($r:literal)*) => {
+                    match (q4_1, rows.len()) {
+                        $((true, $r) => tile_rows::<true, $r>(simd, tile, xq, rows, out),
+                          (false, $r) => tile_rows::<false, $r>(simd, tile, xq, rows, out),)*
+                        _ => unreachable!("row groups hold 1 to ROW_GROUP rows"),
+                    }
+                };
+            }
+            rows!(1 2 3 4 5 6 7 8 9 10 11 12)
+        }
+    }
+
+    /// [`super::quantize_block`], with the same roundings: the largest
+    /// magnitude, `x/d` divided and rounded to nearest even (the default
+    /// rounding of `vcvtps2dq`), the integer sum.
+    #[inline(always)]
+    pub(super) fn quantize_block(
+        simd: pulp::x86::V4,
+        x: &[f32; QK],
+        q: &mut [i8; QK],
+    ) -> (f32, f32) {
+        let f = simd.avx512f;
+        let [x0, x1]: [__m512; 2] = bytemuck::cast(*x);
+        let zero = f._mm512_setzero_ps();
+        // x·0 is NaN exactly where x is NaN or infinite.
+        let probe = f._mm512_add_ps(f._mm512_mul_ps(x0, zero), f._mm512_mul_ps(x1, zero));
+        if f._mm512_cmp_ps_mask::<{ core::arch::x86_64::_CMP_UNORD_Q }>(probe, probe) != 0 {
+            q.fill(0);
+            return (f32::NAN, f32::NAN);
+        }
+        let amax =
+            f._mm512_reduce_max_ps(f._mm512_max_ps(f._mm512_abs_ps(x0), f._mm512_abs_ps(x1)));
+        if amax == 0.0 {
+            q.fill(0);
+            return (0.0, 0.0);
+        }
+        let d = amax / 127.0;
+        let dv = f._mm512_set1_ps(d);
+        let q0 = f._mm512_cvtps_epi32(f._mm512_div_ps(x0, dv));
+        let q1 = f._mm512_cvtps_epi32(f._mm512_div_ps(x1, dv));
+        let sum = f._mm512_reduce_add_epi32(f._mm512_add_epi32(q0, q1));
+        let bytes: [[i8; 16]; 2] = [
+            bytemuck::cast(f._mm512_cvtepi32_epi8(q0)),
+            bytemuck::cast(f._mm512_cvtepi32_epi8(q1)),
+        ];
+        *q = bytemuck::cast(bytes);
+        (d, d * sum as f32)
+    }
+
+    /// 64 bytes of `b` from `at` as a register.
+    #[inline(always)]
+    fn load(b: &[u8], at: usize) -> __m512i {
+        bytemuck::cast::<[u8; 64], __m512i>(b[at..at + 64].try_into().expect("64 bytes"))
+    }
+
+    /// 16 f16 values of `b` from `at`, widened.
+    #[inline(always)]
+    fn load_f16(simd: pulp::x86::V4, b: &[u8], at: usize) -> __m512 {
+        let h = bytemuck::cast::<[u8; 32], __m256i>(b[at..at + 32].try_into().expect("32 bytes"));
+        simd.avx512f._mm512_cvtph_ps(h)
+    }
+
+    /// Four bytes of a quantised row broadcast to every 32-bit lane.
+    #[inline(always)]
+    fn splat4(simd: pulp::x86::V4, q: &[i8], at: usize) -> __m512i {
+        let b: [i8; 4] = q[at..at + 4].try_into().expect("4 bytes");
+        simd.avx512f
+            ._mm512_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
+    }
+
+    /// `out[j][i] = w_i · x_{rows.start + j}` over one tile, as
+    /// [`super::tile_rows_portable`] computes it.
+    #[inline(always)]
+    fn tile_rows<const Q4: bool, const R: usize>(
+        simd: pulp::x86::V4,
+        tile: &[u8],
+        xq: &QuantizedRows,
+        rows: std::ops::Range<usize>,
+        out: &mut [[f32; TILE]; ROW_GROUP],
+    ) {
+        let (f, bw) = (simd.avx512f, simd.avx512bw);
+        let nb = xq.inp / QK;
+        let record = if Q4 {
+            super::Q4_1_RECORD
+        } else {
+            super::Q8_0_RECORD
+        };
+        let nibble = f._mm512_set1_epi8(0x0f);
+        let ones = f._mm512_set1_epi16(1);
+        let zero = f._mm512_setzero_si512();
+        let mut acc = [f._mm512_setzero_ps(); R];
+        for b in 0..nb {
+            let rec = &tile[b * record..][..record];
+            let at = |j: usize| (rows.start + j) * nb + b;
+            if Q4 {
+                // Registers 0–3: entries 4p..4p+3 (low nibbles) and
+                // 16+4p..16+4p+3 (high nibbles) of each lane's output row.
+                let mut w = [zero; 8];
+                for p in 0..4 {
+                    let v = load(rec, 64 * p);
+                    w[p] = f._mm512_and_si512(v, nibble);
+                    w[4 + p] = f._mm512_and_si512(bw._mm512_srli_epi16::<4>(v), nibble);
+                }
+                let d = load_f16(simd, rec, 256);
+                let m = load_f16(simd, rec, 288);
+                for j in 0..R {
+                    let qx = &xq.q[(rows.start + j) * xq.inp + b * QK..][..QK];
+                    // Each 16-bit sum is at most 8 · 2 · 15 · 127 = 30480.
+                    let mut s = bw._mm512_maddubs_epi16(w[0], splat4(simd, qx, 0));
+                    for p in 1..8 {
+                        let x = splat4(simd, qx, 4 * (p % 4) + 16 * (p / 4));
+                        s = bw._mm512_add_epi16(s, bw._mm512_maddubs_epi16(w[p], x));
+                    }
+                    let i = f._mm512_cvtepi32_ps(bw._mm512_madd_epi16(s, ones));
+                    let (dx, sx) = (xq.d[at(j)], xq.s[at(j)]);
+                    acc[j] = f._mm512_fmadd_ps(m, f._mm512_set1_ps(sx), acc[j]);
+                    let scale = f._mm512_mul_ps(d, f._mm512_set1_ps(dx));
+                    acc[j] = f._mm512_fmadd_ps(i, scale, acc[j]);
+                }
+            } else {
+                // Signed weights: |w| (unsigned) times x with w's sign, since
+                // the 8-bit multiply takes one unsigned operand. Each 16-bit
+                // sum is at most 2 · 128 · 127 = 32512, so each register's
+                // is widened before the next is added.
+                let mut w = [zero; 8];
+                let mut negative = [0u64; 8];
+                for p in 0..8 {
+                    let v = load(rec, 64 * p);
+                    w[p] = bw._mm512_abs_epi8(v);
+                    negative[p] = bw._mm512_movepi8_mask(v);
+                }
+                let d = load_f16(simd, rec, 512);
+                for j in 0..R {
+                    let qx = &xq.q[(rows.start + j) * xq.inp + b * QK..][..QK];
+                    let mut s = zero;
+                    for p in 0..8 {
+                        let x = splat4(simd, qx, 4 * p);
+                        let x = bw._mm512_mask_sub_epi8(x, negative[p], zero, x);
+                        let prod = bw._mm512_maddubs_epi16(w[p], x);
+                        s = f._mm512_add_epi32(s, bw._mm512_madd_epi16(prod, ones));
+                    }
+                    let i = f._mm512_cvtepi32_ps(s);
+                    let scale = f._mm512_mul_ps(d, f._mm512_set1_ps(xq.d[at(j)]));
+                    acc[j] = f._mm512_fmadd_ps(i, scale, acc[j]);
+                }
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc) {
+            *o = bytemuck::cast(a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgmlType;
+    use half::f16;
+    use proptest::prelude::*;
+
+    /// GGUF bytes of `out × in/32` blocks cycling through `bytes`, with
+    /// scales and minima that vary by block.
+    fn gguf_blocks(q8: bool, out: usize, inp: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let mut next = bytes.iter().cycle();
+        for i in 0..out * (inp / QK) {
+            v.extend(f16::from_f32(0.01 + (i % 7) as f32 * 0.003).to_le_bytes());
+            if q8 {
+                v.extend((0..32).map(|_| *next.next().unwrap()));
+            } else {
+                v.extend(f16::from_f32(-0.05 + (i % 5) as f32 * 0.01).to_le_bytes());
+                v.extend((0..16).map(|_| *next.next().unwrap()));
+            }
+        }
+        v
+    }
+
+    fn weight(q8: bool, out: usize, inp: usize, bytes: &[u8]) -> (QuantizedWeight, Int8Weight) {
+        let ty = if q8 { GgmlType::Q8_0 } else { GgmlType::Q4_1 };
+        let raw = gguf_blocks(q8, out, inp, bytes);
+        let w = QuantizedWeight::from_ggml(ty, &raw, out, inp)
+            .unwrap()
+            .unwrap();
+        let int8 = Int8Weight::from_quantized(&w).unwrap();
+        (w, int8)
+    }
+
+    /// `x Wᵀ` by the portable definition alone.
+    fn portable(w: &Int8Weight, x: &[f32], rows: usize) -> Vec<f32> {
+        let xq = QuantizedRows::new(x, rows, w.inp);
+        let nb = w.inp / QK;
+        let record = w.record_bytes();
+        let mut y = vec![0.0f32; rows * w.out];
+        for t in 0..w.out / TILE {
+            let tile = &w.records[t * nb * record..][..nb * record];
+            for r in 0..rows {
+                let mut out = [[0.0f32; TILE]; ROW_GROUP];
+                tile_rows_portable(w.q4_1, tile, &xq, r..r + 1, &mut out);
+                y[r * w.out + t * TILE..][..TILE].copy_from_slice(&out[0]);
+            }
+        }
+        y
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+
+        /// The dispatched kernel (AVX-512 where the CPU has it, split over
+        /// threads, rows in groups) equals the portable definition bit for
+        /// bit, row by row; and each output lies within the activation
+        /// rounding's bound (plus f32 summation error) of the exact f64
+        /// product with the dequantised weights.
+        #[test]
+        fn equals_the_definition_and_stays_within_the_rounding_bound(
+            q8 in any::<bool>(),
+            tiles in 1usize..6,
+            nb in prop_oneof![1usize..4, 17usize..50],
+            rows in 1usize..27,
+            bytes in prop::collection::vec(any::<u8>(), 1..97),
+            xs in prop::collection::vec(-3.0f32..3.0, 1..97),
+        ) {
+            let (out, inp) = (tiles * TILE, nb * QK);
+            let (w, int8) = weight(q8, out, inp, &bytes);
+            let x: Vec<f32> = (0..rows * inp)
+                .map(|i| xs[i % xs.len()] * (1.0 + i as f32 * 1e-3))
+                .collect();
+            let y = int8.matmul(&x, rows);
+            prop_assert_eq!(
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                portable(&int8, &x, rows).iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+            // Each row alone gives the same bits (the grouping of rows does
+            // not reach a row's sums).
+            for r in [0, rows - 1] {
+                let alone = int8.matmul(&x[r * inp..(r + 1) * inp], 1);
+                prop_assert_eq!(&y[r * out..(r + 1) * out], &alone[..]);
+            }
+            let xq = QuantizedRows::new(&x, rows, inp);
+            let u = f64::from(f32::EPSILON) / 2.0;
+            let gamma = (2 * nb + 2) as f64 * u / (1.0 - (2 * nb + 2) as f64 * u);
+            for r in 0..rows {
+                for o in 0..out {
+                    let wr = w.row(o);
+                    let (mut exact, mut rounding, mut magnitude) = (0.0f64, 0.0f64, 0.0f64);
+                    for b in 0..nb {
+                        let dx = f64::from(xq.d[r * nb + b]);
+                        for k in b * QK..(b + 1) * QK {
+                            let (wk, xk) = (f64::from(wr[k]), f64::from(x[r * inp + k]));
+                            exact += wk * xk;
+                            rounding += wk.abs() * dx / 2.0;
+                            magnitude += (wk * xk).abs() + wk.abs() * dx;
+                        }
+                    }
+                    let got = f64::from(y[r * out + o]);
+                    // The f32 scale products (d·dₓ, and the widened minima)
+                    // add a relative γ-size error over the same magnitudes.
+                    let bound = rounding * (1.0 + 4.0 * u) + gamma * magnitude + 1e-30;
+                    prop_assert!((got - exact).abs() <= bound,
+                        "row {} out {}: {} vs {} (bound {})", r, o, got, exact, bound);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// The AVX-512 quantiser gives the portable one's bits, for blocks
+        /// of every magnitude, with zeros, ties and non-finite values.
+        #[test]
+        fn avx512_quantisation_is_the_portable_one(
+            raw in prop::collection::vec(
+                prop_oneof![
+                    -1e3f32..1e3,
+                    Just(0.0f32),
+                    Just(0.5f32),
+                    Just(-2.5f32),
+                    (-64i32..64).prop_map(|e| 2f32.powi(e)),
+                    Just(f32::NAN),
+                    Just(f32::INFINITY),
+                    Just(f32::from_bits(3)),
+                    Just(f32::MAX),
+                ],
+                QK,
+            ),
+            scale in prop_oneof![Just(1.0f32), Just(1e-38), Just(1e30), Just(127.0)],
+        ) {
+            #[cfg(target_arch = "x86_64")]
+            if let Some(simd) = pulp::x86::V4::try_new() {
+                let x: [f32; QK] = std::array::from_fn(|k| raw[k] * scale);
+                let (mut a, mut b) = ([0i8; QK], [0i8; QK]);
+                let want = quantize_block(&x, &mut a);
+                let got = simd.vectorize(|| avx512::quantize_block(simd, &x, &mut b));
+                prop_assert_eq!(a, b);
+                prop_assert_eq!(want.0.to_bits(), got.0.to_bits());
+                prop_assert_eq!(want.1.to_bits(), got.1.to_bits());
+            }
+        }
+    }
+
+    /// Quantising a block: `|q| ≤ 127`, ties to even, `q = 0` for a zero
+    /// block, and a non-finite value makes the block's scale NaN (so that
+    /// the outputs it reaches are NaN, not silently finite).
+    #[test]
+    fn blocks_of_x_quantise_as_documented() {
+        let mut q = [0i8; QK];
+        let mut x = [0.0f32; QK];
+        x[0] = 127.0;
+        x[1] = -127.0;
+        x[2] = 2.5;
+        x[3] = 3.5;
+        x[4] = -0.5;
+        let (d, s) = quantize_block(&x, &mut q);
+        assert_eq!(d, 1.0);
+        assert_eq!(&q[..5], &[127, -127, 2, 4, 0]);
+        assert_eq!(s, 6.0);
+        assert_eq!(quantize_block(&[0.0; QK], &mut q), (0.0, 0.0));
+        assert_eq!(q, [0; QK]);
+        let tiny = [f32::from_bits(1); QK];
+        let (d, _) = quantize_block(&tiny, &mut q);
+        assert!(d > 0.0 || d == 0.0, "subnormal blocks stay finite");
+        assert!(q.iter().all(|&v| v.unsigned_abs() <= 127));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            x[7] = bad;
+            let (d, s) = quantize_block(&x, &mut q);
+            assert!(d.is_nan() && s.is_nan());
+        }
+        let (_, int8) = weight(false, 16, 32, &[0x5a, 0x13]);
+        let mut xs = vec![1.0f32; 32];
+        xs[3] = f32::NAN;
+        assert!(int8.matmul(&xs, 1).iter().all(|v| v.is_nan()));
+    }
+
+    /// A Q8_0 weight of −128 (which llama.cpp's quantiser never writes, but
+    /// a file may hold) multiplies correctly through the sign trick.
+    #[test]
+    fn q8_0_minus_128_is_exact() {
+        let (w, int8) = weight(true, 16, 64, &[0x80, 0x80, 0x7f, 0x81, 0x00, 0xff]);
+        let x: Vec<f32> = (0..64)
+            .map(|k| if k % 3 == 0 { -127.0 } else { 127.0 })
+            .collect();
+        let y = int8.matmul(&x, 1);
+        for (o, &got) in y.iter().enumerate() {
+            let want: f64 = w
+                .row(o)
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            assert!(
+                (f64::from(got) - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "{got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn widths_that_are_not_whole_tiles_are_declined() {
+        let raw = gguf_blocks(false, 17, 32, &[1, 2, 3]);
+        let w = QuantizedWeight::from_ggml(GgmlType::Q4_1, &raw, 17, 32)
+            .unwrap()
+            .unwrap();
+        assert!(Int8Weight::from_quantized(&w).is_none());
+    }
+}
