@@ -12,6 +12,12 @@
 //!   reference code gets by leaving `target_modules` unset
 //!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`).
 //!
+//! The group `ensemble_decode_step_smollm2_int8_activations` repeats the
+//! baseline and the ensemble rows (not `separate_*` or the prefill) with the
+//! model loaded with [`DecodeProducts::Int8Activations`]: decode products
+//! take 8-bit activations, as llama.cpp's CPU kernels do (both the baseline
+//! and the ensembles there).
+//!
 //! Each decode figure is the time per step of a decode loop: from a copy of
 //! the state after the context (made outside the timing), [`STEPS`]
 //! consecutive steps, each appending its token to the caches, as generation
@@ -36,7 +42,7 @@ use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
-use privmix_models::{Batch, KvCache, LanguageModel, LinearDelta, Model};
+use privmix_models::{Batch, DecodeProducts, KvCache, LanguageModel, LinearDelta, Model};
 
 #[cfg(feature = "cuda")]
 type B = privmix_models::CudaBackend;
@@ -115,7 +121,31 @@ fn bench(c: &mut Criterion) {
     let device = privmix_models::open_wgpu_device().expect("wgpu device");
     #[cfg(not(all(feature = "wgpu", not(feature = "cuda"))))]
     let device = Default::default();
-    let model = Model::<B>::load_gguf(&path, &device).expect("SmolLM2 GGUF");
+    for (group, products) in [
+        (
+            "ensemble_decode_step_smollm2",
+            DecodeProducts::F32Activations,
+        ),
+        (
+            "ensemble_decode_step_smollm2_int8_activations",
+            DecodeProducts::Int8Activations,
+        ),
+    ] {
+        let model = Model::<B>::load_gguf_with(&path, products, &device).expect("SmolLM2 GGUF");
+        let every_row = products == DecodeProducts::F32Activations;
+        bench_group(c, group, &model, every_row, &device);
+    }
+}
+
+/// The group's rows for `model`; `every_row: false` leaves out the prefill
+/// and the separate forwards.
+fn bench_group(
+    c: &mut Criterion,
+    group: &str,
+    model: &Model<B>,
+    every_row: bool,
+    device: &burn::tensor::Device<B>,
+) {
     let base = model.base_shapes().unwrap();
     let all = [
         "q_proj",
@@ -129,21 +159,21 @@ fn bench(c: &mut Criterion) {
     let config = LoraConfig::new(4, 8.0, &all).unwrap();
     let max_n = MEMBERS[MEMBERS.len() - 1];
     let adapters: Vec<LoraAdapter<B>> = (0..max_n as u64)
-        .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, &device).unwrap())
+        .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, device).unwrap())
         .collect();
 
-    let mut g = c.benchmark_group("ensemble_decode_step_smollm2");
+    let mut g = c.benchmark_group(group);
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
 
-    let cache = prefilled(&model, None);
+    let cache = prefilled(model, None);
     g.bench_function("baseline_single_model", |b| {
         per_step(
             b,
             || cache.clone(),
             |cache| {
-                std::hint::black_box(step(&model, cache, None));
+                std::hint::black_box(step(model, cache, None));
             },
         )
     });
@@ -151,7 +181,7 @@ fn bench(c: &mut Criterion) {
     for &n in &MEMBERS {
         let runner = EnsembleRunner::new(model.clone(), &adapters[..n]).unwrap();
         let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
-        if n == PREFILL_BENCHED {
+        if every_row && n == PREFILL_BENCHED {
             g.bench_function(format!("prefill_n{n}"), |b| {
                 b.iter(|| {
                     let mut d = runner.decoder(RowLayout::public_and_members(n)).unwrap();
@@ -164,17 +194,17 @@ fn bench(c: &mut Criterion) {
         if n == PREFILL_BENCHED {
             let config = LoraConfig::new(4, 8.0, &["q_proj", "v_proj"]).unwrap();
             let light: Vec<LoraAdapter<B>> = (0..n as u64)
-                .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, &device).unwrap())
+                .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, device).unwrap())
                 .collect();
             let runner = EnsembleRunner::new(model.clone(), &light).unwrap();
             let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
             dec.prefill(&context()).unwrap();
             g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &dec));
         }
-        if n <= SEPARATE_UP_TO {
+        if every_row && n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)
                 .chain(adapters[..n].iter().map(Some))
-                .map(|a| prefilled(&model, a.map(|a| a as &dyn LinearDelta<B>)))
+                .map(|a| prefilled(model, a.map(|a| a as &dyn LinearDelta<B>)))
                 .collect();
             g.bench_function(format!("separate_n{n}"), |b| {
                 per_step(
@@ -185,7 +215,7 @@ fn bench(c: &mut Criterion) {
                             let delta = i
                                 .checked_sub(1)
                                 .map(|m| &adapters[m] as &dyn LinearDelta<B>);
-                            std::hint::black_box(step(&model, cache, delta));
+                            std::hint::black_box(step(model, cache, delta));
                         }
                     },
                 )

@@ -45,7 +45,7 @@ pub use llama::{Llama, LlamaConfig};
 pub use model::Model;
 pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};
 pub use tokenizer::Tokenizer;
-pub use weights::WeightSource;
+pub use weights::{DecodeProducts, WeightSource};
 #[cfg(feature = "wgpu")]
 pub use wgpu_device::open_wgpu_device;
 

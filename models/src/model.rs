@@ -12,7 +12,7 @@ use crate::gpt2::Gpt2;
 use crate::layers::{KvCache, LinearDelta};
 use crate::llama::Llama;
 use crate::runtime::{Batch, LanguageModel};
-use crate::weights::WeightSource;
+use crate::weights::{DecodeProducts, WeightSource};
 
 /// A loaded model of any supported architecture.
 #[derive(Debug, Clone)]
@@ -41,9 +41,19 @@ impl<B: Backend> Model<B> {
 
     /// Loads a GGUF file.
     pub fn load_gguf(path: impl AsRef<Path>, device: &B::Device) -> Result<Self, ModelError> {
+        Self::load_gguf_with(path, DecodeProducts::default(), device)
+    }
+
+    /// Loads a GGUF file whose decode steps multiply by its quantised blocks
+    /// as `products` says (on plain burn-flex; elsewhere it has no effect).
+    pub fn load_gguf_with(
+        path: impl AsRef<Path>,
+        products: DecodeProducts,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
         let file = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&file)?;
-        let weights = WeightSource::from_gguf(file)?;
+        let weights = WeightSource::from_gguf(file)?.with_decode_products(products);
         Self::from_weights(&config, &weights, device)
     }
 

@@ -54,7 +54,30 @@ pub enum WeightSource {
         /// stay in llama.cpp's order, for a model using
         /// [`crate::layers::RopeStyle::Interleaved`].
         undo_qk_permutation: bool,
+        /// How decode products read the quantised blocks.
+        decode_products: DecodeProducts,
     },
+}
+
+/// How a decode step (a few rows, plain burn-flex) multiplies by a GGUF
+/// Q4_1/Q8_0 weight. Prefill and other backends multiply by the f32
+/// dequantised weight either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeProducts {
+    /// The activations stay f32 and multiply exactly the dequantised
+    /// weights (see [`crate::layers::quantized`]): decode steps agree with
+    /// the f32 forward (transformers) to summation order.
+    #[default]
+    F32Activations,
+    /// Each row of activations is rounded to 8 bits per block of 32 first,
+    /// as llama.cpp's CPU kernels do, and the blocks' dot products are
+    /// integer sums (see [`crate::layers::int8_activations`]): about 3×
+    /// the multiply-adds per second, so a step with many rows (an ensemble)
+    /// costs much less; the logits move by llama.cpp's own rounding.
+    /// Weights whose output width is not a multiple of 16 keep f32
+    /// activations.
+    Int8Activations,
 }
 
 impl WeightSource {
@@ -91,7 +114,31 @@ impl WeightSource {
             num_heads,
             num_kv_heads,
             undo_qk_permutation: true,
+            decode_products: DecodeProducts::default(),
         })
+    }
+
+    /// Sets how decode products read a GGUF file's quantised blocks (no
+    /// effect on other sources).
+    pub fn with_decode_products(mut self, products: DecodeProducts) -> Self {
+        if let Self::Gguf {
+            decode_products, ..
+        } = &mut self
+        {
+            *decode_products = products;
+        }
+        self
+    }
+
+    /// How decode products read the quantised blocks (the default for
+    /// sources without any).
+    pub fn decode_products(&self) -> DecodeProducts {
+        match self {
+            Self::Gguf {
+                decode_products, ..
+            } => *decode_products,
+            _ => DecodeProducts::default(),
+        }
     }
 
     /// Keeps a GGUF file's Llama Q/K rows in llama.cpp's permuted order (no
@@ -137,6 +184,7 @@ impl WeightSource {
                 num_heads,
                 num_kv_heads,
                 undo_qk_permutation,
+                ..
             } => {
                 let gname = gguf_name(arch, name)
                     .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
@@ -277,7 +325,7 @@ impl WeightSource {
             && let Some(q) =
                 self.quantized(&format!("{prefix}.weight"), out_features, in_features)?
         {
-            return Ok(linear.with_quantized(q));
+            return Ok(self.decode_form(linear.with_quantized(q)));
         }
         Ok(linear)
     }
@@ -293,10 +341,19 @@ impl WeightSource {
         if crate::runtime::is_plain_flex::<B>() {
             let [vocab, hidden] = embed_tokens.dims();
             if let Some(q) = self.quantized("model.embed_tokens.weight", vocab, hidden)? {
-                return Ok(head.with_quantized(q));
+                return Ok(self.decode_form(head.with_quantized(q)));
             }
         }
         Ok(head)
+    }
+
+    /// `linear` with its quantised copy in the form [`DecodeProducts`] asks for.
+    #[cfg(feature = "flex")]
+    fn decode_form<B: Backend>(&self, linear: Linear<B>) -> Linear<B> {
+        match self.decode_products() {
+            DecodeProducts::F32Activations => linear,
+            DecodeProducts::Int8Activations => linear.with_int8_activations(),
+        }
     }
 
     /// Tensor `name` (`[out, in]`, HF layout) in its GGUF blocks, for
@@ -317,6 +374,7 @@ impl WeightSource {
             num_heads,
             num_kv_heads,
             undo_qk_permutation,
+            ..
         } = self
         else {
             return Ok(None);

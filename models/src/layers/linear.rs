@@ -79,7 +79,34 @@ pub struct Linear<B: Backend> {
     /// The same weight in its GGUF blocks, for decode products on plain
     /// burn-flex (see [`super::quantized`]); `weight_t` serves everything else.
     #[cfg(feature = "flex")]
-    quantized: Option<std::sync::Arc<super::quantized::QuantizedWeight>>,
+    quantized: Option<std::sync::Arc<HostWeight>>,
+}
+
+/// A [`Linear`]'s quantised copy, in the form its decode products read.
+#[cfg(feature = "flex")]
+#[derive(Debug)]
+enum HostWeight {
+    /// GGUF blocks, multiplied by f32 activations.
+    F32Activations(super::quantized::QuantizedWeight),
+    /// 16-row tiles, multiplied by 8-bit activations.
+    Int8Activations(super::int8_activations::Int8Weight),
+}
+
+#[cfg(feature = "flex")]
+impl HostWeight {
+    fn in_features(&self) -> usize {
+        match self {
+            Self::F32Activations(w) => w.in_features(),
+            Self::Int8Activations(w) => w.in_features(),
+        }
+    }
+
+    fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        match self {
+            Self::F32Activations(w) => w.matmul(x, rows),
+            Self::Int8Activations(w) => w.matmul(x, rows),
+        }
+    }
 }
 
 impl<B: Backend> Linear<B> {
@@ -115,9 +142,39 @@ impl<B: Backend> Linear<B> {
             && quantized.in_features() == self.in_features()
             && quantized.out_features() == self.out_features()
         {
-            self.quantized = Some(std::sync::Arc::new(quantized));
+            self.quantized = Some(std::sync::Arc::new(HostWeight::F32Activations(quantized)));
         }
         self
+    }
+
+    /// Decode products take 8-bit activations, llama.cpp's way (see
+    /// [`super::int8_activations`]): the quantised copy is rearranged into
+    /// 16-row tiles, replacing the blocks. No change without a quantised
+    /// copy, or when the output width is not a multiple of 16.
+    #[cfg(feature = "flex")]
+    pub fn with_int8_activations(mut self) -> Self {
+        if let Some(HostWeight::F32Activations(q)) = self.quantized.as_deref()
+            && let Some(w) = super::int8_activations::Int8Weight::from_quantized(q)
+        {
+            self.quantized = Some(std::sync::Arc::new(HostWeight::Int8Activations(w)));
+        }
+        self
+    }
+
+    /// Whether decode products take 8-bit activations
+    /// ([`Linear::with_int8_activations`]).
+    pub fn has_int8_activations(&self) -> bool {
+        #[cfg(feature = "flex")]
+        {
+            matches!(
+                self.quantized.as_deref(),
+                Some(HostWeight::Int8Activations(_))
+            )
+        }
+        #[cfg(not(feature = "flex"))]
+        {
+            false
+        }
     }
 
     /// Whether decode products read a quantised copy of the weight.
