@@ -126,6 +126,11 @@ impl Int8Weight {
         self.out
     }
 
+    #[doc(hidden)]
+    pub fn quantize_only(x: &[f32], rows: usize, inp: usize) -> usize {
+        QuantizedRows::new(x, rows, inp).q.len()
+    }
+
     /// Input width.
     pub fn in_features(&self) -> usize {
         self.inp
@@ -207,7 +212,8 @@ impl Int8Weight {
         let record = self.record_bytes();
         let groups = rows.div_ceil(ROW_GROUP);
         for t in 0..y[0].len() / TILE {
-            let tile = &self.records[(first + t) * nb * record..][..nb * record];
+            // The tile's records and all after it (the kernel prefetches ahead).
+            let tile = &self.records[(first + t) * nb * record..];
             let mut r = 0;
             for g in 0..groups {
                 let size = rows / groups + usize::from(g < rows % groups);
@@ -375,6 +381,10 @@ mod avx512 {
 
     use super::{QK, QuantizedRows, ROW_GROUP, TILE};
 
+    /// How far ahead in the records the kernel prefetches.
+    const PREFETCH_AHEAD: usize = 8 << 10;
+
+
     /// [`super::Int8Weight::tiles_into`] in one AVX-512 frame.
     pub(super) struct Tiles<'a, 'y> {
         pub simd: pulp::x86::V4,
@@ -518,6 +528,14 @@ mod avx512 {
         let mut acc = [f._mm512_setzero_ps(); R];
         for b in 0..nb {
             let rec = &tile[b * record..][..record];
+            // The records PREFETCH_AHEAD bytes on, so that memory latency
+            // overlaps with this block's products.
+            for line in (0..record).step_by(64) {
+                if let Some(ahead) = tile.get(b * record + PREFETCH_AHEAD + line) {
+                    let at: *const u8 = ahead;
+                    simd.sse._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
+                }
+            }
             let at = |j: usize| (rows.start + j) * nb + b;
             if Q4 {
                 // Registers 0–3: entries 4p..4p+3 (low nibbles) and
