@@ -13,7 +13,7 @@
 //!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`).
 //!
 //! The group `ensemble_decode_step_smollm2_int8_activations` repeats the
-//! baseline and the ensemble rows (not `separate_*` or the prefill) with the
+//! baseline, ensemble and prefill rows (not `separate_*`) with the
 //! model loaded with [`DecodeProducts::Int8Activations`]: decode products
 //! take 8-bit activations, as llama.cpp's CPU kernels do (both the baseline
 //! and the ensembles there).
@@ -132,18 +132,18 @@ fn bench(c: &mut Criterion) {
         ),
     ] {
         let model = Model::<B>::load_gguf_with(&path, products, &device).expect("SmolLM2 GGUF");
-        let every_row = products == DecodeProducts::F32Activations;
-        bench_group(c, group, &model, every_row, &device);
+        let separate = products == DecodeProducts::F32Activations;
+        bench_group(c, group, &model, separate, &device);
     }
 }
 
-/// The group's rows for `model`; `every_row: false` leaves out the prefill
-/// and the separate forwards.
+/// The group's rows for `model`; `separate: false` leaves out the separate
+/// forwards.
 fn bench_group(
     c: &mut Criterion,
     group: &str,
     model: &Model<B>,
-    every_row: bool,
+    separate: bool,
     device: &burn::tensor::Device<B>,
 ) {
     let base = model.base_shapes().unwrap();
@@ -181,7 +181,7 @@ fn bench_group(
     for &n in &MEMBERS {
         let runner = EnsembleRunner::new(model.clone(), &adapters[..n]).unwrap();
         let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
-        if every_row && n == PREFILL_BENCHED {
+        if n == PREFILL_BENCHED {
             g.bench_function(format!("prefill_n{n}"), |b| {
                 b.iter(|| {
                     let mut d = runner.decoder(RowLayout::public_and_members(n)).unwrap();
@@ -201,7 +201,7 @@ fn bench_group(
             dec.prefill(&context()).unwrap();
             g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &dec));
         }
-        if every_row && n <= SEPARATE_UP_TO {
+        if separate && n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)
                 .chain(adapters[..n].iter().map(Some))
                 .map(|a| prefilled(model, a.map(|a| a as &dyn LinearDelta<B>)))

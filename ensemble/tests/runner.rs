@@ -10,7 +10,7 @@ use lora_support::*;
 use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
 use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
-use privmix_models::{Batch, LanguageModel, LinearDelta, Model, log_softmax};
+use privmix_models::{Batch, DecodeProducts, LanguageModel, LinearDelta, Model, log_softmax};
 
 const TOL: f32 = 1e-4;
 
@@ -73,6 +73,30 @@ fn quantised_gguf_rows_equal_each_member_alone() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
     rows_of_different_lengths_equal_each_member_alone(&Model::load_gguf(&path, &dev()).unwrap());
+}
+
+/// The same with 8-bit activations in the decode products
+/// (`DecodeProducts::Int8Activations`): each row's activations are
+/// quantised on their own, so a row still equals its member alone. The
+/// steps (few rows, so the context's too) really take that path: their
+/// log-probs differ from the f32 path's, a little.
+#[test]
+fn int8_activation_rows_equal_each_member_alone() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
+    let int8 = Model::load_gguf_with(&path, DecodeProducts::Int8Activations, &dev()).unwrap();
+    rows_of_different_lengths_equal_each_member_alone(&int8);
+    let f32 = Model::load_gguf(&path, &dev()).unwrap();
+    let context = [5u32, 17, 99, 3];
+    let (a, b) = (
+        alone(&int8, None, &context, &[8, 41]),
+        alone(&f32, None, &context, &[8, 41]),
+    );
+    for (x, y) in a.iter().zip(&b) {
+        let d = max_abs_diff(x, y);
+        // Rounding, not a different network: far below the log-probs' spread.
+        assert!(d > 1e-6 && d < 0.2, "log-probs differ by {d}");
+    }
 }
 
 fn rows_of_different_lengths_equal_each_member_alone(model: &Model<B>) {

@@ -36,7 +36,9 @@ use std::time::Instant;
 
 use privmix_models::gguf::GgufFile;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model, Tokenizer, generate_greedy, log_softmax};
+use privmix_models::{
+    Batch, DecodeProducts, LanguageModel, Model, Tokenizer, generate_greedy, log_softmax,
+};
 use runtime_support::B;
 use serde_json::Value;
 
@@ -275,4 +277,81 @@ fn hamlet_perplexity_matches_llama_cpp() {
         (PPL_RANGE.0..=PPL_RANGE.1).contains(&ours),
         "perplexity {ours} outside {PPL_RANGE:?}"
     );
+}
+
+/// Worst |Δ| against llama.cpp (top-20 log-probs, top-1 log-prob, top-2
+/// gap), and the mean |Δ| of the top-20 log-probs, along its greedy paths, teacher-forced one token at a time from an
+/// empty cache, so that every product is a decode product, with the model
+/// loaded with `products`.
+fn decode_worst(path: &std::path::Path, products: DecodeProducts) -> ([f64; 3], f64) {
+    let model = Model::<B>::load_gguf_with(path, products, &Default::default()).expect("load");
+    let vocab = model.vocab_size();
+    let mut worst = [0.0f64; 3];
+    let (mut sum, mut count) = (0.0f64, 0usize);
+    for run in golden()["greedy"].as_array().expect("greedy runs") {
+        let prompt_ids = ids(&run["prompt_ids"]);
+        let want = ids(&run["generated"]);
+        let mut cache = model.new_cache(1);
+        let mut rows = Vec::new();
+        for &t in prompt_ids.iter().chain(&want[..want.len() - 1]) {
+            let logits = model
+                .logits_last(&Batch::single(&[t]).unwrap(), &mut cache, None)
+                .unwrap();
+            rows.push(to_vec(log_softmax(logits)).unwrap());
+        }
+        for (k, step) in run["steps"].as_array().expect("steps").iter().enumerate() {
+            let row = &rows[prompt_ids.len() - 1 + k];
+            assert_eq!(row.len(), vocab);
+            let top_ids = ids(&step["top_ids"]);
+            let top: Vec<f64> = serde_json::from_value(step["top_log_probs"].clone()).unwrap();
+            let their_gap = step["top2_logit_gap"].as_f64().unwrap();
+            let gap = f64::from(row[top_ids[0] as usize]) - f64::from(row[top_ids[1] as usize]);
+            for (&id, &w) in top_ids.iter().zip(&top) {
+                let d = (f64::from(row[id as usize]) - w).abs();
+                worst[0] = worst[0].max(d);
+                sum += d;
+                count += 1;
+            }
+            worst[1] = worst[1].max((f64::from(row[top_ids[0] as usize]) - top[0]).abs());
+            worst[2] = worst[2].max((gap - their_gap).abs());
+        }
+    }
+    (worst, sum / count as f64)
+}
+
+/// Decoding with 8-bit activations ([`DecodeProducts::Int8Activations`],
+/// llama.cpp's own scheme for these weights) stays within the tolerances
+/// above of llama.cpp, as the default f32 activations do; both are printed,
+/// for the comparison.
+#[test]
+fn decoding_with_int8_activations_matches_llama_cpp() {
+    let Some(path) = runtime_support::real_weights("smollm2.gguf") else {
+        return;
+    };
+    let t0 = Instant::now();
+    let f32_worst = decode_worst(&path, DecodeProducts::F32Activations);
+    let int8_worst = decode_worst(&path, DecodeProducts::Int8Activations);
+    for (name, (w, mean)) in [
+        ("f32 activations", f32_worst),
+        ("int8 activations", int8_worst),
+    ] {
+        println!(
+            "decode with {name} vs llama.cpp: max |Δ| top-20 log-prob {:.4} (mean {mean:.4}), top-1 log-prob {:.4}, top-2 gap {:.4}",
+            w[0], w[1], w[2]
+        );
+    }
+    println!("({:.2?})", t0.elapsed());
+    for (w, _) in [f32_worst, int8_worst] {
+        assert!(
+            w[0] <= TOP20_TOL,
+            "top-20 log-probs differ by {} > {TOP20_TOL}",
+            w[0]
+        );
+        assert!(
+            w[1] <= TOP1_TOL,
+            "top-1 log-probs differ by {} > {TOP1_TOL}",
+            w[1]
+        );
+        assert!(w[2] <= GAP_TOL, "top-2 gaps differ by {} > {GAP_TOL}", w[2]);
+    }
 }

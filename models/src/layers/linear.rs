@@ -283,13 +283,13 @@ impl<B: Backend> Linear<B> {
         #[cfg(feature = "flex")]
         {
             let [rows, _] = x.dims();
+            if let Some((_, y)) = self.quantized_product(x) {
+                return Some(Tensor::from_data(
+                    burn::tensor::TensorData::new(y, [rows, self.out_features()]),
+                    &x.device(),
+                ));
+            }
             if rows <= FEW_ROWS_MAX {
-                if let Some((_, y)) = self.quantized_product(x) {
-                    return Some(Tensor::from_data(
-                        burn::tensor::TensorData::new(y, [rows, self.out_features()]),
-                        &x.device(),
-                    ));
-                }
                 return super::few_rows::few_rows_matmul(x, &self.weight_t);
             }
         }
@@ -298,13 +298,17 @@ impl<B: Backend> Linear<B> {
     }
 
     /// `x` read into host memory and `x Wᵀ` by the quantised kernel, both
-    /// row-major, when the weight has a quantised copy, `x: [rows, in]` has
-    /// at most `FEW_ROWS_MAX` rows, and the backend is plain burn-flex.
+    /// row-major, when the weight has a quantised copy, the backend is plain
+    /// burn-flex, and `x: [rows, in]` has at most `FEW_ROWS_MAX` rows, or
+    /// any number of rows with 8-bit activations: then every product takes
+    /// them, so that a row's result never depends on how many rows share its
+    /// batch (a prefill of several rows and a decode step of one agree).
     #[cfg(feature = "flex")]
     fn quantized_product(&self, x: &Tensor<B, 2>) -> Option<(Vec<f32>, Vec<f32>)> {
         let q = self.quantized.as_ref()?;
         let [rows, k] = x.dims();
-        if rows > FEW_ROWS_MAX || k != q.in_features() || !is_plain_flex::<B>() {
+        let any_rows = matches!(**q, HostWeight::Int8Activations(_));
+        if (rows > FEW_ROWS_MAX && !any_rows) || k != q.in_features() || !is_plain_flex::<B>() {
             return None;
         }
         let xs = crate::runtime::to_vec(x.clone()).ok()?;
