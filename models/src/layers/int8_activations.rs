@@ -565,24 +565,30 @@ mod avx512 {
                 // the 8-bit multiply takes one unsigned operand. Each 16-bit
                 // sum is at most 2 · 128 · 127 = 32512, so each register's
                 // is widened before the next is added.
-                let mut w = [zero; 8];
-                let mut negative = [0u64; 8];
-                for p in 0..8 {
-                    let v = load(rec, 64 * p);
-                    w[p] = bw._mm512_abs_epi8(v);
-                    negative[p] = bw._mm512_movepi8_mask(v);
+                // Four registers at a time: their sign masks then fit the
+                // mask registers (seven usable), which eight did not.
+                let mut s = [zero; R];
+                for half in 0..2 {
+                    let mut w = [zero; 4];
+                    let mut negative = [0u64; 4];
+                    for p in 0..4 {
+                        let v = load(rec, 64 * (4 * half + p));
+                        w[p] = bw._mm512_abs_epi8(v);
+                        negative[p] = bw._mm512_movepi8_mask(v);
+                    }
+                    for j in 0..R {
+                        let qx = &xq.q[(rows.start + j) * xq.inp + b * QK..][..QK];
+                        for p in 0..4 {
+                            let x = splat4(simd, qx, 4 * (4 * half + p));
+                            let x = bw._mm512_mask_sub_epi8(x, negative[p], zero, x);
+                            let prod = bw._mm512_maddubs_epi16(w[p], x);
+                            s[j] = f._mm512_add_epi32(s[j], bw._mm512_madd_epi16(prod, ones));
+                        }
+                    }
                 }
                 let d = load_f16(simd, rec, 512);
                 for j in 0..R {
-                    let qx = &xq.q[(rows.start + j) * xq.inp + b * QK..][..QK];
-                    let mut s = zero;
-                    for p in 0..8 {
-                        let x = splat4(simd, qx, 4 * p);
-                        let x = bw._mm512_mask_sub_epi8(x, negative[p], zero, x);
-                        let prod = bw._mm512_maddubs_epi16(w[p], x);
-                        s = f._mm512_add_epi32(s, bw._mm512_madd_epi16(prod, ones));
-                    }
-                    let i = f._mm512_cvtepi32_ps(s);
+                    let i = f._mm512_cvtepi32_ps(s[j]);
                     let scale = f._mm512_mul_ps(d, f._mm512_set1_ps(xq.d[at(j)]));
                     acc[j] = f._mm512_fmadd_ps(i, scale, acc[j]);
                 }
