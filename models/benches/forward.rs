@@ -162,11 +162,13 @@ fn matmul_layout(c: &mut Criterion) {
     group.finish();
 }
 
-/// The quantised decode kernel on one SmolLM2 MLP projection's shape
+/// The quantised decode kernels on one SmolLM2 MLP projection's shape
 /// (`[1536, 576]`, Q4_1) for 1 row (a decode step) and 9 rows (the public
-/// model and 8 members), on the calling thread alone and with rayon's pool.
+/// model and 8 members), on the calling thread alone and with rayon's pool:
+/// f32 activations (`rows*`) and 8-bit activations (`int8_rows*`).
 fn quantized(c: &mut Criterion) {
     use privmix_models::gguf::GgmlType;
+    use privmix_models::layers::int8_activations::Int8Weight;
     use privmix_models::layers::quantized::QuantizedWeight;
     let mut group = c.benchmark_group("quantized_q4_1_1536x576");
     group
@@ -182,6 +184,7 @@ fn quantized(c: &mut Criterion) {
     let w = QuantizedWeight::from_ggml(GgmlType::Q4_1, &raw, o, i)
         .unwrap()
         .unwrap();
+    let int8 = Int8Weight::from_quantized(&w).unwrap();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
@@ -193,6 +196,12 @@ fn quantized(c: &mut Criterion) {
         });
         group.bench_function(format!("rows{rows}_one_thread"), |b| {
             b.iter(|| one.install(|| w.matmul(&x, rows)))
+        });
+        group.bench_function(format!("int8_rows{rows}_pool"), |b| {
+            b.iter(|| int8.matmul(&x, rows))
+        });
+        group.bench_function(format!("int8_rows{rows}_one_thread"), |b| {
+            b.iter(|| one.install(|| int8.matmul(&x, rows)))
         });
     }
     group.finish();
