@@ -12,7 +12,7 @@ use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix,
 };
 use privmix_models::gguf::GgufFile;
-use privmix_models::{LanguageModel, Model, Tokenizer};
+use privmix_models::{DecodeProducts, LanguageModel, Model, Tokenizer};
 
 use crate::args::{MechanismKind, MechanismParams, ModelArgs};
 use crate::error::CliError;
@@ -26,7 +26,18 @@ pub type Runner = EnsembleRunner<Backend, Model<Backend>>;
 /// Loads the base model and every adapter (each checked against the model's shapes).
 pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
     let device = Default::default();
-    let model = Model::<Backend>::load(&args.model, &device).map_err(|source| CliError::Model {
+    let model = if args.int8_activations {
+        if args.model.is_dir() {
+            return Err(CliError::arg(
+                "--int8-activations",
+                "applies to GGUF files (quantised weights); the model is a folder",
+            ));
+        }
+        Model::<Backend>::load_gguf_with(&args.model, DecodeProducts::Int8Activations, &device)
+    } else {
+        Model::<Backend>::load(&args.model, &device)
+    }
+    .map_err(|source| CliError::Model {
         path: args.model.clone(),
         source,
     })?;

@@ -369,6 +369,62 @@ fn bad_inputs_fail_with_a_message_naming_the_problem() {
 
     let out = privmix(&["ledger", "verify", s(&dir.join("not-a-ledger-file"))]);
     assert!(!out.status.success());
+
+    // 8-bit activations are for GGUF files' quantised weights, not a folder.
+    let out = generate(
+        &adapters,
+        &[
+            "--int8-activations",
+            "--prompt",
+            "a",
+            "--no-privacy",
+            "--mechanism",
+            "public",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--int8-activations"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `--int8-activations` on a Q8_0 GGUF (the tiny llama's own weights, so the
+/// folder's adapters fit it): PMixED generates and charges its tokens.
+#[test]
+fn int8_activations_generate_from_a_gguf() {
+    let dir = TempDir::new("int8");
+    let adapters = write_adapters(&llama(), &dir, 2);
+    let gguf = fixture("../models/tests/fixtures/gguf/llama_q8_0.gguf");
+    let tok = tokenizer();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", s(&gguf), "--tokenizer", s(&tok)];
+        for a in &adapters {
+            args.extend(["--adapter", s(a)]);
+        }
+        args.extend(extra);
+        privmix(&args)
+    };
+    let ledger = dir.join("ledger");
+    let out = run(&[
+        "--int8-activations",
+        "--prompt",
+        "xy",
+        "--max-tokens",
+        "3",
+        "--ledger",
+        s(&ledger),
+        "--epsilon",
+        "8",
+        "--json",
+        "--seed",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = json_lines(&out).last().unwrap().clone();
+    assert_eq!(done["tokens"].as_u64(), Some(3));
+    assert!(done["epsilon"].as_f64().unwrap() > 0.0);
 }
 
 #[test]
