@@ -88,11 +88,33 @@ fn json_lines(o: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// `generate --json` with the model, adapters and tokenizer, plus `extra`.
+/// `generate` with the tiny llama folder, the adapters and the tokenizer, plus `extra`.
 fn generate(adapters: &[PathBuf], extra: &[&str]) -> Output {
-    let model = llama();
+    generate_with(&llama(), adapters, extra)
+}
+
+/// Arguments for 3 tokens from the prompt "xy", charged to a ledger of
+/// budget ε = 8 at `ledger`, reported as JSON lines, with seed 3.
+fn three_charged_tokens(ledger: &Path) -> [&str; 11] {
+    [
+        "--prompt",
+        "xy",
+        "--max-tokens",
+        "3",
+        "--ledger",
+        s(ledger),
+        "--epsilon",
+        "8",
+        "--json",
+        "--seed",
+        "3",
+    ]
+}
+
+/// `generate` with `model`, the adapters and the tokenizer, plus `extra`.
+fn generate_with(model: &Path, adapters: &[PathBuf], extra: &[&str]) -> Output {
     let tok = tokenizer();
-    let mut args = vec!["generate", "--model", s(&model), "--tokenizer", s(&tok)];
+    let mut args = vec!["generate", "--model", s(model), "--tokenizer", s(&tok)];
     for a in adapters {
         args.extend(["--adapter", s(a)]);
     }
@@ -210,24 +232,9 @@ fn each_mechanism_generates() {
         .enumerate()
     {
         let ledger = dir.join(&format!("ledger{i}"));
-        let out = generate(
-            &adapters,
-            &[
-                "--mechanism",
-                mechanism,
-                "--prompt",
-                "xy",
-                "--max-tokens",
-                "3",
-                "--ledger",
-                s(&ledger),
-                "--epsilon",
-                "8",
-                "--json",
-                "--seed",
-                "3",
-            ],
-        );
+        let mut args = vec!["--mechanism", mechanism];
+        args.extend(three_charged_tokens(&ledger));
+        let out = generate(&adapters, &args);
         assert!(out.status.success(), "{mechanism}: {}", stderr(&out));
         let lines = json_lines(&out);
         let done = lines.last().unwrap();
@@ -397,30 +404,10 @@ fn int8_activations_generate_from_a_gguf() {
     let dir = TempDir::new("int8");
     let adapters = write_adapters(&llama(), &dir, 2);
     let gguf = fixture("../models/tests/fixtures/gguf/llama_q8_0.gguf");
-    let tok = tokenizer();
-    let run = |extra: &[&str]| {
-        let mut args = vec!["generate", "--model", s(&gguf), "--tokenizer", s(&tok)];
-        for a in &adapters {
-            args.extend(["--adapter", s(a)]);
-        }
-        args.extend(extra);
-        privmix(&args)
-    };
     let ledger = dir.join("ledger");
-    let out = run(&[
-        "--int8-activations",
-        "--prompt",
-        "xy",
-        "--max-tokens",
-        "3",
-        "--ledger",
-        s(&ledger),
-        "--epsilon",
-        "8",
-        "--json",
-        "--seed",
-        "3",
-    ]);
+    let mut args = vec!["--int8-activations"];
+    args.extend(three_charged_tokens(&ledger));
+    let out = generate_with(&gguf, &adapters, &args);
     assert!(out.status.success(), "{}", stderr(&out));
     let done = json_lines(&out).last().unwrap().clone();
     assert_eq!(done["tokens"].as_u64(), Some(3));
