@@ -1,6 +1,6 @@
-//! `x Wᵀ` for a few rows of `x` the way llama.cpp's CPU kernels take it for a
-//! Q4_1 or Q8_0 weight: each row of `x` is first quantised to 8 bits per
-//! block of 32 values (one scale per block, llama.cpp's Q8_1/Q8_0 activation
+//! `x Wᵀ` for rows of `x` the way llama.cpp's CPU kernels take it for a Q4_1
+//! or Q8_0 weight: each row of `x` is first quantised to 8 bits per block of
+//! 32 values (one scale per block, llama.cpp's Q8_1/Q8_0 activation
 //! formats), and every block's dot product is an exact integer sum, scaled
 //! once in f32.
 //!
@@ -9,8 +9,10 @@
 //! instruction. An 8-bit product (`vpmaddubsw` + `vpmaddwd`) does 64 per two
 //! instructions, and with the weights laid out 16 output rows to a register
 //! (below) each block costs one conversion and two FMAs per 16 outputs
-//! instead of 32 FMAs per 16 outputs. On SmolLM2's shapes, one thread:
-//! 9 rows × [1536, 576] 99.6 → 29.7 µs (`examples/qk`).
+//! instead of 32 FMAs per 16 outputs. On SmolLM2's shapes, one thread
+//! (`examples/qk`): 9 rows × [1536, 576] 99.4 → 33.2 µs; 1 row 20.7 →
+//! 7.9 µs. The kernel prefetches the records 8 KB ahead, so that a product
+//! read from memory overlaps its loads with its arithmetic.
 //!
 //! What it costs: the activations are rounded to 8 bits. Each block of `x`
 //! is replaced by `x̂ = dₓ·q` with `dₓ = max|x|/127` and `q = round(x/dₓ)`
@@ -24,17 +26,18 @@
 //! (`tests/llama_cpp_agreement.rs`). It is opt-in:
 //! [`crate::weights::DecodeProducts::Int8Activations`].
 //!
-//! Kernels: AVX-512 (16 outputs per register), AVX2 (two halves of 8; on
-//! this machine, forcing it, 9 rows × [1536, 576] take 86 µs on one thread,
-//! against 154 µs for the f32 kernel's AVX2 level), and a portable one.
+//! Kernels: AVX-512 (16 outputs per register), AVX2 (two halves of 8;
+//! forced on this machine, 9 rows × [1536, 576] take 95 µs on one thread,
+//! where the f32 kernel's AVX2 level took 154 µs at its last measurement),
+//! and a portable one.
 //!
 //! The arithmetic, exactly (output `o`, row `r`, blocks `b`, in order):
 //! `acc = fma(m_ob, s_rb, acc)` (Q4_1 only; `s_rb = dₓ,rb · Σ_k q_rbk`, as
 //! llama.cpp's Q8_1 `s`), then `acc = fma(I_orb as f32, d_ob · dₓ,rb, acc)`
 //! with `I_orb = Σ_k qw_obk · q_rbk` summed in integers (`|I| < 2²⁴`, so the
-//! conversion is exact). Each kernel follows it
-//! step for step, so they agree bit for bit (tested), and a row's result
-//! does not depend on the other rows.
+//! conversion is exact). Each kernel follows it step for step, so they
+//! agree bit for bit (tested), and a row's result does not depend on the
+//! other rows.
 //!
 //! Layout: the weight is stored in tiles of 16 output rows; a tile's block
 //! `b` is one record whose register `j` holds, in 32-bit lane `i`, four
