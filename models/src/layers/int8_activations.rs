@@ -1001,6 +1001,19 @@ mod tests {
         assert_eq!(d, 1.0);
         assert_eq!(&q[..5], &[127, -127, 2, 4, 0]);
         assert_eq!(s, 6.0);
+        // x/d lands exactly on −119.5 here, which x·(1/d) misses
+        // (−119.49999): the quantisers divide, then round to even.
+        let mut tie = [0.0f32; QK];
+        tie[0] = 1.0;
+        tie[1] = f32::from_bits(0xbf70_e1c3);
+        quantize_block(&tie, &mut q);
+        assert_eq!(q[1], -120);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            let mut q4 = [0i8; QK];
+            simd.vectorize(|| avx512::quantize_block(simd, &tie, &mut q4));
+            assert_eq!(q4[1], -120);
+        }
         assert_eq!(quantize_block(&[0.0; QK], &mut q), (0.0, 0.0));
         assert_eq!(q, [0; QK]);
         // A block so small that max|x|/127 underflows is taken as zeros.
