@@ -44,8 +44,8 @@ impl<B: Backend> Model<B> {
         Self::load_gguf_with(path, DecodeProducts::default(), device)
     }
 
-    /// Loads a GGUF file whose decode steps multiply by its quantised blocks
-    /// as `products` says (on plain burn-flex; elsewhere it has no effect).
+    /// Loads a GGUF file whose products multiply by its quantised blocks as
+    /// `products` says (on plain burn-flex; elsewhere it has no effect).
     pub fn load_gguf_with(
         path: impl AsRef<Path>,
         products: DecodeProducts,

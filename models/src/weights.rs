@@ -54,25 +54,29 @@ pub enum WeightSource {
         /// stay in llama.cpp's order, for a model using
         /// [`crate::layers::RopeStyle::Interleaved`].
         undo_qk_permutation: bool,
-        /// How decode products read the quantised blocks.
+        /// How products read the quantised blocks.
         decode_products: DecodeProducts,
     },
 }
 
-/// How a decode step (a few rows, plain burn-flex) multiplies by a GGUF
-/// Q4_1/Q8_0 weight. Prefill and other backends multiply by the f32
-/// dequantised weight either way.
+/// How plain burn-flex multiplies by a GGUF Q4_1/Q8_0 weight that it keeps
+/// in its blocks. Other backends multiply by the f32 dequantised weight
+/// either way.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DecodeProducts {
-    /// The activations stay f32 and multiply exactly the dequantised
-    /// weights (see [`crate::layers::quantized`]): decode steps agree with
-    /// the f32 forward (transformers) to summation order.
+    /// Products of a few rows (decode steps) read the blocks with f32
+    /// activations, multiplying exactly the dequantised weights (see
+    /// [`crate::layers::quantized`]); longer ones (prefill) multiply the f32
+    /// dequantised weight. Both agree with the f32 forward (transformers) to
+    /// summation order.
     #[default]
     F32Activations,
-    /// Each row of activations is rounded to 8 bits per block of 32 first,
-    /// as llama.cpp's CPU kernels do, and the blocks' dot products are
-    /// integer sums (see [`crate::layers::int8_activations`]): about 3×
+    /// Every product, whatever its number of rows (so a row's logits do
+    /// not depend on its batch), rounds each row of activations to 8 bits
+    /// per block of 32 first, as llama.cpp's CPU kernels do, and takes the
+    /// blocks' dot products as integer sums (see
+    /// [`crate::layers::int8_activations`]): about 3×
     /// the multiply-adds per second, so a step with many rows (an ensemble)
     /// costs much less. The logits move by about as much as llama.cpp's
     /// differ from an f32 forward (see `tests/llama_cpp_agreement.rs`).
@@ -119,8 +123,8 @@ impl WeightSource {
         })
     }
 
-    /// Sets how decode products read a GGUF file's quantised blocks (no
-    /// effect on other sources).
+    /// Sets how products read a GGUF file's quantised blocks (no effect on
+    /// other sources).
     pub fn with_decode_products(mut self, products: DecodeProducts) -> Self {
         if let Self::Gguf {
             decode_products, ..
@@ -131,8 +135,8 @@ impl WeightSource {
         self
     }
 
-    /// How decode products read the quantised blocks (the default for
-    /// sources without any).
+    /// How products read the quantised blocks (the default for sources
+    /// without any).
     pub fn decode_products(&self) -> DecodeProducts {
         match self {
             Self::Gguf {

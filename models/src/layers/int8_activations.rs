@@ -195,24 +195,24 @@ impl Int8Weight {
             if level == Level::Widest
                 && let Some(simd) = pulp::x86::V4::try_new()
             {
-                let tiles = avx512::Tiles {
-                    simd,
+                let kernel = avx512::Kernel::new(simd, self.q4_1, xq);
+                let tiles = Tiles {
                     w: self,
-                    xq,
                     first,
                     y,
+                    kernel,
                 };
                 return <pulp::x86::V4 as pulp::Simd>::vectorize(simd, tiles);
             }
             if level != Level::Portable
                 && let Some(simd) = pulp::x86::V3::try_new()
             {
-                let tiles = avx2::Tiles {
-                    simd,
+                let kernel = avx2::Kernel::new(simd, self.q4_1, xq);
+                let tiles = Tiles {
                     w: self,
-                    xq,
                     first,
                     y,
+                    kernel,
                 };
                 return <pulp::x86::V3 as pulp::Simd>::vectorize(simd, tiles);
             }
@@ -222,26 +222,20 @@ impl Int8Weight {
             q4_1: self.q4_1,
             xq,
         };
-        self.for_each_tile(first, y, ROW_GROUP, &mut portable);
+        self.for_each_tile(first, y, &mut portable);
     }
 
     /// Runs `kernel` over tiles `first..` (as many as `y[r]` has room for)
-    /// and the rows in groups of at most `group` (≤ [`ROW_GROUP`]), writing
-    /// each group's outputs into `y`. (A trait, not a closure: a closure's
+    /// and the rows in groups of at most its `GROUP` (≤ [`ROW_GROUP`]),
+    /// writing each group's outputs into `y`. (A trait, not a closure: a closure's
     /// body need not be inlined into the SIMD frame, and the intrinsics must
     /// be.)
     #[inline(always)]
-    fn for_each_tile(
-        &self,
-        first: usize,
-        y: &mut [&mut [f32]],
-        group: usize,
-        kernel: &mut impl TileKernel,
-    ) {
+    fn for_each_tile<K: TileKernel>(&self, first: usize, y: &mut [&mut [f32]], kernel: &mut K) {
         let rows = y.len();
         let nb = self.inp / QK;
         let record = self.record_bytes();
-        let groups = rows.div_ceil(group);
+        let groups = rows.div_ceil(K::GROUP);
         for t in 0..y[0].len() / TILE {
             // The tile's records and all after it (the kernel prefetches ahead).
             let tile = &self.records[(first + t) * nb * record..];
@@ -274,6 +268,9 @@ enum Level {
 
 /// `out[j][i] = w_i · x_{rows.start + j}` over one tile (`tile`: its records).
 trait TileKernel {
+    /// Most rows per pass (≤ [`ROW_GROUP`]).
+    const GROUP: usize;
+
     fn run(
         &mut self,
         tile: &[u8],
@@ -289,6 +286,8 @@ struct Portable<'a> {
 }
 
 impl TileKernel for Portable<'_> {
+    const GROUP: usize = ROW_GROUP;
+
     fn run(
         &mut self,
         tile: &[u8],
@@ -296,6 +295,32 @@ impl TileKernel for Portable<'_> {
         out: &mut [[f32; TILE]; ROW_GROUP],
     ) {
         tile_rows_portable(self.q4_1, tile, self.xq, rows, out);
+    }
+}
+
+/// [`Int8Weight::tiles_into`] with a SIMD `kernel`, run inside the frame of
+/// the kernel's instruction set (pulp's `vectorize`).
+#[cfg(target_arch = "x86_64")]
+struct Tiles<'a, 'y, K> {
+    w: &'a Int8Weight,
+    first: usize,
+    y: &'a mut [&'y mut [f32]],
+    kernel: K,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<K: TileKernel> pulp::WithSimd for Tiles<'_, '_, K> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Tiles {
+            w,
+            first,
+            y,
+            mut kernel,
+        } = self;
+        w.for_each_tile(first, y, &mut kernel);
     }
 }
 
@@ -417,6 +442,46 @@ fn tile_rows_portable(
     }
 }
 
+/// The `Kernel` of a SIMD module: its `tile_rows::<Q4, R>` as a
+/// [`TileKernel`] for groups of at most `$group` rows, dispatched on the
+/// format and the group's size (`$r`: every size from 1 to `$group`).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tile_kernel {
+    ($simd:ty, $group:expr, $($r:literal)*) => {
+        /// [`tile_rows`] as a [`super::TileKernel`].
+        pub(super) struct Kernel<'a> {
+            simd: $simd,
+            q4_1: bool,
+            xq: &'a QuantizedRows,
+        }
+
+        impl<'a> Kernel<'a> {
+            pub(super) fn new(simd: $simd, q4_1: bool, xq: &'a QuantizedRows) -> Self {
+                Kernel { simd, q4_1, xq }
+            }
+        }
+
+        impl super::TileKernel for Kernel<'_> {
+            const GROUP: usize = $group;
+
+            #[inline(always)]
+            fn run(
+                &mut self,
+                tile: &[u8],
+                rows: std::ops::Range<usize>,
+                out: &mut [[f32; TILE]; ROW_GROUP],
+            ) {
+                let Kernel { simd, q4_1, xq } = *self;
+                match (q4_1, rows.len()) {
+                    $((true, $r) => tile_rows::<true, $r>(simd, tile, xq, rows, out),
+                      (false, $r) => tile_rows::<false, $r>(simd, tile, xq, rows, out),)*
+                    _ => unreachable!("row groups hold 1 to {} rows", $group),
+                }
+            }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     //! The AVX-512 tile kernel, through pulp's safe intrinsics.
@@ -428,64 +493,7 @@ mod avx512 {
     /// How far ahead in the records the kernel prefetches.
     const PREFETCH_AHEAD: usize = 8 << 10;
 
-    /// [`super::Int8Weight::tiles_into`] in one AVX-512 frame.
-    pub(super) struct Tiles<'a, 'y> {
-        pub simd: pulp::x86::V4,
-        pub w: &'a super::Int8Weight,
-        pub xq: &'a QuantizedRows,
-        pub first: usize,
-        pub y: &'a mut [&'y mut [f32]],
-    }
-
-    impl pulp::WithSimd for Tiles<'_, '_> {
-        type Output = ();
-
-        #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, _: S) {
-            let Tiles {
-                simd,
-                w,
-                xq,
-                first,
-                y,
-            } = self;
-            let mut kernel = Kernel {
-                simd,
-                q4_1: w.q4_1,
-                xq,
-            };
-            w.for_each_tile(first, y, ROW_GROUP, &mut kernel);
-        }
-    }
-
-    /// [`tile_rows`] as a [`super::TileKernel`].
-    struct Kernel<'a> {
-        simd: pulp::x86::V4,
-        q4_1: bool,
-        xq: &'a QuantizedRows,
-    }
-
-    impl super::TileKernel for Kernel<'_> {
-        #[inline(always)]
-        fn run(
-            &mut self,
-            tile: &[u8],
-            rows: std::ops::Range<usize>,
-            out: &mut [[f32; TILE]; ROW_GROUP],
-        ) {
-            let Kernel { simd, q4_1, xq } = *self;
-            macro_rules! rows {
-                ($($r:literal)*) => {
-                    match (q4_1, rows.len()) {
-                        $((true, $r) => tile_rows::<true, $r>(simd, tile, xq, rows, out),
-                          (false, $r) => tile_rows::<false, $r>(simd, tile, xq, rows, out),)*
-                        _ => unreachable!("row groups hold 1 to ROW_GROUP rows"),
-                    }
-                };
-            }
-            rows!(1 2 3 4 5 6 7 8 9 10 11 12)
-        }
-    }
+    tile_kernel!(pulp::x86::V4, ROW_GROUP, 1 2 3 4 5 6 7 8 9 10 11 12);
 
     /// [`super::quantize_block`], with the same roundings: the largest
     /// magnitude, `x/d` divided and rounded to nearest even (the default
@@ -656,64 +664,7 @@ mod avx2 {
     /// Most rows per pass: 8 weight registers and 4 accumulators fit.
     const ROW_GROUP_AVX2: usize = 4;
 
-    /// [`super::Int8Weight::tiles_into`] in one AVX2 frame.
-    pub(super) struct Tiles<'a, 'y> {
-        pub simd: pulp::x86::V3,
-        pub w: &'a super::Int8Weight,
-        pub xq: &'a QuantizedRows,
-        pub first: usize,
-        pub y: &'a mut [&'y mut [f32]],
-    }
-
-    impl pulp::WithSimd for Tiles<'_, '_> {
-        type Output = ();
-
-        #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, _: S) {
-            let Tiles {
-                simd,
-                w,
-                xq,
-                first,
-                y,
-            } = self;
-            let mut kernel = Kernel {
-                simd,
-                q4_1: w.q4_1,
-                xq,
-            };
-            w.for_each_tile(first, y, ROW_GROUP_AVX2, &mut kernel);
-        }
-    }
-
-    /// [`tile_rows`] as a [`super::TileKernel`].
-    struct Kernel<'a> {
-        simd: pulp::x86::V3,
-        q4_1: bool,
-        xq: &'a QuantizedRows,
-    }
-
-    impl super::TileKernel for Kernel<'_> {
-        #[inline(always)]
-        fn run(
-            &mut self,
-            tile: &[u8],
-            rows: std::ops::Range<usize>,
-            out: &mut [[f32; TILE]; ROW_GROUP],
-        ) {
-            let Kernel { simd, q4_1, xq } = *self;
-            macro_rules! rows {
-                ($($r:literal)*) => {
-                    match (q4_1, rows.len()) {
-                        $((true, $r) => tile_rows::<true, $r>(simd, tile, xq, rows, out),
-                          (false, $r) => tile_rows::<false, $r>(simd, tile, xq, rows, out),)*
-                        _ => unreachable!("AVX2 row groups hold 1 to 4 rows"),
-                    }
-                };
-            }
-            rows!(1 2 3 4)
-        }
-    }
+    tile_kernel!(pulp::x86::V3, ROW_GROUP_AVX2, 1 2 3 4);
 
     /// 32 bytes of `b` from `at` as a register.
     #[inline(always)]

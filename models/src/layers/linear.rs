@@ -147,10 +147,11 @@ impl<B: Backend> Linear<B> {
         self
     }
 
-    /// Decode products take 8-bit activations, llama.cpp's way (see
-    /// [`super::int8_activations`]): the quantised copy is rearranged into
-    /// 16-row tiles, replacing the blocks. No change without a quantised
-    /// copy, or when the output width is not a multiple of 16.
+    /// Products with the quantised copy take 8-bit activations, llama.cpp's
+    /// way (see [`super::int8_activations`]), for any number of rows: the
+    /// copy is rearranged into 16-row tiles, replacing the blocks. No change
+    /// without a quantised copy, or when the output width is not a multiple
+    /// of 16.
     #[cfg(feature = "flex")]
     pub fn with_int8_activations(mut self) -> Self {
         if let Some(HostWeight::F32Activations(q)) = self.quantized.as_deref()
@@ -159,22 +160,6 @@ impl<B: Backend> Linear<B> {
             self.quantized = Some(std::sync::Arc::new(HostWeight::Int8Activations(w)));
         }
         self
-    }
-
-    /// Whether decode products take 8-bit activations
-    /// ([`Linear::with_int8_activations`]).
-    pub fn has_int8_activations(&self) -> bool {
-        #[cfg(feature = "flex")]
-        {
-            matches!(
-                self.quantized.as_deref(),
-                Some(HostWeight::Int8Activations(_))
-            )
-        }
-        #[cfg(not(feature = "flex"))]
-        {
-            false
-        }
     }
 
     /// Whether decode products read a quantised copy of the weight.
