@@ -12,11 +12,10 @@
 //!   reference code gets by leaving `target_modules` unset
 //!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`).
 //!
-//! The group `ensemble_decode_step_smollm2_int8_activations` repeats the
-//! baseline, ensemble and prefill rows (not `separate_*`) with the
-//! model loaded with [`DecodeProducts::Int8Activations`]: decode products
-//! take 8-bit activations, as llama.cpp's CPU kernels do (both the baseline
-//! and the ensembles there).
+//! The group `ensemble_decode_step_smollm2_int8_activations` repeats every
+//! row with the model loaded with [`DecodeProducts::Int8Activations`]:
+//! products take 8-bit activations, as llama.cpp's CPU kernels do (the
+//! baseline, the ensembles and the separate forwards alike).
 //!
 //! Each decode figure is the time per step of a decode loop: from a copy of
 //! the state after the context (made outside the timing), [`STEPS`]
@@ -132,20 +131,12 @@ fn bench(c: &mut Criterion) {
         ),
     ] {
         let model = Model::<B>::load_gguf_with(&path, products, &device).expect("SmolLM2 GGUF");
-        let separate = products == DecodeProducts::F32Activations;
-        bench_group(c, group, &model, separate, &device);
+        bench_group(c, group, &model, &device);
     }
 }
 
-/// The group's rows for `model`; `separate: false` leaves out the separate
-/// forwards.
-fn bench_group(
-    c: &mut Criterion,
-    group: &str,
-    model: &Model<B>,
-    separate: bool,
-    device: &burn::tensor::Device<B>,
-) {
+/// The group's rows for `model`.
+fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::tensor::Device<B>) {
     let base = model.base_shapes().unwrap();
     let all = [
         "q_proj",
@@ -201,7 +192,7 @@ fn bench_group(
             dec.prefill(&context()).unwrap();
             g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &dec));
         }
-        if separate && n <= SEPARATE_UP_TO {
+        if n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)
                 .chain(adapters[..n].iter().map(Some))
                 .map(|a| prefilled(model, a.map(|a| a as &dyn LinearDelta<B>)))

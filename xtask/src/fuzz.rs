@@ -3,7 +3,8 @@
 //!
 //! cargo-fuzz passes `-Z` flags to rustc, which only nightly accepts; this
 //! environment has the stable toolchain, so the run sets `RUSTC_BOOTSTRAP=1`
-//! (stable rustc then accepts them). The workspace forbids `unsafe`, so the
+//! (stable rustc then accepts them). The parsers contain no `unsafe` (the
+//! workspace denies it; its one allowed use is a SIMD kernel), so the
 //! targets run without AddressSanitizer (`--sanitizer none`): what they look
 //! for is a panic, an abort, a timeout or an allocation over libFuzzer's
 //! `-rss_limit_mb`, which a malformed header must never cause. Seeds are the
