@@ -205,11 +205,15 @@ impl<B: Backend> LanguageModel<B> for Gemma<B> {
                 block.post_attention_layernorm.forward(x.clone())
             };
             let act = if c.gelu_tanh { gelu_tanh } else { gelu };
-            let gate = act(block
-                .mlp
-                .gate
-                .forward(n.clone(), site(Projection::Gate), delta));
-            let up = block.mlp.up.forward(n, site(Projection::Up), delta);
+            let [gate, up] = Linear::forward_shared(
+                [
+                    (&block.mlp.gate, site(Projection::Gate)),
+                    (&block.mlp.up, site(Projection::Up)),
+                ],
+                n,
+                delta,
+            );
+            let gate = act(gate);
             let m = block
                 .mlp
                 .down

@@ -311,13 +311,15 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
             );
             x = x + a;
             let n = block.post_attention_layernorm.forward(x.clone());
-            let gate = silu(
-                block
-                    .mlp
-                    .gate
-                    .forward(n.clone(), site(Projection::Gate), delta),
+            let [gate, up] = Linear::forward_shared(
+                [
+                    (&block.mlp.gate, site(Projection::Gate)),
+                    (&block.mlp.up, site(Projection::Up)),
+                ],
+                n,
+                delta,
             );
-            let up = block.mlp.up.forward(n, site(Projection::Up), delta);
+            let gate = silu(gate);
             x = x + block
                 .mlp
                 .down

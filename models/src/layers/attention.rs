@@ -67,18 +67,18 @@ impl<B: Backend> Attention<B> {
         let site = |module| Site { layer, module };
         let heads = |t: Tensor<B, 3>, n: usize| t.reshape([b, s, n, c.head_dim]);
 
-        let mut q = heads(
-            self.q_proj.forward(x.clone(), site(Projection::Q), delta),
-            c.num_heads,
+        let [q, k, v] = Linear::forward_shared(
+            [
+                (&self.q_proj, site(Projection::Q)),
+                (&self.k_proj, site(Projection::K)),
+                (&self.v_proj, site(Projection::V)),
+            ],
+            x,
+            delta,
         );
-        let mut k = heads(
-            self.k_proj.forward(x.clone(), site(Projection::K), delta),
-            c.num_kv_heads,
-        );
-        let v = heads(
-            self.v_proj.forward(x, site(Projection::V), delta),
-            c.num_kv_heads,
-        );
+        let mut q = heads(q, c.num_heads);
+        let mut k = heads(k, c.num_kv_heads);
+        let v = heads(v, c.num_kv_heads);
         if let Some(norm) = &self.q_norm {
             q = norm.forward(q);
         }

@@ -161,7 +161,22 @@ impl Int8Weight {
         if rows == 0 {
             return Vec::new();
         }
-        let xq = QuantizedRows::new(x, rows, self.inp);
+        self.matmul_quantized_at(&QuantizedRows::new(x, rows, self.inp), level)
+    }
+
+    /// [`Int8Weight::matmul`] of rows quantised already (by
+    /// [`QuantizedRows::new`] with this weight's input width), so that the
+    /// products of one `x` quantise it once.
+    pub(crate) fn matmul_quantized(&self, xq: &QuantizedRows) -> Vec<f32> {
+        self.matmul_quantized_at(xq, Level::Widest)
+    }
+
+    fn matmul_quantized_at(&self, xq: &QuantizedRows, level: Level) -> Vec<f32> {
+        debug_assert_eq!(xq.inp, self.inp);
+        let rows = xq.q.len() / self.inp.max(1);
+        if rows == 0 {
+            return Vec::new();
+        }
         let mut y = vec![0.0f32; rows * self.out];
         let tiles = self.out / TILE;
         let threads = if self.records.len() * rows >= PARALLEL_MIN_WORK {
@@ -180,7 +195,7 @@ impl Int8Weight {
             }
         }
         let task = |(index, mut y): (usize, Vec<&mut [f32]>)| {
-            self.tiles_into(&xq, index * per_task, &mut y, level);
+            self.tiles_into(xq, index * per_task, &mut y, level);
         };
         if pieces.len() == 1 {
             pieces.into_iter().enumerate().for_each(task);
