@@ -195,7 +195,7 @@ impl<B: Backend> SelfAttention<B> {
             scale: (hd as f64).powf(-0.5),
             softcap: None,
         };
-        let out = cache.attend(layer, part(0), part(1), part(2), mask, scoring);
+        let out = cache.attend(layer, part(0), part(1), part(2), None, mask, scoring);
         self.c_proj.forward(out, site(Projection::CProj), delta)
     }
 }

@@ -85,13 +85,12 @@ impl<B: Backend> Attention<B> {
         if let Some(norm) = &self.k_norm {
             k = norm.forward(k);
         }
-        let q = angles.apply_seq_major(q);
-        let k = angles.apply_seq_major(k);
         let scoring = Scoring {
             scale: c.scale,
             softcap: c.softcap,
         };
-        let out = cache.attend(layer, q, k, v, mask, scoring);
+        // The cache rotates queries and keys (in host memory where it keeps them).
+        let out = cache.attend(layer, q, k, v, Some(angles), mask, scoring);
         self.o_proj.forward(out, site(Projection::O), delta)
     }
 }

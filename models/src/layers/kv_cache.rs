@@ -9,6 +9,7 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
+use super::rope::RopeAngles;
 use crate::error::ModelError;
 
 /// Steps of at most this many new tokens per row are attended on the host
@@ -168,7 +169,9 @@ impl<B: Backend> KvCache<B> {
     ///
     /// `q: [batch, new, heads, head_dim]`, `k` and `v`: `[batch, new,
     /// kv_heads, head_dim]` (`heads` a multiple of `kv_heads`); returns
-    /// `[batch, new, heads · head_dim]`. Models call it with
+    /// `[batch, new, heads · head_dim]`. With `rope`, `q` and `k` are
+    /// rotated first ([`RopeAngles::apply_seq_major`]; in host memory on the
+    /// host path, with the same bits). Models call it with
     /// `layer < num_layers()` (checked once per step by
     /// [`crate::runtime::start_step`]); a larger index panics.
     ///
@@ -176,19 +179,25 @@ impl<B: Backend> KvCache<B> {
     /// step of at most `HOST_QUERIES_MAX` queries (decoding) is answered
     /// there (`layers::host_kv`); other backends, autodiff and longer steps
     /// use burn's tensor ops.
+    #[allow(clippy::too_many_arguments)]
     pub fn attend(
         &mut self,
         layer: usize,
         q: Tensor<B, 4>,
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
+        rope: Option<&RopeAngles<B>>,
         mask: &StepMask<B>,
         scoring: Scoring,
     ) -> Tensor<B, 3> {
         #[cfg(feature = "flex")]
         if crate::runtime::is_plain_flex::<B>() {
-            return self.attend_host(layer, q, k, v, mask, scoring);
+            return self.attend_host(layer, q, k, v, rope, mask, scoring);
         }
+        let (q, k) = match rope {
+            Some(r) => (r.apply_seq_major(q), r.apply_seq_major(k)),
+            None => (q, k),
+        };
         let (k, v) = self.append_tensors(layer, k.swap_dims(1, 2), v.swap_dims(1, 2));
         super::attention::eager(q, k, v, &mask.keys, scoring)
     }
@@ -211,12 +220,14 @@ impl<B: Backend> KvCache<B> {
 
     /// [`KvCache::attend`] with host-held keys and values.
     #[cfg(feature = "flex")]
+    #[allow(clippy::too_many_arguments)]
     fn attend_host(
         &mut self,
         layer: usize,
         q: Tensor<B, 4>,
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
+        rope: Option<&RopeAngles<B>>,
         mask: &StepMask<B>,
         scoring: Scoring,
     ) -> Tensor<B, 3> {
@@ -231,14 +242,26 @@ impl<B: Backend> KvCache<B> {
         let Layer::Host(kv) = &mut self.layers[layer] else {
             unreachable!("set just above")
         };
-        kv.append(&read(k), &read(v), s);
+        // Queries and keys rotated here, in host memory (the same bits as
+        // the tensor path's rotation).
+        let (mut q, mut k) = (read(q), read(k));
+        if let Some(r) = rope {
+            r.apply_host(&mut q, heads);
+            r.apply_host(&mut k, kv_heads);
+        }
+        kv.append(&k, &read(v), s);
         if s > HOST_QUERIES_MAX {
             let t = kv.len();
             let (kc, vc) = kv.contiguous();
-            let tensor = |x: Vec<f32>| {
-                Tensor::<B, 4>::from_data(TensorData::new(x, [b, kv_heads, t, d]), &device)
+            let tensor = |x: Vec<f32>, shape: [usize; 4]| {
+                Tensor::<B, 4>::from_data(TensorData::new(x, shape), &device)
             };
-            return super::attention::eager(q, tensor(kc), tensor(vc), &mask.keys, scoring);
+            let q = tensor(q, [b, s, heads, d]);
+            let (kc, vc) = (
+                tensor(kc, [b, kv_heads, t, d]),
+                tensor(vc, [b, kv_heads, t, d]),
+            );
+            return super::attention::eager(q, kc, vc, &mask.keys, scoring);
         }
         let t = kv.len();
         let rows = &self.rows;
@@ -255,7 +278,7 @@ impl<B: Backend> KvCache<B> {
             scale: scoring.scale as f32,
             softcap: scoring.softcap.map(|c| c as f32),
         };
-        let out = attend(&read(q), s, kv, host, &visible);
+        let out = attend(&q, s, kv, host, &visible);
         Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device)
     }
 

@@ -95,6 +95,9 @@ pub struct RopeAngles<B: Backend> {
     cos: Tensor<B, 4>,
     sin: Tensor<B, 4>,
     style: RopeStyle,
+    /// The same tables in host memory, `[batch, seq, head_dim]`, for
+    /// [`RopeAngles::apply_host`].
+    host: std::sync::Arc<(Vec<f32>, Vec<f32>)>,
 }
 
 impl Rope {
@@ -139,9 +142,10 @@ impl Rope {
         }
         let shape = [b, 1, s, d];
         RopeAngles {
-            cos: Tensor::from_data(TensorData::new(cos, shape), device),
-            sin: Tensor::from_data(TensorData::new(sin, shape), device),
+            cos: Tensor::from_data(TensorData::new(cos.clone(), shape), device),
+            sin: Tensor::from_data(TensorData::new(sin.clone(), shape), device),
             style: self.style,
+            host: std::sync::Arc::new((cos, sin)),
         }
     }
 }
@@ -151,6 +155,50 @@ impl<B: Backend> RopeAngles<B> {
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let rotated = self.rotate_pairs(x.clone());
         x * self.cos.clone() + rotated * self.sin.clone()
+    }
+
+    /// [`RopeAngles::apply_seq_major`] in host memory, in place, on `x`
+    /// laid out `[batch, seq, heads, head_dim]` (row-major): the same f32
+    /// products and sums of the same values, so the same bits (tested).
+    ///
+    /// Why: on plain burn-flex the decode path reads the rotated queries and
+    /// keys into host memory anyway (`KvCache::attend`); rotating them there
+    /// saves the tensor path's dozen ops per layer, each of which copies
+    /// its operands (at N = 8, nine rows of them).
+    pub(crate) fn apply_host(&self, x: &mut [f32], heads: usize) {
+        let (cos, sin) = &*self.host;
+        let d = self.cos.dims()[3];
+        let half = d / 2;
+        let positions = cos.len() / d.max(1);
+        debug_assert_eq!(x.len(), positions * heads * d);
+        for (at, head) in x.chunks_exact_mut(d).enumerate() {
+            let table = (at / heads) * d;
+            let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
+            // (a, b) -> (-b, a) for every rotation pair, then x·cos + rot·sin.
+            let rotated: Vec<f32> = match self.style {
+                RopeStyle::RotateHalf => (0..d)
+                    .map(|i| {
+                        if i < half {
+                            -head[i + half]
+                        } else {
+                            head[i - half]
+                        }
+                    })
+                    .collect(),
+                RopeStyle::Interleaved => (0..d)
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            -head[i + 1]
+                        } else {
+                            head[i - 1]
+                        }
+                    })
+                    .collect(),
+            };
+            for i in 0..d {
+                head[i] = head[i] * c[i] + rotated[i] * s[i];
+            }
+        }
     }
 
     /// Rotates `x` laid out `[batch, seq, heads, head_dim]` (a projection's
@@ -230,7 +278,7 @@ mod tests {
     }
 
     #[test]
-    fn seq_major_layout_gives_the_same_values() {
+    fn seq_major_and_host_layouts_give_the_same_values() {
         let dev = Default::default();
         let (b, h, s, d) = (2, 3, 4, 8);
         let x: Vec<f32> = (0..b * h * s * d)
@@ -242,7 +290,11 @@ mod tests {
                 Rope::new(10_000.0, d, RopeScaling::None, style).angles::<Flex>(&positions, &dev);
             let xs = Tensor::<Flex, 4>::from_data(TensorData::new(x.clone(), [b, s, h, d]), &dev);
             let want = angles.apply(xs.clone().swap_dims(1, 2));
-            let got = angles.apply_seq_major(xs).swap_dims(1, 2);
+            let seq_major = angles.apply_seq_major(xs);
+            let mut host = x.clone();
+            angles.apply_host(&mut host, h);
+            assert_eq!(seq_major.clone().into_data().to_vec::<f32>().unwrap(), host);
+            let got = seq_major.swap_dims(1, 2);
             // Same products and sums of the same f32 values: bit-identical.
             assert_eq!(
                 got.into_data().to_vec::<f32>().unwrap(),
