@@ -368,6 +368,9 @@ pub(crate) struct QuantizedRows {
     d: Vec<f32>,
     /// `dₓ · Σq` per row and block.
     s: Vec<f32>,
+    /// `q + 128` as unsigned bytes (`q`'s bits with the top one flipped),
+    /// for the VNNI kernel's Q8_0 products.
+    biased: Vec<u8>,
 }
 
 impl QuantizedRows {
@@ -394,6 +397,7 @@ impl QuantizedRows {
             q: vec![0; rows * inp],
             d: vec![0.0; blocks],
             s: vec![0.0; blocks],
+            biased: Vec::new(),
         };
         let parts = x
             .chunks_exact(QK)
@@ -404,6 +408,7 @@ impl QuantizedRows {
             let qb: &mut [i8; QK] = qb.try_into().expect("QK values");
             (*d, *s) = quantize(xb, qb);
         }
+        me.biased = me.q.iter().map(|&v| (v as u8) ^ 0x80).collect();
         me
     }
 }
@@ -690,8 +695,10 @@ mod vnni {
     //! The AVX-512 tile kernel with VNNI's `vpdpbusd`, which sums four
     //! 8-bit products into each 32-bit lane in one instruction: the
     //! `vpmaddubsw` + `vpaddw` + `vpmaddwd` chain of [`super::avx512`] in
-    //! one. Same integer sums (both are exact), same f32 steps after them,
-    //! so the same bits.
+    //! one. Its unsigned operand is the Q4_1 nibbles, or for Q8_0 `x + 128`
+    //! (the weights stay signed, so no sign trick per row is needed; `128·Σw`
+    //! is subtracted once per block). Same integer sums (all exact), same f32
+    //! steps after them, so the same bits.
     //!
     //! The one `unsafe` of the crate, and why: pulp 0.22 (through which
     //! every other kernel reaches its intrinsics safely) wraps no VNNI
@@ -703,10 +710,10 @@ mod vnni {
     //! sound.
 
     use core::arch::x86_64::{
-        __m256i, __m512, __m512i, _mm512_abs_epi8, _mm512_and_si512, _mm512_cvtepi32_ps,
-        _mm512_cvtph_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mask_sub_epi8,
-        _mm512_movepi8_mask, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-        _mm512_setzero_ps, _mm512_setzero_si512, _mm512_srli_epi16,
+        __m256i, __m512, __m512i, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps,
+        _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32,
+        _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
+        _mm512_srli_epi16, _mm512_sub_epi32,
     };
 
     use super::{QK, QuantizedRows, ROW_GROUP, TILE};
@@ -782,6 +789,13 @@ mod vnni {
         _mm512_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
     }
 
+    /// Four unsigned bytes broadcast to every 32-bit lane.
+    #[target_feature(enable = "avx512f")]
+    fn splat4_u8(q: &[u8], at: usize) -> __m512i {
+        let b: [u8; 4] = q[at..at + 4].try_into().expect("4 bytes");
+        _mm512_set1_epi32(i32::from_le_bytes(b))
+    }
+
     /// `out[j][i] = w_i · x_{rows.start + j}` over one tile, as
     /// [`super::tile_rows_portable`] computes it.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -799,6 +813,7 @@ mod vnni {
             super::Q8_0_RECORD
         };
         let nibble = _mm512_set1_epi8(0x0f);
+        let ones = _mm512_set1_epi8(1);
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); R];
         for b in 0..nb {
@@ -837,26 +852,25 @@ mod vnni {
                     acc[j] = _mm512_fmadd_ps(i, scale, acc[j]);
                 }
             } else {
-                // Signed weights: |w| (unsigned) times x with w's sign, since
-                // the 8-bit multiply takes one unsigned operand; the 32-bit
-                // sums cannot overflow (at most 32 · 128 · 127).
+                // `vpdpbusd` multiplies unsigned bytes by signed ones: it
+                // takes x + 128 (unsigned) times the signed weights, and
+                // 128·Σw is taken off after: Σ(x + 128)·w − 128·Σw = Σx·w,
+                // in 32-bit integers (at most 32 · 255 · 128 in size).
+                let mut w = [zero; 8];
+                let mut sum_w = zero;
+                for (p, wp) in w.iter_mut().enumerate() {
+                    *wp = load(rec, 64 * p);
+                    sum_w = _mm512_dpbusd_epi32(sum_w, ones, *wp);
+                }
+                let bias = _mm512_slli_epi32::<7>(sum_w);
                 let mut s = [zero; R];
-                for half in 0..2 {
-                    let mut w = [zero; 4];
-                    let mut negative = [0u64; 4];
-                    for p in 0..4 {
-                        let v = load(rec, 64 * (4 * half + p));
-                        w[p] = _mm512_abs_epi8(v);
-                        negative[p] = _mm512_movepi8_mask(v);
+                for (j, sj) in s.iter_mut().enumerate() {
+                    let qx = &xq.biased[(rows.start + j) * xq.inp + b * QK..][..QK];
+                    let mut acc = zero;
+                    for (p, wp) in w.iter().enumerate() {
+                        acc = _mm512_dpbusd_epi32(acc, splat4_u8(qx, 4 * p), *wp);
                     }
-                    for (j, sj) in s.iter_mut().enumerate() {
-                        let qx = &xq.q[(rows.start + j) * xq.inp + b * QK..][..QK];
-                        for p in 0..4 {
-                            let x = splat4(qx, 4 * (4 * half + p));
-                            let x = _mm512_mask_sub_epi8(x, negative[p], zero, x);
-                            *sj = _mm512_dpbusd_epi32(*sj, w[p], x);
-                        }
-                    }
+                    *sj = _mm512_sub_epi32(acc, bias);
                 }
                 let d = load_f16(rec, 512);
                 for j in 0..R {
