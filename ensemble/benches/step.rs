@@ -27,6 +27,10 @@
 //! the same code, stop 17 measured `ensemble_n8` at 14.6 ms that way and
 //! 12.6 ms as steps of a loop; the single-model step at 4.8 ms both ways).
 //!
+//! Each group also prints `paired_n8`: the N = 8 ensemble step over the
+//! single-model step as medians of 30 alternations of the two (see
+//! [`paired_ratio`]).
+//!
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
 
@@ -57,6 +61,8 @@ const SEPARATE_UP_TO: usize = 8;
 const PREFILL_BENCHED: usize = 8;
 /// Consecutive decode steps per timed run.
 const STEPS: usize = 8;
+const PAIRED: usize = 8;
+const PAIRED_ROUNDS: usize = 30;
 
 /// Reports the time per step of [`STEPS`] consecutive `step`s on a fresh
 /// `setup()` state, the setup and the state's drop untimed.
@@ -182,6 +188,9 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
         }
         dec.prefill(&context()).unwrap();
         g.bench_function(format!("ensemble_n{n}"), |b| decode_steps(b, &dec));
+        if n == PAIRED {
+            paired_ratio(group, model, &cache, &dec);
+        }
         if n == PREFILL_BENCHED {
             let config = LoraConfig::new(4, 8.0, &["q_proj", "v_proj"]).unwrap();
             let light: Vec<LoraAdapter<B>> = (0..n as u64)
@@ -214,6 +223,46 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
         }
     }
     g.finish();
+}
+
+/// Prints the N = [`PAIRED`] ensemble step over the single-model step from
+/// [`PAIRED_ROUNDS`] alternations of the two (each a decode loop of
+/// [`STEPS`] steps from a fresh copy, as the criterion rows time them), as
+/// the ratio of their medians.
+///
+/// Why beside criterion's rows: those time one function after another, and
+/// on a shared machine whose memory bandwidth drifts over minutes the
+/// baseline and the ensemble can be timed in different phases; here both
+/// run within seconds of each other, many times over.
+fn paired_ratio(group: &str, model: &Model<B>, cache: &KvCache<B>, dec: &Decoder<'_, B, Model<B>>) {
+    let time = |f: &mut dyn FnMut()| {
+        let start = Instant::now();
+        for _ in 0..STEPS {
+            f();
+        }
+        start.elapsed().as_secs_f64() * 1e3 / STEPS as f64
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut single, mut ensemble) = (Vec::new(), Vec::new());
+    for _ in 0..PAIRED_ROUNDS {
+        let mut c = cache.clone();
+        single.push(time(&mut || {
+            std::hint::black_box(step(model, &mut c, None));
+        }));
+        let mut d = dec.clone();
+        ensemble.push(time(&mut || {
+            std::hint::black_box(d.next_log_probs(42).unwrap());
+        }));
+    }
+    let (single, ensemble) = (median(single), median(ensemble));
+    println!(
+        "{group}/paired_n{PAIRED}: single-model step {single:.3} ms, ensemble step \
+         {ensemble:.3} ms, ratio {:.2} (medians of {PAIRED_ROUNDS} alternations)",
+        ensemble / single
+    );
 }
 
 criterion_group!(benches, bench);
