@@ -572,23 +572,53 @@ mod avx512 {
 
     /// 64 bytes of `b` from `at` as a register.
     #[inline(always)]
-    fn load(b: &[u8], at: usize) -> __m512i {
+    pub(super) fn load(b: &[u8], at: usize) -> __m512i {
         bytemuck::cast::<[u8; 64], __m512i>(b[at..at + 64].try_into().expect("64 bytes"))
     }
 
     /// 16 f16 values of `b` from `at`, widened.
     #[inline(always)]
-    fn load_f16(simd: pulp::x86::V4, b: &[u8], at: usize) -> __m512 {
+    pub(super) fn load_f16(simd: pulp::x86::V4, b: &[u8], at: usize) -> __m512 {
         let h = bytemuck::cast::<[u8; 32], __m256i>(b[at..at + 32].try_into().expect("32 bytes"));
         simd.avx512f._mm512_cvtph_ps(h)
     }
 
     /// Four bytes of a quantised row broadcast to every 32-bit lane.
     #[inline(always)]
-    fn splat4(simd: pulp::x86::V4, q: &[i8], at: usize) -> __m512i {
+    pub(super) fn splat4(simd: pulp::x86::V4, q: &[i8], at: usize) -> __m512i {
         let b: [i8; 4] = q[at..at + 4].try_into().expect("4 bytes");
         simd.avx512f
             ._mm512_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
+    }
+
+    /// Prefetches the `record` bytes [`PREFETCH_AHEAD`] on from `at` in
+    /// `tile` (nothing past its end), so that memory latency overlaps with
+    /// this block's products.
+    #[inline(always)]
+    pub(super) fn prefetch_ahead(simd: pulp::x86::V4, tile: &[u8], at: usize, record: usize) {
+        for line in (0..record).step_by(64) {
+            if let Some(ahead) = tile.get(at + PREFETCH_AHEAD + line) {
+                let at: *const u8 = ahead;
+                simd.sse
+                    ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
+            }
+        }
+    }
+
+    /// A Q4_1 record's nibbles as 8 registers: 0–3 hold entries 4p..4p+3
+    /// (low nibbles) and 4–7 entries 16+4p..16+4p+3 (high nibbles) of each
+    /// lane's output row.
+    #[inline(always)]
+    pub(super) fn q4_1_weights(simd: pulp::x86::V4, rec: &[u8]) -> [__m512i; 8] {
+        let (f, bw) = (simd.avx512f, simd.avx512bw);
+        let nibble = f._mm512_set1_epi8(0x0f);
+        let mut w = [f._mm512_setzero_si512(); 8];
+        for p in 0..4 {
+            let v = load(rec, 64 * p);
+            w[p] = f._mm512_and_si512(v, nibble);
+            w[4 + p] = f._mm512_and_si512(bw._mm512_srli_epi16::<4>(v), nibble);
+        }
+        w
     }
 
     /// `out[j][i] = w_i · x_{rows.start + j}` over one tile, as
@@ -608,31 +638,15 @@ mod avx512 {
         } else {
             super::Q8_0_RECORD
         };
-        let nibble = f._mm512_set1_epi8(0x0f);
         let ones = f._mm512_set1_epi16(1);
         let zero = f._mm512_setzero_si512();
         let mut acc = [f._mm512_setzero_ps(); R];
         for b in 0..nb {
             let rec = &tile[b * record..][..record];
-            // The records PREFETCH_AHEAD bytes on, so that memory latency
-            // overlaps with this block's products.
-            for line in (0..record).step_by(64) {
-                if let Some(ahead) = tile.get(b * record + PREFETCH_AHEAD + line) {
-                    let at: *const u8 = ahead;
-                    simd.sse
-                        ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
-                }
-            }
+            prefetch_ahead(simd, tile, b * record, record);
             let at = |j: usize| (rows.start + j) * nb + b;
             if Q4 {
-                // Registers 0–3: entries 4p..4p+3 (low nibbles) and
-                // 16+4p..16+4p+3 (high nibbles) of each lane's output row.
-                let mut w = [zero; 8];
-                for p in 0..4 {
-                    let v = load(rec, 64 * p);
-                    w[p] = f._mm512_and_si512(v, nibble);
-                    w[4 + p] = f._mm512_and_si512(bw._mm512_srli_epi16::<4>(v), nibble);
-                }
+                let w = q4_1_weights(simd, rec);
                 let d = load_f16(simd, rec, 256);
                 let m = load_f16(simd, rec, 288);
                 for j in 0..R {
@@ -710,16 +724,13 @@ mod vnni {
     //! sound.
 
     use core::arch::x86_64::{
-        __m256i, __m512, __m512i, _mm512_and_si512, _mm512_cvtepi32_ps, _mm512_cvtph_ps,
-        _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32,
-        _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi32,
-        _mm512_srli_epi16, _mm512_sub_epi32,
+        __m512i, _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_mul_ps,
+        _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_setzero_si512, _mm512_slli_epi32, _mm512_sub_epi32,
     };
 
+    use super::avx512::{load, load_f16, prefetch_ahead, q4_1_weights, splat4};
     use super::{QK, QuantizedRows, ROW_GROUP, TILE};
-
-    /// How far ahead in the records the kernel prefetches.
-    const PREFETCH_AHEAD: usize = 8 << 10;
 
     /// [`tile_rows`] as a [`super::TileKernel`], for a CPU known to have
     /// AVX-512 F/BW and VNNI.
@@ -769,26 +780,6 @@ mod vnni {
         }
     }
 
-    /// 64 bytes of `b` from `at` as a register.
-    #[inline(always)]
-    fn load(b: &[u8], at: usize) -> __m512i {
-        bytemuck::cast::<[u8; 64], __m512i>(b[at..at + 64].try_into().expect("64 bytes"))
-    }
-
-    /// 16 f16 values of `b` from `at`, widened.
-    #[target_feature(enable = "avx512f")]
-    fn load_f16(b: &[u8], at: usize) -> __m512 {
-        let h = bytemuck::cast::<[u8; 32], __m256i>(b[at..at + 32].try_into().expect("32 bytes"));
-        _mm512_cvtph_ps(h)
-    }
-
-    /// Four bytes of a quantised row broadcast to every 32-bit lane.
-    #[target_feature(enable = "avx512f")]
-    fn splat4(q: &[i8], at: usize) -> __m512i {
-        let b: [i8; 4] = q[at..at + 4].try_into().expect("4 bytes");
-        _mm512_set1_epi32(i32::from_le_bytes(b.map(|v| v as u8)))
-    }
-
     /// Four unsigned bytes broadcast to every 32-bit lane.
     #[target_feature(enable = "avx512f")]
     fn splat4_u8(q: &[u8], at: usize) -> __m512i {
@@ -812,38 +803,22 @@ mod vnni {
         } else {
             super::Q8_0_RECORD
         };
-        let nibble = _mm512_set1_epi8(0x0f);
         let ones = _mm512_set1_epi8(1);
         let zero = _mm512_setzero_si512();
         let mut acc = [_mm512_setzero_ps(); R];
         for b in 0..nb {
             let rec = &tile[b * record..][..record];
-            // The records PREFETCH_AHEAD bytes on, so that memory latency
-            // overlaps with this block's products.
-            for line in (0..record).step_by(64) {
-                if let Some(ahead) = tile.get(b * record + PREFETCH_AHEAD + line) {
-                    let at: *const u8 = ahead;
-                    v4.sse
-                        ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
-                }
-            }
+            prefetch_ahead(v4, tile, b * record, record);
             let at = |j: usize| (rows.start + j) * nb + b;
             if Q4 {
-                // Registers 0–3: entries 4p..4p+3 (low nibbles) and
-                // 16+4p..16+4p+3 (high nibbles) of each lane's output row.
-                let mut w = [zero; 8];
-                for p in 0..4 {
-                    let v = load(rec, 64 * p);
-                    w[p] = _mm512_and_si512(v, nibble);
-                    w[4 + p] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
-                }
-                let d = load_f16(rec, 256);
-                let m = load_f16(rec, 288);
+                let w = q4_1_weights(v4, rec);
+                let d = load_f16(v4, rec, 256);
+                let m = load_f16(v4, rec, 288);
                 for j in 0..R {
                     let qx = &xq.q[(rows.start + j) * xq.inp + b * QK..][..QK];
                     let mut s = zero;
                     for (p, wp) in w.iter().enumerate() {
-                        s = _mm512_dpbusd_epi32(s, *wp, splat4(qx, 4 * (p % 4) + 16 * (p / 4)));
+                        s = _mm512_dpbusd_epi32(s, *wp, splat4(v4, qx, 4 * (p % 4) + 16 * (p / 4)));
                     }
                     let i = _mm512_cvtepi32_ps(s);
                     let (dx, sx) = (xq.d[at(j)], xq.s[at(j)]);
@@ -872,7 +847,7 @@ mod vnni {
                     }
                     *sj = _mm512_sub_epi32(acc, bias);
                 }
-                let d = load_f16(rec, 512);
+                let d = load_f16(v4, rec, 512);
                 for j in 0..R {
                     let i = _mm512_cvtepi32_ps(s[j]);
                     let scale = _mm512_mul_ps(d, _mm512_set1_ps(xq.d[at(j)]));
