@@ -171,32 +171,21 @@ impl<B: Backend> RopeAngles<B> {
         let half = d / 2;
         let positions = cos.len() / d.max(1);
         debug_assert_eq!(x.len(), positions * heads * d);
+        // Rotation pair p is (p, p + d/2), or (2p, 2p + 1).
+        let (stride, partner) = match self.style {
+            RopeStyle::RotateHalf => (1, half),
+            RopeStyle::Interleaved => (2, 1),
+        };
         for (at, head) in x.chunks_exact_mut(d).enumerate() {
             let table = (at / heads) * d;
             let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
-            // (a, b) -> (-b, a) for every rotation pair, then x·cos + rot·sin.
-            let rotated: Vec<f32> = match self.style {
-                RopeStyle::RotateHalf => (0..d)
-                    .map(|i| {
-                        if i < half {
-                            -head[i + half]
-                        } else {
-                            head[i - half]
-                        }
-                    })
-                    .collect(),
-                RopeStyle::Interleaved => (0..d)
-                    .map(|i| {
-                        if i % 2 == 0 {
-                            -head[i + 1]
-                        } else {
-                            head[i - 1]
-                        }
-                    })
-                    .collect(),
-            };
-            for i in 0..d {
-                head[i] = head[i] * c[i] + rotated[i] * s[i];
+            for pair in 0..half {
+                let (lo, hi) = (stride * pair, stride * pair + partner);
+                // (a, b) -> (a·cos − b·sin, b·cos + a·sin), as x·cos + rot·sin
+                // with rot = (−b, a).
+                let (a, b) = (head[lo], head[hi]);
+                head[lo] = a * c[lo] + -b * s[lo];
+                head[hi] = b * c[hi] + a * s[hi];
             }
         }
     }
