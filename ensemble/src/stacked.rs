@@ -9,7 +9,7 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use privmix_models::runtime::is_plain_flex;
 use privmix_models::{LinearDelta, Site};
 
-use crate::host_factors::{HostFactors, HostSite};
+use crate::host_factors::{HostFactors, HostSite, add_shared};
 
 use crate::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError, module_name, module_path};
 use crate::runner::EnsembleError;
@@ -257,6 +257,21 @@ impl<B: Backend> LinearDelta<B> for RowAdapters<B> {
         if let Some(h) = host.get(&site) {
             h.add(rows, x, y);
         }
+        true
+    }
+
+    fn add_host_shared(
+        &self,
+        sites: &[Site],
+        x: &[f32],
+        _batch: usize,
+        ys: &mut [&mut [f32]],
+    ) -> bool {
+        let Some((host, rows)) = &self.host else {
+            return false;
+        };
+        let factors: Vec<Option<&HostSite>> = sites.iter().map(|s| host.get(s)).collect();
+        add_shared(&factors, rows, x, ys);
         true
     }
 }

@@ -19,6 +19,9 @@ use crate::layers::{
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
+#[cfg(feature = "flex")]
+mod host_step;
+
 /// Hyper-parameters of a Llama model (HF `LlamaConfig` names).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LlamaConfig {
@@ -295,6 +298,10 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
+        #[cfg(feature = "flex")]
+        if let Some(hidden) = self.forward_hidden_host(batch, cache, delta) {
+            return hidden;
+        }
         let Step { ids, positions } = start_step(self, batch, cache)?;
         let angles = self.rope.angles::<B>(&positions, &self.device);
         let mask = cache.step_mask(batch.len(), None, &self.device);

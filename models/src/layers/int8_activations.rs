@@ -59,6 +59,9 @@ use super::quantized::{QuantizedBlocks, QuantizedWeight};
 const QK: usize = 32;
 /// Output rows per tile: the 16 32-bit lanes of an AVX-512 register.
 const TILE: usize = 16;
+/// Output columns are computed in runs of whole multiples of this
+/// ([`Int8Weight::columns_into`]).
+pub(crate) const COLUMN_UNIT: usize = TILE;
 /// Bytes of a Q4_1 record: 4 registers of nibbles, 16 f16 scales, 16 f16 minima.
 const Q4_1_RECORD: usize = 4 * 64 + 2 * 32;
 /// Bytes of a Q8_0 record: 8 registers of signed bytes, 16 f16 scales.
@@ -164,11 +167,18 @@ impl Int8Weight {
         self.matmul_quantized_at(&QuantizedRows::new(x, rows, self.inp), level)
     }
 
-    /// [`Int8Weight::matmul`] of rows quantised already (by
-    /// [`QuantizedRows::new`] with this weight's input width), so that the
-    /// products of one `x` quantise it once.
-    pub(crate) fn matmul_quantized(&self, xq: &QuantizedRows) -> Vec<f32> {
-        self.matmul_quantized_at(xq, Level::Widest)
+    /// Output columns `first..` (`first` a multiple of [`COLUMN_UNIT`]; as
+    /// many as `y[r]` has room for, a multiple of it too) of every row of
+    /// `xq`, written into `y[r]`: the same values as those columns of
+    /// [`Int8Weight::matmul`], on the calling thread.
+    pub(crate) fn columns_into(&self, xq: &QuantizedRows, first: usize, y: &mut [&mut [f32]]) {
+        debug_assert_eq!(first % TILE, 0);
+        self.tiles_into(xq, first / TILE, y, Level::Widest);
+    }
+
+    /// Bytes of records per output column.
+    pub(crate) fn bytes_per_column(&self) -> usize {
+        self.records.len() / self.out.max(1)
     }
 
     fn matmul_quantized_at(&self, xq: &QuantizedRows, level: Level) -> Vec<f32> {

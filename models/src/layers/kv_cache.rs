@@ -15,7 +15,23 @@ use crate::error::ModelError;
 /// Steps of at most this many new tokens per row are attended on the host
 /// (plain burn-flex); longer ones (prefill) use gemm through burn's ops.
 #[cfg(feature = "flex")]
-const HOST_QUERIES_MAX: usize = 8;
+pub(crate) const HOST_QUERIES_MAX: usize = 8;
+
+/// The shape of one step's queries, keys and values in host memory.
+#[cfg(feature = "flex")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HostShape {
+    /// Batch rows.
+    pub batch: usize,
+    /// New tokens per row.
+    pub seq: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+}
 
 /// One row's slot bookkeeping.
 #[derive(Debug, Clone, Default)]
@@ -231,26 +247,27 @@ impl<B: Backend> KvCache<B> {
         mask: &StepMask<B>,
         scoring: Scoring,
     ) -> Tensor<B, 3> {
-        use super::host_kv::{HostKv, HostScoring, attend};
         let [b, s, heads, d] = q.dims();
         let kv_heads = k.dims()[2];
         let device = q.device();
         let read = |t: Tensor<B, 4>| crate::runtime::to_vec(t).expect("plain flex f32 data");
-        if !matches!(self.layers[layer], Layer::Host(_)) {
-            self.layers[layer] = Layer::Host(HostKv::new(b, kv_heads, d));
-        }
-        let Layer::Host(kv) = &mut self.layers[layer] else {
-            unreachable!("set just above")
+        let (mut q, mut k, v) = (read(q), read(k), read(v));
+        let shape = HostShape {
+            batch: b,
+            seq: s,
+            heads,
+            kv_heads,
+            head_dim: d,
         };
-        // Queries and keys rotated here, in host memory (the same bits as
-        // the tensor path's rotation).
-        let (mut q, mut k) = (read(q), read(k));
         if let Some(r) = rope {
             r.apply_host(&mut q, heads);
             r.apply_host(&mut k, kv_heads);
         }
-        kv.append(&k, &read(v), s);
+        self.append_host(layer, &k, &v, shape);
         if s > HOST_QUERIES_MAX {
+            let Layer::Host(kv) = &self.layers[layer] else {
+                unreachable!("appended just above")
+            };
             let t = kv.len();
             let (kc, vc) = kv.contiguous();
             let tensor = |x: Vec<f32>, shape: [usize; 4]| {
@@ -263,9 +280,46 @@ impl<B: Backend> KvCache<B> {
             );
             return super::attention::eager(q, kc, vc, &mask.keys, scoring);
         }
-        let t = kv.len();
+        let out = self.attend_appended(layer, &q, shape, mask.window, scoring);
+        Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device)
+    }
+
+    /// Appends rotated keys and values `[batch, seq, kv_heads, head_dim]`
+    /// (row-major host vectors) to layer `layer`, held in host memory.
+    #[cfg(feature = "flex")]
+    pub(crate) fn append_host(&mut self, layer: usize, k: &[f32], v: &[f32], shape: HostShape) {
+        use super::host_kv::HostKv;
+        if !matches!(self.layers[layer], Layer::Host(_)) {
+            self.layers[layer] =
+                Layer::Host(HostKv::new(shape.batch, shape.kv_heads, shape.head_dim));
+        }
+        let Layer::Host(kv) = &mut self.layers[layer] else {
+            unreachable!("set just above")
+        };
+        kv.append(k, v, shape.seq);
+    }
+
+    /// Attention of this step's rotated queries `[batch, seq, heads,
+    /// head_dim]` (host memory, `seq` at most `HOST_QUERIES_MAX`) over
+    /// every slot of layer `layer`, after [`KvCache::append_host`] of this
+    /// step's keys and values; returns `[batch, seq, heads · head_dim]`.
+    /// Visibility as [`KvCache::mask`] with `window`.
+    #[cfg(feature = "flex")]
+    pub(crate) fn attend_appended(
+        &self,
+        layer: usize,
+        q: &[f32],
+        shape: HostShape,
+        window: Option<usize>,
+        scoring: Scoring,
+    ) -> Vec<f32> {
+        use super::host_kv::{HostScoring, attend};
+        let Layer::Host(kv) = &self.layers[layer] else {
+            panic!("layer {layer} holds no host keys: append_host first")
+        };
+        let (s, t) = (shape.seq, kv.len());
+        debug_assert!(s <= HOST_QUERIES_MAX);
         let rows = &self.rows;
-        let window = mask.window;
         let visible = |row: usize, i: usize, j: usize| {
             let r = &rows[row];
             let qs = t - s + i;
@@ -273,13 +327,12 @@ impl<B: Backend> KvCache<B> {
             r.valid[j] && j <= qs && window.is_none_or(|w| qp - kp.min(qp) < w)
         };
         let host = HostScoring {
-            heads,
+            heads: shape.heads,
             // As burn's `mul_scalar` on f32 tensors: the scalar in f32.
             scale: scoring.scale as f32,
             softcap: scoring.softcap.map(|c| c as f32),
         };
-        let out = attend(&q, s, kv, host, &visible);
-        Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device)
+        attend(q, s, kv, host, &visible)
     }
 
     /// Keeps only the rows `keep` (in that order), e.g. to drop finished rows

@@ -8,10 +8,8 @@ use burn::tensor::{Tensor, backend::Backend};
 use rayon::prelude::*;
 
 #[cfg(feature = "flex")]
-use super::int8_activations::QuantizedRows;
+use super::host_weight::HostWeight;
 use crate::runtime::is_plain_flex;
-#[cfg(feature = "flex")]
-use std::cell::OnceCell;
 
 /// Which projection of a layer (the modules a LoRA may target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,6 +70,33 @@ pub trait LinearDelta<B: Backend>: Sync {
         let _ = (site, x, batch, y);
         false
     }
+
+    /// [`LinearDelta::add_host`] at several sites that share `x` (a block's
+    /// query, key and value), `ys[i]` for `sites[i]`: all of them added, or
+    /// none when this source has no host form. A source may override it to
+    /// do them in one pass over the rows; the default takes them one by one.
+    fn add_host_shared(
+        &self,
+        sites: &[Site],
+        x: &[f32],
+        batch: usize,
+        ys: &mut [&mut [f32]],
+    ) -> bool {
+        // Whether a source has a host form does not depend on the site, so
+        // the first answer holds for all.
+        let mut pairs = sites.iter().zip(ys.iter_mut());
+        let Some((&first, y)) = pairs.next() else {
+            return true;
+        };
+        if !self.add_host(first, x, batch, y) {
+            return false;
+        }
+        for (&site, y) in pairs {
+            let added = self.add_host(site, x, batch, y);
+            debug_assert!(added, "add_host answered differently per site");
+        }
+        true
+    }
 }
 
 /// `y = x Wᵀ + b` with `W` stored `[out, in]` as in PyTorch checkpoints.
@@ -84,37 +109,6 @@ pub struct Linear<B: Backend> {
     /// burn-flex (see [`super::quantized`]); `weight_t` serves everything else.
     #[cfg(feature = "flex")]
     quantized: Option<std::sync::Arc<HostWeight>>,
-}
-
-/// A [`Linear`]'s quantised copy, in the form its decode products read.
-#[cfg(feature = "flex")]
-#[derive(Debug)]
-enum HostWeight {
-    /// GGUF blocks, multiplied by f32 activations.
-    F32Activations(super::quantized::QuantizedWeight),
-    /// 16-row tiles, multiplied by 8-bit activations.
-    Int8Activations(super::int8_activations::Int8Weight),
-}
-
-#[cfg(feature = "flex")]
-impl HostWeight {
-    fn in_features(&self) -> usize {
-        match self {
-            Self::F32Activations(w) => w.in_features(),
-            Self::Int8Activations(w) => w.in_features(),
-        }
-    }
-
-    /// `x Wᵀ`; with 8-bit activations, `x` quantised once per `xq` (the
-    /// products of one `x` share it).
-    fn matmul(&self, x: &[f32], rows: usize, xq: &OnceCell<QuantizedRows>) -> Vec<f32> {
-        match self {
-            Self::F32Activations(w) => w.matmul(x, rows),
-            Self::Int8Activations(w) => {
-                w.matmul_quantized(xq.get_or_init(|| QuantizedRows::new(x, rows, w.in_features())))
-            }
-        }
-    }
 }
 
 impl<B: Backend> Linear<B> {
@@ -252,31 +246,69 @@ impl<B: Backend> Linear<B> {
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Option<[Tensor<B, 3>; N]> {
         let [b, s, i] = x.dims();
-        let rows = b * s;
-        if !projections
-            .iter()
-            .all(|(p, _)| p.bias.is_none() && p.host_weight(rows, i).is_some())
-        {
+        if !projections.iter().all(|(p, _)| p.host_ready(b * s, i)) {
             return None;
         }
-        let xs = crate::runtime::to_vec(x.clone().reshape([rows, i])).ok()?;
-        let xq = OnceCell::new();
-        Some(projections.map(|(p, site)| {
-            let w = p.host_weight(rows, i).expect("checked above");
-            let mut y = w.matmul(&xs, rows, &xq);
-            let extra = match delta {
-                Some(d) if !d.add_host(site, &xs, b, &mut y) => d.delta(site, x),
-                _ => None,
-            };
-            let y = Tensor::from_data(
+        let xs = crate::runtime::to_vec(x.clone().reshape([b * s, i])).ok()?;
+        let device = x.device();
+        let ys = Self::host_products(projections, &xs, [b, s], delta, &device)?;
+        let mut outs = projections.iter().zip(ys).map(|((p, _), y)| {
+            Tensor::from_data(
                 burn::tensor::TensorData::new(y, [b, s, p.out_features()]),
-                &x.device(),
-            );
-            match extra {
-                Some(e) => y + e,
-                None => y,
+                &device,
+            )
+        });
+        Some(std::array::from_fn(|_| outs.next().expect("N outputs")))
+    }
+
+    /// Whether [`Linear::host_products`] serves this projection for `rows`
+    /// rows of width `k`: a quantised copy that takes them and no bias.
+    #[cfg(feature = "flex")]
+    pub(crate) fn host_ready(&self, rows: usize, k: usize) -> bool {
+        self.bias.is_none() && self.host_weight(rows, k).is_some()
+    }
+
+    /// `x Wᵀ` (+ the delta at each site) of several projections of one
+    /// host-held `x` (`[batch · seq, in]` row-major; `shape` = `[batch,
+    /// seq]`), row-major: `x` quantised once for all of them with 8-bit
+    /// activations. A delta without a host form is computed by its tensor
+    /// form from a tensor of `x` on `device`. `None` unless every projection
+    /// is [`Linear::host_ready`].
+    #[cfg(feature = "flex")]
+    pub(crate) fn host_products<const N: usize>(
+        projections: [(&Self, Site); N],
+        xs: &[f32],
+        [b, s]: [usize; 2],
+        delta: Option<&dyn LinearDelta<B>>,
+        device: &B::Device,
+    ) -> Option<[Vec<f32>; N]> {
+        let rows = b * s;
+        let i = xs.len() / rows.max(1);
+        if !projections.iter().all(|(p, _)| p.host_ready(rows, i)) {
+            return None;
+        }
+        let weights = projections.map(|(p, _)| p.host_weight(rows, i).expect("checked above"));
+        let mut ys = HostWeight::matmul_many(&weights, xs, rows).into_iter();
+        let mut ys: [Vec<f32>; N] = std::array::from_fn(|_| ys.next().expect("N products"));
+        let Some(d) = delta else {
+            return Some(ys);
+        };
+        let sites = projections.map(|(_, site)| site);
+        if d.add_host_shared(&sites, xs, b, &mut ys.each_mut().map(Vec::as_mut_slice)) {
+            return Some(ys);
+        }
+        // No host form: the tensor form, from a tensor of `x`.
+        let x = Tensor::<B, 3>::from_data(
+            burn::tensor::TensorData::new(xs.to_vec(), [b, s, i]),
+            device,
+        );
+        for (y, site) in ys.iter_mut().zip(sites) {
+            if let Some(e) = d.delta(site, &x) {
+                let e = crate::runtime::to_vec(e).expect("plain flex f32 data");
+                y.iter_mut().zip(e).for_each(|(y, e)| *y += e);
             }
-        }))
+        }
+        Some(ys)
     }
 
     /// `x Wᵀ + b` without any adapter.
@@ -328,7 +360,7 @@ impl<B: Backend> Linear<B> {
         let [rows, k] = x.dims();
         let q = self.host_weight(rows, k)?;
         let xs = crate::runtime::to_vec(x.clone()).ok()?;
-        Some(q.matmul(&xs, rows, &OnceCell::new()))
+        Some(q.matmul(&xs, rows))
     }
 
     /// The quantised copy, where it serves a product of `rows` rows of

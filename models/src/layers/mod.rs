@@ -9,6 +9,8 @@ mod few_rows;
 #[cfg(feature = "flex")]
 mod host_kv;
 #[cfg(feature = "flex")]
+mod host_weight;
+#[cfg(feature = "flex")]
 pub mod int8_activations;
 pub mod kv_cache;
 pub mod layer_norm;

@@ -30,6 +30,9 @@ use crate::gguf::GgmlType;
 const QK: usize = 32;
 /// Tasks cover whole multiples of this many output rows.
 const BLOCK: usize = 16;
+/// Output columns are computed in runs starting at multiples of this
+/// ([`QuantizedWeight::columns_into`]).
+pub(crate) const COLUMN_UNIT: usize = BLOCK;
 /// Products of at least this many bytes of blocks × rows of `x` are split
 /// over rayon's threads.
 const PARALLEL_MIN_WORK: usize = 128 << 10;
@@ -256,6 +259,25 @@ impl QuantizedWeight {
             pieces.into_par_iter().enumerate().for_each(task);
         }
         y
+    }
+
+    /// Output columns `first..` (`first` a multiple of [`COLUMN_UNIT`]; as
+    /// many as `y[r]` has room for) of every row of `x`, written into
+    /// `y[r]`: the same values as those columns of
+    /// [`QuantizedWeight::matmul`], on the calling thread.
+    pub(crate) fn columns_into(&self, x: &[f32], first: usize, y: Vec<&mut [f32]>) {
+        debug_assert_eq!(first % BLOCK, 0);
+        pulp::Arch::new().dispatch(Task {
+            w: self,
+            first,
+            x,
+            y,
+        });
+    }
+
+    /// Bytes of quantised values per output column.
+    pub(crate) fn bytes_per_column(&self) -> usize {
+        self.q.len() / self.out.max(1)
     }
 }
 

@@ -13,12 +13,18 @@ use burn::tensor::{Tensor, backend::Backend};
 pub struct RmsNorm<B: Backend> {
     gain: Tensor<B, 1>,
     eps: f64,
+    /// `gain` in host memory, read on first use by [`RmsNorm::forward_host`].
+    host_gain: std::sync::Arc<std::sync::OnceLock<Vec<f32>>>,
 }
 
 impl<B: Backend> RmsNorm<B> {
     /// A norm with effective gain `gain` (`[dim]`) and epsilon `eps`.
     pub fn new(gain: Tensor<B, 1>, eps: f64) -> Self {
-        Self { gain, eps }
+        Self {
+            gain,
+            eps,
+            host_gain: Default::default(),
+        }
     }
 
     /// Normalises over the last dimension of `x`.
@@ -26,6 +32,25 @@ impl<B: Backend> RmsNorm<B> {
         let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
         let inv = (ms + self.eps).sqrt().recip();
         x * inv * self.gain.clone().unsqueeze::<D>()
+    }
+
+    /// [`RmsNorm::forward`] of the rows of `x` (row-major, each as wide as
+    /// the gain) in host memory, with the same f32 steps: the mean of
+    /// squares, `+ ε`, the square root's reciprocal, `x · inv`, `· g`. Only
+    /// the order of the mean's sum may differ from burn's.
+    pub(crate) fn forward_host(&self, x: &[f32]) -> Vec<f32> {
+        let gain = self
+            .host_gain
+            .get_or_init(|| crate::runtime::to_vec(self.gain.clone()).expect("f32 gain"));
+        let width = gain.len();
+        let eps = self.eps as f32;
+        let mut out = Vec::with_capacity(x.len());
+        for row in x.chunks_exact(width.max(1)) {
+            let ms = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
+            let inv = (ms + eps).sqrt().recip();
+            out.extend(row.iter().zip(gain).map(|(v, g)| v * inv * g));
+        }
+        out
     }
 }
 
@@ -46,6 +71,24 @@ mod tests {
         let want = [3.0 / r0, 8.0 / r0, 0.0, 4.0 / r1];
         for (g, w) in y.iter().zip(want) {
             assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn host_form_agrees_with_the_tensor_form() {
+        let dev = Default::default();
+        let xs: Vec<f32> = (0..3 * 40)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 3.0)
+            .collect();
+        let gain: Vec<f32> = (0..40).map(|i| 0.5 + i as f32 / 40.0).collect();
+        let norm = RmsNorm::new(Tensor::<Flex, 1>::from_floats(gain.as_slice(), &dev), 1e-5);
+        let x =
+            Tensor::<Flex, 2>::from_data(burn::tensor::TensorData::new(xs.clone(), [3, 40]), &dev);
+        let want = norm.forward(x).into_data().to_vec::<f32>().unwrap();
+        let got = norm.forward_host(&xs);
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");
         }
     }
 }
