@@ -96,7 +96,8 @@ pub struct RopeAngles<B: Backend> {
     sin: Tensor<B, 4>,
     style: RopeStyle,
     /// The same tables in host memory, `[batch, seq, head_dim]`, for
-    /// [`RopeAngles::apply_host`].
+    /// `RopeAngles::apply_host` (plain burn-flex only).
+    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
     host: std::sync::Arc<(Vec<f32>, Vec<f32>)>,
 }
 
@@ -165,6 +166,7 @@ impl<B: Backend> RopeAngles<B> {
     /// keys into host memory anyway (`KvCache::attend`); rotating them there
     /// saves the tensor path's dozen ops per layer, each of which copies
     /// its operands (at N = 8, nine rows of them).
+    #[cfg(feature = "flex")]
     pub(crate) fn apply_host(&self, x: &mut [f32], heads: usize) {
         let (cos, sin) = &*self.host;
         let d = self.cos.dims()[3];
