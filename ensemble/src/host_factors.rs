@@ -99,7 +99,6 @@ pub(crate) fn add_shared(
     x: &[f32],
     ys: &mut [&mut [f32]],
 ) {
-    use rayon::prelude::*;
     let Some(inp) = sites.iter().flatten().map(|s| s.inp).next() else {
         return;
     };
@@ -126,7 +125,7 @@ pub(crate) fn add_shared(
             }
         }
     }
-    let add = |(t, run): (usize, Vec<(&HostSite, &mut [f32])>)| {
+    let add = |t: usize, run: Vec<(&HostSite, &mut [f32])>| {
         for (site, part) in run {
             for (i, y) in part.chunks_exact_mut(site.out).enumerate() {
                 let row = t * per + i;
@@ -141,11 +140,7 @@ pub(crate) fn add_shared(
             }
         }
     };
-    if runs.len() > 1 {
-        runs.into_par_iter().enumerate().for_each(add);
-    } else {
-        runs.into_iter().enumerate().for_each(add);
-    }
+    privmix_models::runtime::for_each_task(runs, add);
 }
 
 /// The factors of every adapted site.

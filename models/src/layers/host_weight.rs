@@ -10,8 +10,6 @@
 //! one run per thread, they pay one split instead of three, and the small
 //! key and value products, too small to split alone, are spread too.
 
-use rayon::prelude::*;
-
 use super::int8_activations::{self, Int8Weight, QuantizedRows};
 use super::quantized::{self, QuantizedWeight};
 
@@ -143,7 +141,7 @@ impl HostWeight {
                 shares[thread].push(piece);
             }
         }
-        let compute = |share: Vec<Run<'_>>| {
+        let compute = |_, share: Vec<Run<'_>>| {
             for mut run in share {
                 match (weights[run.weight], &xq) {
                     (Self::F32Activations(w), _) => w.columns_into(x, run.first, run.y),
@@ -154,11 +152,7 @@ impl HostWeight {
                 }
             }
         };
-        if threads == 1 {
-            shares.into_iter().for_each(compute);
-        } else {
-            shares.into_par_iter().for_each(compute);
-        }
+        crate::runtime::for_each_task(shares, compute);
         ys
     }
 }

@@ -51,8 +51,6 @@
 //! GGUF blocks it replaces (a decode step with one row reads every weight
 //! once and is bound by their size).
 
-use rayon::prelude::*;
-
 use super::quantized::{QuantizedBlocks, QuantizedWeight};
 
 /// Values per block, in the weights and in the quantised rows of `x`.
@@ -204,14 +202,9 @@ impl Int8Weight {
                 pieces[t].push(piece);
             }
         }
-        let task = |(index, mut y): (usize, Vec<&mut [f32]>)| {
+        crate::runtime::for_each_task(pieces, |index, mut y: Vec<&mut [f32]>| {
             self.tiles_into(xq, index * per_task, &mut y, level);
-        };
-        if pieces.len() == 1 {
-            pieces.into_iter().enumerate().for_each(task);
-        } else {
-            pieces.into_par_iter().enumerate().for_each(task);
-        }
+        });
         y
     }
 

@@ -21,7 +21,6 @@
 //! `#[target_feature]` frame. No `unsafe`.
 
 use pulp::{Simd, WithSimd};
-use rayon::prelude::*;
 
 use crate::ModelError;
 use crate::gguf::GgmlType;
@@ -245,19 +244,14 @@ impl QuantizedWeight {
                 pieces[t].push(piece);
             }
         }
-        let task = |(index, y): (usize, Vec<&mut [f32]>)| {
+        crate::runtime::for_each_task(pieces, |index, y: Vec<&mut [f32]>| {
             pulp::Arch::new().dispatch(Task {
                 w: self,
                 first: index * per_task,
                 x,
                 y,
             });
-        };
-        if tasks == 1 {
-            pieces.into_iter().enumerate().for_each(task);
-        } else {
-            pieces.into_par_iter().enumerate().for_each(task);
-        }
+        });
         y
     }
 

@@ -42,9 +42,9 @@ impl<B: Backend> RmsNorm<B> {
     /// the order of the mean's sum may differ from burn's.
     #[cfg(feature = "flex")]
     pub(crate) fn forward_host(&self, x: &[f32]) -> Vec<f32> {
-        let gain = self.host_gain.get_or_init(|| {
-            crate::runtime::to_vec(self.gain.clone()).expect("f32 gain")
-        });
+        let gain = self
+            .host_gain
+            .get_or_init(|| crate::runtime::to_vec(self.gain.clone()).expect("f32 gain"));
         pulp::Arch::new().dispatch(HostNorm {
             x,
             gain,
