@@ -65,28 +65,32 @@ impl HostKv {
     /// what is needed: appending one slot at a time copies each slot O(1)
     /// times, and a prefill leaves room for as many decode steps.
     pub(crate) fn append(&mut self, k: &[f32], v: &[f32], s: usize) {
-        let (b, h, d) = (self.batch, self.heads, self.dim);
-        debug_assert_eq!(k.len(), b * s * h * d);
+        debug_assert_eq!(k.len(), self.batch * s * self.heads * self.dim);
+        self.reserve(s);
+        let (h, d, cap, len) = (self.heads, self.dim, self.capacity, self.len);
+        let per_row = h * d * cap;
+        for (row, (k_t, vs)) in self
+            .k_t
+            .chunks_exact_mut(per_row)
+            .zip(self.v.chunks_exact_mut(per_row))
+            .enumerate()
+        {
+            let new = s * h * d;
+            write_slots(
+                (k_t, vs),
+                (&k[row * new..][..new], &v[row * new..][..new]),
+                (h, d, cap, len),
+            );
+        }
+        self.len += s;
+    }
+
+    /// Makes room for `s` more slots per (row, head).
+    fn reserve(&mut self, s: usize) {
         let need = self.len + s;
         if need > self.capacity {
             self.grow((2 * need).max(16));
         }
-        let cap = self.capacity;
-        for row in 0..b {
-            for i in 0..s {
-                for head in 0..h {
-                    let from = ((row * s + i) * h + head) * d;
-                    let slot = self.len + i;
-                    let to = ((row * h + head) * cap + slot) * d;
-                    self.v[to..to + d].copy_from_slice(&v[from..from + d]);
-                    let kt = &mut self.k_t[(row * h + head) * d * cap..][..d * cap];
-                    for (c, x) in k[from..from + d].iter().enumerate() {
-                        kt[c * cap + slot] = *x;
-                    }
-                }
-            }
-        }
-        self.len = need;
     }
 
     /// Moves the filled slots into buffers of `capacity` slots.
@@ -109,37 +113,6 @@ impl HostKv {
         self.k_t = k_t;
         self.v = v;
         self.capacity = capacity;
-    }
-
-    /// Prefetches parts `share` of `parts` equal parts of the filled slots
-    /// of (row, head) `group` (`row · heads + head`; nothing past the last
-    /// one): the lines of each key coordinate's filled slots, then of the
-    /// values.
-    fn prefetch_share(
-        &self,
-        prefetch: super::simd::Prefetch,
-        group: usize,
-        share: std::ops::Range<usize>,
-        parts: usize,
-    ) {
-        /// `f32` entries per cache line.
-        const LINE: usize = 16;
-        if group >= self.batch * self.heads || parts == 0 {
-            return;
-        }
-        let (d, cap, t) = (self.dim, self.capacity, self.len);
-        let per_dim = t.div_ceil(LINE);
-        let k_lines = d * per_dim;
-        let total = k_lines + (t * d).div_ceil(LINE);
-        let k_t = &self.k_t[group * d * cap..][..d * cap];
-        let v = &self.v[group * cap * d..][..t * d];
-        for l in share.start * total / parts..share.end * total / parts {
-            if l < k_lines {
-                prefetch.line(k_t, (l / per_dim) * cap + (l % per_dim) * LINE);
-            } else {
-                prefetch.line(v, (l - k_lines) * LINE);
-            }
-        }
     }
 
     /// Keys and values as contiguous `[batch, heads, len, dim]` vectors.
@@ -171,6 +144,92 @@ impl HostKv {
     }
 }
 
+/// Writes one row's new keys and values, `[s, heads, dim]` each, into its
+/// slots `len..len + s` of `k_t: [heads, dim, capacity]` and `v: [heads,
+/// capacity, dim]`.
+fn write_slots(
+    (k_t, v): (&mut [f32], &mut [f32]),
+    (k_new, v_new): (&[f32], &[f32]),
+    (heads, d, cap, len): (usize, usize, usize, usize),
+) {
+    for (i, (k_tok, v_tok)) in k_new
+        .chunks_exact(heads * d)
+        .zip(v_new.chunks_exact(heads * d))
+        .enumerate()
+    {
+        let slot = len + i;
+        for head in 0..heads {
+            let to = (head * cap + slot) * d;
+            v[to..to + d].copy_from_slice(&v_tok[head * d..][..d]);
+            let kt = &mut k_t[head * d * cap..][..d * cap];
+            for (c, x) in k_tok[head * d..][..d].iter().enumerate() {
+                kt[c * cap + slot] = *x;
+            }
+        }
+    }
+}
+
+/// The filled slots of consecutive rows of a [`HostKv`] (all of them, or
+/// one thread's share), read-only: what attention reads.
+#[derive(Debug, Clone, Copy)]
+struct KvRows<'a> {
+    batch: usize,
+    heads: usize,
+    dim: usize,
+    capacity: usize,
+    len: usize,
+    k_t: &'a [f32],
+    v: &'a [f32],
+}
+
+impl KvRows<'_> {
+    /// Prefetches parts `share` of `parts` equal parts of the filled slots
+    /// of (row, head) `group` (`row · heads + head`; nothing past the last
+    /// one): the lines of each key coordinate's filled slots, then of the
+    /// values.
+    fn prefetch_share(
+        &self,
+        prefetch: super::simd::Prefetch,
+        group: usize,
+        share: std::ops::Range<usize>,
+        parts: usize,
+    ) {
+        /// `f32` entries per cache line.
+        const LINE: usize = 16;
+        if group >= self.batch * self.heads || parts == 0 {
+            return;
+        }
+        let (d, cap, t) = (self.dim, self.capacity, self.len);
+        let per_dim = t.div_ceil(LINE);
+        let k_lines = d * per_dim;
+        let total = k_lines + (t * d).div_ceil(LINE);
+        let k_t = &self.k_t[group * d * cap..][..d * cap];
+        let v = &self.v[group * cap * d..][..t * d];
+        for l in share.start * total / parts..share.end * total / parts {
+            if l < k_lines {
+                prefetch.line(k_t, (l / per_dim) * cap + (l % per_dim) * LINE);
+            } else {
+                prefetch.line(v, (l - k_lines) * LINE);
+            }
+        }
+    }
+}
+
+impl HostKv {
+    #[cfg(test)]
+    fn rows(&self) -> KvRows<'_> {
+        KvRows {
+            batch: self.batch,
+            heads: self.heads,
+            dim: self.dim,
+            capacity: self.capacity,
+            len: self.len,
+            k_t: &self.k_t,
+            v: &self.v,
+        }
+    }
+}
+
 /// What an attention call needs besides the queries and the cache.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HostScoring {
@@ -185,6 +244,8 @@ pub(crate) struct HostScoring {
 /// Attention of `s` new queries per row, `q: [batch, s, heads, dim]`,
 /// against every slot of `kv`; `visible(row, i, slot)` says whether query
 /// `i` of `row` may attend to `slot`. Returns `[batch, s, heads, dim]`.
+/// (The tests' form of [`append_and_attend`]'s attention.)
+#[cfg(test)]
 pub(crate) fn attend(
     q: &[f32],
     s: usize,
@@ -192,22 +253,139 @@ pub(crate) fn attend(
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
 ) -> Vec<f32> {
-    attend_grouped(q, s, kv, scoring, visible, GROUP_MAX)
+    attend_grouped(q, s, kv.rows(), scoring, visible, GROUP_MAX)
 }
 
 /// [`attend`] with the query heads of each key/value head taken up to
 /// `group` at a time (1: one query per pass, the plain form the tests
-/// compare with).
+/// compare with), rows split over threads where there is enough work.
+#[cfg(test)]
 fn attend_grouped(
     q: &[f32],
     s: usize,
-    kv: &HostKv,
+    kv: KvRows<'_>,
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
     group: usize,
 ) -> Vec<f32> {
-    let (d, t) = (kv.dim, kv.len);
     let mut out = vec![0.0f32; q.len()];
+    let per_row = s * scoring.heads * kv.dim;
+    let per = rows_per_task(kv.batch, q.len() * kv.len);
+    let buf = kv.heads * kv.dim * kv.capacity;
+    let tasks: Vec<&mut [f32]> = out.chunks_mut(per * per_row).collect();
+    crate::runtime::for_each_task(tasks, |task, out| {
+        let (r0, rows) = (task * per, out.len() / per_row);
+        let view = KvRows {
+            batch: rows,
+            k_t: &kv.k_t[r0 * buf..(r0 + rows) * buf],
+            v: &kv.v[r0 * buf..(r0 + rows) * buf],
+            ..kv
+        };
+        let q = &q[r0 * per_row..(r0 + rows) * per_row];
+        attend_rows(
+            q,
+            s,
+            view,
+            scoring,
+            &|r, i, j| visible(r0 + r, i, j),
+            group,
+            out,
+        );
+    });
+    out
+}
+
+/// Rows per thread for attention over `batch` rows with `work` query
+/// entries × slots: all on one thread below [`PARALLEL_MIN_WORK`].
+fn rows_per_task(batch: usize, work: usize) -> usize {
+    let tasks = if batch > 1 && work >= PARALLEL_MIN_WORK {
+        rayon::current_num_threads().clamp(1, batch)
+    } else {
+        1
+    };
+    batch.div_ceil(tasks).max(1)
+}
+
+/// Appends this step's keys and values (`[batch, s, kv_heads, dim]`) to
+/// `kv` and answers this step's queries (`[batch, s, heads, dim]`) as
+/// [`attend`] does; first `rotate(x, first, heads)` rotates the queries and
+/// keys in place (`first`: the index of `x`'s first token among the step's
+/// `batch · s`). Each thread rotates, appends and answers its own run of
+/// rows, so all of it is one parallel pass (the rotation and the append
+/// ran on one thread before). The same values as rotating, [`HostKv::append`]
+/// and [`attend`] (tested bit for bit).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn append_and_attend(
+    kv: &mut HostKv,
+    q: &mut [f32],
+    k: &mut [f32],
+    v: &[f32],
+    s: usize,
+    scoring: HostScoring,
+    visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
+    rotate: &(dyn Fn(&mut [f32], usize, usize) + Sync),
+) -> Vec<f32> {
+    kv.reserve(s);
+    let (b, h, d, cap, len) = (kv.batch, kv.heads, kv.dim, kv.capacity, kv.len);
+    let t = len + s;
+    let per_row = s * scoring.heads * d;
+    let new = s * h * d;
+    let buf = h * d * cap;
+    let per = rows_per_task(b, q.len() * t);
+    let mut out = vec![0.0f32; q.len()];
+    let tasks: Vec<_> = out
+        .chunks_mut(per * per_row)
+        .zip(q.chunks_mut(per * per_row))
+        .zip(k.chunks_mut(per * new).zip(v.chunks(per * new)))
+        .zip(kv.k_t.chunks_mut(per * buf).zip(kv.v.chunks_mut(per * buf)))
+        .collect();
+    crate::runtime::for_each_task(tasks, |task, (((out, q), (k, v)), (k_t, vs))| {
+        let (r0, rows) = (task * per, out.len() / per_row);
+        rotate(q, r0 * s, scoring.heads);
+        rotate(k, r0 * s, h);
+        for r in 0..rows {
+            write_slots(
+                (&mut k_t[r * buf..][..buf], &mut vs[r * buf..][..buf]),
+                (&k[r * new..][..new], &v[r * new..][..new]),
+                (h, d, cap, len),
+            );
+        }
+        let view = KvRows {
+            batch: rows,
+            heads: h,
+            dim: d,
+            capacity: cap,
+            len: t,
+            k_t,
+            v: vs,
+        };
+        attend_rows(
+            q,
+            s,
+            view,
+            scoring,
+            &|r, i, j| visible(r0 + r, i, j),
+            GROUP_MAX,
+            out,
+        );
+    });
+    kv.len = t;
+    out
+}
+
+/// [`attend_grouped`] of the rows of `kv` (row indices from 0 for
+/// `visible`), one after another on the calling thread; `out` and `q`
+/// hold those rows only.
+fn attend_rows(
+    q: &[f32],
+    s: usize,
+    kv: KvRows<'_>,
+    scoring: HostScoring,
+    visible: &dyn Fn(usize, usize, usize) -> bool,
+    group: usize,
+    out: &mut [f32],
+) {
+    let (d, t) = (kv.dim, kv.len);
     let per_row = s * scoring.heads * d;
     let rep = scoring.heads / kv.heads;
     let prefetch = super::simd::Prefetch::new();
@@ -250,14 +428,9 @@ fn attend_grouped(
             }
         }
     };
-    // Rows in parallel where there is enough work.
-    crate::runtime::for_each_row(
-        &mut out,
-        per_row,
-        kv.batch > 1 && q.len() * t >= PARALLEL_MIN_WORK,
-        one_row,
-    );
-    out
+    for (row, out) in out.chunks_mut(per_row).enumerate() {
+        one_row(row, out);
+    }
 }
 
 /// Attention calls with at least this many query entries × slots run rows
@@ -514,7 +687,7 @@ mod tests {
             let got = attend(&q, s, &kv, sc, &visible);
             // Query heads answered together give exactly what each gives
             // alone (every sum in the same order).
-            let alone = attend_grouped(&q, s, &kv, sc, &visible, 1);
+            let alone = attend_grouped(&q, s, kv.rows(), sc, &visible, 1);
             prop_assert!(
                 got.iter().zip(&alone).all(|(g, a)| g.to_bits() == a.to_bits()),
                 "grouped and one-query passes differ"
@@ -524,6 +697,64 @@ mod tests {
             for (g, w) in got.iter().zip(&want) {
                 prop_assert!((f64::from(*g) - w).abs() < 1e-5, "{} vs {}", g, w);
             }
+        }
+    }
+
+    /// Rotating, appending and attending in one pass per thread gives the
+    /// same bits as rotating, [`HostKv::append`] and [`attend`] one after
+    /// another, on one thread and on three, through capacity growth.
+    #[test]
+    fn append_and_attend_equals_its_steps() {
+        let (b, kvh, rep, d) = (5, 2, 3, 64);
+        let f = |i: usize| ((i * 2654435761) % 2001) as f32 / 1000.0 - 1.0;
+        // A stand-in rotation that depends on the token index: x · (1 + first/8).
+        let rotate = |x: &mut [f32], first: usize, heads: usize| {
+            for (at, v) in x.chunks_exact_mut(heads * d).enumerate() {
+                let m = 1.0 + (first + at) as f32 / 8.0;
+                v.iter_mut().for_each(|v| *v *= m);
+            }
+        };
+        let sc = HostScoring {
+            heads: kvh * rep,
+            scale: 0.25,
+            softcap: None,
+        };
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let (mut one, mut fused) = (HostKv::new(b, kvh, d), HostKv::new(b, kvh, d));
+            let mut split = false;
+            let steps = [3usize, 1, 2].into_iter().chain([1; 30]);
+            for (step, s) in steps.enumerate() {
+                let n = b * s * kvh * d;
+                let k: Vec<f32> = (0..n).map(|i| f(i + 1000 * step)).collect();
+                let v: Vec<f32> = (0..n).map(|i| f(i + 77 + 1000 * step)).collect();
+                let q: Vec<f32> = (0..b * s * sc.heads * d)
+                    .map(|i| 2.0 * f(i + 31 + 1000 * step))
+                    .collect();
+                let t = one.len() + s;
+                let visible =
+                    |row: usize, i: usize, j: usize| j <= t - s + i && !(row == 2 && j == 1);
+                let (mut q1, mut k1) = (q.clone(), k.clone());
+                rotate(&mut q1, 0, sc.heads);
+                rotate(&mut k1, 0, kvh);
+                one.append(&k1, &v, s);
+                let want = attend(&q1, s, &one, sc, &visible);
+                let (mut q2, mut k2) = (q, k);
+                let got = pool.install(|| {
+                    append_and_attend(&mut fused, &mut q2, &mut k2, &v, s, sc, &visible, &rotate)
+                });
+                assert!(
+                    got.iter()
+                        .zip(&want)
+                        .all(|(g, w)| g.to_bits() == w.to_bits())
+                );
+                assert_eq!(fused.contiguous(), one.contiguous());
+                split |= pool.install(|| rows_per_task(b, q2.len() * t)) < b;
+            }
+            assert_eq!(split, threads > 1, "the rows were split over threads");
         }
     }
 

@@ -259,35 +259,42 @@ impl<B: Backend> KvCache<B> {
             kv_heads,
             head_dim: d,
         };
+        if s <= HOST_QUERIES_MAX {
+            let out = self.append_and_attend_host(
+                layer,
+                (&mut q, &mut k, &v),
+                shape,
+                rope,
+                mask.window,
+                scoring,
+            );
+            return Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device);
+        }
         if let Some(r) = rope {
             r.apply_host(&mut q, heads);
             r.apply_host(&mut k, kv_heads);
         }
         self.append_host(layer, &k, &v, shape);
-        if s > HOST_QUERIES_MAX {
-            let Layer::Host(kv) = &self.layers[layer] else {
-                unreachable!("appended just above")
-            };
-            let t = kv.len();
-            let (kc, vc) = kv.contiguous();
-            let tensor = |x: Vec<f32>, shape: [usize; 4]| {
-                Tensor::<B, 4>::from_data(TensorData::new(x, shape), &device)
-            };
-            let q = tensor(q, [b, s, heads, d]);
-            let (kc, vc) = (
-                tensor(kc, [b, kv_heads, t, d]),
-                tensor(vc, [b, kv_heads, t, d]),
-            );
-            return super::attention::eager(q, kc, vc, &mask.keys, scoring);
-        }
-        let out = self.attend_appended(layer, &q, shape, mask.window, scoring);
-        Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device)
+        let Layer::Host(kv) = &self.layers[layer] else {
+            unreachable!("appended just above")
+        };
+        let t = kv.len();
+        let (kc, vc) = kv.contiguous();
+        let tensor = |x: Vec<f32>, shape: [usize; 4]| {
+            Tensor::<B, 4>::from_data(TensorData::new(x, shape), &device)
+        };
+        let q = tensor(q, [b, s, heads, d]);
+        let (kc, vc) = (
+            tensor(kc, [b, kv_heads, t, d]),
+            tensor(vc, [b, kv_heads, t, d]),
+        );
+        super::attention::eager(q, kc, vc, &mask.keys, scoring)
     }
 
     /// Appends rotated keys and values `[batch, seq, kv_heads, head_dim]`
     /// (row-major host vectors) to layer `layer`, held in host memory.
     #[cfg(feature = "flex")]
-    pub(crate) fn append_host(&mut self, layer: usize, k: &[f32], v: &[f32], shape: HostShape) {
+    fn append_host(&mut self, layer: usize, k: &[f32], v: &[f32], shape: HostShape) {
         use super::host_kv::HostKv;
         if !matches!(self.layers[layer], Layer::Host(_)) {
             self.layers[layer] =
@@ -299,26 +306,35 @@ impl<B: Backend> KvCache<B> {
         kv.append(k, v, shape.seq);
     }
 
-    /// Attention of this step's rotated queries `[batch, seq, heads,
-    /// head_dim]` (host memory, `seq` at most `HOST_QUERIES_MAX`) over
-    /// every slot of layer `layer`, after [`KvCache::append_host`] of this
-    /// step's keys and values; returns `[batch, seq, heads · head_dim]`.
-    /// Visibility as [`KvCache::mask`] with `window`.
+    /// Appends this step's keys and values to layer `layer` (held in host
+    /// memory) and returns the attention of this step's queries over all
+    /// slots, `[batch, seq, heads · head_dim]`: [`KvCache::attend`]'s host
+    /// path on host vectors (`q: [batch, seq, heads, head_dim]`, `k` and
+    /// `v`: `[batch, seq, kv_heads, head_dim]`, `seq` at most
+    /// `HOST_QUERIES_MAX`), `q` and `k` rotated in place by `rope` first.
+    /// The rows are split over threads once for all of it.
     #[cfg(feature = "flex")]
-    pub(crate) fn attend_appended(
-        &self,
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn append_and_attend_host(
+        &mut self,
         layer: usize,
-        q: &[f32],
+        (q, k, v): (&mut [f32], &mut [f32], &[f32]),
         shape: HostShape,
+        rope: Option<&RopeAngles<B>>,
         window: Option<usize>,
         scoring: Scoring,
     ) -> Vec<f32> {
-        use super::host_kv::{HostScoring, attend};
-        let Layer::Host(kv) = &self.layers[layer] else {
-            panic!("layer {layer} holds no host keys: append_host first")
-        };
-        let (s, t) = (shape.seq, kv.len());
+        use super::host_kv::{HostKv, HostScoring, append_and_attend};
+        let s = shape.seq;
         debug_assert!(s <= HOST_QUERIES_MAX);
+        if !matches!(self.layers[layer], Layer::Host(_)) {
+            self.layers[layer] =
+                Layer::Host(HostKv::new(shape.batch, shape.kv_heads, shape.head_dim));
+        }
+        let Layer::Host(kv) = &mut self.layers[layer] else {
+            unreachable!("set just above")
+        };
+        let t = kv.len() + s;
         let rows = &self.rows;
         let visible = |row: usize, i: usize, j: usize| {
             let r = &rows[row];
@@ -332,7 +348,12 @@ impl<B: Backend> KvCache<B> {
             scale: scoring.scale as f32,
             softcap: scoring.softcap.map(|c| c as f32),
         };
-        attend(q, s, kv, host, &visible)
+        let rotate = |x: &mut [f32], first: usize, heads: usize| {
+            if let Some(r) = rope {
+                r.apply_host_from(x, first, heads);
+            }
+        };
+        append_and_attend(kv, q, k, v, s, host, &visible, &rotate)
     }
 
     /// Keeps only the rows `keep` (in that order), e.g. to drop finished rows

@@ -168,18 +168,25 @@ impl<B: Backend> RopeAngles<B> {
     /// its operands (at N = 8, nine rows of them).
     #[cfg(feature = "flex")]
     pub(crate) fn apply_host(&self, x: &mut [f32], heads: usize) {
+        self.apply_host_from(x, 0, heads);
+    }
+
+    /// [`RopeAngles::apply_host`] of the tokens `first..` of the step
+    /// (token `i` of row `r` is `r · seq + i`) that `x` holds.
+    #[cfg(feature = "flex")]
+    pub(crate) fn apply_host_from(&self, x: &mut [f32], first: usize, heads: usize) {
         let (cos, sin) = &*self.host;
         let d = self.cos.dims()[3];
         let half = d / 2;
         let positions = cos.len() / d.max(1);
-        debug_assert_eq!(x.len(), positions * heads * d);
+        debug_assert!(x.len() <= (positions - first.min(positions)) * heads * d);
         // Rotation pair p is (p, p + d/2), or (2p, 2p + 1).
         let (stride, partner) = match self.style {
             RopeStyle::RotateHalf => (1, half),
             RopeStyle::Interleaved => (2, 1),
         };
         for (at, head) in x.chunks_exact_mut(d).enumerate() {
-            let table = (at / heads) * d;
+            let table = (first + at / heads) * d;
             let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
             for pair in 0..half {
                 let (lo, hi) = (stride * pair, stride * pair + partner);

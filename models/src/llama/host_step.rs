@@ -83,14 +83,18 @@ impl<B: Backend> Llama<B> {
                 ],
                 &n,
             );
-            angles.apply_host(&mut q, shape.heads);
-            angles.apply_host(&mut k, shape.kv_heads);
-            cache.append_host(i, &k, &v, shape);
             let scoring = Scoring {
                 scale: attn.config.scale,
                 softcap: attn.config.softcap,
             };
-            let heads = cache.attend_appended(i, &q, shape, None, scoring);
+            let heads = cache.append_and_attend_host(
+                i,
+                (&mut q, &mut k, &v),
+                shape,
+                Some(&angles),
+                None,
+                scoring,
+            );
             let [o] = products(
                 &self.device,
                 [b, s],
