@@ -143,6 +143,19 @@ pub(crate) fn add_shared(
     privmix_models::runtime::for_each_task(runs, add);
 }
 
+impl HostSite {
+    /// `y += (x A_m) B_m` for one row (`x` of the input width, `y` of the
+    /// output width): the arithmetic [`HostSite::add`] does for each row.
+    pub(crate) fn add_row(&self, member: usize, x: &[f32], y: &mut [f32]) {
+        pulp::Arch::new().dispatch(AddRow {
+            site: self,
+            member,
+            x,
+            y,
+        });
+    }
+}
+
 /// The factors of every adapted site.
 pub(crate) type HostFactors = HashMap<Site, HostSite>;
 

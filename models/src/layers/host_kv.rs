@@ -306,23 +306,27 @@ fn rows_per_task(batch: usize, work: usize) -> usize {
     batch.div_ceil(tasks).max(1)
 }
 
+/// `prepare(first_row, q, k, v)` of [`append_and_attend`]: changes a run of
+/// rows' queries, keys and values in place before rotation.
+pub(crate) type PrepareRows<'a> = dyn Fn(usize, &mut [f32], &mut [f32], &mut [f32]) + Sync + 'a;
+
 /// Appends this step's keys and values (`[batch, s, kv_heads, dim]`) to
 /// `kv` and answers this step's queries (`[batch, s, heads, dim]`) as
-/// [`attend`] does; first `rotate(x, first, heads)` rotates the queries and
+/// [`attend`] does; first `prepare(first_row, q, k, v)` may change a run of
+/// rows' queries, keys and values in place (the decode step adds LoRA
+/// updates there) and `rotate(x, first, heads)` rotates the queries and
 /// keys in place (`first`: the index of `x`'s first token among the step's
 /// `batch · s`). Each thread rotates, appends and answers its own run of
 /// rows, so all of it is one parallel pass (the rotation and the append
 /// ran on one thread before). The same values as rotating, [`HostKv::append`]
 /// and [`attend`] (tested bit for bit).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn append_and_attend(
     kv: &mut HostKv,
-    q: &mut [f32],
-    k: &mut [f32],
-    v: &[f32],
+    (q, k, v): (&mut [f32], &mut [f32], &mut [f32]),
     s: usize,
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
+    prepare: &PrepareRows<'_>,
     rotate: &(dyn Fn(&mut [f32], usize, usize) + Sync),
 ) -> Vec<f32> {
     kv.reserve(s);
@@ -336,11 +340,12 @@ pub(crate) fn append_and_attend(
     let tasks: Vec<_> = out
         .chunks_mut(per * per_row)
         .zip(q.chunks_mut(per * per_row))
-        .zip(k.chunks_mut(per * new).zip(v.chunks(per * new)))
+        .zip(k.chunks_mut(per * new).zip(v.chunks_mut(per * new)))
         .zip(kv.k_t.chunks_mut(per * buf).zip(kv.v.chunks_mut(per * buf)))
         .collect();
     crate::runtime::for_each_task(tasks, |task, (((out, q), (k, v)), (k_t, vs))| {
         let (r0, rows) = (task * per, out.len() / per_row);
+        prepare(r0, q, k, v);
         rotate(q, r0 * s, scoring.heads);
         rotate(k, r0 * s, h);
         for r in 0..rows {
@@ -742,9 +747,10 @@ mod tests {
                 rotate(&mut k1, 0, kvh);
                 one.append(&k1, &v, s);
                 let want = attend(&q1, s, &one, sc, &visible);
-                let (mut q2, mut k2) = (q, k);
+                let (mut q2, mut k2, mut v2) = (q, k, v.clone());
                 let got = pool.install(|| {
-                    append_and_attend(&mut fused, &mut q2, &mut k2, &v, s, sc, &visible, &rotate)
+                    let qkv = (&mut q2[..], &mut k2[..], &mut v2[..]);
+                    append_and_attend(&mut fused, qkv, s, sc, &visible, &|_, _, _, _| {}, &rotate)
                 });
                 assert!(
                     got.iter()

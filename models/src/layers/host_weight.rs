@@ -56,6 +56,11 @@ impl HostWeight {
         }
     }
 
+    /// Whether products take 8-bit activations (`x` quantised first).
+    pub(crate) fn takes_int8(&self) -> bool {
+        matches!(self, Self::Int8Activations(_))
+    }
+
     /// The width of the column runs this weight computes.
     fn column_unit(&self) -> usize {
         match self {
@@ -75,11 +80,19 @@ impl HostWeight {
     /// `x Wᵢᵀ` for every weight (all of `x`'s width), in one parallel
     /// region: the output columns of all of them, in order, cut into one
     /// run per thread of about equal bytes. `x` is quantised once for the
-    /// weights that take 8-bit activations. Each column gets the same bits
-    /// as in [`HostWeight::matmul`] (tested below).
-    pub(crate) fn matmul_many(weights: &[&Self], x: &[f32], rows: usize) -> Vec<Vec<f32>> {
-        if let [w] = weights {
-            return vec![w.matmul(x, rows)];
+    /// weights that take 8-bit activations (or `quantized` serves: `x`
+    /// quantised already, by [`QuantizedRows::new`] or row by row). Each
+    /// column gets the same bits as in [`HostWeight::matmul`] (tested below).
+    pub(crate) fn matmul_many(
+        weights: &[&Self],
+        x: &[f32],
+        rows: usize,
+        quantized: Option<&QuantizedRows>,
+    ) -> Vec<Vec<f32>> {
+        match (weights, quantized) {
+            ([Self::Int8Activations(w)], Some(xq)) => return vec![w.matmul_quantized(xq)],
+            ([w], _) => return vec![w.matmul(x, rows)],
+            _ => {}
         }
         let inp = weights.first().map_or(0, |w| w.in_features());
         debug_assert!(weights.iter().all(|w| w.in_features() == inp));
@@ -91,10 +104,15 @@ impl HostWeight {
         if rows == 0 {
             return ys;
         }
-        let xq = weights
-            .iter()
-            .any(|w| matches!(w, Self::Int8Activations(_)))
-            .then(|| QuantizedRows::new(x, rows, inp));
+        let own;
+        let xq = match quantized {
+            Some(xq) => Some(xq),
+            None if weights.iter().any(|w| w.takes_int8()) => {
+                own = QuantizedRows::new(x, rows, inp);
+                Some(&own)
+            }
+            None => None,
+        };
         let bytes: usize = weights
             .iter()
             .map(|w| w.out_features() * w.bytes_per_column())
@@ -143,7 +161,7 @@ impl HostWeight {
         }
         let compute = |_, share: Vec<Run<'_>>| {
             for mut run in share {
-                match (weights[run.weight], &xq) {
+                match (weights[run.weight], xq) {
                     (Self::F32Activations(w), _) => w.columns_into(x, run.first, run.y),
                     (Self::Int8Activations(w), Some(xq)) => {
                         w.columns_into(xq, run.first, &mut run.y);
@@ -214,7 +232,7 @@ mod tests {
             let alone: Vec<Vec<f32>> = weights.iter().map(|w| w.matmul(&x, rows)).collect();
             for threads in [1, 3] {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let together = pool.install(|| HostWeight::matmul_many(&refs, &x, rows));
+                let together = pool.install(|| HostWeight::matmul_many(&refs, &x, rows, None));
                 prop_assert_eq!(together.len(), alone.len());
                 for (t, a) in together.iter().zip(&alone) {
                     prop_assert_eq!(t.len(), a.len());

@@ -165,6 +165,12 @@ impl Int8Weight {
         self.matmul_quantized_at(&QuantizedRows::new(x, rows, self.inp), level)
     }
 
+    /// [`Int8Weight::matmul`] of rows quantised already (by
+    /// [`QuantizedRows::new`] or row by row, with this weight's input width).
+    pub(crate) fn matmul_quantized(&self, xq: &QuantizedRows) -> Vec<f32> {
+        self.matmul_quantized_at(xq, Level::Widest)
+    }
+
     /// Output columns `first..` (`first` a multiple of [`COLUMN_UNIT`]; as
     /// many as `y[r]` has room for, a multiple of it too) of every row of
     /// `xq`, written into `y[r]`: the same values as those columns of
@@ -392,27 +398,82 @@ impl QuantizedRows {
         x: &[f32],
         rows: usize,
         inp: usize,
-        mut quantize: impl FnMut(&[f32; QK], &mut [i8; QK]) -> (f32, f32),
+        quantize: impl FnMut(&[f32; QK], &mut [i8; QK]) -> (f32, f32),
     ) -> Self {
+        let mut me = Self::zeroed(rows, inp);
+        fill_blocks(
+            x,
+            (&mut me.q, &mut me.d, &mut me.s, &mut me.biased),
+            quantize,
+        );
+        me
+    }
+
+    /// Room for `rows` rows of width `inp`, to be filled row by row
+    /// (possibly on several threads) through [`QuantizedRows::rows_mut`].
+    pub(crate) fn zeroed(rows: usize, inp: usize) -> Self {
         let blocks = rows * (inp / QK);
-        let mut me = QuantizedRows {
+        QuantizedRows {
             inp,
             q: vec![0; rows * inp],
             d: vec![0.0; blocks],
             s: vec![0.0; blocks],
-            biased: Vec::new(),
-        };
-        let parts = x
-            .chunks_exact(QK)
-            .zip(me.q.chunks_exact_mut(QK))
-            .zip(me.d.iter_mut().zip(me.s.iter_mut()));
-        for ((xb, qb), (d, s)) in parts {
-            let xb: &[f32; QK] = xb.try_into().expect("QK values");
-            let qb: &mut [i8; QK] = qb.try_into().expect("QK values");
-            (*d, *s) = quantize(xb, qb);
+            biased: vec![0x80; rows * inp],
         }
-        me.biased = me.q.iter().map(|&v| (v as u8) ^ 0x80).collect();
-        me
+    }
+
+    /// Each row's parts, in order, for [`QuantizedRow::fill`].
+    pub(crate) fn rows_mut(&mut self) -> impl Iterator<Item = QuantizedRow<'_>> {
+        let (inp, nb) = (self.inp.max(1), (self.inp / QK).max(1));
+        self.q
+            .chunks_exact_mut(inp)
+            .zip(self.biased.chunks_exact_mut(inp))
+            .zip(self.d.chunks_exact_mut(nb).zip(self.s.chunks_exact_mut(nb)))
+            .map(|((q, biased), (d, s))| QuantizedRow { q, d, s, biased })
+    }
+}
+
+/// One row of a [`QuantizedRows`], to be filled.
+pub(crate) struct QuantizedRow<'a> {
+    q: &'a mut [i8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+    biased: &'a mut [u8],
+}
+
+impl QuantizedRow<'_> {
+    /// Quantises `x` (the row's width) into this row: the same values as
+    /// [`QuantizedRows::new`] gives that row.
+    pub(crate) fn fill(&mut self, x: &[f32]) {
+        let parts = (&mut *self.q, &mut *self.d, &mut *self.s, &mut *self.biased);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            return simd
+                .vectorize(|| fill_blocks(x, parts, |x, q| avx512::quantize_block(simd, x, q)));
+        }
+        fill_blocks(x, parts, quantize_block);
+    }
+}
+
+/// Quantises `x` block by block by `quantize` into `q`, `d`, `s` and the
+/// biased copy of `q`.
+#[inline(always)]
+fn fill_blocks(
+    x: &[f32],
+    (q, d, s, biased): (&mut [i8], &mut [f32], &mut [f32], &mut [u8]),
+    mut quantize: impl FnMut(&[f32; QK], &mut [i8; QK]) -> (f32, f32),
+) {
+    let parts = x
+        .chunks_exact(QK)
+        .zip(q.chunks_exact_mut(QK))
+        .zip(d.iter_mut().zip(s.iter_mut()));
+    for ((xb, qb), (d, s)) in parts {
+        let xb: &[f32; QK] = xb.try_into().expect("QK values");
+        let qb: &mut [i8; QK] = qb.try_into().expect("QK values");
+        (*d, *s) = quantize(xb, qb);
+    }
+    for (b, &v) in biased.iter_mut().zip(q.iter()) {
+        *b = (v as u8) ^ 0x80;
     }
 }
 
@@ -1217,6 +1278,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Rows quantised one by one into [`QuantizedRows::zeroed`] equal the
+    /// rows quantised together, every field (non-finite and zero blocks
+    /// included).
+    #[test]
+    fn rows_filled_one_by_one_equal_rows_quantised_together() {
+        let (rows, inp) = (5, 3 * QK);
+        let mut x: Vec<f32> = (0..rows * inp)
+            .map(|i| ((i * 2654435761) % 2001) as f32 / 300.0 - 3.3)
+            .collect();
+        x[QK + 4] = f32::INFINITY;
+        x[2 * inp..2 * inp + QK].fill(0.0);
+        let together = QuantizedRows::new(&x, rows, inp);
+        let mut one_by_one = QuantizedRows::zeroed(rows, inp);
+        for (row, mut part) in one_by_one.rows_mut().enumerate() {
+            part.fill(&x[row * inp..(row + 1) * inp]);
+        }
+        assert_eq!(one_by_one.q, together.q);
+        assert_eq!(one_by_one.biased, together.biased);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&one_by_one.d), bits(&together.d));
+        assert_eq!(bits(&one_by_one.s), bits(&together.s));
+        assert!(together.d.iter().any(|d| d.is_nan()));
     }
 
     /// A Q8_0 weight of −128 (which llama.cpp's quantiser never writes, but

@@ -251,7 +251,7 @@ impl<B: Backend> KvCache<B> {
         let kv_heads = k.dims()[2];
         let device = q.device();
         let read = |t: Tensor<B, 4>| crate::runtime::to_vec(t).expect("plain flex f32 data");
-        let (mut q, mut k, v) = (read(q), read(k), read(v));
+        let (mut q, mut k, mut v) = (read(q), read(k), read(v));
         let shape = HostShape {
             batch: b,
             seq: s,
@@ -262,11 +262,12 @@ impl<B: Backend> KvCache<B> {
         if s <= HOST_QUERIES_MAX {
             let out = self.append_and_attend_host(
                 layer,
-                (&mut q, &mut k, &v),
+                (&mut q, &mut k, &mut v),
                 shape,
                 rope,
                 mask.window,
                 scoring,
+                None,
             );
             return Tensor::from_data(TensorData::new(out, [b, s, heads * d]), &device);
         }
@@ -311,18 +312,20 @@ impl<B: Backend> KvCache<B> {
     /// slots, `[batch, seq, heads · head_dim]`: [`KvCache::attend`]'s host
     /// path on host vectors (`q: [batch, seq, heads, head_dim]`, `k` and
     /// `v`: `[batch, seq, kv_heads, head_dim]`, `seq` at most
-    /// `HOST_QUERIES_MAX`), `q` and `k` rotated in place by `rope` first.
-    /// The rows are split over threads once for all of it.
+    /// `HOST_QUERIES_MAX`), `q` and `k` rotated in place by `rope` first
+    /// and, before that, each run of rows passed to `prepare(first_row, q,
+    /// k, v)` if given. The rows are split over threads once for all of it.
     #[cfg(feature = "flex")]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn append_and_attend_host(
         &mut self,
         layer: usize,
-        (q, k, v): (&mut [f32], &mut [f32], &[f32]),
+        qkv: (&mut [f32], &mut [f32], &mut [f32]),
         shape: HostShape,
         rope: Option<&RopeAngles<B>>,
         window: Option<usize>,
         scoring: Scoring,
+        prepare: Option<&super::host_kv::PrepareRows<'_>>,
     ) -> Vec<f32> {
         use super::host_kv::{HostKv, HostScoring, append_and_attend};
         let s = shape.seq;
@@ -353,7 +356,8 @@ impl<B: Backend> KvCache<B> {
                 r.apply_host_from(x, first, heads);
             }
         };
-        append_and_attend(kv, q, k, v, s, host, &visible, &rotate)
+        let prepare = prepare.unwrap_or(&|_, _, _, _| {});
+        append_and_attend(kv, qkv, s, host, &visible, prepare, &rotate)
     }
 
     /// Keeps only the rows `keep` (in that order), e.g. to drop finished rows

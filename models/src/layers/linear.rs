@@ -9,6 +9,8 @@ use rayon::prelude::*;
 
 #[cfg(feature = "flex")]
 use super::host_weight::HostWeight;
+#[cfg(feature = "flex")]
+use super::int8_activations::QuantizedRows;
 use crate::runtime::is_plain_flex;
 
 /// Which projection of a layer (the modules a LoRA may target).
@@ -68,6 +70,22 @@ pub trait LinearDelta<B: Backend>: Sync {
     /// [`LinearDelta::delta`] then serves. The default has none.
     fn add_host(&self, site: Site, x: &[f32], batch: usize, y: &mut [f32]) -> bool {
         let _ = (site, x, batch, y);
+        false
+    }
+
+    /// Whether [`LinearDelta::add_host_row`] serves (then for every site).
+    fn has_host_rows(&self) -> bool {
+        false
+    }
+
+    /// Adds the delta at `site` for one row in host memory: `x` and `y` are
+    /// that row's input and output, `batch_row` its batch row (the rows of a
+    /// step's `seq` tokens share one). The decode step uses it to add an
+    /// update inside a per-row pass it makes anyway. Returns `false`,
+    /// leaving `y` untouched, when this source has no per-row host form
+    /// (see [`LinearDelta::has_host_rows`]); the default has none.
+    fn add_host_row(&self, site: Site, batch_row: usize, x: &[f32], y: &mut [f32]) -> bool {
+        let _ = (site, batch_row, x, y);
         false
     }
 
@@ -287,28 +305,77 @@ impl<B: Backend> Linear<B> {
         if !projections.iter().all(|(p, _)| p.host_ready(rows, i)) {
             return None;
         }
-        let weights = projections.map(|(p, _)| p.host_weight(rows, i).expect("checked above"));
-        let mut ys = HostWeight::matmul_many(&weights, xs, rows).into_iter();
-        let mut ys: [Vec<f32>; N] = std::array::from_fn(|_| ys.next().expect("N products"));
-        let Some(d) = delta else {
-            return Some(ys);
-        };
-        let sites = projections.map(|(_, site)| site);
-        if d.add_host_shared(&sites, xs, b, &mut ys.each_mut().map(Vec::as_mut_slice)) {
-            return Some(ys);
+        let mut ys = Self::host_base_products(projections.map(|(p, _)| p), xs, rows, None)?;
+        if let Some(d) = delta {
+            Self::add_deltas(
+                &projections.map(|(_, site)| site),
+                xs,
+                [b, s],
+                d,
+                device,
+                &mut ys,
+            );
         }
-        // No host form: the tensor form, from a tensor of `x`.
+        Some(ys)
+    }
+
+    /// `x Wᵀ` of several [`Linear::host_ready`] projections of one
+    /// host-held `x` (`[rows, in]`), in one parallel region, without
+    /// deltas; `quantized`: `x` quantised already (8-bit activations).
+    /// `None` unless every projection is host-ready.
+    #[cfg(feature = "flex")]
+    pub(crate) fn host_base_products<const N: usize>(
+        projections: [&Self; N],
+        xs: &[f32],
+        rows: usize,
+        quantized: Option<&QuantizedRows>,
+    ) -> Option<[Vec<f32>; N]> {
+        let i = xs.len() / rows.max(1);
+        if !projections.iter().all(|p| p.host_ready(rows, i)) {
+            return None;
+        }
+        let weights = projections.map(|p| p.host_weight(rows, i).expect("checked above"));
+        let mut ys = HostWeight::matmul_many(&weights, xs, rows, quantized).into_iter();
+        Some(std::array::from_fn(|_| ys.next().expect("N products")))
+    }
+
+    /// Whether this host-ready projection takes 8-bit activations (its
+    /// products read `x` quantised).
+    #[cfg(feature = "flex")]
+    pub(crate) fn host_takes_int8(&self) -> bool {
+        self.quantized
+            .as_deref()
+            .is_some_and(HostWeight::takes_int8)
+    }
+
+    /// Adds `delta`'s update at `sites[i]` to `ys[i]` for the host-held `x`
+    /// (`[batch · seq, in]`; `shape` = `[batch, seq]`): by its host form in
+    /// one pass when it has one, else by its tensor form from a tensor of
+    /// `x` on `device`.
+    #[cfg(feature = "flex")]
+    pub(crate) fn add_deltas(
+        sites: &[Site],
+        xs: &[f32],
+        [b, s]: [usize; 2],
+        delta: &dyn LinearDelta<B>,
+        device: &B::Device,
+        ys: &mut [Vec<f32>],
+    ) {
+        let mut views: Vec<&mut [f32]> = ys.iter_mut().map(Vec::as_mut_slice).collect();
+        if delta.add_host_shared(sites, xs, b, &mut views) {
+            return;
+        }
+        let i = xs.len() / (b * s).max(1);
         let x = Tensor::<B, 3>::from_data(
             burn::tensor::TensorData::new(xs.to_vec(), [b, s, i]),
             device,
         );
-        for (y, site) in ys.iter_mut().zip(sites) {
-            if let Some(e) = d.delta(site, &x) {
+        for (y, &site) in ys.iter_mut().zip(sites) {
+            if let Some(e) = delta.delta(site, &x) {
                 let e = crate::runtime::to_vec(e).expect("plain flex f32 data");
                 y.iter_mut().zip(e).for_each(|(y, e)| *y += e);
             }
         }
-        Some(ys)
     }
 
     /// `x Wᵀ + b` without any adapter.

@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, backend::Backend};
 pub struct RmsNorm<B: Backend> {
     gain: Tensor<B, 1>,
     eps: f64,
-    /// `gain` in host memory, read on first use by `RmsNorm::forward_host`.
+    /// `gain` in host memory, read on first use by `RmsNorm::forward_host_into`.
     #[cfg(feature = "flex")]
     host_gain: std::sync::Arc<std::sync::OnceLock<Vec<f32>>>,
 }
@@ -37,47 +37,50 @@ impl<B: Backend> RmsNorm<B> {
     }
 
     /// [`RmsNorm::forward`] of the rows of `x` (row-major, each as wide as
-    /// the gain) in host memory, with the same f32 steps: the mean of
-    /// squares, `+ ε`, the square root's reciprocal, `x · inv`, `· g`. Only
-    /// the order of the mean's sum may differ from burn's.
+    /// the gain) in host memory, into `out` (as long as `x`), with the same
+    /// f32 steps: the mean of squares, `+ ε`, the square root's reciprocal,
+    /// `x · inv`, `· g`. Only the order of the mean's sum may differ from
+    /// burn's.
     #[cfg(feature = "flex")]
-    pub(crate) fn forward_host(&self, x: &[f32]) -> Vec<f32> {
+    pub(crate) fn forward_host_into(&self, x: &[f32], out: &mut [f32]) {
         let gain = self
             .host_gain
             .get_or_init(|| crate::runtime::to_vec(self.gain.clone()).expect("f32 gain"));
         pulp::Arch::new().dispatch(HostNorm {
             x,
+            out,
             gain,
             eps: self.eps as f32,
-        })
+        });
     }
 }
 
-/// [`RmsNorm::forward_host`] inside a `pulp` dispatch: the sums of squares
-/// vectorised ([`super::simd::dot`]), which a plain `f32` sum is not (its
+/// [`RmsNorm::forward_host_into`] inside a `pulp` dispatch: the sums of
+/// squares vectorised ([`super::simd::dot`]), which a plain `f32` sum is not (its
 /// order is fixed), so nine rows of 576 took a twentieth of a decode step.
 #[cfg(feature = "flex")]
 struct HostNorm<'a> {
     x: &'a [f32],
+    out: &'a mut [f32],
     gain: &'a [f32],
     eps: f32,
 }
 
 #[cfg(feature = "flex")]
 impl pulp::WithSimd for HostNorm<'_> {
-    type Output = Vec<f32>;
+    type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, simd: S) -> Vec<f32> {
-        let HostNorm { x, gain, eps } = self;
-        let width = gain.len();
-        let mut out = Vec::with_capacity(x.len());
-        for row in x.chunks_exact(width.max(1)) {
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let HostNorm { x, out, gain, eps } = self;
+        let width = gain.len().max(1);
+        for (row, out) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
             let ms = super::simd::dot(simd, row, row) / width as f32;
             let inv = (ms + eps).sqrt().recip();
-            out.extend(row.iter().zip(gain).map(|(v, g)| v * inv * g));
+            for ((o, v), g) in out.iter_mut().zip(row).zip(gain) {
+                *o = v * inv * g;
+            }
         }
-        out
     }
 }
 
@@ -113,7 +116,8 @@ mod tests {
         let x =
             Tensor::<Flex, 2>::from_data(burn::tensor::TensorData::new(xs.clone(), [3, 40]), &dev);
         let want = norm.forward(x).into_data().to_vec::<f32>().unwrap();
-        let got = norm.forward_host(&xs);
+        let mut got = vec![0.0; xs.len()];
+        norm.forward_host_into(&xs, &mut got);
         assert_eq!(got.len(), want.len());
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() <= 1e-6 * w.abs().max(1.0), "{g} vs {w}");

@@ -1,25 +1,42 @@
 //! A Llama forward step of a few new tokens per row (decoding) held in host
 //! memory from the embedding to the final norm, on plain burn-flex.
 //!
-//! Why: on that path every product, delta and attention already runs on
-//! host vectors; what was left in burn's ops (the norms, the residual
+//! Why: on that path every product, LoRA update and attention already runs
+//! on host vectors; what was left in burn's ops (the norms, the residual
 //! adds, the activation, reshapes, and the copies into and out of tensors
 //! around each of them) ran on one thread while the pool's other thread
 //! waited. In a SmolLM2 decode step with the N = 8 ensemble's nine rows,
-//! measured with `perf` on `ensemble/examples`-style decode loops, that
-//! serial remainder was about a quarter of the step.
+//! measured with `perf`, that serial remainder was about a quarter of the
+//! step.
+//!
+//! A block is seven parallel passes:
+//! 1. the query, key and value products (one region, `x` quantised once);
+//! 2. per run of rows: their LoRA updates, rotation, cache append and
+//!    attention;
+//! 3. the output product;
+//! 4. per run of rows: its update, the residual add, the MLP's norm and its
+//!    quantisation;
+//! 5. the gate and up products;
+//! 6. per run of rows: their updates, `SiLU(gate)·up` and its quantisation;
+//! 7. the down product, then per run of rows its update, the residual add
+//!    and the next block's norm and quantisation (the final norm after the
+//!    last block).
+//!
+//! Updates go inside the per-row passes when the delta has a per-row host
+//! form ([`LinearDelta::has_host_rows`]); any other delta is added after
+//! each product for all rows at once.
 //!
 //! Same computation as [`Llama`]'s tensor path, step for step: each norm
-//! by [`RmsNorm::forward_host`](crate::layers::RmsNorm), the products and
-//! deltas by [`Linear::host_products`], rotation, cache append and
-//! attention by the same host code the tensor path calls. Only the order of
-//! the norms' sums may differ (tested against the tensor path in
-//! `tests` below).
+//! by `RmsNorm::forward_host_into`, the products by the quantised kernels,
+//! rotation, cache append and attention by the host code the tensor path's
+//! host attention calls. Only the order of f32 sums may differ (tested
+//! against the tensor path in `tests/llama_host_step.rs`).
 
 use burn::tensor::{Tensor, TensorData, backend::Backend, module::embedding};
 
 use super::Llama;
 use crate::error::ModelError;
+use crate::layers::int8_activations::{QuantizedRow, QuantizedRows};
 use crate::layers::kv_cache::{HOST_QUERIES_MAX, HostShape};
 use crate::layers::{KvCache, Linear, LinearDelta, Projection, Scoring, Site};
 use crate::runtime::{Batch, Step, is_plain_flex, start_step, to_vec};
@@ -58,6 +75,7 @@ impl<B: Backend> Llama<B> {
     ) -> Result<Tensor<B, 3>, ModelError> {
         let c = &self.config;
         let (b, s) = (batch.rows(), batch.len());
+        let rows = b * s;
         let Step { ids, positions } = start_step(self, batch, cache)?;
         let angles = self.rope.angles::<B>(&positions, &self.device);
         let shape = HostShape {
@@ -67,84 +85,258 @@ impl<B: Backend> Llama<B> {
             kv_heads: c.num_key_value_heads,
             head_dim: c.head_dim,
         };
+        let (h, wide) = (c.hidden_size, c.intermediate_size);
+        let heads_width = c.num_attention_heads * c.head_dim;
+        // A delta with a per-row host form is added inside the per-row
+        // passes; any other after each product, for all rows at once.
+        let (by_row, at_once) = match delta {
+            Some(d) if d.has_host_rows() => (Some(d), None),
+            d => (None, d),
+        };
+        let add_at_once = |sites: &[Site], x: &[f32], ys: &mut [Vec<f32>]| {
+            if let Some(d) = at_once {
+                Linear::add_deltas(sites, x, [b, s], d, &self.device, ys);
+            }
+        };
+        let parallel = rows > 1;
+
         let mut x = to_vec(embedding(self.embed_tokens.clone(), ids))?;
+        // `n`: the normed residual stream, the next products' input; `nq`:
+        // the same quantised, where those products take 8-bit input.
+        let mut n = vec![0.0f32; rows * h];
+        let first = &self.layers[0];
+        let mut nq = quantized_for(&qkv_of(&first.attn), rows, h);
+        per_row(
+            rows,
+            parallel,
+            [&mut x, &mut n],
+            nq.as_mut(),
+            |_, [x, n], q| {
+                first.input_layernorm.forward_host_into(x, n);
+                if let Some(q) = q {
+                    q.fill(n);
+                }
+            },
+        );
         for (i, block) in self.layers.iter().enumerate() {
             let site = |module| Site { layer: i, module };
-            let attn = &block.attn;
-            let n = block.input_layernorm.forward_host(&x);
-            let [mut q, mut k, v] = products(
-                &self.device,
-                [b, s],
-                delta,
-                [
-                    (&attn.q_proj, site(Projection::Q)),
-                    (&attn.k_proj, site(Projection::K)),
-                    (&attn.v_proj, site(Projection::V)),
-                ],
-                &n,
-            );
+            let (attn, mlp) = (&block.attn, &block.mlp);
+
+            // Attention: the three products in one region, then per run of
+            // rows their updates, rotation, cache append and attention.
+            let mut qkv_out = base_products(qkv_of(attn), &n, rows, nq.as_ref());
+            let qkv_sites = [
+                site(Projection::Q),
+                site(Projection::K),
+                site(Projection::V),
+            ];
+            add_at_once(&qkv_sites, &n, &mut qkv_out);
+            let [mut q, mut k, mut v] = qkv_out;
+            let widths = [q.len() / rows, k.len() / rows, v.len() / rows];
+            let prepare = |first: usize, q: &mut [f32], k: &mut [f32], v: &mut [f32]| {
+                let Some(d) = by_row else { return };
+                let runs = q
+                    .chunks_exact_mut(widths[0])
+                    .zip(k.chunks_exact_mut(widths[1]))
+                    .zip(v.chunks_exact_mut(widths[2]));
+                for (j, ((q, k), v)) in runs.enumerate() {
+                    let row = first * s + j;
+                    let x = &n[row * h..][..h];
+                    for (y, site) in [q, k, v].into_iter().zip(qkv_sites) {
+                        d.add_host_row(site, row / s, x, y);
+                    }
+                }
+            };
             let scoring = Scoring {
                 scale: attn.config.scale,
                 softcap: attn.config.softcap,
             };
             let heads = cache.append_and_attend_host(
                 i,
-                (&mut q, &mut k, &v),
+                (&mut q, &mut k, &mut v),
                 shape,
                 Some(&angles),
                 None,
                 scoring,
+                Some(&prepare),
             );
-            let [o] = products(
-                &self.device,
-                [b, s],
-                delta,
-                [(&attn.o_proj, site(Projection::O))],
-                &heads,
-            );
-            add_in_place(&mut x, &o);
 
-            let n = block.post_attention_layernorm.forward_host(&x);
-            let [mut gate, up] = products(
-                &self.device,
-                [b, s],
-                delta,
-                [
-                    (&block.mlp.gate, site(Projection::Gate)),
-                    (&block.mlp.up, site(Projection::Up)),
-                ],
-                &n,
+            // The output projection, then per row: its update, the residual
+            // add, the MLP's norm (and its quantisation).
+            let hq = attn
+                .o_proj
+                .host_takes_int8()
+                .then(|| QuantizedRows::new(&heads, rows, heads_width));
+            let mut o = base_products([&attn.o_proj], &heads, rows, hq.as_ref());
+            add_at_once(&[site(Projection::O)], &heads, &mut o);
+            let [mut o] = o;
+            let mut n2 = vec![0.0f32; rows * h];
+            let mut nq2 = quantized_for(&[&mlp.gate, &mlp.up], rows, h);
+            let o_stage =
+                |row: usize, [x, o, n2]: [&mut [f32]; 3], q: Option<&mut QuantizedRow<'_>>| {
+                    if let Some(d) = by_row {
+                        let x = &heads[row * heads_width..][..heads_width];
+                        d.add_host_row(site(Projection::O), row / s, x, o);
+                    }
+                    add_in_place(x, o);
+                    block.post_attention_layernorm.forward_host_into(x, n2);
+                    if let Some(q) = q {
+                        q.fill(n2);
+                    }
+                };
+            per_row(
+                rows,
+                parallel,
+                [&mut x, &mut o, &mut n2],
+                nq2.as_mut(),
+                o_stage,
             );
-            crate::layers::vexp::silu_in_place(&mut gate);
-            gate.iter_mut().zip(&up).for_each(|(g, u)| *g *= u);
-            let [down] = products(
-                &self.device,
-                [b, s],
-                delta,
-                [(&block.mlp.down, site(Projection::Down))],
-                &gate,
+
+            // Gate and up in one region, then per row: their updates and
+            // SiLU(gate)·up (and its quantisation).
+            let mut gu = base_products([&mlp.gate, &mlp.up], &n2, rows, nq2.as_ref());
+            let gu_sites = [site(Projection::Gate), site(Projection::Up)];
+            add_at_once(&gu_sites, &n2, &mut gu);
+            let [mut gate, mut up] = gu;
+            let mut gq = quantized_for(&[&mlp.down], rows, wide);
+            per_row(
+                rows,
+                parallel,
+                [&mut gate, &mut up],
+                gq.as_mut(),
+                |row, [g, u], q| {
+                    if let Some(d) = by_row {
+                        let x = &n2[row * h..][..h];
+                        d.add_host_row(gu_sites[0], row / s, x, g);
+                        d.add_host_row(gu_sites[1], row / s, x, u);
+                    }
+                    crate::layers::vexp::silu_in_place(g);
+                    g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g *= u);
+                    if let Some(q) = q {
+                        q.fill(g);
+                    }
+                },
             );
-            add_in_place(&mut x, &down);
+
+            // Down, then per row: its update, the residual add and the next
+            // block's norm (the final norm after the last block).
+            let mut down = base_products([&mlp.down], &gate, rows, gq.as_ref());
+            add_at_once(&[site(Projection::Down)], &gate, &mut down);
+            let [mut down] = down;
+            let norm = match self.layers.get(i + 1) {
+                Some(next) => {
+                    nq = quantized_for(&qkv_of(&next.attn), rows, h);
+                    &next.input_layernorm
+                }
+                None => {
+                    nq = None;
+                    &self.norm
+                }
+            };
+            let down_stage =
+                |row: usize, [x, dn, n]: [&mut [f32]; 3], q: Option<&mut QuantizedRow<'_>>| {
+                    if let Some(d) = by_row {
+                        let x = &gate[row * wide..][..wide];
+                        d.add_host_row(site(Projection::Down), row / s, x, dn);
+                    }
+                    add_in_place(x, dn);
+                    norm.forward_host_into(x, n);
+                    if let Some(q) = q {
+                        q.fill(n);
+                    }
+                };
+            per_row(
+                rows,
+                parallel,
+                [&mut x, &mut down, &mut n],
+                nq.as_mut(),
+                down_stage,
+            );
         }
-        let x = self.norm.forward_host(&x);
         Ok(Tensor::from_data(
-            TensorData::new(x, [b, s, c.hidden_size]),
+            TensorData::new(n, [b, s, c.hidden_size]),
             &self.device,
         ))
     }
 }
 
-/// [`Linear::host_products`] of projections checked `host_ready` by
+/// [`Linear::host_base_products`] of projections checked `host_ready` by
 /// [`Llama::forward_hidden_host`].
-fn products<B: Backend, const N: usize>(
-    device: &B::Device,
-    shape: [usize; 2],
-    delta: Option<&dyn LinearDelta<B>>,
-    projections: [(&Linear<B>, Site); N],
+fn base_products<B: Backend, const N: usize>(
+    projections: [&Linear<B>; N],
     x: &[f32],
+    rows: usize,
+    quantized: Option<&QuantizedRows>,
 ) -> [Vec<f32>; N] {
-    Linear::host_products(projections, x, shape, delta, device)
+    Linear::host_base_products(projections, x, rows, quantized)
         .expect("host_ready checked by forward_hidden_host")
+}
+
+/// A block's query, key and value projections.
+fn qkv_of<B: Backend>(a: &crate::layers::Attention<B>) -> [&Linear<B>; 3] {
+    [&a.q_proj, &a.k_proj, &a.v_proj]
+}
+
+/// Room for `rows` quantised rows of width `width`, where any of
+/// `projections` takes 8-bit activations.
+fn quantized_for<B: Backend>(
+    projections: &[&Linear<B>],
+    rows: usize,
+    width: usize,
+) -> Option<QuantizedRows> {
+    projections
+        .iter()
+        .any(|p| p.host_takes_int8())
+        .then(|| QuantizedRows::zeroed(rows, width))
+}
+
+/// A row of each of `K` buffers, and of the quantised rows if any.
+type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<QuantizedRow<'a>>);
+
+/// Runs `f(row, [row of each buffer], row of quantized)` for every row, in
+/// one run of consecutive rows per thread when `parallel`: the decode
+/// step's per-row passes, each a product's update, a residual add, a norm
+/// and a quantisation together where they were one serial step each.
+fn per_row<const K: usize>(
+    rows: usize,
+    parallel: bool,
+    buffers: [&mut [f32]; K],
+    quantized: Option<&mut QuantizedRows>,
+    f: impl Fn(usize, [&mut [f32]; K], Option<&mut QuantizedRow<'_>>) + Sync,
+) {
+    let mut parts: Vec<_> = buffers
+        .into_iter()
+        .map(|b| {
+            let width = b.len() / rows.max(1);
+            b.chunks_exact_mut(width.max(1))
+        })
+        .collect();
+    let mut quantized = quantized.map(|q| q.rows_mut());
+    let all: Vec<RowParts<'_, K>> = (0..rows)
+        .map(|row| {
+            let bufs = std::array::from_fn(|i| parts[i].next().expect("a row of each buffer"));
+            let q = quantized
+                .as_mut()
+                .map(|q| q.next().expect("a quantised row"));
+            (row, bufs, q)
+        })
+        .collect();
+    let tasks = if parallel {
+        rayon::current_num_threads().clamp(1, rows.max(1))
+    } else {
+        1
+    };
+    let per = rows.div_ceil(tasks).max(1);
+    let mut runs: Vec<Vec<RowParts<'_, K>>> = Vec::with_capacity(tasks);
+    let mut all = all.into_iter().peekable();
+    while all.peek().is_some() {
+        runs.push(all.by_ref().take(per).collect());
+    }
+    crate::runtime::for_each_task(runs, |_, run| {
+        for (row, bufs, mut q) in run {
+            f(row, bufs, q.as_mut());
+        }
+    });
 }
 
 /// `x += y`, elementwise (the residual adds).
