@@ -38,7 +38,7 @@ use super::Llama;
 use crate::error::ModelError;
 use crate::layers::int8_activations::{QuantizedRow, QuantizedRows};
 use crate::layers::kv_cache::{HOST_QUERIES_MAX, HostShape};
-use crate::layers::{KvCache, Linear, LinearDelta, Projection, Scoring, Site};
+use crate::layers::{KvCache, Linear, LinearDelta, Projection, RmsNorm, Scoring, Site};
 use crate::runtime::{Batch, Step, is_plain_flex, start_step, to_vec};
 
 impl<B: Backend> Llama<B> {
@@ -172,24 +172,12 @@ impl<B: Backend> Llama<B> {
             let [mut o] = o;
             let mut n2 = vec![0.0f32; rows * h];
             let mut nq2 = quantized_for(&[&mlp.gate, &mlp.up], rows, h);
-            let o_stage =
-                |row: usize, [x, o, n2]: [&mut [f32]; 3], q: Option<&mut QuantizedRow<'_>>| {
-                    if let Some(d) = by_row {
-                        let x = &heads[row * heads_width..][..heads_width];
-                        d.add_host_row(site(Projection::O), row / s, x, o);
-                    }
-                    add_in_place(x, o);
-                    block.post_attention_layernorm.forward_host_into(x, n2);
-                    if let Some(q) = q {
-                        q.fill(n2);
-                    }
-                };
-            per_row(
-                rows,
-                parallel,
+            residual_pass(
+                (by_row, site(Projection::O), &heads),
+                [s, rows],
                 [&mut x, &mut o, &mut n2],
+                &block.post_attention_layernorm,
                 nq2.as_mut(),
-                o_stage,
             );
 
             // Gate and up in one region, then per row: their updates and
@@ -233,24 +221,12 @@ impl<B: Backend> Llama<B> {
                     &self.norm
                 }
             };
-            let down_stage =
-                |row: usize, [x, dn, n]: [&mut [f32]; 3], q: Option<&mut QuantizedRow<'_>>| {
-                    if let Some(d) = by_row {
-                        let x = &gate[row * wide..][..wide];
-                        d.add_host_row(site(Projection::Down), row / s, x, dn);
-                    }
-                    add_in_place(x, dn);
-                    norm.forward_host_into(x, n);
-                    if let Some(q) = q {
-                        q.fill(n);
-                    }
-                };
-            per_row(
-                rows,
-                parallel,
+            residual_pass(
+                (by_row, site(Projection::Down), &gate),
+                [s, rows],
                 [&mut x, &mut down, &mut n],
+                norm,
                 nq.as_mut(),
-                down_stage,
             );
         }
         Ok(Tensor::from_data(
@@ -258,6 +234,30 @@ impl<B: Backend> Llama<B> {
             &self.device,
         ))
     }
+}
+
+/// The per-row pass after a product `y` that feeds the residual stream `x`
+/// (all `[rows, hidden]`): the update at `site` of `input` (the product's
+/// input, `[rows, width]`) where added by row, `x += y`, then `norm(x)`
+/// into `n` and, where the next products take 8-bit input, into `nq`.
+fn residual_pass<B: Backend>(
+    (by_row, site, input): (Option<&dyn LinearDelta<B>>, Site, &[f32]),
+    [seq, rows]: [usize; 2],
+    buffers: [&mut [f32]; 3],
+    norm: &RmsNorm<B>,
+    nq: Option<&mut QuantizedRows>,
+) {
+    let width = input.len() / rows.max(1);
+    per_row(rows, rows > 1, buffers, nq, |row, [x, y, n], q| {
+        if let Some(d) = by_row {
+            d.add_host_row(site, row / seq, &input[row * width..][..width], y);
+        }
+        add_in_place(x, y);
+        norm.forward_host_into(x, n);
+        if let Some(q) = q {
+            q.fill(n);
+        }
+    });
 }
 
 /// [`Linear::host_base_products`] of projections checked `host_ready` by
