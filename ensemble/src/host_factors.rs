@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use privmix_models::Site;
 use privmix_models::layers::simd::{axpy, dot};
-use privmix_models::runtime::for_each_row;
+use privmix_models::runtime::{for_each_task, rows_per_task};
 use pulp::{Simd, WithSimd};
 
 /// One site's factors for every member: `A` transposed, `[members, r, in]`,
@@ -68,22 +68,18 @@ impl HostSite {
     /// `y[row] += (x[row] A_m) B_m` with `m = members[row / seq]`, skipping
     /// rows whose member is `None`; `x: [rows, in]`, `y: [rows, out]`.
     pub(crate) fn add(&self, members: &[Option<usize>], x: &[f32], y: &mut [f32]) {
-        let rows = x.len() / self.inp;
-        let seq = (rows / members.len().max(1)).max(1);
-        let add = |row: usize, y: &mut [f32]| {
-            if let Some(m) = members.get(row / seq).copied().flatten() {
-                pulp::Arch::new().dispatch(AddRow {
-                    site: self,
-                    member: m,
-                    x: &x[row * self.inp..][..self.inp],
-                    y,
-                });
-            }
-        };
-        // Rows in parallel where there is enough work (the members' factors
-        // are read from memory: ~34 KB per member and site for SmolLM2).
-        let parallel = rows * self.rank * (self.inp + self.out) >= PARALLEL_MIN_FLOATS;
-        for_each_row(y, self.out, parallel, add);
+        add_shared(&[Some(self)], members, x, &mut [y]);
+    }
+
+    /// `y += (x A_m) B_m` for one row (`x` of the input width, `y` of the
+    /// output width): the arithmetic [`HostSite::add`] does for each row.
+    pub(crate) fn add_row(&self, member: usize, x: &[f32], y: &mut [f32]) {
+        pulp::Arch::new().dispatch(AddRow {
+            site: self,
+            member,
+            x,
+            y,
+        });
     }
 }
 
@@ -91,8 +87,8 @@ impl HostSite {
 /// query, key and value; an MLP's gate and up), `ys[i]` for `sites[i]`
 /// (`None`: a site no member adapts, left as it is), in one pass over the
 /// rows: each thread takes one run of rows through every site, so the sites
-/// share one fork and join instead of one each. Each row gets the same
-/// arithmetic as from [`HostSite::add`].
+/// share one fork and join instead of one each. Each row's update is
+/// [`HostSite::add_row`].
 pub(crate) fn add_shared(
     sites: &[Option<&HostSite>],
     members: &[Option<usize>],
@@ -109,12 +105,7 @@ pub(crate) fn add_shared(
         .flatten()
         .map(|s| rows * s.rank * (s.inp + s.out))
         .sum();
-    let tasks = if work >= PARALLEL_MIN_FLOATS {
-        rayon::current_num_threads().min(rows).max(1)
-    } else {
-        1
-    };
-    let per = rows.div_ceil(tasks);
+    let per = rows_per_task(rows, work >= PARALLEL_MIN_FLOATS);
     // Run t: rows [t·per, (t+1)·per) of every adapted site's output.
     let mut runs: Vec<Vec<(&HostSite, &mut [f32])>> =
         (0..rows.div_ceil(per)).map(|_| Vec::new()).collect();
@@ -130,30 +121,12 @@ pub(crate) fn add_shared(
             for (i, y) in part.chunks_exact_mut(site.out).enumerate() {
                 let row = t * per + i;
                 if let Some(m) = members.get(row / seq).copied().flatten() {
-                    pulp::Arch::new().dispatch(AddRow {
-                        site,
-                        member: m,
-                        x: &x[row * inp..][..inp],
-                        y,
-                    });
+                    site.add_row(m, &x[row * inp..][..inp], y);
                 }
             }
         }
     };
-    privmix_models::runtime::for_each_task(runs, add);
-}
-
-impl HostSite {
-    /// `y += (x A_m) B_m` for one row (`x` of the input width, `y` of the
-    /// output width): the arithmetic [`HostSite::add`] does for each row.
-    pub(crate) fn add_row(&self, member: usize, x: &[f32], y: &mut [f32]) {
-        pulp::Arch::new().dispatch(AddRow {
-            site: self,
-            member,
-            x,
-            y,
-        });
-    }
+    for_each_task(runs, add);
 }
 
 /// The factors of every adapted site.

@@ -264,14 +264,12 @@ impl<B: Backend> LinearDelta<B> for RowAdapters<B> {
         self.host.is_some()
     }
 
-    fn add_host_row(&self, site: Site, batch_row: usize, x: &[f32], y: &mut [f32]) -> bool {
-        let Some((host, rows)) = &self.host else {
-            return false;
-        };
-        if let (Some(h), Some(&Some(member))) = (host.get(&site), rows.get(batch_row)) {
+    fn add_host_row(&self, site: Site, batch_row: usize, x: &[f32], y: &mut [f32]) {
+        if let Some((host, rows)) = &self.host
+            && let (Some(h), Some(&Some(member))) = (host.get(&site), rows.get(batch_row))
+        {
             h.add_row(member, x, y);
         }
-        true
     }
 
     fn add_host_shared(

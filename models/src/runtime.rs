@@ -351,9 +351,9 @@ pub fn for_each_task<T: Send>(tasks: Vec<T>, f: impl Fn(usize, T) + Sync) {
     }
 }
 
-/// Runs `f(row, out_row)` for every `width`-long row of `out`, in order on the
-/// calling thread, or, with `parallel`, as one run of consecutive rows per
-/// rayon thread.
+/// Rows per task when a per-row pass over `rows` rows is split into one
+/// run of consecutive rows per rayon thread (for [`for_each_task`]), or all
+/// rows in one task unless `parallel`.
 ///
 /// Why runs and not a task per row: the per-row passes of a decode step (the
 /// ensemble's LoRA update, host attention) have a few rows of small work each,
@@ -361,26 +361,13 @@ pub fn for_each_task<T: Send>(tasks: Vec<T>, f: impl Fn(usize, T) + Sync) {
 /// more than it gained. Measured on the LoRA pass of a SmolLM2 step at N = 8:
 /// 1.41 ms with a task per row, 1.09 ms with a run per thread, 1.56 ms on one
 /// thread; host attention 0.89 → 0.85 ms.
-pub fn for_each_row<T: Send>(
-    out: &mut [T],
-    width: usize,
-    parallel: bool,
-    f: impl Fn(usize, &mut [T]) + Sync,
-) {
-    let rows = out.len() / width.max(1);
-    let tasks = rayon::current_num_threads().min(rows).max(1);
-    if parallel && tasks > 1 {
-        let per = rows.div_ceil(tasks);
-        for_each_task(out.chunks_mut(per * width).collect(), |task, run| {
-            for (i, row) in run.chunks_mut(width).enumerate() {
-                f(task * per + i, row);
-            }
-        });
+pub fn rows_per_task(rows: usize, parallel: bool) -> usize {
+    let tasks = if parallel {
+        rayon::current_num_threads().clamp(1, rows.max(1))
     } else {
-        for (row, out) in out.chunks_mut(width.max(1)).enumerate() {
-            f(row, out);
-        }
-    }
+        1
+    };
+    rows.div_ceil(tasks).max(1)
 }
 
 /// Whether `B` is exactly burn-flex (the CPU backend without autodiff):

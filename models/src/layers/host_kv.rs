@@ -298,12 +298,7 @@ fn attend_grouped(
 /// Rows per thread for attention over `batch` rows with `work` query
 /// entries × slots: all on one thread below [`PARALLEL_MIN_WORK`].
 fn rows_per_task(batch: usize, work: usize) -> usize {
-    let tasks = if batch > 1 && work >= PARALLEL_MIN_WORK {
-        rayon::current_num_threads().clamp(1, batch)
-    } else {
-        1
-    };
-    batch.div_ceil(tasks).max(1)
+    crate::runtime::rows_per_task(batch, batch > 1 && work >= PARALLEL_MIN_WORK)
 }
 
 /// `prepare(first_row, q, k, v)` of [`append_and_attend`]: changes a run of
@@ -394,9 +389,10 @@ fn attend_rows(
     let per_row = s * scoring.heads * d;
     let rep = scoring.heads / kv.heads;
     let prefetch = super::simd::Prefetch::new();
-    let one_row = |row: usize, out: &mut [f32]| {
-        let mut scores = vec![0.0f32; group.min(rep) * t];
-        let mut seen = vec![false; t];
+    // Scratch shared by the rows, which run one after another here.
+    let mut scores = vec![0.0f32; group.min(rep) * t];
+    let mut seen = vec![false; t];
+    let mut one_row = |row: usize, out: &mut [f32]| {
         for i in 0..s {
             for (j, v) in seen.iter_mut().enumerate() {
                 *v = visible(row, i, j);

@@ -296,15 +296,7 @@ impl<B: Backend> KvCache<B> {
     /// (row-major host vectors) to layer `layer`, held in host memory.
     #[cfg(feature = "flex")]
     fn append_host(&mut self, layer: usize, k: &[f32], v: &[f32], shape: HostShape) {
-        use super::host_kv::HostKv;
-        if !matches!(self.layers[layer], Layer::Host(_)) {
-            self.layers[layer] =
-                Layer::Host(HostKv::new(shape.batch, shape.kv_heads, shape.head_dim));
-        }
-        let Layer::Host(kv) = &mut self.layers[layer] else {
-            unreachable!("set just above")
-        };
-        kv.append(k, v, shape.seq);
+        host_layer(&mut self.layers[layer], shape).append(k, v, shape.seq);
     }
 
     /// Appends this step's keys and values to layer `layer` (held in host
@@ -327,16 +319,10 @@ impl<B: Backend> KvCache<B> {
         scoring: Scoring,
         prepare: Option<&super::host_kv::PrepareRows<'_>>,
     ) -> Vec<f32> {
-        use super::host_kv::{HostKv, HostScoring, append_and_attend};
+        use super::host_kv::{HostScoring, append_and_attend};
         let s = shape.seq;
         debug_assert!(s <= HOST_QUERIES_MAX);
-        if !matches!(self.layers[layer], Layer::Host(_)) {
-            self.layers[layer] =
-                Layer::Host(HostKv::new(shape.batch, shape.kv_heads, shape.head_dim));
-        }
-        let Layer::Host(kv) = &mut self.layers[layer] else {
-            unreachable!("set just above")
-        };
+        let kv = host_layer(&mut self.layers[layer], shape);
         let t = kv.len() + s;
         let rows = &self.rows;
         let visible = |row: usize, i: usize, j: usize| {
@@ -388,6 +374,23 @@ impl<B: Backend> KvCache<B> {
         }
         Ok(())
     }
+}
+
+/// A layer's keys and values in host memory, made empty (for `shape`'s rows
+/// and heads) if the layer holds none yet.
+#[cfg(feature = "flex")]
+fn host_layer<B: Backend>(entry: &mut Layer<B>, shape: HostShape) -> &mut super::host_kv::HostKv {
+    if !matches!(entry, Layer::Host(_)) {
+        *entry = Layer::Host(super::host_kv::HostKv::new(
+            shape.batch,
+            shape.kv_heads,
+            shape.head_dim,
+        ));
+    }
+    let Layer::Host(kv) = entry else {
+        unreachable!("set just above")
+    };
+    kv
 }
 
 #[cfg(test)]

@@ -81,12 +81,11 @@ pub trait LinearDelta<B: Backend>: Sync {
     /// Adds the delta at `site` for one row in host memory: `x` and `y` are
     /// that row's input and output, `batch_row` its batch row (the rows of a
     /// step's `seq` tokens share one). The decode step uses it to add an
-    /// update inside a per-row pass it makes anyway. Returns `false`,
-    /// leaving `y` untouched, when this source has no per-row host form
-    /// (see [`LinearDelta::has_host_rows`]); the default has none.
-    fn add_host_row(&self, site: Site, batch_row: usize, x: &[f32], y: &mut [f32]) -> bool {
+    /// update inside a per-row pass it makes anyway, and calls it only when
+    /// [`LinearDelta::has_host_rows`] says it serves; the default (no
+    /// per-row form) adds nothing.
+    fn add_host_row(&self, site: Site, batch_row: usize, x: &[f32], y: &mut [f32]) {
         let _ = (site, batch_row, x, y);
-        false
     }
 
     /// [`LinearDelta::add_host`] at several sites that share `x` (a block's
@@ -300,12 +299,7 @@ impl<B: Backend> Linear<B> {
         delta: Option<&dyn LinearDelta<B>>,
         device: &B::Device,
     ) -> Option<[Vec<f32>; N]> {
-        let rows = b * s;
-        let i = xs.len() / rows.max(1);
-        if !projections.iter().all(|(p, _)| p.host_ready(rows, i)) {
-            return None;
-        }
-        let mut ys = Self::host_base_products(projections.map(|(p, _)| p), xs, rows, None)?;
+        let mut ys = Self::host_base_products(projections.map(|(p, _)| p), xs, b * s, None)?;
         if let Some(d) = delta {
             Self::add_deltas(
                 &projections.map(|(_, site)| site),

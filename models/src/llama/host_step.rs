@@ -98,7 +98,6 @@ impl<B: Backend> Llama<B> {
                 Linear::add_deltas(sites, x, [b, s], d, &self.device, ys);
             }
         };
-        let parallel = rows > 1;
 
         let mut x = to_vec(embedding(self.embed_tokens.clone(), ids))?;
         // `n`: the normed residual stream, the next products' input; `nq`:
@@ -106,18 +105,12 @@ impl<B: Backend> Llama<B> {
         let mut n = vec![0.0f32; rows * h];
         let first = &self.layers[0];
         let mut nq = quantized_for(&qkv_of(&first.attn), rows, h);
-        per_row(
-            rows,
-            parallel,
-            [&mut x, &mut n],
-            nq.as_mut(),
-            |_, [x, n], q| {
-                first.input_layernorm.forward_host_into(x, n);
-                if let Some(q) = q {
-                    q.fill(n);
-                }
-            },
-        );
+        per_row(rows, [&mut x, &mut n], nq.as_mut(), |_, [x, n], q| {
+            first.input_layernorm.forward_host_into(x, n);
+            if let Some(q) = q {
+                q.fill(n);
+            }
+        });
         for (i, block) in self.layers.iter().enumerate() {
             let site = |module| Site { layer: i, module };
             let (attn, mlp) = (&block.attn, &block.mlp);
@@ -187,24 +180,18 @@ impl<B: Backend> Llama<B> {
             add_at_once(&gu_sites, &n2, &mut gu);
             let [mut gate, mut up] = gu;
             let mut gq = quantized_for(&[&mlp.down], rows, wide);
-            per_row(
-                rows,
-                parallel,
-                [&mut gate, &mut up],
-                gq.as_mut(),
-                |row, [g, u], q| {
-                    if let Some(d) = by_row {
-                        let x = &n2[row * h..][..h];
-                        d.add_host_row(gu_sites[0], row / s, x, g);
-                        d.add_host_row(gu_sites[1], row / s, x, u);
-                    }
-                    crate::layers::vexp::silu_in_place(g);
-                    g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g *= u);
-                    if let Some(q) = q {
-                        q.fill(g);
-                    }
-                },
-            );
+            per_row(rows, [&mut gate, &mut up], gq.as_mut(), |row, [g, u], q| {
+                if let Some(d) = by_row {
+                    let x = &n2[row * h..][..h];
+                    d.add_host_row(gu_sites[0], row / s, x, g);
+                    d.add_host_row(gu_sites[1], row / s, x, u);
+                }
+                crate::layers::vexp::silu_in_place(g);
+                g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g *= u);
+                if let Some(q) = q {
+                    q.fill(g);
+                }
+            });
 
             // Down, then per row: its update, the residual add and the next
             // block's norm (the final norm after the last block).
@@ -248,7 +235,7 @@ fn residual_pass<B: Backend>(
     nq: Option<&mut QuantizedRows>,
 ) {
     let width = input.len() / rows.max(1);
-    per_row(rows, rows > 1, buffers, nq, |row, [x, y, n], q| {
+    per_row(rows, buffers, nq, |row, [x, y, n], q| {
         if let Some(d) = by_row {
             d.add_host_row(site, row / seq, &input[row * width..][..width], y);
         }
@@ -294,12 +281,11 @@ fn quantized_for<B: Backend>(
 type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<QuantizedRow<'a>>);
 
 /// Runs `f(row, [row of each buffer], row of quantized)` for every row, in
-/// one run of consecutive rows per thread when `parallel`: the decode
+/// one run of consecutive rows per thread: the decode
 /// step's per-row passes, each a product's update, a residual add, a norm
 /// and a quantisation together where they were one serial step each.
 fn per_row<const K: usize>(
     rows: usize,
-    parallel: bool,
     buffers: [&mut [f32]; K],
     quantized: Option<&mut QuantizedRows>,
     f: impl Fn(usize, [&mut [f32]; K], Option<&mut QuantizedRow<'_>>) + Sync,
@@ -321,13 +307,8 @@ fn per_row<const K: usize>(
             (row, bufs, q)
         })
         .collect();
-    let tasks = if parallel {
-        rayon::current_num_threads().clamp(1, rows.max(1))
-    } else {
-        1
-    };
-    let per = rows.div_ceil(tasks).max(1);
-    let mut runs: Vec<Vec<RowParts<'_, K>>> = Vec::with_capacity(tasks);
+    let per = crate::runtime::rows_per_task(rows, rows > 1);
+    let mut runs: Vec<Vec<RowParts<'_, K>>> = Vec::with_capacity(rows.div_ceil(per));
     let mut all = all.into_iter().peekable();
     while all.peek().is_some() {
         runs.push(all.by_ref().take(per).collect());
