@@ -10,7 +10,10 @@
 //! - `ensemble_n8_q_v`: the N = 8 ensemble with rank-4 adapters on `q_proj`
 //!   and `v_proj` only: PEFT's default targets for Llama, which the PMixED
 //!   reference code gets by leaving `target_modules` unset
-//!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`).
+//!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`);
+//! - `no_adapters_n8`: the same nine rows with no adapter on any (the public
+//!   model on every row): what the N = 8 step costs before any update, a
+//!   floor for every adapter configuration.
 //!
 //! The group `ensemble_decode_step_smollm2_int8_activations` repeats every
 //! row with the model loaded with [`DecodeProducts::Int8Activations`]:
@@ -27,9 +30,9 @@
 //! the same code, stop 17 measured `ensemble_n8` at 14.6 ms that way and
 //! 12.6 ms as steps of a loop; the single-model step at 4.8 ms both ways).
 //!
-//! Each group also prints `paired_n8`: the N = 8 ensemble step over the
-//! single-model step as medians of 30 alternations of the two (see
-//! [`paired_ratio`]).
+//! Each group also prints `paired` lines: the three N = 8 steps above over
+//! the single-model step, from 40 rounds that time the single model and
+//! then each of them within a second (see [`paired_ratios`]).
 //!
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
@@ -62,7 +65,7 @@ const PREFILL_BENCHED: usize = 8;
 /// Consecutive decode steps per timed run.
 const STEPS: usize = 8;
 const PAIRED: usize = 8;
-const PAIRED_ROUNDS: usize = 30;
+const PAIRED_ROUNDS: usize = 40;
 
 /// Reports the time per step of [`STEPS`] consecutive `step`s on a fresh
 /// `setup()` state, the setup and the state's drop untimed.
@@ -189,17 +192,31 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
         dec.prefill(&context()).unwrap();
         g.bench_function(format!("ensemble_n{n}"), |b| decode_steps(b, &dec));
         if n == PAIRED {
-            paired_ratio(group, model, &cache, &dec);
-        }
-        if n == PREFILL_BENCHED {
             let config = LoraConfig::new(4, 8.0, &["q_proj", "v_proj"]).unwrap();
             let light: Vec<LoraAdapter<B>> = (0..n as u64)
                 .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, device).unwrap())
                 .collect();
-            let runner = EnsembleRunner::new(model.clone(), &light).unwrap();
-            let mut dec = runner.decoder(RowLayout::public_and_members(n)).unwrap();
-            dec.prefill(&context()).unwrap();
-            g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &dec));
+            let light_runner = EnsembleRunner::new(model.clone(), &light).unwrap();
+            let mut q_v = light_runner
+                .decoder(RowLayout::public_and_members(n))
+                .unwrap();
+            q_v.prefill(&context()).unwrap();
+            g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &q_v));
+            // The step's N + 1 rows with no adapter on any: the public model
+            // nine times over, what the ensemble costs before its updates.
+            let mut bare = runner.decoder(RowLayout::public_only(n + 1)).unwrap();
+            bare.prefill(&context()).unwrap();
+            g.bench_function(format!("no_adapters_n{n}"), |b| decode_steps(b, &bare));
+            paired_ratios(
+                group,
+                model,
+                &cache,
+                &[
+                    (format!("ensemble_n{n}"), &dec),
+                    (format!("ensemble_n{n}_q_v"), &q_v),
+                    (format!("no_adapters_n{n}"), &bare),
+                ],
+            );
         }
         if n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)
@@ -225,16 +242,22 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
     g.finish();
 }
 
-/// Prints the N = [`PAIRED`] ensemble step over the single-model step from
-/// [`PAIRED_ROUNDS`] alternations of the two (each a decode loop of
-/// [`STEPS`] steps from a fresh copy, as the criterion rows time them), as
-/// the ratio of their medians.
+/// Prints each decoder's step over the single-model step from
+/// [`PAIRED_ROUNDS`] rounds that time the single model, then every decoder
+/// in turn (each a decode loop of [`STEPS`] steps from a fresh copy, as the
+/// criterion rows time them): the ratio of the medians, and the median of
+/// the rounds' own ratios with its quartiles.
 ///
 /// Why beside criterion's rows: those time one function after another, and
-/// on a shared machine whose memory bandwidth drifts over minutes the
-/// baseline and the ensemble can be timed in different phases; here both
-/// run within seconds of each other, many times over.
-fn paired_ratio(group: &str, model: &Model<B>, cache: &KvCache<B>, dec: &Decoder<'_, B, Model<B>>) {
+/// on a shared machine whose speed drifts over minutes the baseline and the
+/// ensemble can be timed in different phases; here they run within a second
+/// of each other, many times over.
+fn paired_ratios(
+    group: &str,
+    model: &Model<B>,
+    cache: &KvCache<B>,
+    decoders: &[(String, &Decoder<'_, B, Model<B>>)],
+) {
     let time = |f: &mut dyn FnMut()| {
         let start = Instant::now();
         for _ in 0..STEPS {
@@ -246,23 +269,36 @@ fn paired_ratio(group: &str, model: &Model<B>, cache: &KvCache<B>, dec: &Decoder
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (mut single, mut ensemble) = (Vec::new(), Vec::new());
+    let mut single = Vec::new();
+    let mut steps = vec![Vec::new(); decoders.len()];
     for _ in 0..PAIRED_ROUNDS {
         let mut c = cache.clone();
         single.push(time(&mut || {
             std::hint::black_box(step(model, &mut c, None));
         }));
-        let mut d = dec.clone();
-        ensemble.push(time(&mut || {
-            std::hint::black_box(d.next_log_probs(42).unwrap());
-        }));
+        for ((_, dec), times) in decoders.iter().zip(&mut steps) {
+            let mut d = (*dec).clone();
+            times.push(time(&mut || {
+                std::hint::black_box(d.next_log_probs(42).unwrap());
+            }));
+        }
     }
-    let (single, ensemble) = (median(single), median(ensemble));
-    println!(
-        "{group}/paired_n{PAIRED}: single-model step {single:.3} ms, ensemble step \
-         {ensemble:.3} ms, ratio {:.2} (medians of {PAIRED_ROUNDS} alternations)",
-        ensemble / single
-    );
+    let one = median(single.clone());
+    println!("{group}/paired: single-model step {one:.3} ms (median of {PAIRED_ROUNDS} rounds)");
+    for ((name, _), times) in decoders.iter().zip(steps) {
+        let mut ratios: Vec<f64> = times.iter().zip(&single).map(|(t, s)| t / s).collect();
+        ratios.sort_by(f64::total_cmp);
+        let quartile = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+        println!(
+            "{group}/paired: {name} step {:.3} ms, ratio of medians {:.2}, rounds' ratios \
+             median {:.2} (quartiles {:.2}–{:.2})",
+            median(times.clone()),
+            median(times) / one,
+            quartile(2),
+            quartile(1),
+            quartile(3),
+        );
+    }
 }
 
 criterion_group!(benches, bench);
