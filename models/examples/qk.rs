@@ -1,4 +1,6 @@
-//! Throughput of the quantised decode kernel (`layers::quantized`) on
+//! Throughput of the quantised decode kernels (`layers::quantized`, and
+//! `layers::f32_tiles` and `layers::int8_activations` over the same weights
+//! in 16-row tiles; `matmul_f32` runs on the calling thread) on
 //! SmolLM2's three product shapes, for 1, 9 and 17 rows of `x` (a decode
 //! step, the public model + 8 members, + 16 members), in multiply-adds per
 //! second: the figure to compare with the cores' peak (2 FMA pipes × 16 f32
@@ -73,14 +75,19 @@ fn main() {
                 })
             };
             let f32_x = time(&|| w.matmul(&x, rows));
+            let tiles_x = time(&|| int8.matmul_f32(&x, rows).unwrap_or_default());
             let int8_x = time(&|| int8.matmul(&x, rows));
+            let rate = |t: f64| (out * inp * rows) as f64 / t / 1e9;
             println!(
                 "{ty:?} [{out}, {inp}] rows {rows:2}: f32 x {:8.1} µs {:6.1} GFMA/s | \
+                 f32 x, tiles {:8.1} µs {:6.1} GFMA/s | \
                  8-bit x {:8.1} µs {:6.1} GMAC/s ({:.2}× faster)",
                 f32_x * 1e6,
-                (out * inp * rows) as f64 / f32_x / 1e9,
+                rate(f32_x),
+                tiles_x * 1e6,
+                rate(tiles_x),
                 int8_x * 1e6,
-                (out * inp * rows) as f64 / int8_x / 1e9,
+                rate(int8_x),
                 f32_x / int8_x,
             );
         }

@@ -69,7 +69,10 @@ pub enum DecodeProducts {
     /// activations, multiplying exactly the dequantised weights (see
     /// [`crate::layers::quantized`]); longer ones (prefill) multiply the f32
     /// dequantised weight. Both agree with the f32 forward (transformers) to
-    /// summation order.
+    /// summation order. From 8 rows (an ensemble of 7 members or more) on
+    /// an AVX-512 CPU the products read a second copy of the blocks in
+    /// 16-row tiles, made at the first such product (as much memory again
+    /// as the quantised projections; see [`crate::layers::f32_tiles`]).
     #[default]
     F32Activations,
     /// Every product, whatever its number of rows (so a row's logits do

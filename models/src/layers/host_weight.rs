@@ -10,6 +10,9 @@
 //! one run per thread, they pay one split instead of three, and the small
 //! key and value products, too small to split alone, are spread too.
 
+use std::sync::OnceLock;
+
+use super::f32_tiles::{self, InputRows};
 use super::int8_activations::{self, Int8Weight, QuantizedRows};
 use super::quantized::{self, QuantizedWeight};
 
@@ -20,8 +23,12 @@ const PARALLEL_MIN_WORK: usize = 128 << 10;
 /// A quantised `[out, in]` weight.
 #[derive(Debug)]
 pub(crate) enum HostWeight {
-    /// GGUF blocks, multiplied by f32 activations.
-    F32Activations(QuantizedWeight),
+    /// GGUF blocks, multiplied by f32 activations; from
+    /// [`f32_tiles::MIN_ROWS`] rows on an AVX-512 CPU, by the same
+    /// weights in 16-row tiles (made at the first such product, beside the
+    /// blocks, which products of fewer rows keep reading: see
+    /// [`super::f32_tiles`]).
+    F32Activations(QuantizedWeight, OnceLock<Option<Int8Weight>>),
     /// 16-row tiles, multiplied by 8-bit activations.
     Int8Activations(Int8Weight),
 }
@@ -35,23 +42,40 @@ struct Run<'a> {
 }
 
 impl HostWeight {
+    /// GGUF blocks multiplied by f32 activations.
+    pub(crate) fn f32_activations(w: QuantizedWeight) -> Self {
+        Self::F32Activations(w, OnceLock::new())
+    }
+
+    /// The tiles that f32 products of `rows` rows read, where they take
+    /// [`super::f32_tiles`]'s kernel (made here the first time).
+    fn f32_tiles(&self, rows: usize) -> Option<&Int8Weight> {
+        let Self::F32Activations(w, tiles) = self else {
+            return None;
+        };
+        if rows < f32_tiles::MIN_ROWS || !f32_tiles::available() {
+            return None;
+        }
+        tiles.get_or_init(|| Int8Weight::from_quantized(w)).as_ref()
+    }
+
     pub(crate) fn in_features(&self) -> usize {
         match self {
-            Self::F32Activations(w) => w.in_features(),
+            Self::F32Activations(w, _) => w.in_features(),
             Self::Int8Activations(w) => w.in_features(),
         }
     }
 
     fn out_features(&self) -> usize {
         match self {
-            Self::F32Activations(w) => w.out_features(),
+            Self::F32Activations(w, _) => w.out_features(),
             Self::Int8Activations(w) => w.out_features(),
         }
     }
 
     fn bytes_per_column(&self) -> usize {
         match self {
-            Self::F32Activations(w) => w.bytes_per_column(),
+            Self::F32Activations(w, _) => w.bytes_per_column(),
             Self::Int8Activations(w) => w.bytes_per_column(),
         }
     }
@@ -64,15 +88,19 @@ impl HostWeight {
     /// The width of the column runs this weight computes.
     fn column_unit(&self) -> usize {
         match self {
-            Self::F32Activations(_) => quantized::COLUMN_UNIT,
+            Self::F32Activations(..) => quantized::COLUMN_UNIT,
             Self::Int8Activations(_) => int8_activations::COLUMN_UNIT,
         }
     }
 
     /// `x Wᵀ` for row-major `x: [rows, in]`, row-major `[rows, out]`.
     pub(crate) fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        if self.f32_tiles(rows).is_some() {
+            let mut y = Self::matmul_many(&[self], x, rows, None);
+            return y.pop().expect("one product");
+        }
         match self {
-            Self::F32Activations(w) => w.matmul(x, rows),
+            Self::F32Activations(w, _) => w.matmul(x, rows),
             Self::Int8Activations(w) => w.matmul(x, rows),
         }
     }
@@ -91,7 +119,7 @@ impl HostWeight {
     ) -> Vec<Vec<f32>> {
         match (weights, quantized) {
             ([Self::Int8Activations(w)], Some(xq)) => return vec![w.matmul_quantized(xq)],
-            ([w], _) => return vec![w.matmul(x, rows)],
+            ([w], _) if w.f32_tiles(rows).is_none() => return vec![w.matmul(x, rows)],
             _ => {}
         }
         let inp = weights.first().map_or(0, |w| w.in_features());
@@ -113,6 +141,13 @@ impl HostWeight {
             }
             None => None,
         };
+        // The tiles of the weights that f32 products of this many rows read
+        // that way, and `x` arranged for them once.
+        let tiles: Vec<Option<&Int8Weight>> = weights.iter().map(|w| w.f32_tiles(rows)).collect();
+        let xt = tiles
+            .iter()
+            .any(Option::is_some)
+            .then(|| InputRows::new(x, rows, inp));
         let bytes: usize = weights
             .iter()
             .map(|w| w.out_features() * w.bytes_per_column())
@@ -162,7 +197,10 @@ impl HostWeight {
         let compute = |_, share: Vec<Run<'_>>| {
             for mut run in share {
                 match (weights[run.weight], xq) {
-                    (Self::F32Activations(w), _) => w.columns_into(x, run.first, run.y),
+                    (Self::F32Activations(w, _), _) => match (tiles[run.weight], &xt) {
+                        (Some(t), Some(xt)) if t.f32_columns_into(xt, run.first, &mut run.y) => {}
+                        _ => w.columns_into(x, run.first, run.y),
+                    },
                     (Self::Int8Activations(w), Some(xq)) => {
                         w.columns_into(xq, run.first, &mut run.y);
                     }
@@ -200,7 +238,7 @@ mod tests {
         if int8 {
             HostWeight::Int8Activations(Int8Weight::from_quantized(&w).unwrap())
         } else {
-            HostWeight::F32Activations(w)
+            HostWeight::f32_activations(w)
         }
     }
 

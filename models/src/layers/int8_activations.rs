@@ -145,8 +145,18 @@ impl Int8Weight {
         self.inp
     }
 
-    fn record_bytes(&self) -> usize {
+    pub(super) fn record_bytes(&self) -> usize {
         if self.q4_1 { Q4_1_RECORD } else { Q8_0_RECORD }
+    }
+
+    /// Whether the blocks are Q4_1 (else Q8_0).
+    pub(super) fn is_q4_1(&self) -> bool {
+        self.q4_1
+    }
+
+    /// The records of tile `tile` and all after it.
+    pub(super) fn tile_records(&self, tile: usize) -> &[u8] {
+        &self.records[tile * (self.inp / QK) * self.record_bytes()..]
     }
 
     /// `x Wᵀ` for row-major `x: [rows, in]`, as row-major `[rows, out]`, with

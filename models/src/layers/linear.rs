@@ -161,7 +161,7 @@ impl<B: Backend> Linear<B> {
             && quantized.in_features() == self.in_features()
             && quantized.out_features() == self.out_features()
         {
-            self.quantized = Some(std::sync::Arc::new(HostWeight::F32Activations(quantized)));
+            self.quantized = Some(std::sync::Arc::new(HostWeight::f32_activations(quantized)));
         }
         self
     }
@@ -173,7 +173,7 @@ impl<B: Backend> Linear<B> {
     /// of 16.
     #[cfg(feature = "flex")]
     pub fn with_int8_activations(mut self) -> Self {
-        if let Some(HostWeight::F32Activations(q)) = self.quantized.as_deref()
+        if let Some(HostWeight::F32Activations(q, _)) = self.quantized.as_deref()
             && let Some(w) = super::int8_activations::Int8Weight::from_quantized(q)
         {
             self.quantized = Some(std::sync::Arc::new(HostWeight::Int8Activations(w)));

@@ -5,6 +5,8 @@
 pub mod activation;
 pub mod attention;
 #[cfg(feature = "flex")]
+pub mod f32_tiles;
+#[cfg(feature = "flex")]
 mod few_rows;
 #[cfg(feature = "flex")]
 mod host_kv;
