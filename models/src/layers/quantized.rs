@@ -37,6 +37,8 @@ pub(crate) const COLUMN_UNIT: usize = BLOCK;
 const PARALLEL_MIN_WORK: usize = 128 << 10;
 /// Most rows of `x` per register tile (more are swept in groups).
 const ROW_GROUP: usize = 10;
+/// How far ahead of a tile's blocks the kernel asks for the next ones.
+const PREFETCH_AHEAD: usize = 8 << 10;
 /// Weight rows every group of rows sweeps before the next ones.
 const OUT_CHUNK: usize = 64;
 /// Blocks of the input summed apart before their sums are added in order
@@ -459,6 +461,26 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
     // that every loop below has the constant trip count O.
     let empty: (&[u8], &[f32], &[f32]) = (&[], &[], &[]);
     let mut rows_of = [empty; O];
+    {
+        // The blocks of the tiles after this one, PREFETCH_AHEAD bytes
+        // ahead in the quantised values (as many blocks ahead in the scales
+        // and minima): a decode step reads every weight from memory once,
+        // and the hardware's prefetcher alone left the kernel waiting on
+        // its loads (the SmolLM2 single-row step, f32 activations: 3.83 →
+        // 2.84 ms with these, alternated with the build without them).
+        let prefetch = super::simd::Prefetch::new();
+        let first = o * row_blocks + blocks.start;
+        let ahead = PREFETCH_AHEAD / qb;
+        for blk in (first + ahead..first + ahead + O * nb).step_by((64 / qb).max(1)) {
+            prefetch.byte_line(&w.q, blk * qb);
+        }
+        for blk in (first + ahead..first + ahead + O * nb).step_by(16) {
+            prefetch.line(&w.scale, blk);
+            if Q4 {
+                prefetch.line(&w.min, blk);
+            }
+        }
+    }
     for (i, row) in rows_of.iter_mut().enumerate() {
         let at = (o + if i < width { i } else { 0 }) * row_blocks + blocks.start;
         *row = (

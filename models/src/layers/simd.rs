@@ -61,6 +61,19 @@ impl Prefetch {
         }
     }
 
+    /// Asks for the cache line holding `b[index]` (nothing past the end).
+    #[inline(always)]
+    pub fn byte_line(&self, b: &[u8], index: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(v1), Some(e)) = (self.v1, b.get(index)) {
+            let at: *const u8 = e;
+            v1.sse
+                ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (b, index);
+    }
+
     /// Asks for the cache line holding `x[index]` (nothing past the end).
     #[inline(always)]
     pub fn line(&self, x: &[f32], index: usize) {
