@@ -285,28 +285,9 @@ mod tests {
     use super::*;
     use crate::gguf::{GgmlType, dequantize};
     use crate::layers::quantized::QuantizedWeight;
-    use half::f16;
+    use crate::layers::quantized::tests::{blocks, within_gamma};
     use proptest::prelude::*;
-
-    /// GGUF bytes of `out × in/32` blocks, quantised values cycled from `bytes`.
-    fn blocks(ty: GgmlType, out: usize, inp: usize, bytes: &[u8]) -> Vec<u8> {
-        let mut v = Vec::new();
-        let mut next = bytes.iter().cycle();
-        for i in 0..out * (inp / QK) {
-            v.extend(f16::from_f32(0.01 + (i % 7) as f32 * 0.003).to_le_bytes());
-            if ty == GgmlType::Q4_1 {
-                v.extend(f16::from_f32(-0.05 + (i % 5) as f32 * 0.01).to_le_bytes());
-                v.extend((0..16).map(|_| *next.next().unwrap()));
-            } else {
-                v.extend((0..32).map(|_| *next.next().unwrap()));
-            }
-        }
-        v
-    }
-
-    fn product(w: &Int8Weight, x: &[f32], rows: usize) -> Option<Vec<f32>> {
-        w.matmul_f32(x, rows)
-    }
+    use proptest::test_runner::TestCaseError;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
@@ -333,28 +314,14 @@ mod tests {
             let x: Vec<f32> = (0..rows * inp)
                 .map(|i| xs[i % xs.len()] * (1.0 + i as f32 * 1e-3))
                 .collect();
-            let Some(y) = product(&w, &x, rows) else {
+            let Some(y) = w.matmul_f32(&x, rows) else {
                 return Ok(()); // no AVX-512 here
             };
             for r in 0..rows {
-                let alone = product(&w, &x[r * inp..(r + 1) * inp], 1).unwrap();
+                let alone = w.matmul_f32(&x[r * inp..(r + 1) * inp], 1).unwrap();
                 prop_assert_eq!(&y[r * out..(r + 1) * out], &alone[..]);
             }
-            let u = f64::from(f32::EPSILON) / 2.0;
-            let gamma = (inp + 1) as f64 * u / (1.0 - (inp + 1) as f64 * u);
-            for r in 0..rows {
-                for o in 0..out {
-                    let (mut s, mut a) = (0.0f64, 0.0f64);
-                    for j in 0..inp {
-                        let p = f64::from(x[r * inp + j]) * f64::from(dense[o * inp + j]);
-                        s += p;
-                        a += p.abs();
-                    }
-                    let got = f64::from(y[r * out + o]);
-                    prop_assert!((got - s).abs() <= gamma * a + f64::from(f32::MIN_POSITIVE),
-                        "row {} out {}: {} vs {}", r, o, got, s);
-                }
-            }
+            within_gamma(&x, rows, &dense, out, &y).map_err(TestCaseError::fail)?;
         }
     }
 
@@ -371,7 +338,7 @@ mod tests {
         let x: Vec<f32> = (0..rows * inp)
             .map(|i| (i % 13) as f32 / 4.0 - 1.5)
             .collect();
-        let Some(whole) = product(&w, &x, rows) else {
+        let Some(whole) = w.matmul_f32(&x, rows) else {
             return;
         };
         let xs = InputRows::new(&x, rows, inp);

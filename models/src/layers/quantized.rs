@@ -472,7 +472,7 @@ fn tile_blocks<S: Simd, const Q4: bool, const O: usize, const R: usize>(
         let first = o * row_blocks + blocks.start;
         let ahead = PREFETCH_AHEAD / qb;
         for blk in (first + ahead..first + ahead + O * nb).step_by((64 / qb).max(1)) {
-            prefetch.byte_line(&w.q, blk * qb);
+            prefetch.line(&w.q, blk * qb);
         }
         for blk in (first + ahead..first + ahead + O * nb).step_by(16) {
             prefetch.line(&w.scale, blk);
@@ -692,14 +692,14 @@ fn dequantize_q8_0(d: f32, qs: &[u8; QK], w: &mut [f32; QK]) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::gguf::dequantize;
     use half::f16;
     use proptest::prelude::*;
 
     /// GGUF bytes of `out × in/32` blocks from a seed (scales in f16).
-    fn blocks(ty: GgmlType, out: usize, inp: usize, bytes: &[u8]) -> Vec<u8> {
+    pub(crate) fn blocks(ty: GgmlType, out: usize, inp: usize, bytes: &[u8]) -> Vec<u8> {
         let mut v = Vec::new();
         let mut next = bytes.iter().cycle();
         for i in 0..out * (inp / QK) {
@@ -780,23 +780,43 @@ mod tests {
             for r in 0..rows {
                 prop_assert_eq!(&y[r * out..(r + 1) * out], &alone[r][level][..]);
             }
-            let u = f64::from(f32::EPSILON) / 2.0;
-            let gamma = (inp + 1) as f64 * u / (1.0 - (inp + 1) as f64 * u);
-            for r in 0..rows {
-                for o in 0..out {
-                    let (mut s, mut a) = (0.0f64, 0.0f64);
-                    for j in 0..inp {
-                        let p = f64::from(x[r * inp + j]) * f64::from(dense[o * inp + j]);
-                        s += p;
-                        a += p.abs();
-                    }
-                    let got = f64::from(y[r * out + o]);
-                    prop_assert!((got - s).abs() <= gamma * a + f64::from(f32::MIN_POSITIVE),
-                        "level {} row {} out {}: {} vs {}", level, r, o, got, s);
-                }
-            }
+            within_gamma(&x, rows, &dense, out, y).map_err(|e| {
+                TestCaseError::fail(format!("level {level}: {e}"))
+            })?;
             }
         }
+    }
+
+    /// Whether every output of `y: [rows, out]` is within `γ_{k+1}
+    /// Σ|w_j x_j|` of the exact f64 dot product of its row of `x: [rows,
+    /// k]` with its row of the dequantised weights `dense: [out, k]`: the
+    /// bound of any order of f32 sums of the products of exactly those
+    /// weights.
+    pub(crate) fn within_gamma(
+        x: &[f32],
+        rows: usize,
+        dense: &[f32],
+        out: usize,
+        y: &[f32],
+    ) -> Result<(), String> {
+        let inp = x.len() / rows.max(1);
+        let u = f64::from(f32::EPSILON) / 2.0;
+        let gamma = (inp + 1) as f64 * u / (1.0 - (inp + 1) as f64 * u);
+        for r in 0..rows {
+            for o in 0..out {
+                let (mut s, mut a) = (0.0f64, 0.0f64);
+                for j in 0..inp {
+                    let p = f64::from(x[r * inp + j]) * f64::from(dense[o * inp + j]);
+                    s += p;
+                    a += p.abs();
+                }
+                let got = f64::from(y[r * out + o]);
+                if (got - s).abs() > gamma * a + f64::from(f32::MIN_POSITIVE) {
+                    return Err(format!("row {r} out {o}: {got} vs {s}"));
+                }
+            }
+        }
+        Ok(())
     }
 
     #[test]

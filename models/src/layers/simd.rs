@@ -35,7 +35,7 @@ pub fn dot<S: Simd>(simd: S, x: &[f32], y: &[f32]) -> f32 {
     sum
 }
 
-/// Software prefetch of the cache line holding an `f32`, so that memory
+/// Software prefetch of the cache line holding a value, so that memory
 /// latency overlaps with the current computation. A hint only: it reads
 /// nothing architecturally, never faults and changes no result. Through
 /// `pulp`'s safe wrapper of SSE's `prefetcht0` (`pulp::x86::V1`, on every
@@ -61,25 +61,12 @@ impl Prefetch {
         }
     }
 
-    /// Asks for the cache line holding `b[index]` (nothing past the end).
-    #[inline(always)]
-    pub fn byte_line(&self, b: &[u8], index: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if let (Some(v1), Some(e)) = (self.v1, b.get(index)) {
-            let at: *const u8 = e;
-            v1.sse
-                ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (b, index);
-    }
-
     /// Asks for the cache line holding `x[index]` (nothing past the end).
     #[inline(always)]
-    pub fn line(&self, x: &[f32], index: usize) {
+    pub fn line<T>(&self, x: &[T], index: usize) {
         #[cfg(target_arch = "x86_64")]
         if let (Some(v1), Some(e)) = (self.v1, x.get(index)) {
-            let at: *const f32 = e;
+            let at: *const T = e;
             v1.sse
                 ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
         }
