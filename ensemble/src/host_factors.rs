@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 
 use privmix_models::Site;
+#[cfg(test)]
 use privmix_models::layers::simd::{axpy, dot};
 use privmix_models::runtime::{for_each_task, rows_per_task};
 use pulp::{Simd, WithSimd};
@@ -146,14 +147,97 @@ struct AddRow<'a> {
 impl WithSimd for AddRow<'_> {
     type Output = ();
 
+    /// Ranks four at a time: `u_j = x · Aᵀ_j` for the four in one pass over
+    /// `x` (four accumulators, each summed as `simd::dot` sums), then `y +=
+    /// Σ_j u_j B_j` in one pass over `y` (each entry's four multiply-adds in
+    /// the order of `j`, as four `simd::axpy` passes would make them): the same bits
+    /// as `rank` dots and axpys one after another, with `x` and `y` read
+    /// once per four ranks and four independent chains of multiply-adds
+    /// instead of one.
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let AddRow { site, member, x, y } = self;
         let (inp, out, rank) = (site.inp, site.out, site.rank);
-        for j in 0..rank {
-            let u = dot(simd, x, &site.a_t[(member * rank + j) * inp..][..inp]);
-            axpy(simd, u, &site.b[(member * rank + j) * out..][..out], y);
+        let a = &site.a_t[member * rank * inp..][..rank * inp];
+        let b = &site.b[member * rank * out..][..rank * out];
+        for first in (0..rank).step_by(4) {
+            match rank - first {
+                1 => add_ranks::<S, 1>(simd, x, (a, b), first, y),
+                2 => add_ranks::<S, 2>(simd, x, (a, b), first, y),
+                3 => add_ranks::<S, 3>(simd, x, (a, b), first, y),
+                _ => add_ranks::<S, 4>(simd, x, (a, b), first, y),
+            }
         }
+    }
+}
+
+/// `y += Σ_{j < K} (x · Aᵀ_{first+j}) B_{first+j}` for one member's `Aᵀ`
+/// (`a`: `[r, in]`) and scaled `B` (`b`: `[r, out]`); see [`AddRow`].
+#[inline(always)]
+fn add_ranks<S: Simd, const K: usize>(
+    simd: S,
+    x: &[f32],
+    (a, b): (&[f32], &[f32]),
+    first: usize,
+    y: &mut [f32],
+) {
+    let (inp, out) = (x.len(), y.len());
+    let rows_a: [&[f32]; K] = std::array::from_fn(|j| &a[(first + j) * inp..][..inp]);
+    let rows_b: [&[f32]; K] = std::array::from_fn(|j| &b[(first + j) * out..][..out]);
+    // u_j, as `dot` sums it: lane by lane, then across lanes, then the tail.
+    let (xv, xt) = S::as_simd_f32s(x);
+    let av: [&[S::f32s]; K] = rows_a.map(|r| S::as_simd_f32s(r).0);
+    let mut acc = [simd.splat_f32s(0.0); K];
+    for (v, xi) in xv.iter().enumerate() {
+        for j in 0..K {
+            acc[j] = simd.mul_add_e_f32s(*xi, av[j][v], acc[j]);
+        }
+    }
+    let lanes = size_of::<S::f32s>() / size_of::<f32>();
+    let mut u = [0.0f32; K];
+    for j in 0..K {
+        u[j] = simd.reduce_sum_f32s(acc[j]);
+        let tail = &rows_a[j][xv.len() * lanes..];
+        for (p, q) in xt.iter().zip(tail) {
+            u[j] += p * q;
+        }
+    }
+    // y += u_j B_j, each entry's updates in the order of j, as `axpy` does.
+    let (yv, yt) = S::as_mut_simd_f32s(y);
+    let bv: [&[S::f32s]; K] = rows_b.map(|r| S::as_simd_f32s(r).0);
+    let uv = u.map(|u| simd.splat_f32s(u));
+    for (v, yi) in yv.iter_mut().enumerate() {
+        for j in 0..K {
+            *yi = simd.mul_add_e_f32s(uv[j], bv[j][v], *yi);
+        }
+    }
+    let head = yv.len() * lanes;
+    for (i, yi) in yt.iter_mut().enumerate() {
+        for j in 0..K {
+            *yi += u[j] * rows_b[j][head + i];
+        }
+    }
+}
+
+impl AddRow<'_> {
+    /// The row update one rank at a time, by `simd::dot` and `simd::axpy`:
+    /// the reference [`add_ranks`] is tested against.
+    #[cfg(test)]
+    fn one_rank_at_a_time(self) {
+        struct Plain<'a>(AddRow<'a>);
+        impl WithSimd for Plain<'_> {
+            type Output = ();
+            #[inline(always)]
+            fn with_simd<S: Simd>(self, simd: S) {
+                let AddRow { site, member, x, y } = self.0;
+                let (inp, out, rank) = (site.inp, site.out, site.rank);
+                for j in 0..rank {
+                    let u = dot(simd, x, &site.a_t[(member * rank + j) * inp..][..inp]);
+                    axpy(simd, u, &site.b[(member * rank + j) * out..][..out], y);
+                }
+            }
+        }
+        pulp::Arch::new().dispatch(Plain(self));
     }
 }
 
@@ -274,6 +358,27 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Ranks four at a time give the same bits as one at a time (dots
+        /// and axpys), tails and ranks past four included.
+        #[test]
+        fn ranks_four_at_a_time_equal_one_at_a_time(
+            inp in 1usize..80,
+            out in 1usize..80,
+            rank in 1usize..10,
+            member in 0usize..3,
+            seed in any::<u32>(),
+        ) {
+            let f = |i: usize| ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0;
+            let site = HostSite::new(inp, out, rank, &three_members(inp, out, rank, f));
+            let x: Vec<f32> = (0..inp).map(|i| f(3 * i + 1)).collect();
+            let start: Vec<f32> = (0..out).map(|i| f(i + 11)).collect();
+            let (mut fused, mut plain) = (start.clone(), start.clone());
+            site.add_row(member, &x, &mut fused);
+            AddRow { site: &site, member, x: &x, y: &mut plain }.one_rank_at_a_time();
+            prop_assert_ne!(&plain, &start);
+            prop_assert!(fused.iter().zip(&plain).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
 
         /// Each row gets its own member's `(x A) B`, computed in f64 here,
         /// within f32 rounding; rows without a member are untouched.
