@@ -6,9 +6,9 @@
 //! it reached 82 GFMA/s on one thread of this machine (`examples/qk`),
 //! 61% of the AVX-512 peak (measured at 134 GFMA/s: two FMAs of 16 lanes
 //! per cycle). Here a register holds one input's weights for 16 outputs,
-//! dequantised once (shift, mask, convert, scale and offset: five
-//! instructions) and multiplied into every row's accumulator with that
-//! row's input broadcast: nine FMAs per five other instructions, no
+//! dequantised once (shift, mask, convert, then scale and offset in one
+//! FMA: four instructions) and multiplied into every row's accumulator
+//! with that row's input broadcast: nine FMAs per four others, no
 //! horizontal sums; the records are prefetched 8 KB ahead, as
 //! [`super::int8_activations`]'s kernels do. Nine rows on one thread
 //! (`cargo run --release -p privmix-models --example qk`): [1536, 576]
@@ -17,9 +17,12 @@
 //! 16 GFMA/s against the lane-split kernel's 42), so the decode products
 //! take this kernel from `MIN_ROWS` (8) rows only.
 //!
-//! Exactness: the same weights as the f32 path: `d·q` rounded, then `+ m`
-//! rounded (Q4_1), or `d·q` (Q8_0), from the f16 scales the records keep
-//! (the dequantiser widens the same f16 values). Each output of each row is
+//! Exactness: the same weights as the f32 path: the dequantiser's `d·q`,
+//! then `+ m` (Q4_1), or `d·q` (Q8_0), from the f16 scales the records keep
+//! (the dequantiser widens the same f16 values). `d·q` is exact in f32 (11
+//! significant bits times at most 8), so the Q4_1 weight's one FMA rounds
+//! once where the dequantiser rounds `d·q` (exactly) and then `+ m`: the
+//! same bits (tested with unit rows of `x`). Each output of each row is
 //! summed in one f32 lane, block by block, in one fixed order of the
 //! block's inputs: a row's result depends neither on the other rows nor on
 //! how the rows are grouped, and differs from the lane-split kernel's only
