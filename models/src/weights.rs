@@ -69,10 +69,12 @@ pub enum DecodeProducts {
     /// activations, multiplying exactly the dequantised weights (see
     /// [`crate::layers::quantized`]); longer ones (prefill) multiply the f32
     /// dequantised weight. Both agree with the f32 forward (transformers) to
-    /// summation order. From 8 rows (an ensemble of 7 members or more) on
-    /// an AVX-512 CPU the products read a second copy of the blocks in
-    /// 16-row tiles, made at the first such product (as much memory again
-    /// as the quantised projections; see [`crate::layers::f32_tiles`]).
+    /// summation order. Products of 8 rows or more (batch rows × new
+    /// tokens: an ensemble step of 7 members or more, or a decode-path
+    /// prefill of 8 tokens) on an AVX-512 CPU read a second copy of the
+    /// blocks in 16-row tiles, made at the first such product: as much
+    /// memory again as the quantised projections (see
+    /// [`crate::layers::f32_tiles`]).
     #[default]
     F32Activations,
     /// Every product, whatever its number of rows (so a row's logits do
