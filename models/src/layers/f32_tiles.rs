@@ -156,6 +156,7 @@ impl pulp::WithSimd for Tiles<'_, '_> {
         let Tiles { w, first, x, y } = self;
         let simd = pulp::x86::V4::try_new().expect("dispatched for AVX-512");
         let nb = w.in_features() / QK;
+        let record = w.record_bytes();
         for t in 0..y[0].len() / TILE {
             // The tile's records and all after them (prefetched ahead).
             let tile = w.tile_records(first + t);
@@ -164,8 +165,8 @@ impl pulp::WithSimd for Tiles<'_, '_> {
                 macro_rules! run {
                     ($($r:literal)*) => {
                         match (*size, w.is_q4_1()) {
-                            $(($r, true) => tile_rows::<true, $r>(simd, tile, nb, xs, &mut out),
-                              ($r, false) => tile_rows::<false, $r>(simd, tile, nb, xs, &mut out),)*
+                            $(($r, true) => tile_rows::<true, $r>(simd, (tile, record), nb, xs, &mut out),
+                              ($r, false) => tile_rows::<false, $r>(simd, (tile, record), nb, xs, &mut out),)*
                             _ => unreachable!("groups hold 1 to {GROUP} rows"),
                         }
                     };
@@ -179,36 +180,29 @@ impl pulp::WithSimd for Tiles<'_, '_> {
     }
 }
 
-/// How far ahead of the block in use the kernel asks for records: a step
-/// reads every weight from memory once, and the hardware's prefetcher
-/// alone left the kernel waiting on the loads (`perf` on the Q8_0 head).
-const PREFETCH_AHEAD: usize = 8 << 10;
-
 /// `out[j][i] = w_i · x_j` over one tile's records (`tile`: the tile's
-/// and all after them) for a group of `R` rows (`xs`: `[block][32][R]`).
+/// and all after them; `record`: bytes per block) for a group of `R` rows
+/// (`xs`: `[block][32][R]`). The records are prefetched ahead as the 8-bit
+/// kernels prefetch them: a step reads every weight from memory once, and
+/// the hardware's prefetcher alone left this kernel waiting on the loads
+/// (`perf` on the Q8_0 head).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn tile_rows<const Q4: bool, const R: usize>(
     simd: pulp::x86::V4,
-    tile: &[u8],
+    (tile, record): (&[u8], usize),
     nb: usize,
     xs: &[f32],
     out: &mut [[f32; TILE]; GROUP],
 ) {
+    use super::int8_activations::avx512::{load, load_f16, prefetch_ahead};
     let f = simd.avx512f;
-    let record = if Q4 { 4 * 64 + 2 * 32 } else { 8 * 64 + 32 };
     let mask = f._mm512_set1_epi32(0x0f);
     let mut acc = [f._mm512_setzero_ps(); R];
     let xs = &xs[..nb * QK * R];
     for b in 0..nb {
         let at = b * record;
-        for line in (0..record).step_by(64) {
-            if let Some(ahead) = tile.get(at + PREFETCH_AHEAD + line) {
-                let ahead: *const u8 = ahead;
-                simd.sse
-                    ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(ahead.cast::<i8>());
-            }
-        }
+        prefetch_ahead(simd, tile, at, record);
         let xb: &[[f32; R]] = bytemuck::cast_slice(&xs[b * QK * R..(b + 1) * QK * R]);
         let xb: &[[f32; R]; QK] = xb.try_into().expect("32 inputs");
         if Q4 {
@@ -253,9 +247,9 @@ fn tile_rows<const Q4: bool, const R: usize>(
 }
 
 /// The weights of one input for the tile's 16 outputs, times every row's
-/// value of that input, into the rows' accumulators. (Functions, not
-/// closures, here and below: a closure's body need not be inlined into the
-/// SIMD frame, and the intrinsics must be.)
+/// value of that input, into the rows' accumulators. (A function, not a
+/// closure: a closure's body need not be inlined into the SIMD frame, and
+/// the intrinsics must be.)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn fma_rows<const R: usize>(
@@ -268,22 +262,6 @@ fn fma_rows<const R: usize>(
     for (a, &xj) in acc.iter_mut().zip(x) {
         *a = f._mm512_fmadd_ps(w, f._mm512_set1_ps(xj), *a);
     }
-}
-
-/// 64 bytes of `b` from `at` as a register.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn load(b: &[u8], at: usize) -> core::arch::x86_64::__m512i {
-    bytemuck::cast::<[u8; 64], _>(b[at..at + 64].try_into().expect("64 bytes"))
-}
-
-/// 16 f16 values of `b` from `at`, widened (exactly).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn load_f16(simd: pulp::x86::V4, b: &[u8], at: usize) -> core::arch::x86_64::__m512 {
-    let h: core::arch::x86_64::__m256i =
-        bytemuck::cast::<[u8; 32], _>(b[at..at + 32].try_into().expect("32 bytes"));
-    simd.avx512f._mm512_cvtph_ps(h)
 }
 
 #[cfg(test)]

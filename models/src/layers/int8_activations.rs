@@ -595,7 +595,7 @@ macro_rules! tile_kernel {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     //! The AVX-512 tile kernel, through pulp's safe intrinsics.
 
     use core::arch::x86_64::{__m256i, __m512, __m512i};
@@ -646,13 +646,13 @@ mod avx512 {
 
     /// 64 bytes of `b` from `at` as a register.
     #[inline(always)]
-    pub(super) fn load(b: &[u8], at: usize) -> __m512i {
+    pub(in crate::layers) fn load(b: &[u8], at: usize) -> __m512i {
         bytemuck::cast::<[u8; 64], __m512i>(b[at..at + 64].try_into().expect("64 bytes"))
     }
 
     /// 16 f16 values of `b` from `at`, widened.
     #[inline(always)]
-    pub(super) fn load_f16(simd: pulp::x86::V4, b: &[u8], at: usize) -> __m512 {
+    pub(in crate::layers) fn load_f16(simd: pulp::x86::V4, b: &[u8], at: usize) -> __m512 {
         let h = bytemuck::cast::<[u8; 32], __m256i>(b[at..at + 32].try_into().expect("32 bytes"));
         simd.avx512f._mm512_cvtph_ps(h)
     }
@@ -669,7 +669,12 @@ mod avx512 {
     /// `tile` (nothing past its end), so that memory latency overlaps with
     /// this block's products.
     #[inline(always)]
-    pub(super) fn prefetch_ahead(simd: pulp::x86::V4, tile: &[u8], at: usize, record: usize) {
+    pub(in crate::layers) fn prefetch_ahead(
+        simd: pulp::x86::V4,
+        tile: &[u8],
+        at: usize,
+        record: usize,
+    ) {
         for line in (0..record).step_by(64) {
             if let Some(ahead) = tile.get(at + PREFETCH_AHEAD + line) {
                 let at: *const u8 = ahead;
