@@ -104,6 +104,11 @@ pub struct ModelArgs {
     /// Default: f32 activations, which match an f32 forward to summation order.
     #[arg(long)]
     pub int8_activations: bool,
+    /// Hold the members' LoRA factors in f16: half their memory and half the bytes each step
+    /// reads for them; each entry (of B after its scale is folded in) is rounded to f16 once.
+    /// Default: f32, the adapters' own values.
+    #[arg(long)]
+    pub f16_factors: bool,
     /// The mechanism.
     #[arg(long, value_enum, default_value = "pmixed")]
     pub mechanism: MechanismKind,

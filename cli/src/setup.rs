@@ -7,6 +7,7 @@ use privmix_accountant::Orders;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
+use privmix_ensemble::stacked::FactorPrecision;
 use privmix_mechanisms::baselines::{NonPrivateEnsemble, PublicOnly};
 use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix,
@@ -54,7 +55,12 @@ pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
             })?;
         adapters.push(adapter);
     }
-    Ok(EnsembleRunner::new(model, &adapters)?)
+    let precision = if args.f16_factors {
+        FactorPrecision::F16
+    } else {
+        FactorPrecision::F32
+    };
+    Ok(EnsembleRunner::with_precision(model, &adapters, precision)?)
 }
 
 /// The tokenizer: `--tokenizer`, else the GGUF's vocabulary, else the folder's tokenizer.json.

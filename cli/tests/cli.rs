@@ -412,6 +412,15 @@ fn int8_activations_generate_from_a_gguf() {
     let done = json_lines(&out).last().unwrap().clone();
     assert_eq!(done["tokens"].as_u64(), Some(3));
     assert!(done["epsilon"].as_f64().unwrap() > 0.0);
+
+    // With the members' factors in f16 too (llama.cpp's usual widths).
+    let ledger = dir.join("ledger-f16");
+    let mut args = vec!["--int8-activations", "--f16-factors"];
+    args.extend(three_charged_tokens(&ledger));
+    let out = generate_with(&gguf, &adapters, &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = json_lines(&out).last().unwrap().clone();
+    assert_eq!(done["tokens"].as_u64(), Some(3));
 }
 
 #[test]

@@ -11,6 +11,9 @@
 //!   and `v_proj` only: PEFT's default targets for Llama, which the PMixED
 //!   reference code gets by leaving `target_modules` unset
 //!   (`fine_tune_ensemble.py`: `LoraConfig(r=4, lora_alpha=32, ...)`);
+//! - `ensemble_n8_f16_factors`: the N = 8 ensemble with the members'
+//!   factors held in f16 ([`FactorPrecision::F16`]: half the bytes read per
+//!   step, each factor entry rounded to f16 once);
 //! - `no_adapters_n8`: the same nine rows with no adapter on any (the public
 //!   model on every row): what the N = 8 step costs before any update, a
 //!   floor for every adapter configuration.
@@ -30,7 +33,7 @@
 //! the same code, stop 17 measured `ensemble_n8` at 14.6 ms that way and
 //! 12.6 ms as steps of a loop; the single-model step at 4.8 ms both ways).
 //!
-//! Each group also prints `paired` lines: the three N = 8 steps above over
+//! Each group also prints `paired` lines: the four N = 8 steps above over
 //! the single-model step, from 40 rounds that time the single model and
 //! then each of them within a second (see [`paired_ratios`]).
 //!
@@ -48,6 +51,7 @@ use criterion::{Bencher, Criterion, criterion_group, criterion_main};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
+use privmix_ensemble::stacked::FactorPrecision;
 use privmix_models::{Batch, DecodeProducts, KvCache, LanguageModel, LinearDelta, Model};
 
 #[cfg(feature = "cuda")]
@@ -202,6 +206,16 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
                 .unwrap();
             q_v.prefill(&context()).unwrap();
             g.bench_function(format!("ensemble_n{n}_q_v"), |b| decode_steps(b, &q_v));
+            let half_runner =
+                EnsembleRunner::with_precision(model.clone(), &adapters[..n], FactorPrecision::F16)
+                    .unwrap();
+            let mut half = half_runner
+                .decoder(RowLayout::public_and_members(n))
+                .unwrap();
+            half.prefill(&context()).unwrap();
+            g.bench_function(format!("ensemble_n{n}_f16_factors"), |b| {
+                decode_steps(b, &half)
+            });
             // The step's N + 1 rows with no adapter on any: the public model
             // nine times over, what the ensemble costs before its updates.
             let mut bare = runner.decoder(RowLayout::public_only(n + 1)).unwrap();
@@ -214,6 +228,7 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
                 &[
                     (format!("ensemble_n{n}"), &dec),
                     (format!("ensemble_n{n}_q_v"), &q_v),
+                    (format!("ensemble_n{n}_f16_factors"), &half),
                     (format!("no_adapters_n{n}"), &bare),
                 ],
             );

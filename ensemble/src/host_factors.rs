@@ -20,24 +20,86 @@ use privmix_models::runtime::{for_each_task, rows_per_task};
 use pulp::{Simd, WithSimd};
 
 /// One site's factors for every member: `A` transposed, `[members, r, in]`,
-/// and the scaled `B`, `[members, r, out]`.
+/// and the scaled `B`, `[members, r, out]`, in f32 or in f16.
 #[derive(Debug, Clone)]
 pub(crate) struct HostSite {
     inp: usize,
     out: usize,
     rank: usize,
-    a_t: Vec<f32>,
-    b: Vec<f32>,
+    factors: Factors,
+}
+
+/// A site's factors, `Aᵀ` then the scaled `B`, as
+/// [`crate::stacked::FactorPrecision`] says.
+#[derive(Debug, Clone)]
+enum Factors {
+    F32 {
+        a_t: Vec<f32>,
+        b: Vec<f32>,
+    },
+    /// Bits of f16 values: half the bytes to read per step.
+    F16 {
+        a_t: Vec<u16>,
+        b: Vec<u16>,
+    },
 }
 
 impl HostSite {
-    /// From each member's `A: [in, r]` and scaled `B: [r, out]`, row-major.
+    /// From each member's `A: [in, r]` and scaled `B: [r, out]`, row-major,
+    /// held in f32.
     pub(crate) fn new(
         inp: usize,
         out: usize,
         rank: usize,
         members: &[(Vec<f32>, Vec<f32>)],
     ) -> Self {
+        let (a_t, b) = Self::stack(inp, out, rank, members);
+        Self {
+            inp,
+            out,
+            rank,
+            factors: Factors::F32 { a_t, b },
+        }
+    }
+
+    /// [`HostSite::new`] held in f16: every entry must be an f16 value
+    /// already (rounded and checked by the caller), so the update is
+    /// exactly [`HostSite::new`]'s over the same factors.
+    pub(crate) fn new_f16(
+        inp: usize,
+        out: usize,
+        rank: usize,
+        members: &[(Vec<f32>, Vec<f32>)],
+    ) -> Self {
+        let (a_t, b) = Self::stack(inp, out, rank, members);
+        let half = |v: Vec<f32>| -> Vec<u16> {
+            v.into_iter()
+                .map(|x| {
+                    let h = half::f16::from_f32(x);
+                    debug_assert_eq!(h.to_f32().to_bits(), x.to_bits(), "not an f16 value");
+                    h.to_bits()
+                })
+                .collect()
+        };
+        Self {
+            inp,
+            out,
+            rank,
+            factors: Factors::F16 {
+                a_t: half(a_t),
+                b: half(b),
+            },
+        }
+    }
+
+    /// `Aᵀ: [members, r, in]` and `B: [members, r, out]` from each member's
+    /// `A: [in, r]` and `B: [r, out]`.
+    fn stack(
+        inp: usize,
+        out: usize,
+        rank: usize,
+        members: &[(Vec<f32>, Vec<f32>)],
+    ) -> (Vec<f32>, Vec<f32>) {
         let mut a_t = Vec::with_capacity(members.len() * rank * inp);
         let mut b = Vec::with_capacity(members.len() * rank * out);
         for (a, bm) in members {
@@ -47,13 +109,7 @@ impl HostSite {
             }
             b.extend_from_slice(bm);
         }
-        Self {
-            inp,
-            out,
-            rank,
-            a_t,
-            b,
-        }
+        (a_t, b)
     }
 
     /// Output width.
@@ -61,9 +117,12 @@ impl HostSite {
         self.out
     }
 
-    /// Floats held.
-    pub(crate) fn len(&self) -> usize {
-        self.a_t.len() + self.b.len()
+    /// Bytes the factors take.
+    pub(crate) fn bytes(&self) -> usize {
+        match &self.factors {
+            Factors::F32 { a_t, b } => 4 * (a_t.len() + b.len()),
+            Factors::F16 { a_t, b } => 2 * (a_t.len() + b.len()),
+        }
     }
 
     /// `y[row] += (x[row] A_m) B_m` with `m = members[row / seq]`, skipping
@@ -75,12 +134,35 @@ impl HostSite {
     /// `y += (x A_m) B_m` for one row (`x` of the input width, `y` of the
     /// output width): the arithmetic [`HostSite::add`] does for each row.
     pub(crate) fn add_row(&self, member: usize, x: &[f32], y: &mut [f32]) {
-        pulp::Arch::new().dispatch(AddRow {
-            site: self,
-            member,
-            x,
-            y,
-        });
+        let (inp, out, rank) = (self.inp, self.out, self.rank);
+        match &self.factors {
+            Factors::F32 { a_t, b } => pulp::Arch::new().dispatch(AddRow {
+                rank,
+                a: &a_t[member * rank * inp..][..rank * inp],
+                b: &b[member * rank * out..][..rank * out],
+                x,
+                y,
+            }),
+            Factors::F16 { a_t, b } => {
+                let (a, b) = (
+                    &a_t[member * rank * inp..][..rank * inp],
+                    &b[member * rank * out..][..rank * out],
+                );
+                #[cfg(target_arch = "x86_64")]
+                if let Some(v4) = pulp::x86::V4::try_new() {
+                    v4.vectorize(half_rows::AddRowV4 {
+                        v4,
+                        rank,
+                        a,
+                        b,
+                        x,
+                        y,
+                    });
+                    return;
+                }
+                add_row_widened(rank, (a, b), x, y);
+            }
+        }
     }
 }
 
@@ -130,16 +212,36 @@ pub(crate) fn add_shared(
     for_each_task(runs, add);
 }
 
+/// [`HostSite::add_row`] over f16 factors without AVX-512: the member's
+/// factors are widened first (exactly) and added as f32 factors are.
+fn add_row_widened(rank: usize, (a, b): (&[u16], &[u16]), x: &[f32], y: &mut [f32]) {
+    let widen = |h: &[u16]| -> Vec<f32> {
+        h.iter()
+            .map(|&v| half::f16::from_bits(v).to_f32())
+            .collect()
+    };
+    let (a, b) = (widen(a), widen(b));
+    pulp::Arch::new().dispatch(AddRow {
+        rank,
+        a: &a,
+        b: &b,
+        x,
+        y,
+    });
+}
+
 /// The factors of every adapted site.
 pub(crate) type HostFactors = HashMap<Site, HostSite>;
 
 /// Row updates of at least this many factor entries run rows in parallel.
 const PARALLEL_MIN_FLOATS: usize = 1 << 14;
 
-/// One row's update `y += (x A_m) B_m`.
+/// One row's update `y += (x A_m) B_m` with member `m`'s `Aᵀ` (`a`:
+/// `[r, in]`) and scaled `B` (`b`: `[r, out]`).
 struct AddRow<'a> {
-    site: &'a HostSite,
-    member: usize,
+    rank: usize,
+    a: &'a [f32],
+    b: &'a [f32],
     x: &'a [f32],
     y: &'a mut [f32],
 }
@@ -156,68 +258,112 @@ impl WithSimd for AddRow<'_> {
     /// instead of one.
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let AddRow { site, member, x, y } = self;
-        let (inp, out, rank) = (site.inp, site.out, site.rank);
-        let a = &site.a_t[member * rank * inp..][..rank * inp];
-        let b = &site.b[member * rank * out..][..rank * out];
-        for first in (0..rank).step_by(4) {
-            match rank - first {
-                1 => add_ranks::<S, 1>(simd, x, (a, b), first, y),
-                2 => add_ranks::<S, 2>(simd, x, (a, b), first, y),
-                3 => add_ranks::<S, 3>(simd, x, (a, b), first, y),
-                _ => add_ranks::<S, 4>(simd, x, (a, b), first, y),
-            }
+        let AddRow { rank, a, b, x, y } = self;
+        let (inp, out) = (x.len(), y.len());
+        let a = |j: usize| F32Row::<S>::new(&a[j * inp..][..inp]);
+        let b = |j: usize| F32Row::<S>::new(&b[j * out..][..out]);
+        add_rank_groups(simd, rank, x, (&a, &b), y);
+    }
+}
+
+/// `y += Σ_{j < rank} (x · Aᵀ_j) B_j`, four ranks at a time, with rank
+/// `j`'s rows of `Aᵀ` and `B` read through `a(j)` and `b(j)`.
+#[inline(always)]
+fn add_rank_groups<S: Simd, R: FactorRow<S>>(
+    simd: S,
+    rank: usize,
+    x: &[f32],
+    (a, b): (&impl Fn(usize) -> R, &impl Fn(usize) -> R),
+    y: &mut [f32],
+) {
+    for first in (0..rank).step_by(4) {
+        match rank - first {
+            1 => add_ranks::<S, R, 1>(simd, x, (a, b), first, y),
+            2 => add_ranks::<S, R, 2>(simd, x, (a, b), first, y),
+            3 => add_ranks::<S, R, 3>(simd, x, (a, b), first, y),
+            _ => add_ranks::<S, R, 4>(simd, x, (a, b), first, y),
         }
     }
 }
 
-/// `y += Σ_{j < K} (x · Aᵀ_{first+j}) B_{first+j}` for one member's `Aᵀ`
-/// (`a`: `[r, in]`) and scaled `B` (`b`: `[r, out]`); see [`AddRow`].
+/// One rank's row of `Aᵀ` or `B` as [`add_ranks`] reads it: whole vectors,
+/// then the entries of the tail past them.
+trait FactorRow<S: Simd>: Copy {
+    /// Vector `v` (entries `v · lanes ..`), widened to f32.
+    fn vector(self, simd: S, v: usize) -> S::f32s;
+    /// Entry `i` of the tail past the whole vectors.
+    fn tail(self, i: usize) -> f32;
+}
+
+/// A row of f32 factors.
+#[derive(Clone, Copy)]
+struct F32Row<'a, S: Simd> {
+    vectors: &'a [S::f32s],
+    tail: &'a [f32],
+}
+
+impl<'a, S: Simd> F32Row<'a, S> {
+    #[inline(always)]
+    fn new(row: &'a [f32]) -> Self {
+        let (vectors, tail) = S::as_simd_f32s(row);
+        Self { vectors, tail }
+    }
+}
+
+impl<S: Simd> FactorRow<S> for F32Row<'_, S> {
+    #[inline(always)]
+    fn vector(self, _: S, v: usize) -> S::f32s {
+        self.vectors[v]
+    }
+    #[inline(always)]
+    fn tail(self, i: usize) -> f32 {
+        self.tail[i]
+    }
+}
+
+/// `y += Σ_{j < K} (x · Aᵀ_{first+j}) B_{first+j}`; see [`AddRow`].
 #[inline(always)]
-fn add_ranks<S: Simd, const K: usize>(
+fn add_ranks<S: Simd, R: FactorRow<S>, const K: usize>(
     simd: S,
     x: &[f32],
-    (a, b): (&[f32], &[f32]),
+    (a, b): (&impl Fn(usize) -> R, &impl Fn(usize) -> R),
     first: usize,
     y: &mut [f32],
 ) {
-    let (inp, out) = (x.len(), y.len());
-    let rows_a: [&[f32]; K] = std::array::from_fn(|j| &a[(first + j) * inp..][..inp]);
-    let rows_b: [&[f32]; K] = std::array::from_fn(|j| &b[(first + j) * out..][..out]);
+    let rows_a: [R; K] = std::array::from_fn(|j| a(first + j));
+    let rows_b: [R; K] = std::array::from_fn(|j| b(first + j));
     // u_j, as `dot` sums it: lane by lane, then across lanes, then the tail.
     let (xv, xt) = S::as_simd_f32s(x);
-    let av: [&[S::f32s]; K] = rows_a.map(|r| S::as_simd_f32s(r).0);
     let mut acc = [simd.splat_f32s(0.0); K];
     for (v, xi) in xv.iter().enumerate() {
         for j in 0..K {
-            acc[j] = simd.mul_add_e_f32s(*xi, av[j][v], acc[j]);
+            acc[j] = simd.mul_add_e_f32s(*xi, rows_a[j].vector(simd, v), acc[j]);
         }
     }
-    let lanes = size_of::<S::f32s>() / size_of::<f32>();
     let mut u = [0.0f32; K];
     for j in 0..K {
         u[j] = simd.reduce_sum_f32s(acc[j]);
-        let tail = &rows_a[j][xv.len() * lanes..];
-        for (p, q) in xt.iter().zip(tail) {
-            u[j] += p * q;
+        for (i, p) in xt.iter().enumerate() {
+            u[j] += p * rows_a[j].tail(i);
         }
     }
     // y += u_j B_j, each entry's updates in the order of j, as `axpy` does.
     let (yv, yt) = S::as_mut_simd_f32s(y);
-    let bv: [&[S::f32s]; K] = rows_b.map(|r| S::as_simd_f32s(r).0);
     let uv = u.map(|u| simd.splat_f32s(u));
     for (v, yi) in yv.iter_mut().enumerate() {
         for j in 0..K {
-            *yi = simd.mul_add_e_f32s(uv[j], bv[j][v], *yi);
+            *yi = simd.mul_add_e_f32s(uv[j], rows_b[j].vector(simd, v), *yi);
         }
     }
-    let head = yv.len() * lanes;
     for (i, yi) in yt.iter_mut().enumerate() {
         for j in 0..K {
-            *yi += u[j] * rows_b[j][head + i];
+            *yi += u[j] * rows_b[j].tail(i);
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod half_rows;
 
 impl AddRow<'_> {
     /// The row update one rank at a time, by `simd::dot` and `simd::axpy`:
@@ -229,11 +375,11 @@ impl AddRow<'_> {
             type Output = ();
             #[inline(always)]
             fn with_simd<S: Simd>(self, simd: S) {
-                let AddRow { site, member, x, y } = self.0;
-                let (inp, out, rank) = (site.inp, site.out, site.rank);
+                let AddRow { rank, a, b, x, y } = self.0;
+                let (inp, out) = (x.len(), y.len());
                 for j in 0..rank {
-                    let u = dot(simd, x, &site.a_t[(member * rank + j) * inp..][..inp]);
-                    axpy(simd, u, &site.b[(member * rank + j) * out..][..out], y);
+                    let u = dot(simd, x, &a[j * inp..][..inp]);
+                    axpy(simd, u, &b[j * out..][..out], y);
                 }
             }
         }
@@ -375,9 +521,56 @@ mod tests {
             let start: Vec<f32> = (0..out).map(|i| f(i + 11)).collect();
             let (mut fused, mut plain) = (start.clone(), start.clone());
             site.add_row(member, &x, &mut fused);
-            AddRow { site: &site, member, x: &x, y: &mut plain }.one_rank_at_a_time();
+            let Factors::F32 { a_t, b } = &site.factors else { unreachable!() };
+            AddRow {
+                rank,
+                a: &a_t[member * rank * inp..][..rank * inp],
+                b: &b[member * rank * out..][..rank * out],
+                x: &x,
+                y: &mut plain,
+            }
+            .one_rank_at_a_time();
             prop_assert_ne!(&plain, &start);
             prop_assert!(fused.iter().zip(&plain).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+
+        /// f16 factors give exactly the f32 update over the same (f16)
+        /// values: on AVX-512 (widened in registers) and elsewhere (widened
+        /// first) alike.
+        #[test]
+        fn f16_factors_equal_f32_factors_of_their_values(
+            inp in 1usize..80,
+            out in 1usize..80,
+            rank in 1usize..10,
+            member in 0usize..3,
+            seed in any::<u32>(),
+        ) {
+            let f = |i: usize| {
+                let v = ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0;
+                half::f16::from_f32(v / 7.0).to_f32()
+            };
+            let factors = three_members(inp, out, rank, f);
+            let (single, half) = (
+                HostSite::new(inp, out, rank, &factors),
+                HostSite::new_f16(inp, out, rank, &factors),
+            );
+            prop_assert_eq!(2 * half.bytes(), single.bytes());
+            let x: Vec<f32> = (0..inp).map(|i| f(3 * i + 1) * 3.3).collect();
+            let start: Vec<f32> = (0..out).map(|i| f(i + 11)).collect();
+            let (mut want, mut got, mut widened) = (start.clone(), start.clone(), start.clone());
+            single.add_row(member, &x, &mut want);
+            half.add_row(member, &x, &mut got);
+            let Factors::F16 { a_t, b } = &half.factors else { unreachable!() };
+            add_row_widened(
+                rank,
+                (&a_t[member * rank * inp..][..rank * inp], &b[member * rank * out..][..rank * out]),
+                &x,
+                &mut widened,
+            );
+            prop_assert_ne!(&want, &start);
+            for y in [&got, &widened] {
+                prop_assert!(y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
         }
 
         /// Each row gets its own member's `(x A) B`, computed in f64 here,

@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraError};
 use crate::rows::{BlockScores, LogProbRows, RowLayout};
-use crate::stacked::{RowAdapters, StackedAdapters};
+use crate::stacked::{FactorPrecision, RowAdapters, StackedAdapters};
 
 /// Errors of the ensemble runner.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -54,8 +54,19 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> EnsembleRunner<B, M> {
     /// A runner over `model` with `members` (possibly none: the public model
     /// alone), each checked against the model's projections.
     pub fn new(model: M, members: &[LoraAdapter<B>]) -> Result<Self, EnsembleError> {
+        Self::with_precision(model, members, FactorPrecision::F32)
+    }
+
+    /// [`EnsembleRunner::new`] with the members' factors held as
+    /// `precision` says ([`FactorPrecision::F16`]: half the bytes per
+    /// step, each factor entry rounded to f16 once).
+    pub fn with_precision(
+        model: M,
+        members: &[LoraAdapter<B>],
+        precision: FactorPrecision,
+    ) -> Result<Self, EnsembleError> {
         let base = model.base_shapes()?;
-        let adapters = StackedAdapters::new(members, &base, &model.device())?;
+        let adapters = StackedAdapters::with_precision(members, &base, precision, &model.device())?;
         Ok(Self {
             model,
             base,

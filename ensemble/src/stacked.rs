@@ -6,13 +6,61 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use privmix_models::runtime::is_plain_flex;
+use privmix_models::runtime::{is_plain_flex, to_vec};
 use privmix_models::{LinearDelta, Site};
 
 use crate::host_factors::{HostFactors, HostSite, add_shared};
 
 use crate::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError, module_name, module_path};
 use crate::runner::EnsembleError;
+
+/// How [`StackedAdapters`] holds the members' factors.
+///
+/// Each decode step reads every member's factors once (at N = 8, rank 4 on
+/// all seven projections of SmolLM2, 39 MB in f32, against 96 MB of
+/// quantised base weights), so their width is a cost of every step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FactorPrecision {
+    /// As the adapters hold them (f32): the update is the adapter's own.
+    #[default]
+    F32,
+    /// Each entry of `A`, and of `B` after the member's scale is folded in,
+    /// rounded to the nearest f16 once, when the adapters are stacked; the
+    /// update is then computed in f32 exactly as for [`FactorPrecision::F32`]
+    /// over those values (widening an f16 is exact). Each entry moves by at
+    /// most `2⁻¹¹·|x|` (normal range, `|x| ≥ 2⁻¹⁴`) or `2⁻²⁵` (below it);
+    /// an entry beyond f16's range gives [`LoraError::HalfOverflow`]. With
+    /// host-held factors (plain burn-flex) they are kept in f16, half the
+    /// bytes to read per step; tensors keep the rounded values in f32.
+    /// Adapters trained or saved in f16 lose nothing.
+    F16,
+}
+
+impl FactorPrecision {
+    /// `values` of factor `tensor` as this precision holds them: unchanged
+    /// in f32, each rounded to the nearest f16 (and checked to be in its
+    /// range) in f16.
+    fn hold(self, tensor: impl Fn() -> String, values: Vec<f32>) -> Result<Vec<f32>, LoraError> {
+        match self {
+            FactorPrecision::F32 => Ok(values),
+            FactorPrecision::F16 => values
+                .into_iter()
+                .map(|x| {
+                    let h = half::f16::from_f32(x);
+                    if h.is_finite() {
+                        Ok(h.to_f32())
+                    } else {
+                        Err(LoraError::HalfOverflow {
+                            tensor: tensor(),
+                            value: x,
+                        })
+                    }
+                })
+                .collect(),
+        }
+    }
+}
 
 /// The factors of `M` adapters stacked per site — `A: [M + 1, in, r]` and
 /// `B: [M + 1, r, out]` with each member's scale folded into its `B`, and a
@@ -37,12 +85,22 @@ pub struct StackedAdapters<B: Backend> {
 }
 
 impl<B: Backend> StackedAdapters<B> {
-    /// Stacks `members`, after checking each against `base` (an adapter for
-    /// another base model gives [`LoraError::SiteNotInBase`] or
+    /// Stacks `members` in f32, after checking each against `base` (an
+    /// adapter for another base model gives [`LoraError::SiteNotInBase`] or
     /// [`LoraError::ShapeMismatch`]).
     pub fn new(
         members: &[LoraAdapter<B>],
         base: &BaseShapes,
+        device: &B::Device,
+    ) -> Result<Self, LoraError> {
+        Self::with_precision(members, base, FactorPrecision::F32, device)
+    }
+
+    /// [`StackedAdapters::new`] with the factors held as `precision` says.
+    pub fn with_precision(
+        members: &[LoraAdapter<B>],
+        base: &BaseShapes,
+        precision: FactorPrecision,
         device: &B::Device,
     ) -> Result<Self, LoraError> {
         let rank = members.iter().map(|m| m.config().r).max().unwrap_or(0);
@@ -74,6 +132,7 @@ impl<B: Backend> StackedAdapters<B> {
             let (i, o) = base.shape(site).unwrap_or_default();
             let mut a_all = Vec::with_capacity(members.len() + 1);
             let mut b_all = Vec::with_capacity(members.len() + 1);
+            let name = module_path(site).unwrap_or_default();
             for m in members {
                 let (a, b) = match m.factors(site) {
                     Some(f) => {
@@ -99,16 +158,34 @@ impl<B: Backend> StackedAdapters<B> {
                 b_all.push(b);
             }
             if host {
-                let read = |t: Tensor<B, 2>| {
-                    privmix_models::runtime::to_vec(t).expect("plain flex f32 data")
+                let mut factors = Vec::with_capacity(members.len());
+                for (a, b) in a_all.into_iter().zip(b_all) {
+                    factors.push((
+                        precision.hold(|| format!("{name}.lora_A"), to_vec(a)?)?,
+                        precision.hold(|| format!("{name}.lora_B (scaled)"), to_vec(b)?)?,
+                    ));
+                }
+                let held = match precision {
+                    FactorPrecision::F32 => HostSite::new(i, o, rank, &factors),
+                    FactorPrecision::F16 => HostSite::new_f16(i, o, rank, &factors),
                 };
-                let factors: Vec<(Vec<f32>, Vec<f32>)> = a_all
-                    .into_iter()
-                    .zip(b_all)
-                    .map(|(a, b)| (read(a), read(b)))
-                    .collect();
-                host_sites.insert(site, HostSite::new(i, o, rank, &factors));
+                host_sites.insert(site, held);
                 continue;
+            }
+            if precision != FactorPrecision::F32 {
+                let held = |t: Tensor<B, 2>, tensor: &str| -> Result<Tensor<B, 2>, LoraError> {
+                    let dims = t.dims();
+                    let values = precision.hold(|| format!("{name}.{tensor}"), to_vec(t)?)?;
+                    Ok(Tensor::from_data(TensorData::new(values, dims), device))
+                };
+                a_all = a_all
+                    .into_iter()
+                    .map(|a| held(a, "lora_A"))
+                    .collect::<Result<_, _>>()?;
+                b_all = b_all
+                    .into_iter()
+                    .map(|b| held(b, "lora_B (scaled)"))
+                    .collect::<Result<_, _>>()?;
             }
             a_all.push(Tensor::zeros([i, rank], device));
             b_all.push(Tensor::zeros([rank, o], device));
@@ -132,13 +209,13 @@ impl<B: Backend> StackedAdapters<B> {
         self.rank
     }
 
-    /// Bytes of the stacked factors in f32 (the tensors' zero slot included).
+    /// Bytes of the stacked factors (the tensors' zero slot included).
     pub fn bytes(&self) -> usize {
         let host: usize = self
             .host
             .iter()
             .flat_map(|h| h.values())
-            .map(|s| 4 * s.len())
+            .map(HostSite::bytes)
             .sum();
         host + self
             .sites
@@ -150,11 +227,17 @@ impl<B: Backend> StackedAdapters<B> {
     }
 
     /// Bytes [`StackedAdapters::bytes`] reports for `members` adapters of
-    /// `config` on every targeted site of `base`, without building them:
-    /// `4 · slots · r · Σ_sites (in + out)`, with `slots = members` for
-    /// host-held factors (plain burn-flex) and `members + 1` for tensors
-    /// (their zero slot).
-    pub fn bytes_for(base: &BaseShapes, config: &LoraConfig, members: usize) -> usize {
+    /// `config` on every targeted site of `base` held in `precision`,
+    /// without building them: `width · slots · r · Σ_sites (in + out)`, with
+    /// `slots = members` and `width` 4 (f32) or 2 (f16) for host-held
+    /// factors (plain burn-flex), and `slots = members + 1` (their zero
+    /// slot) and `width = 4` for tensors.
+    pub fn bytes_for(
+        base: &BaseShapes,
+        config: &LoraConfig,
+        members: usize,
+        precision: FactorPrecision,
+    ) -> usize {
         let per_rank: usize = base
             .sites()
             .into_iter()
@@ -164,12 +247,14 @@ impl<B: Backend> StackedAdapters<B> {
                 i + o
             })
             .sum();
-        let slots = if is_plain_flex::<B>() {
-            members
+        let (slots, width) = if !is_plain_flex::<B>() {
+            (members + 1, 4)
+        } else if precision == FactorPrecision::F16 {
+            (members, 2)
         } else {
-            members + 1
+            (members, 4)
         };
-        4 * slots * config.r * per_rank
+        width * slots * config.r * per_rank
     }
 
     /// The per-row view: row `i` gets member `rows[i]`, `None` for no adapter.

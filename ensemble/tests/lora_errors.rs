@@ -10,7 +10,7 @@ use std::path::Path;
 use lora_support::*;
 use privmix_ensemble::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
-use privmix_ensemble::stacked::StackedAdapters;
+use privmix_ensemble::stacked::{FactorPrecision, StackedAdapters};
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::json;
 
@@ -235,14 +235,22 @@ fn memory_of_100_rank4_adapters_over_smollm2() {
     let stacked = StackedAdapters::new(&members, &tiny, &dev()).unwrap();
     assert_eq!(
         stacked.bytes(),
-        StackedAdapters::<B>::bytes_for(&tiny, &c, 5)
+        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F32)
     );
     // On plain flex the factors are host-held, without the tensors' zero slot.
     assert!(privmix_models::runtime::is_plain_flex::<B>());
     assert_eq!(stacked.bytes(), 4 * 5 * members[0].num_parameters());
+    // Held in f16 there, half of it.
+    let half =
+        StackedAdapters::with_precision(&members, &tiny, FactorPrecision::F16, &dev()).unwrap();
+    assert_eq!(half.bytes(), 2 * 5 * members[0].num_parameters());
+    assert_eq!(
+        half.bytes(),
+        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F16)
+    );
 
     let smollm2 = BaseShapes::llama_style(30, 576, 1536, 576, 192);
-    let stacked = StackedAdapters::<B>::bytes_for(&smollm2, &c, 100);
+    let stacked = StackedAdapters::<B>::bytes_for(&smollm2, &c, 100, FactorPrecision::F32);
     // Per layer r · Σ(in + out) = 4 · 10176 floats; 30 layers; 100 members.
     assert_eq!(stacked, 4 * 100 * 4 * 10_176 * 30);
     // With tensors (other backends): a zero slot, and a decoder over all 101

@@ -101,6 +101,15 @@ pub enum LoraError {
     /// A factor holds a NaN or an infinity.
     #[error("tensor {0} holds a non-finite value")]
     NonFinite(String),
+    /// A factor entry (`B` after the member's scale is folded in) lies
+    /// beyond f16's range, so factors held in f16 cannot represent it.
+    #[error("tensor {tensor}: entry {value} is beyond f16's range (|x| < 65520)")]
+    HalfOverflow {
+        /// The factor (with `(scaled)` for `B`).
+        tensor: String,
+        /// The entry.
+        value: f32,
+    },
     /// The base model's architecture has no LoRA sites this crate knows.
     #[error("unsupported base model: {0}")]
     UnsupportedBase(String),
