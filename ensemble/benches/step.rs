@@ -37,7 +37,15 @@
 //! the single-model step, from 40 rounds that time the single model and
 //! then each of them within a second (see [`paired_ratios`]).
 //!
-//! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline.
+//! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline,
+//! each group against its own baseline. Why the two groups land on either
+//! side of it: a one-row step is bound by reading the weights once (96.4 MB),
+//! the nine-row step's products by multiplying every weight by nine rows. With
+//! f32 activations the second bound is 2.82 × the first on this machine
+//! (`cargo run --release -p privmix-models --example bounds`: 263 GFMA/s and
+//! 59 GB/s on two threads), before any update, attention or norm; with 8-bit
+//! activations a `vpdpbusd` does 64 multiply-adds where an FMA does 16.
+//! llama.cpp's CPU kernels take 8-bit activations for these weights too.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.
 
 // criterion_group! generates an undocumented public function.
