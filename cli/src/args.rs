@@ -109,6 +109,11 @@ pub struct ModelArgs {
     /// Default: f32, the adapters' own values.
     #[arg(long)]
     pub f16_factors: bool,
+    /// Hold the KV cache's keys and values in f16 (llama.cpp's default cache type): half its
+    /// memory and half the bytes each step reads from it; each entry is rounded to f16 when
+    /// appended. Default: f32.
+    #[arg(long)]
+    pub f16_kv: bool,
     /// The mechanism.
     #[arg(long, value_enum, default_value = "pmixed")]
     pub mechanism: MechanismKind,

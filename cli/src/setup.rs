@@ -13,7 +13,7 @@ use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix,
 };
 use privmix_models::gguf::GgufFile;
-use privmix_models::{DecodeProducts, LanguageModel, Model, Tokenizer};
+use privmix_models::{DecodeProducts, KvPrecision, LanguageModel, Model, Tokenizer};
 
 use crate::args::{MechanismKind, MechanismParams, ModelArgs};
 use crate::error::CliError;
@@ -60,7 +60,12 @@ pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
     } else {
         FactorPrecision::F32
     };
-    Ok(EnsembleRunner::with_precision(model, &adapters, precision)?)
+    let kv = if args.f16_kv {
+        KvPrecision::F16
+    } else {
+        KvPrecision::F32
+    };
+    Ok(EnsembleRunner::with_precision(model, &adapters, precision)?.with_kv_precision(kv))
 }
 
 /// The tokenizer: `--tokenizer`, else the GGUF's vocabulary, else the folder's tokenizer.json.

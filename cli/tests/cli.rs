@@ -413,9 +413,10 @@ fn int8_activations_generate_from_a_gguf() {
     assert_eq!(done["tokens"].as_u64(), Some(3));
     assert!(done["epsilon"].as_f64().unwrap() > 0.0);
 
-    // With the members' factors in f16 too (llama.cpp's usual widths).
+    // With the members' factors and the KV cache in f16 too (llama.cpp's
+    // usual widths).
     let ledger = dir.join("ledger-f16");
-    let mut args = vec!["--int8-activations", "--f16-factors"];
+    let mut args = vec!["--int8-activations", "--f16-factors", "--f16-kv"];
     args.extend(three_charged_tokens(&ledger));
     let out = generate_with(&gguf, &adapters, &args);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -14,6 +14,9 @@
 //! - `ensemble_n8_f16_factors`: the N = 8 ensemble with the members'
 //!   factors held in f16 ([`FactorPrecision::F16`]: half the bytes read per
 //!   step, each factor entry rounded to f16 once);
+//! - `ensemble_n8_f16`: f16 factors and an f16 KV cache
+//!   ([`KvPrecision::F16`], llama.cpp's default cache type), beside
+//!   `baseline_single_model_f16_kv`, the single model with an f16 cache;
 //! - `no_adapters_n8`: the same nine rows with no adapter on any (the public
 //!   model on every row): what the N = 8 step costs before any update, a
 //!   floor for every adapter configuration.
@@ -33,9 +36,10 @@
 //! the same code, stop 17 measured `ensemble_n8` at 14.6 ms that way and
 //! 12.6 ms as steps of a loop; the single-model step at 4.8 ms both ways).
 //!
-//! Each group also prints `paired` lines: the four N = 8 steps above over
-//! the single-model step, from 40 rounds that time the single model and
-//! then each of them within a second (see [`paired_ratios`]).
+//! Each group also prints `paired` lines: the five N = 8 steps above over
+//! the single-model step (`ensemble_n8_f16` over the single model with an
+//! f16 cache as well), from 40 rounds that time the single models and then
+//! each of them within a second (see [`paired_ratios`]).
 //!
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline,
 //! each group against its own baseline. Why the two groups land on either
@@ -60,7 +64,9 @@ use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
 use privmix_ensemble::stacked::FactorPrecision;
-use privmix_models::{Batch, DecodeProducts, KvCache, LanguageModel, LinearDelta, Model};
+use privmix_models::{
+    Batch, DecodeProducts, KvCache, KvPrecision, LanguageModel, LinearDelta, Model,
+};
 
 #[cfg(feature = "cuda")]
 type B = privmix_models::CudaBackend;
@@ -103,9 +109,14 @@ fn context() -> Vec<u32> {
         .collect()
 }
 
-/// A single-row cache after the context, with an optional adapter.
-fn prefilled(model: &Model<B>, delta: Option<&dyn LinearDelta<B>>) -> KvCache<B> {
-    let mut cache = model.new_cache(1);
+/// A single-row cache in `precision` after the context, with an optional
+/// adapter.
+fn prefilled(
+    model: &Model<B>,
+    delta: Option<&dyn LinearDelta<B>>,
+    precision: KvPrecision,
+) -> KvCache<B> {
+    let mut cache = model.new_cache_with(1, precision);
     let batch = Batch::single(&context()).unwrap();
     let _: Tensor<B, 2> = model.logits_last(&batch, &mut cache, delta).unwrap();
     cache
@@ -179,16 +190,22 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
 
-    let cache = prefilled(model, None);
-    g.bench_function("baseline_single_model", |b| {
-        per_step(
-            b,
-            || cache.clone(),
-            |cache| {
-                std::hint::black_box(step(model, cache, None));
-            },
-        )
-    });
+    let cache = prefilled(model, None, KvPrecision::F32);
+    let cache_f16 = prefilled(model, None, KvPrecision::F16);
+    for (name, cache) in [
+        ("baseline_single_model", &cache),
+        ("baseline_single_model_f16_kv", &cache_f16),
+    ] {
+        g.bench_function(name, |b| {
+            per_step(
+                b,
+                || cache.clone(),
+                |cache| {
+                    std::hint::black_box(step(model, cache, None));
+                },
+            )
+        });
+    }
 
     for &n in &MEMBERS {
         let runner = EnsembleRunner::new(model.clone(), &adapters[..n]).unwrap();
@@ -224,6 +241,12 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
             g.bench_function(format!("ensemble_n{n}_f16_factors"), |b| {
                 decode_steps(b, &half)
             });
+            let f16_runner = half_runner.clone().with_kv_precision(KvPrecision::F16);
+            let mut f16 = f16_runner
+                .decoder(RowLayout::public_and_members(n))
+                .unwrap();
+            f16.prefill(&context()).unwrap();
+            g.bench_function(format!("ensemble_n{n}_f16"), |b| decode_steps(b, &f16));
             // The step's N + 1 rows with no adapter on any: the public model
             // nine times over, what the ensemble costs before its updates.
             let mut bare = runner.decoder(RowLayout::public_only(n + 1)).unwrap();
@@ -232,19 +255,20 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
             paired_ratios(
                 group,
                 model,
-                &cache,
+                [&cache, &cache_f16],
                 &[
-                    (format!("ensemble_n{n}"), &dec),
-                    (format!("ensemble_n{n}_q_v"), &q_v),
-                    (format!("ensemble_n{n}_f16_factors"), &half),
-                    (format!("no_adapters_n{n}"), &bare),
+                    (format!("ensemble_n{n}"), &dec, 0),
+                    (format!("ensemble_n{n}_q_v"), &q_v, 0),
+                    (format!("ensemble_n{n}_f16_factors"), &half, 0),
+                    (format!("ensemble_n{n}_f16"), &f16, 1),
+                    (format!("no_adapters_n{n}"), &bare, 0),
                 ],
             );
         }
         if n <= SEPARATE_UP_TO {
             let caches: Vec<KvCache<B>> = std::iter::once(None)
                 .chain(adapters[..n].iter().map(Some))
-                .map(|a| prefilled(model, a.map(|a| a as &dyn LinearDelta<B>)))
+                .map(|a| prefilled(model, a.map(|a| a as &dyn LinearDelta<B>), KvPrecision::F32))
                 .collect();
             g.bench_function(format!("separate_n{n}"), |b| {
                 per_step(
@@ -265,8 +289,13 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
     g.finish();
 }
 
-/// Prints each decoder's step over the single-model step from
-/// [`PAIRED_ROUNDS`] rounds that time the single model, then every decoder
+/// A decoder timed in [`paired_ratios`]: its name, itself, and the index of
+/// its single-model baseline.
+type Paired<'a> = (String, &'a Decoder<'a, B, Model<B>>, usize);
+
+/// Prints each decoder's step over its single-model step (`(name, decoder,
+/// b)`: over the single model's step from cache `singles[b]`) from
+/// [`PAIRED_ROUNDS`] rounds that time each single model, then every decoder
 /// in turn (each a decode loop of [`STEPS`] steps from a fresh copy, as the
 /// criterion rows time them): the ratio of the medians, and the median of
 /// the rounds' own ratios with its quartiles.
@@ -278,8 +307,8 @@ fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::
 fn paired_ratios(
     group: &str,
     model: &Model<B>,
-    cache: &KvCache<B>,
-    decoders: &[(String, &Decoder<'_, B, Model<B>>)],
+    singles: [&KvCache<B>; 2],
+    decoders: &[Paired<'_>],
 ) {
     let time = |f: &mut dyn FnMut()| {
         let start = Instant::now();
@@ -292,31 +321,46 @@ fn paired_ratios(
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let mut single = Vec::new();
+    let mut single = [Vec::new(), Vec::new()];
     let mut steps = vec![Vec::new(); decoders.len()];
     for _ in 0..PAIRED_ROUNDS {
-        let mut c = cache.clone();
-        single.push(time(&mut || {
-            std::hint::black_box(step(model, &mut c, None));
-        }));
-        for ((_, dec), times) in decoders.iter().zip(&mut steps) {
+        for (times, cache) in single.iter_mut().zip(singles) {
+            let mut c = cache.clone();
+            times.push(time(&mut || {
+                std::hint::black_box(step(model, &mut c, None));
+            }));
+        }
+        for ((_, dec, _), times) in decoders.iter().zip(&mut steps) {
             let mut d = (*dec).clone();
             times.push(time(&mut || {
                 std::hint::black_box(d.next_log_probs(42).unwrap());
             }));
         }
     }
-    let one = median(single.clone());
-    println!("{group}/paired: single-model step {one:.3} ms (median of {PAIRED_ROUNDS} rounds)");
-    for ((name, _), times) in decoders.iter().zip(steps) {
-        let mut ratios: Vec<f64> = times.iter().zip(&single).map(|(t, s)| t / s).collect();
+    for (name, times) in ["single-model step", "single-model step, f16 KV cache"]
+        .iter()
+        .zip(&single)
+    {
+        println!(
+            "{group}/paired: {name} {:.3} ms (median of {PAIRED_ROUNDS} rounds)",
+            median(times.clone())
+        );
+    }
+    for ((name, _, b), times) in decoders.iter().zip(steps) {
+        let base = &single[*b];
+        let mut ratios: Vec<f64> = times.iter().zip(base).map(|(t, s)| t / s).collect();
         ratios.sort_by(f64::total_cmp);
         let quartile = |q: usize| ratios[(ratios.len() - 1) * q / 4];
+        let over = if *b == 0 {
+            ""
+        } else {
+            " (over the f16-KV single step)"
+        };
         println!(
-            "{group}/paired: {name} step {:.3} ms, ratio of medians {:.2}, rounds' ratios \
-             median {:.2} (quartiles {:.2}–{:.2})",
+            "{group}/paired: {name} step {:.3} ms, ratio of medians {:.2}{over}, rounds' \
+             ratios median {:.2} (quartiles {:.2}–{:.2})",
             median(times.clone()),
-            median(times) / one,
+            median(times) / median(base.clone()),
             quartile(2),
             quartile(1),
             quartile(3),

@@ -6,7 +6,7 @@ use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
 use rand::Rng;
 
 use crate::error::ModelError;
-use crate::layers::{KvCache, LinearDelta};
+use crate::layers::{KvCache, KvPrecision, LinearDelta};
 
 /// Token ids of several rows, padded to one length, with a flag per token
 /// saying whether it is real (`true`) or padding (`false`).
@@ -174,6 +174,11 @@ pub trait LanguageModel<B: Backend> {
     /// An empty cache for `rows` rows.
     fn new_cache(&self, rows: usize) -> KvCache<B> {
         KvCache::new(self.num_layers(), rows)
+    }
+
+    /// An empty cache for `rows` rows holding keys and values in `precision`.
+    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
+        KvCache::with_precision(self.num_layers(), rows, precision)
     }
 
     /// Logits at every position of `batch` from an empty cache.

@@ -25,11 +25,15 @@
 
 use pulp::{Simd, WithSimd};
 
+use super::kv_cache::KvPrecision;
+
 /// Keys and values of one layer, of which the first `len` slots of every
 /// (row, head) are filled: keys dimension-major, `[batch, heads, dim,
 /// capacity]`, so that one vector holds one coordinate of consecutive keys
 /// and a query's scores need no horizontal sums; values `[batch, heads,
-/// capacity, dim]`, added slot by slot.
+/// capacity, dim]`, added slot by slot. Held in f32, or in f16
+/// ([`KvPrecision::F16`]: each entry rounded to f16 when written, widened
+/// exactly when read).
 #[derive(Debug, Clone)]
 pub(crate) struct HostKv {
     batch: usize,
@@ -37,21 +41,101 @@ pub(crate) struct HostKv {
     dim: usize,
     capacity: usize,
     len: usize,
-    k_t: Vec<f32>,
-    v: Vec<f32>,
+    store: Store,
+}
+
+/// The keys and values of a [`HostKv`], as its precision holds them.
+#[derive(Debug, Clone)]
+enum Store {
+    F32 {
+        k_t: Vec<f32>,
+        v: Vec<f32>,
+    },
+    /// Bits of f16 values.
+    F16 {
+        k_t: Vec<u16>,
+        v: Vec<u16>,
+    },
+}
+
+/// Runs `$body` with `$k` and `$v` bound to the store's two vectors, of
+/// either element type.
+macro_rules! with_store {
+    ($store:expr, |$k:ident, $v:ident| $body:expr) => {
+        match $store {
+            Store::F32 { k_t: $k, v: $v } => $body,
+            Store::F16 { k_t: $k, v: $v } => $body,
+        }
+    };
+}
+
+/// An element of a [`HostKv`]'s vectors: an f32, or the bits of an f16.
+pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
+    /// `x` as held (rounded to the nearest f16 for f16).
+    fn hold(x: f32) -> Self;
+    /// `src` widened into `dst` (exact), of the same length.
+    fn widen(src: &[Self], dst: &mut [f32]);
+    /// `src` itself, where it holds f32 values.
+    fn as_f32(src: &[Self]) -> Option<&[f32]>;
+    /// `src` itself, where it holds the bits of f16 values.
+    fn as_f16_bits(src: &[Self]) -> Option<&[u16]>;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn hold(x: f32) -> Self {
+        x
+    }
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
+    }
+    fn as_f32(src: &[Self]) -> Option<&[f32]> {
+        Some(src)
+    }
+    fn as_f16_bits(_: &[Self]) -> Option<&[u16]> {
+        None
+    }
+}
+
+impl KvElem for u16 {
+    #[inline(always)]
+    fn hold(x: f32) -> Self {
+        half::f16::from_f32(x).to_bits()
+    }
+    fn widen(src: &[Self], dst: &mut [f32]) {
+        use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+        src.reinterpret_cast::<half::f16>()
+            .convert_to_f32_slice(dst);
+    }
+    fn as_f32(_: &[Self]) -> Option<&[f32]> {
+        None
+    }
+    fn as_f16_bits(src: &[Self]) -> Option<&[u16]> {
+        Some(src)
+    }
 }
 
 impl HostKv {
-    /// An empty layer for `batch` rows of `heads` heads of width `dim`.
-    pub(crate) fn new(batch: usize, heads: usize, dim: usize) -> Self {
+    /// An empty layer for `batch` rows of `heads` heads of width `dim`,
+    /// held in `precision`.
+    pub(crate) fn new(batch: usize, heads: usize, dim: usize, precision: KvPrecision) -> Self {
+        let store = match precision {
+            KvPrecision::F32 => Store::F32 {
+                k_t: Vec::new(),
+                v: Vec::new(),
+            },
+            KvPrecision::F16 => Store::F16 {
+                k_t: Vec::new(),
+                v: Vec::new(),
+            },
+        };
         Self {
             batch,
             heads,
             dim,
             capacity: 0,
             len: 0,
-            k_t: Vec::new(),
-            v: Vec::new(),
+            store,
         }
     }
 
@@ -69,19 +153,20 @@ impl HostKv {
         self.reserve(s);
         let (h, d, cap, len) = (self.heads, self.dim, self.capacity, self.len);
         let per_row = h * d * cap;
-        for (row, (k_t, vs)) in self
-            .k_t
-            .chunks_exact_mut(per_row)
-            .zip(self.v.chunks_exact_mut(per_row))
-            .enumerate()
-        {
-            let new = s * h * d;
-            write_slots(
-                (k_t, vs),
-                (&k[row * new..][..new], &v[row * new..][..new]),
-                (h, d, cap, len),
-            );
-        }
+        with_store!(&mut self.store, |k_all, v_all| {
+            for (row, (k_t, vs)) in k_all
+                .chunks_exact_mut(per_row)
+                .zip(v_all.chunks_exact_mut(per_row))
+                .enumerate()
+            {
+                let new = s * h * d;
+                write_slots(
+                    (k_t, vs),
+                    (&k[row * new..][..new], &v[row * new..][..new]),
+                    (h, d, cap, len),
+                );
+            }
+        });
         self.len += s;
     }
 
@@ -96,59 +181,74 @@ impl HostKv {
     /// Moves the filled slots into buffers of `capacity` slots.
     fn grow(&mut self, capacity: usize) {
         let (b, h, d, len, old) = (self.batch, self.heads, self.dim, self.len, self.capacity);
-        let mut k_t = vec![0.0f32; b * h * d * capacity];
-        for (to, from) in k_t
-            .chunks_exact_mut(capacity)
-            .zip(self.k_t.chunks_exact(old.max(1)))
-        {
-            to[..len].copy_from_slice(&from[..len]);
-        }
-        let mut v = vec![0.0f32; b * h * capacity * d];
-        for (to, from) in v
-            .chunks_exact_mut(capacity * d)
-            .zip(self.v.chunks_exact((old * d).max(1)))
-        {
-            to[..len * d].copy_from_slice(&from[..len * d]);
-        }
-        self.k_t = k_t;
-        self.v = v;
+        with_store!(&mut self.store, |k_t, v| {
+            *k_t = moved(k_t, b * h * d, (old, capacity), len);
+            *v = moved(v, b * h, (old * d, capacity * d), len * d);
+        });
         self.capacity = capacity;
     }
 
-    /// Keys and values as contiguous `[batch, heads, len, dim]` vectors.
+    /// Keys and values as contiguous `[batch, heads, len, dim]` f32 vectors.
     pub(crate) fn contiguous(&self) -> (Vec<f32>, Vec<f32>) {
         let (b, h, d, len, cap) = (self.batch, self.heads, self.dim, self.len, self.capacity);
         let mut k = Vec::with_capacity(b * h * len * d);
-        let mut v = Vec::with_capacity(b * h * len * d);
-        for bh in 0..b * h {
-            let kt = &self.k_t[bh * d * cap..][..d * cap];
-            for j in 0..len {
-                k.extend((0..d).map(|c| kt[c * cap + j]));
+        let mut v = vec![0.0f32; b * h * len * d];
+        with_store!(&self.store, |k_all, v_all| {
+            let mut coordinate = vec![0.0f32; len];
+            let mut k_t = vec![0.0f32; d * len];
+            for bh in 0..b * h {
+                for c in 0..d {
+                    KvElem::widen(&k_all[(bh * d + c) * cap..][..len], &mut coordinate);
+                    k_t[c * len..][..len].copy_from_slice(&coordinate);
+                }
+                for j in 0..len {
+                    k.extend((0..d).map(|c| k_t[c * len + j]));
+                }
+                KvElem::widen(
+                    &v_all[bh * cap * d..][..len * d],
+                    &mut v[bh * len * d..][..len * d],
+                );
             }
-            v.extend_from_slice(&self.v[bh * cap * d..][..len * d]);
-        }
+        });
         (k, v)
     }
 
     /// Keeps rows `keep` (in range, checked by the caller), in that order.
     pub(crate) fn select_rows(&mut self, keep: &[usize]) {
         let per_row = self.heads * self.capacity * self.dim;
-        for buf in [&mut self.k_t, &mut self.v] {
-            let mut next = Vec::with_capacity(keep.len() * per_row);
-            for &r in keep {
-                next.extend_from_slice(&buf[r * per_row..(r + 1) * per_row]);
+        with_store!(&mut self.store, |k_t, v| {
+            for buf in [k_t, v] {
+                let mut next = Vec::with_capacity(keep.len() * per_row);
+                for &r in keep {
+                    next.extend_from_slice(&buf[r * per_row..(r + 1) * per_row]);
+                }
+                *buf = next;
             }
-            *buf = next;
-        }
+        });
         self.batch = keep.len();
     }
 }
 
+/// `chunks` chunks of `from` (each `sizes.0` long, the first `filled`
+/// entries kept) moved into chunks of `sizes.1`, the rest zero.
+fn moved<E: KvElem>(
+    from: &[E],
+    chunks: usize,
+    (old, new): (usize, usize),
+    filled: usize,
+) -> Vec<E> {
+    let mut to = vec![E::default(); chunks * new];
+    for (to, from) in to.chunks_exact_mut(new).zip(from.chunks_exact(old.max(1))) {
+        to[..filled].copy_from_slice(&from[..filled]);
+    }
+    to
+}
+
 /// Writes one row's new keys and values, `[s, heads, dim]` each, into its
 /// slots `len..len + s` of `k_t: [heads, dim, capacity]` and `v: [heads,
-/// capacity, dim]`.
-fn write_slots(
-    (k_t, v): (&mut [f32], &mut [f32]),
+/// capacity, dim]`, each entry as held.
+fn write_slots<E: KvElem>(
+    (k_t, v): (&mut [E], &mut [E]),
     (k_new, v_new): (&[f32], &[f32]),
     (heads, d, cap, len): (usize, usize, usize, usize),
 ) {
@@ -160,10 +260,12 @@ fn write_slots(
         let slot = len + i;
         for head in 0..heads {
             let to = (head * cap + slot) * d;
-            v[to..to + d].copy_from_slice(&v_tok[head * d..][..d]);
+            for (to, x) in v[to..to + d].iter_mut().zip(&v_tok[head * d..][..d]) {
+                *to = E::hold(*x);
+            }
             let kt = &mut k_t[head * d * cap..][..d * cap];
             for (c, x) in k_tok[head * d..][..d].iter().enumerate() {
-                kt[c * cap + slot] = *x;
+                kt[c * cap + slot] = E::hold(*x);
             }
         }
     }
@@ -172,17 +274,17 @@ fn write_slots(
 /// The filled slots of consecutive rows of a [`HostKv`] (all of them, or
 /// one thread's share), read-only: what attention reads.
 #[derive(Debug, Clone, Copy)]
-struct KvRows<'a> {
+struct KvRows<'a, E> {
     batch: usize,
     heads: usize,
     dim: usize,
     capacity: usize,
     len: usize,
-    k_t: &'a [f32],
-    v: &'a [f32],
+    k_t: &'a [E],
+    v: &'a [E],
 }
 
-impl KvRows<'_> {
+impl<E: KvElem> KvRows<'_, E> {
     /// Prefetches parts `share` of `parts` equal parts of the filled slots
     /// of (row, head) `group` (`row · heads + head`; nothing past the last
     /// one): the lines of each key coordinate's filled slots, then of the
@@ -194,38 +296,39 @@ impl KvRows<'_> {
         share: std::ops::Range<usize>,
         parts: usize,
     ) {
-        /// `f32` entries per cache line.
-        const LINE: usize = 16;
+        // Entries per cache line.
+        let line = 64 / size_of::<E>();
         if group >= self.batch * self.heads || parts == 0 {
             return;
         }
         let (d, cap, t) = (self.dim, self.capacity, self.len);
-        let per_dim = t.div_ceil(LINE);
+        let per_dim = t.div_ceil(line);
         let k_lines = d * per_dim;
-        let total = k_lines + (t * d).div_ceil(LINE);
+        let total = k_lines + (t * d).div_ceil(line);
         let k_t = &self.k_t[group * d * cap..][..d * cap];
         let v = &self.v[group * cap * d..][..t * d];
         for l in share.start * total / parts..share.end * total / parts {
             if l < k_lines {
-                prefetch.line(k_t, (l / per_dim) * cap + (l % per_dim) * LINE);
+                prefetch.line(k_t, (l / per_dim) * cap + (l % per_dim) * line);
             } else {
-                prefetch.line(v, (l - k_lines) * LINE);
+                prefetch.line(v, (l - k_lines) * line);
             }
         }
     }
 }
 
 impl HostKv {
+    /// The filled slots of every row, read-only, with the store's vectors.
     #[cfg(test)]
-    fn rows(&self) -> KvRows<'_> {
+    fn rows<'a, E>(&self, k_t: &'a [E], v: &'a [E]) -> KvRows<'a, E> {
         KvRows {
             batch: self.batch,
             heads: self.heads,
             dim: self.dim,
             capacity: self.capacity,
             len: self.len,
-            k_t: &self.k_t,
-            v: &self.v,
+            k_t,
+            v,
         }
     }
 }
@@ -253,17 +356,19 @@ pub(crate) fn attend(
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
 ) -> Vec<f32> {
-    attend_grouped(q, s, kv.rows(), scoring, visible, GROUP_MAX)
+    with_store!(&kv.store, |k_t, v| {
+        attend_grouped(q, s, kv.rows(k_t, v), scoring, visible, GROUP_MAX)
+    })
 }
 
 /// [`attend`] with the query heads of each key/value head taken up to
 /// `group` at a time (1: one query per pass, the plain form the tests
 /// compare with), rows split over threads where there is enough work.
 #[cfg(test)]
-fn attend_grouped(
+fn attend_grouped<E: KvElem>(
     q: &[f32],
     s: usize,
-    kv: KvRows<'_>,
+    kv: KvRows<'_, E>,
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
     group: usize,
@@ -332,42 +437,44 @@ pub(crate) fn append_and_attend(
     let buf = h * d * cap;
     let per = rows_per_task(b, q.len() * t);
     let mut out = vec![0.0f32; q.len()];
-    let tasks: Vec<_> = out
-        .chunks_mut(per * per_row)
-        .zip(q.chunks_mut(per * per_row))
-        .zip(k.chunks_mut(per * new).zip(v.chunks_mut(per * new)))
-        .zip(kv.k_t.chunks_mut(per * buf).zip(kv.v.chunks_mut(per * buf)))
-        .collect();
-    crate::runtime::for_each_task(tasks, |task, (((out, q), (k, v)), (k_t, vs))| {
-        let (r0, rows) = (task * per, out.len() / per_row);
-        prepare(r0, q, k, v);
-        rotate(q, r0 * s, scoring.heads);
-        rotate(k, r0 * s, h);
-        for r in 0..rows {
-            write_slots(
-                (&mut k_t[r * buf..][..buf], &mut vs[r * buf..][..buf]),
-                (&k[r * new..][..new], &v[r * new..][..new]),
-                (h, d, cap, len),
+    with_store!(&mut kv.store, |k_all, v_all| {
+        let tasks: Vec<_> = out
+            .chunks_mut(per * per_row)
+            .zip(q.chunks_mut(per * per_row))
+            .zip(k.chunks_mut(per * new).zip(v.chunks_mut(per * new)))
+            .zip(k_all.chunks_mut(per * buf).zip(v_all.chunks_mut(per * buf)))
+            .collect();
+        crate::runtime::for_each_task(tasks, |task, (((out, q), (k, v)), (k_t, vs))| {
+            let (r0, rows) = (task * per, out.len() / per_row);
+            prepare(r0, q, k, v);
+            rotate(q, r0 * s, scoring.heads);
+            rotate(k, r0 * s, h);
+            for r in 0..rows {
+                write_slots(
+                    (&mut k_t[r * buf..][..buf], &mut vs[r * buf..][..buf]),
+                    (&k[r * new..][..new], &v[r * new..][..new]),
+                    (h, d, cap, len),
+                );
+            }
+            let view = KvRows {
+                batch: rows,
+                heads: h,
+                dim: d,
+                capacity: cap,
+                len: t,
+                k_t,
+                v: vs,
+            };
+            attend_rows(
+                q,
+                s,
+                view,
+                scoring,
+                &|r, i, j| visible(r0 + r, i, j),
+                GROUP_MAX,
+                out,
             );
-        }
-        let view = KvRows {
-            batch: rows,
-            heads: h,
-            dim: d,
-            capacity: cap,
-            len: t,
-            k_t,
-            v: vs,
-        };
-        attend_rows(
-            q,
-            s,
-            view,
-            scoring,
-            &|r, i, j| visible(r0 + r, i, j),
-            GROUP_MAX,
-            out,
-        );
+        });
     });
     kv.len = t;
     out
@@ -376,10 +483,10 @@ pub(crate) fn append_and_attend(
 /// [`attend_grouped`] of the rows of `kv` (row indices from 0 for
 /// `visible`), one after another on the calling thread; `out` and `q`
 /// hold those rows only.
-fn attend_rows(
+fn attend_rows<E: KvElem>(
     q: &[f32],
     s: usize,
-    kv: KvRows<'_>,
+    kv: KvRows<'_, E>,
     scoring: HostScoring,
     visible: &dyn Fn(usize, usize, usize) -> bool,
     group: usize,
@@ -392,6 +499,18 @@ fn attend_rows(
     // Scratch shared by the rows, which run one after another here.
     let mut scores = vec![0.0f32; group.min(rep) * t];
     let mut seen = vec![false; t];
+    // How each (row, head)'s keys and values are read: f32 as held; f16
+    // widened in registers on AVX-512, else widened here first (exactly),
+    // into scratch the f32 passes then read.
+    #[cfg(target_arch = "x86_64")]
+    let half_v4 = E::as_f16_bits(kv.k_t)
+        .zip(E::as_f16_bits(kv.v))
+        .zip(pulp::x86::V4::try_new());
+    #[cfg(all(test, target_arch = "x86_64"))]
+    let half_v4 =
+        half_v4.filter(|_| !tests::WIDEN_FIRST.load(std::sync::atomic::Ordering::Relaxed));
+    let held_f32 = E::as_f32(kv.k_t).zip(E::as_f32(kv.v));
+    let (mut wide_k, mut wide_v) = (Vec::new(), Vec::new());
     let mut one_row = |row: usize, out: &mut [f32]| {
         for i in 0..s {
             for (j, v) in seen.iter_mut().enumerate() {
@@ -399,6 +518,34 @@ fn attend_rows(
             }
             for g in 0..kv.heads {
                 let base = (row * kv.heads + g) * kv.capacity * d;
+                #[cfg(target_arch = "x86_64")]
+                let half = half_v4.map(|((k_t, v), v4)| {
+                    let kv = half_kv::HalfKv {
+                        k_t: &k_t[base..base + kv.capacity * d],
+                        capacity: kv.capacity,
+                        t,
+                        v: &v[base..base + t * d],
+                        d,
+                    };
+                    Source::Half(v4, kv)
+                });
+                #[cfg(not(target_arch = "x86_64"))]
+                let half: Option<Source<'_>> = None;
+                let source = match (half, held_f32) {
+                    (Some(half), _) => half,
+                    (None, Some((k_t, v))) => {
+                        Source::F32(F32Kv::new(&k_t[base..], kv.capacity, &v[base..], (t, d)))
+                    }
+                    (None, None) => {
+                        wide_k.resize(d * t, 0.0);
+                        wide_v.resize(t * d, 0.0);
+                        for (c, wide) in wide_k.chunks_exact_mut(t.max(1)).enumerate() {
+                            E::widen(&kv.k_t[base + c * kv.capacity..][..t], wide);
+                        }
+                        E::widen(&kv.v[base..base + t * d], &mut wide_v);
+                        Source::F32(F32Kv::new(&wide_k, t, &wide_v, (t, d)))
+                    }
+                };
                 let mut head = g * rep;
                 while head < (g + 1) * rep {
                     let n = ((g + 1) * rep - head).min(group);
@@ -408,21 +555,17 @@ fn attend_rows(
                     let share = head - g * rep;
                     kv.prefetch_share(prefetch, row * kv.heads + g + 1, share..share + n, rep);
                     let at = (i * scoring.heads + head) * d;
-                    let query = Queries {
-                        q: &q[row * per_row + at..][..n * d],
-                        k_t: &kv.k_t[base..base + kv.capacity * d],
-                        capacity: kv.capacity,
-                        v: &kv.v[base..base + t * d],
-                        seen: &seen,
-                        scoring,
-                        scores: &mut scores[..n * t],
-                        out: &mut out[at..at + n * d],
-                    };
+                    let parts = (
+                        &q[row * per_row + at..][..n * d],
+                        &seen[..],
+                        &mut scores[..n * t],
+                        &mut out[at..at + n * d],
+                    );
                     match n {
-                        1 => pulp::Arch::new().dispatch(Group::<1>(query)),
-                        2 => pulp::Arch::new().dispatch(Group::<2>(query)),
-                        3 => pulp::Arch::new().dispatch(Group::<3>(query)),
-                        _ => pulp::Arch::new().dispatch(Group::<4>(query)),
+                        1 => answer_group::<1>(source, scoring, parts),
+                        2 => answer_group::<2>(source, scoring, parts),
+                        3 => answer_group::<3>(source, scoring, parts),
+                        _ => answer_group::<4>(source, scoring, parts),
                     }
                     head += n;
                 }
@@ -431,6 +574,45 @@ fn attend_rows(
     };
     for (row, out) in out.chunks_mut(per_row).enumerate() {
         one_row(row, out);
+    }
+}
+
+/// Where one (row, key/value head)'s keys and values are read from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    F32(F32Kv<'a>),
+    #[cfg(target_arch = "x86_64")]
+    Half(pulp::x86::V4, half_kv::HalfKv<'a>),
+}
+
+/// `Q` query heads (`q`, with `seen`, `scores` scratch and `out` as in
+/// [`Queries`]) answered over `source`.
+fn answer_group<const Q: usize>(
+    source: Source<'_>,
+    scoring: HostScoring,
+    (q, seen, scores, out): (&[f32], &[bool], &mut [f32], &mut [f32]),
+) {
+    match source {
+        Source::F32(kv) => pulp::Arch::new().dispatch(Group::<Q>(Queries {
+            q,
+            kv,
+            seen,
+            scoring,
+            scores,
+            out,
+        })),
+        #[cfg(target_arch = "x86_64")]
+        Source::Half(v4, kv) => v4.vectorize(half_kv::Group::<Q> {
+            v4,
+            query: Queries {
+                q,
+                kv,
+                seen,
+                scoring,
+                scores,
+                out,
+            },
+        }),
     }
 }
 
@@ -450,149 +632,274 @@ const SWEEP: usize = 4;
 const OUT_VECTORS: usize = 4;
 
 /// `Q` consecutive query heads (`q: [Q, dim]`) of one key/value head
-/// against `t` slots: keys `[dim, capacity]`, values `[t, dim]`; `scores`
-/// is `[Q, t]` scratch, `out` is `[Q, dim]`.
-struct Queries<'a> {
+/// against `t` slots of `kv`; `scores` is `[Q, t]` scratch, `out` is
+/// `[Q, dim]`.
+struct Queries<'a, R> {
     q: &'a [f32],
-    k_t: &'a [f32],
-    capacity: usize,
-    v: &'a [f32],
+    kv: R,
     seen: &'a [bool],
     scoring: HostScoring,
     scores: &'a mut [f32],
     out: &'a mut [f32],
 }
 
-/// [`Queries`] answered together: each key and value vector is loaded once
-/// for the `Q` queries (grouped-query attention shares them), and each
-/// query's every sum is formed in the same order as alone, so the result
-/// does not depend on `Q`.
-struct Group<'a, const Q: usize>(Queries<'a>);
+/// One (row, key/value head)'s keys (`[dim, capacity]`) and values (`[t,
+/// dim]`) as the attention passes read them, widened to f32.
+trait KvRead<S: Simd>: Copy {
+    /// Slots `j..` of key coordinate `c`, one vector: whole lanes while
+    /// they lie inside the row's capacity (slots past `t` are scored and
+    /// dropped), a partial load past it, and zero when `j ≥ t` (the cache
+    /// is read from memory at every step: its unused capacity is not). `t
+    /// ≤ capacity`, so a vector that starts before `t` starts inside the row.
+    fn keys(self, simd: S, c: usize, j: usize) -> S::f32s;
+    /// Vector `i` of slot `j`'s value.
+    fn value(self, simd: S, j: usize, i: usize) -> S::f32s;
+    /// Entry `c` of slot `j`'s value.
+    fn value_at(self, j: usize, c: usize) -> f32;
+}
+
+/// Keys and values held in f32.
+#[derive(Clone, Copy)]
+struct F32Kv<'a> {
+    k_t: &'a [f32],
+    capacity: usize,
+    t: usize,
+    v: &'a [f32],
+    d: usize,
+}
+
+impl<'a> F32Kv<'a> {
+    /// The keys `k_t: [dim, capacity]` and values `v: [t, dim]` at the
+    /// start of the given slices.
+    fn new(k_t: &'a [f32], capacity: usize, v: &'a [f32], (t, d): (usize, usize)) -> Self {
+        Self {
+            k_t: &k_t[..capacity * d],
+            capacity,
+            t,
+            v: &v[..t * d],
+            d,
+        }
+    }
+}
+
+impl<S: Simd> KvRead<S> for F32Kv<'_> {
+    #[inline(always)]
+    fn keys(self, simd: S, c: usize, j: usize) -> S::f32s {
+        let lanes = size_of::<S::f32s>() / size_of::<f32>();
+        let row = &self.k_t[c * self.capacity..(c + 1) * self.capacity];
+        if j >= self.t {
+            simd.splat_f32s(0.0)
+        } else if j + lanes <= row.len() {
+            S::as_simd_f32s(&row[j..j + lanes]).0[0]
+        } else {
+            simd.partial_load_f32s(&row[j..])
+        }
+    }
+    #[inline(always)]
+    fn value(self, _: S, j: usize, i: usize) -> S::f32s {
+        S::as_simd_f32s(&self.v[j * self.d..(j + 1) * self.d]).0[i]
+    }
+    #[inline(always)]
+    fn value_at(self, j: usize, c: usize) -> f32 {
+        self.v[j * self.d + c]
+    }
+}
+
+/// [`Queries`] answered together over f32 keys and values, on whatever
+/// SIMD level the CPU has.
+struct Group<'a, const Q: usize>(Queries<'a, F32Kv<'a>>);
 
 impl<const Q: usize> WithSimd for Group<'_, Q> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
-        let Queries {
-            q,
-            k_t,
-            capacity,
-            v,
-            seen,
-            scoring,
-            scores,
-            out,
-        } = self.0;
-        let d = q.len() / Q;
-        let t = scores.len() / Q;
-        // Scores of SWEEP vectors of consecutive keys per pass over the
-        // queries: Σ_c q_c·k_t[c, j..], in Q × SWEEP independent chains of
-        // multiply-adds, c in order. A vector reads whole lanes while they
-        // lie inside the row's capacity (slots past `t` are scored and
-        // dropped), a partial load past it, and nothing when it starts past
-        // `t` (the cache is read from memory at every step: its unused
-        // capacity is not). `t ≤ capacity`, so a vector that starts before
-        // `t` starts inside the row.
-        let lanes = core::mem::size_of::<S::f32s>() / core::mem::size_of::<f32>();
-        let zero = simd.splat_f32s(0.0);
-        let load = |row: &[f32], j: usize| {
-            if j >= t {
-                zero
-            } else if j + lanes <= row.len() {
-                S::as_simd_f32s(&row[j..j + lanes]).0[0]
-            } else {
-                simd.partial_load_f32s(&row[j..])
+        answer::<S, F32Kv<'_>, Q>(simd, self.0);
+    }
+}
+
+/// [`Queries`] answered together: each key and value vector is loaded once
+/// for the `Q` queries (grouped-query attention shares them), and each
+/// query's every sum is formed in the same order as alone, so the result
+/// does not depend on `Q` (nor on how the keys and values are held, as
+/// long as they widen to the same f32 values).
+#[inline(always)]
+fn answer<S: Simd, R: KvRead<S>, const Q: usize>(simd: S, query: Queries<'_, R>) {
+    let Queries {
+        q,
+        kv,
+        seen,
+        scoring,
+        scores,
+        out,
+    } = query;
+    let d = q.len() / Q;
+    let t = scores.len() / Q;
+    // Scores of SWEEP vectors of consecutive keys per pass over the
+    // queries: Σ_c q_c·k_t[c, j..], in Q × SWEEP independent chains of
+    // multiply-adds, c in order.
+    let lanes = size_of::<S::f32s>() / size_of::<f32>();
+    let zero = simd.splat_f32s(0.0);
+    let mut j0 = 0;
+    while j0 < t {
+        let mut acc = [[zero; SWEEP]; Q];
+        for c in 0..d {
+            let mut k = [zero; SWEEP];
+            for (u, ku) in k.iter_mut().enumerate() {
+                *ku = kv.keys(simd, c, j0 + u * lanes);
             }
-        };
-        let mut j0 = 0;
-        while j0 < t {
-            let mut acc = [[zero; SWEEP]; Q];
-            for c in 0..d {
-                let row = &k_t[c * capacity..(c + 1) * capacity];
-                let mut k = [zero; SWEEP];
-                for (u, ku) in k.iter_mut().enumerate() {
-                    *ku = load(row, j0 + u * lanes);
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let qc = simd.splat_f32s(q[h * d + c]);
+                for (a, ku) in acc.iter_mut().zip(&k) {
+                    *a = simd.mul_add_e_f32s(qc, *ku, *a);
                 }
-                for (h, acc) in acc.iter_mut().enumerate() {
-                    let qc = simd.splat_f32s(q[h * d + c]);
-                    for (a, ku) in acc.iter_mut().zip(&k) {
-                        *a = simd.mul_add_e_f32s(qc, *ku, *a);
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            let scores = &mut scores[h * t..(h + 1) * t];
+            for (u, a) in acc.iter().enumerate() {
+                let j = j0 + u * lanes;
+                if j < t {
+                    let n = (t - j).min(lanes);
+                    simd.partial_store_f32s(&mut scores[j..j + n], *a);
+                }
+            }
+        }
+        j0 += SWEEP * lanes;
+    }
+    for scores in scores.chunks_exact_mut(t) {
+        let mut max = f32::NEG_INFINITY;
+        for (j, score) in scores.iter_mut().enumerate() {
+            let mut x = *score * scoring.scale;
+            if let Some(cap) = scoring.softcap {
+                x = (x / cap).tanh() * cap;
+            }
+            if !seen[j] {
+                x = f32::MIN;
+            }
+            *score = x;
+            max = max.max(x);
+        }
+        let m = simd.splat_f32s(max);
+        let (sv, st) = S::as_mut_simd_f32s(scores);
+        for v in sv.iter_mut() {
+            *v = super::vexp::exp_f32s(simd, simd.sub_f32s(*v, m));
+        }
+        let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
+        simd.partial_store_f32s(st, e);
+        let sum: f32 = scores.iter().sum();
+        for p in scores.iter_mut() {
+            *p /= sum;
+        }
+    }
+    // Σ_j p_j·v_j, OUT_VECTORS output vectors of every query at a time
+    // in registers, j in order (zero probabilities skipped).
+    let vectors = d / lanes;
+    let mut i0 = 0;
+    while i0 < vectors {
+        let width = (vectors - i0).min(OUT_VECTORS);
+        let mut acc = [[zero; OUT_VECTORS]; Q];
+        for j in 0..t {
+            let vj: [S::f32s; OUT_VECTORS] = std::array::from_fn(|x| {
+                if x < width {
+                    kv.value(simd, j, i0 + x)
+                } else {
+                    zero
+                }
+            });
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let p = scores[h * t + j];
+                if p != 0.0 {
+                    let p = simd.splat_f32s(p);
+                    for (a, x) in acc[..width].iter_mut().zip(&vj) {
+                        *a = simd.mul_add_e_f32s(p, *x, *a);
                     }
                 }
             }
-            for (h, acc) in acc.iter().enumerate() {
-                let scores = &mut scores[h * t..(h + 1) * t];
-                for (u, a) in acc.iter().enumerate() {
-                    let j = j0 + u * lanes;
-                    if j < t {
-                        let n = (t - j).min(lanes);
-                        simd.partial_store_f32s(&mut scores[j..j + n], *a);
-                    }
-                }
-            }
-            j0 += SWEEP * lanes;
         }
-        for scores in scores.chunks_exact_mut(t) {
-            let mut max = f32::NEG_INFINITY;
-            for (j, score) in scores.iter_mut().enumerate() {
-                let mut x = *score * scoring.scale;
-                if let Some(cap) = scoring.softcap {
-                    x = (x / cap).tanh() * cap;
-                }
-                if !seen[j] {
-                    x = f32::MIN;
-                }
-                *score = x;
-                max = max.max(x);
-            }
-            let m = simd.splat_f32s(max);
-            let (sv, st) = S::as_mut_simd_f32s(scores);
-            for v in sv.iter_mut() {
-                *v = super::vexp::exp_f32s(simd, simd.sub_f32s(*v, m));
-            }
-            let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
-            simd.partial_store_f32s(st, e);
-            let sum: f32 = scores.iter().sum();
-            for p in scores.iter_mut() {
-                *p /= sum;
-            }
+        for (h, acc) in acc.iter().enumerate() {
+            let (ov, _) = S::as_mut_simd_f32s(&mut out[h * d..(h + 1) * d]);
+            ov[i0..i0 + width].copy_from_slice(&acc[..width]);
         }
-        // Σ_j p_j·v_j, OUT_VECTORS output vectors of every query at a time
-        // in registers, j in order (zero probabilities skipped).
-        let vectors = d / lanes;
-        let mut i0 = 0;
-        while i0 < vectors {
-            let width = (vectors - i0).min(OUT_VECTORS);
-            let mut acc = [[zero; OUT_VECTORS]; Q];
-            for j in 0..t {
-                let vj = &S::as_simd_f32s(&v[j * d..(j + 1) * d]).0[i0..i0 + width];
-                for (h, acc) in acc.iter_mut().enumerate() {
-                    let p = scores[h * t + j];
-                    if p != 0.0 {
-                        let p = simd.splat_f32s(p);
-                        for (a, x) in acc.iter_mut().zip(vj) {
-                            *a = simd.mul_add_e_f32s(p, *x, *a);
-                        }
-                    }
-                }
-            }
-            for (h, acc) in acc.iter().enumerate() {
-                let (ov, _) = S::as_mut_simd_f32s(&mut out[h * d..(h + 1) * d]);
-                ov[i0..i0 + width].copy_from_slice(&acc[..width]);
-            }
-            i0 += width;
+        i0 += width;
+    }
+    let done = vectors * lanes;
+    for h in 0..Q {
+        let scores = &scores[h * t..(h + 1) * t];
+        for c in done..d {
+            out[h * d + c] = scores
+                .iter()
+                .enumerate()
+                .filter(|&(_, &p)| p != 0.0)
+                .fold(0.0, |a, (j, &p)| p.mul_add(kv.value_at(j, c), a));
         }
-        let done = vectors * lanes;
-        for h in 0..Q {
-            let scores = &scores[h * t..(h + 1) * t];
-            for c in done..d {
-                out[h * d + c] = scores
-                    .iter()
-                    .enumerate()
-                    .filter(|&(_, &p)| p != 0.0)
-                    .fold(0.0, |a, (j, &p)| p.mul_add(v[j * d + c], a));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod half_kv {
+    //! Keys and values held in f16, read on AVX-512: each vector widened
+    //! by `vcvtph2ps` (exact) right where [`super::answer`] uses it, so the
+    //! attention is bit for bit that of an f32 cache holding the same
+    //! values, with half the bytes read.
+
+    use pulp::x86::V4;
+
+    use super::{KvRead, Queries, answer};
+
+    /// Entries of a vector.
+    const LANES: usize = 16;
+
+    /// Keys `[dim, capacity]` and values `[t, dim]` as f16 bits.
+    #[derive(Clone, Copy)]
+    pub(super) struct HalfKv<'a> {
+        pub k_t: &'a [u16],
+        pub capacity: usize,
+        pub t: usize,
+        pub v: &'a [u16],
+        pub d: usize,
+    }
+
+    #[inline(always)]
+    fn widen(simd: V4, h: [u16; LANES]) -> pulp::f32x16 {
+        pulp::bytemuck::cast(simd.avx512f._mm512_cvtph_ps(pulp::bytemuck::cast(h)))
+    }
+
+    impl KvRead<V4> for HalfKv<'_> {
+        #[inline(always)]
+        fn keys(self, simd: V4, c: usize, j: usize) -> pulp::f32x16 {
+            let row = &self.k_t[c * self.capacity..(c + 1) * self.capacity];
+            if j >= self.t {
+                return pulp::bytemuck::cast([0.0f32; LANES]);
             }
+            let mut h = [0u16; LANES];
+            let n = (row.len() - j).min(LANES);
+            h[..n].copy_from_slice(&row[j..j + n]);
+            widen(simd, h)
+        }
+        #[inline(always)]
+        fn value(self, simd: V4, j: usize, i: usize) -> pulp::f32x16 {
+            let at = j * self.d + i * LANES;
+            widen(simd, self.v[at..at + LANES].try_into().expect("16 entries"))
+        }
+        #[inline(always)]
+        fn value_at(self, j: usize, c: usize) -> f32 {
+            half::f16::from_bits(self.v[j * self.d + c]).to_f32()
+        }
+    }
+
+    /// [`Queries`] of `Q` heads answered over f16 keys and values.
+    pub(super) struct Group<'a, const Q: usize> {
+        pub v4: V4,
+        pub query: Queries<'a, HalfKv<'a>>,
+    }
+
+    impl<const Q: usize> pulp::NullaryFnOnce for Group<'_, Q> {
+        type Output = ();
+
+        #[inline(always)]
+        fn call(self) {
+            answer::<V4, HalfKv<'_>, Q>(self.v4, self.query);
         }
     }
 }
@@ -601,6 +908,12 @@ impl<const Q: usize> WithSimd for Group<'_, Q> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Makes f16 caches take the widen-first path even on AVX-512 (the
+    /// path of CPUs without it). Other tests may run meanwhile: both paths
+    /// give the same bits, which is what the test that sets it checks.
+    pub(super) static WIDEN_FIRST: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
 
     /// Straightforward f64 attention over contiguous `[b, h, t, d]` keys and values.
     fn reference(
@@ -662,6 +975,7 @@ mod tests {
             s in 1usize..3,
             softcap in prop::option::of(1.0f32..30.0),
             window in prop::option::of(1usize..6),
+            precision in prop::sample::select(vec![KvPrecision::F32, KvPrecision::F16]),
             seed in any::<u64>(),
         ) {
             let mut x = seed | 1;
@@ -671,7 +985,7 @@ mod tests {
                 x ^= x << 17;
                 (x % 2001) as f32 / 1000.0 - 1.0
             };
-            let mut kv = HostKv::new(b, kvh, d);
+            let mut kv = HostKv::new(b, kvh, d, precision);
             for &n in steps.iter().chain([&s]) {
                 let k: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
                 let v: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
@@ -688,7 +1002,9 @@ mod tests {
             let got = attend(&q, s, &kv, sc, &visible);
             // Query heads answered together give exactly what each gives
             // alone (every sum in the same order).
-            let alone = attend_grouped(&q, s, kv.rows(), sc, &visible, 1);
+            let alone = with_store!(&kv.store, |k_t, v| {
+                attend_grouped(&q, s, kv.rows(k_t, v), sc, &visible, 1)
+            });
             prop_assert!(
                 got.iter().zip(&alone).all(|(g, a)| g.to_bits() == a.to_bits()),
                 "grouped and one-query passes differ"
@@ -720,12 +1036,20 @@ mod tests {
             scale: 0.25,
             softcap: None,
         };
-        for threads in [1, 3] {
+        for (threads, precision) in [
+            (1, KvPrecision::F32),
+            (3, KvPrecision::F32),
+            (1, KvPrecision::F16),
+            (3, KvPrecision::F16),
+        ] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .unwrap();
-            let (mut one, mut fused) = (HostKv::new(b, kvh, d), HostKv::new(b, kvh, d));
+            let (mut one, mut fused) = (
+                HostKv::new(b, kvh, d, precision),
+                HostKv::new(b, kvh, d, precision),
+            );
             let mut split = false;
             let steps = [3usize, 1, 2].into_iter().chain([1; 30]);
             for (step, s) in steps.enumerate() {
@@ -762,10 +1086,75 @@ mod tests {
 
     #[test]
     fn select_rows_keeps_the_named_rows() {
-        let mut kv = HostKv::new(3, 1, 2);
-        let k: Vec<f32> = (0..6).map(|i| i as f32).collect();
-        kv.append(&k, &k, 1);
-        kv.select_rows(&[2, 0]);
-        assert_eq!(kv.contiguous().0, vec![4.0, 5.0, 0.0, 1.0]);
+        for precision in [KvPrecision::F32, KvPrecision::F16] {
+            let mut kv = HostKv::new(3, 1, 2, precision);
+            let k: Vec<f32> = (0..6).map(|i| i as f32).collect();
+            kv.append(&k, &k, 1);
+            kv.select_rows(&[2, 0]);
+            assert_eq!(kv.contiguous().0, vec![4.0, 5.0, 0.0, 1.0]);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// An f16 cache holds each key and value rounded to the nearest f16
+        /// (in half the memory) and answers exactly, bit for bit, what an
+        /// f32 cache answers over those rounded values, through capacity
+        /// growth and row selection.
+        #[test]
+        fn f16_cache_equals_f32_cache_of_rounded_values(
+            b in 1usize..4,
+            kvh in 1usize..3,
+            rep in 1usize..5,
+            d in prop::sample::select(vec![4usize, 20, 64]),
+            steps in prop::collection::vec(1usize..40, 1..4),
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % 200_001) as f32 / 1000.0 - 100.0
+            };
+            let round = |v: &[f32]| -> Vec<f32> {
+                v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+            };
+            let (mut half, mut single) = (
+                HostKv::new(b, kvh, d, KvPrecision::F16),
+                HostKv::new(b, kvh, d, KvPrecision::F32),
+            );
+            let mut moved = false;
+            for &n in &steps {
+                let k: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
+                let v: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
+                half.append(&k, &v, n);
+                single.append(&round(&k), &round(&v), n);
+                moved |= round(&k) != k;
+            }
+            prop_assert!(moved, "some entry was not an f16 already");
+            if b > 1 {
+                half.select_rows(&[b - 1, 0]);
+                single.select_rows(&[b - 1, 0]);
+            }
+            let (Store::F16 { k_t: hk, .. }, Store::F32 { k_t: sk, .. }) = (&half.store, &single.store) else {
+                unreachable!()
+            };
+            prop_assert_eq!(hk.len(), sk.len());
+            prop_assert_eq!(half.contiguous(), single.contiguous());
+            let t = half.len();
+            let sc = HostScoring { heads: kvh * rep, scale: 0.02, softcap: None };
+            let rows = b.min(2);
+            let q: Vec<f32> = (0..rows * sc.heads * d).map(|_| next() / 50.0).collect();
+            let visible = |row: usize, _: usize, j: usize| j + row < t;
+            let want = attend(&q, 1, &single, sc, &visible);
+            for widen_first in [false, true] {
+                WIDEN_FIRST.store(widen_first, std::sync::atomic::Ordering::Relaxed);
+                let got = attend(&q, 1, &half, sc, &visible);
+                WIDEN_FIRST.store(false, std::sync::atomic::Ordering::Relaxed);
+                prop_assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()));
+            }
+        }
     }
 }

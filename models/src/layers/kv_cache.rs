@@ -33,6 +33,25 @@ pub(crate) struct HostShape {
     pub head_dim: usize,
 }
 
+/// How a [`KvCache`] holds keys and values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KvPrecision {
+    /// As the projections make them (f32).
+    #[default]
+    F32,
+    /// Each key and value entry rounded to the nearest f16 when it is
+    /// appended (llama.cpp's default cache type); attention then runs in
+    /// f32 exactly as for [`KvPrecision::F32`] over those values (widening
+    /// an f16 is exact). Host-held caches (plain burn-flex) keep the f16
+    /// bits: half the memory, and half the bytes a decode step reads from
+    /// its cache. Tensor-held caches keep the rounded values in f32 (burn's
+    /// cast to f16 and back). An entry beyond f16's range (|x| ≥ 65520)
+    /// becomes infinite and the step's outputs NaN, which the mechanisms
+    /// reject with a typed error (non-finite probabilities), never used.
+    F16,
+}
+
 /// One row's slot bookkeeping.
 #[derive(Debug, Clone, Default)]
 struct RowSlots {
@@ -84,15 +103,28 @@ pub struct Scoring {
 pub struct KvCache<B: Backend> {
     layers: Vec<Layer<B>>,
     rows: Vec<RowSlots>,
+    precision: KvPrecision,
 }
 
 impl<B: Backend> KvCache<B> {
-    /// An empty cache for `num_layers` layers and `batch` rows.
+    /// An empty cache for `num_layers` layers and `batch` rows, in f32.
     pub fn new(num_layers: usize, batch: usize) -> Self {
+        Self::with_precision(num_layers, batch, KvPrecision::F32)
+    }
+
+    /// An empty cache for `num_layers` layers and `batch` rows, holding
+    /// keys and values as `precision` says.
+    pub fn with_precision(num_layers: usize, batch: usize, precision: KvPrecision) -> Self {
         Self {
             layers: vec![Layer::Empty; num_layers],
             rows: vec![RowSlots::default(); batch],
+            precision,
         }
+    }
+
+    /// How this cache holds keys and values.
+    pub fn precision(&self) -> KvPrecision {
+        self.precision
     }
 
     /// Number of layers.
@@ -226,6 +258,10 @@ impl<B: Backend> KvCache<B> {
         k: Tensor<B, 4>,
         v: Tensor<B, 4>,
     ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        let (k, v) = match self.precision {
+            KvPrecision::F32 => (k, v),
+            KvPrecision::F16 => (round_to_f16(k), round_to_f16(v)),
+        };
         let (k, v) = match std::mem::replace(&mut self.layers[layer], Layer::Empty) {
             Layer::Tensors(pk, pv) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
             _ => (k, v),
@@ -296,7 +332,7 @@ impl<B: Backend> KvCache<B> {
     /// (row-major host vectors) to layer `layer`, held in host memory.
     #[cfg(feature = "flex")]
     fn append_host(&mut self, layer: usize, k: &[f32], v: &[f32], shape: HostShape) {
-        host_layer(&mut self.layers[layer], shape).append(k, v, shape.seq);
+        host_layer(&mut self.layers[layer], shape, self.precision).append(k, v, shape.seq);
     }
 
     /// Appends this step's keys and values to layer `layer` (held in host
@@ -322,7 +358,7 @@ impl<B: Backend> KvCache<B> {
         use super::host_kv::{HostScoring, append_and_attend};
         let s = shape.seq;
         debug_assert!(s <= HOST_QUERIES_MAX);
-        let kv = host_layer(&mut self.layers[layer], shape);
+        let kv = host_layer(&mut self.layers[layer], shape, self.precision);
         let t = kv.len() + s;
         let rows = &self.rows;
         let visible = |row: usize, i: usize, j: usize| {
@@ -376,15 +412,26 @@ impl<B: Backend> KvCache<B> {
     }
 }
 
+/// `x` with each entry rounded to the nearest f16, kept in f32.
+fn round_to_f16<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    use burn::tensor::FloatDType;
+    x.cast(FloatDType::F16).cast(FloatDType::F32)
+}
+
 /// A layer's keys and values in host memory, made empty (for `shape`'s rows
 /// and heads) if the layer holds none yet.
 #[cfg(feature = "flex")]
-fn host_layer<B: Backend>(entry: &mut Layer<B>, shape: HostShape) -> &mut super::host_kv::HostKv {
+fn host_layer<B: Backend>(
+    entry: &mut Layer<B>,
+    shape: HostShape,
+    precision: KvPrecision,
+) -> &mut super::host_kv::HostKv {
     if !matches!(entry, Layer::Host(_)) {
         *entry = Layer::Host(super::host_kv::HostKv::new(
             shape.batch,
             shape.kv_heads,
             shape.head_dim,
+            precision,
         ));
     }
     let Layer::Host(kv) = entry else {

@@ -27,7 +27,7 @@ pub mod simd;
 pub mod vexp;
 
 pub use attention::{Attention, AttentionConfig};
-pub use kv_cache::{KvCache, Scoring, StepMask};
+pub use kv_cache::{KvCache, KvPrecision, Scoring, StepMask};
 pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearDelta, Projection, Site};
 pub use rms_norm::RmsNorm;

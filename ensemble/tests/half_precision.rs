@@ -2,7 +2,9 @@
 //! its member alone with the member's factors rounded to f16 (host-held on
 //! plain flex, f32 safetensors and Q8_0 GGUF alike; tensors on
 //! `Autodiff<Flex>`), the rounding really happens and moves the log-probs
-//! by little, and a factor beyond f16's range is a typed error.
+//! by little, and a factor beyond f16's range is a typed error. With an f16
+//! KV cache too (`KvPrecision::F16`), each row equals its rounded member
+//! alone through an f16 cache of its own.
 
 mod lora_support;
 
@@ -13,8 +15,8 @@ use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig, LoraError};
 use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
 use privmix_ensemble::stacked::FactorPrecision;
-use privmix_models::Model;
 use privmix_models::runtime::to_vec;
+use privmix_models::{Batch, KvPrecision, LanguageModel, LinearDelta, Model, log_softmax};
 
 const TOL: f32 = 1e-4;
 
@@ -172,4 +174,66 @@ fn factor_beyond_f16_range_is_a_typed_error() {
     }
     // The same adapter held in f32 is fine.
     assert!(EnsembleRunner::new(model, &[big]).is_ok());
+}
+
+/// One row alone through its own cache in `kv`, with `adapter` (or none):
+/// next-token log-probs after `context`, then after each of `then`.
+fn alone(
+    model: &Model<B>,
+    adapter: Option<&LoraAdapter<B>>,
+    context: &[u32],
+    then: &[u32],
+    kv: KvPrecision,
+) -> Vec<Vec<f32>> {
+    let delta = adapter.map(|a| a as &dyn LinearDelta<B>);
+    let mut cache = model.new_cache_with(1, kv);
+    let mut out = Vec::new();
+    let mut step = Batch::single(context).unwrap();
+    for i in 0..=then.len() {
+        let l = model.logits_last(&step, &mut cache, delta).unwrap();
+        out.push(to_vec(log_softmax(l)).unwrap());
+        if i < then.len() {
+            step = Batch::single(&[then[i]]).unwrap();
+        }
+    }
+    out
+}
+
+/// f16 factors and an f16 cache: every row of the runner equals its
+/// member, rounded, alone through an f16 cache; the public row equals the
+/// model alone through one. The f16 cache moves the log-probs a little.
+#[test]
+fn f16_cache_rows_equal_rounded_members_alone_with_f16_caches() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
+    let model = Model::<B>::load_gguf(&path, &dev()).unwrap();
+    let ms = members(&model, &dev());
+    let twins: Vec<_> = ms.iter().map(|m| rounded_twin(m, &model, &dev())).collect();
+    let runner = EnsembleRunner::with_precision(model.clone(), &ms, FactorPrecision::F16)
+        .unwrap()
+        .with_kv_precision(KvPrecision::F16);
+    assert_eq!(runner.kv_precision(), KvPrecision::F16);
+    let layout = RowLayout::public_and_members(ms.len());
+    let mut dec = runner.decoder(layout.clone()).unwrap();
+    let context = [5u32, 17, 99, 3, 250, 8, 41, 77, 12, 200];
+    let then = [1u32, 2, 3];
+    let mut steps = vec![dec.prefill(&context).unwrap()];
+    for &t in &then {
+        steps.push(dec.next_log_probs(t).unwrap());
+    }
+    let mut moved = 0.0f32;
+    for (r, member) in layout.rows().iter().enumerate() {
+        let twin = member.map(|m| &twins[m]);
+        let want = alone(&model, twin, &context, &then, KvPrecision::F16);
+        let f32_cache = alone(&model, twin, &context, &then, KvPrecision::F32);
+        for (s, (w, e)) in want.iter().zip(&f32_cache).enumerate() {
+            let d = max_abs_diff(steps[s].row(r), w);
+            assert!(d < TOL, "row {r} step {s}: {d}");
+            moved = moved.max(max_abs_diff(w, e));
+        }
+    }
+    assert!(
+        moved > 1e-6 && moved < 1e-2,
+        "f16 cache moved log-probs by {moved}"
+    );
 }
