@@ -915,6 +915,17 @@ mod tests {
     pub(super) static WIDEN_FIRST: std::sync::atomic::AtomicBool =
         std::sync::atomic::AtomicBool::new(false);
 
+    /// Multiples of 10⁻³ in `[-range, range]`, from a xorshift stream.
+    fn draws(seed: u64, range: u64) -> impl FnMut() -> f32 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % (2000 * range + 1)) as f32 / 1000.0 - range as f32
+        }
+    }
+
     /// Straightforward f64 attention over contiguous `[b, h, t, d]` keys and values.
     fn reference(
         q: &[f32],
@@ -978,13 +989,7 @@ mod tests {
             precision in prop::sample::select(vec![KvPrecision::F32, KvPrecision::F16]),
             seed in any::<u64>(),
         ) {
-            let mut x = seed | 1;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2001) as f32 / 1000.0 - 1.0
-            };
+            let mut next = draws(seed, 1);
             let mut kv = HostKv::new(b, kvh, d, precision);
             for &n in steps.iter().chain([&s]) {
                 let k: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
@@ -1111,13 +1116,7 @@ mod tests {
             steps in prop::collection::vec(1usize..40, 1..4),
             seed in any::<u64>(),
         ) {
-            let mut x = seed | 1;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 200_001) as f32 / 1000.0 - 100.0
-            };
+            let mut next = draws(seed, 100);
             let round = |v: &[f32]| -> Vec<f32> {
                 v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
             };
