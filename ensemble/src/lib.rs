@@ -5,7 +5,8 @@
 //!
 //! Built: LoRA adapters in the PEFT format (load and save, checked against
 //! adapters made by the `peft` package), per-row stacked adapters applied as a
-//! batched low-rank product through the models' `LinearDelta` hook, and the
+//! batched low-rank product through the models' `LinearDelta` hook (their
+//! factors held in f32, or in f16: [`stacked::FactorPrecision`]), and the
 //! [`runner::EnsembleRunner`] (incremental decoding with a KV cache per row,
 //! teacher-forced block scoring, row layouts for PMixED, SubMix and DPS-MOZO).
 //! The private corpus as users and its user-level partition into disjoint
