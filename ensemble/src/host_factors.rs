@@ -134,20 +134,14 @@ impl HostSite {
     /// `y += (x A_m) B_m` for one row (`x` of the input width, `y` of the
     /// output width): the arithmetic [`HostSite::add`] does for each row.
     pub(crate) fn add_row(&self, member: usize, x: &[f32], y: &mut [f32]) {
-        let (inp, out, rank) = (self.inp, self.out, self.rank);
+        let rank = self.rank;
         match &self.factors {
-            Factors::F32 { a_t, b } => pulp::Arch::new().dispatch(AddRow {
-                rank,
-                a: &a_t[member * rank * inp..][..rank * inp],
-                b: &b[member * rank * out..][..rank * out],
-                x,
-                y,
-            }),
+            Factors::F32 { a_t, b } => {
+                let (a, b) = self.member(a_t, b, member);
+                pulp::Arch::new().dispatch(AddRow { rank, a, b, x, y });
+            }
             Factors::F16 { a_t, b } => {
-                let (a, b) = (
-                    &a_t[member * rank * inp..][..rank * inp],
-                    &b[member * rank * out..][..rank * out],
-                );
+                let (a, b) = self.member(a_t, b, member);
                 #[cfg(target_arch = "x86_64")]
                 if let Some(v4) = pulp::x86::V4::try_new() {
                     v4.vectorize(half_rows::AddRowV4 {
@@ -160,9 +154,19 @@ impl HostSite {
                     });
                     return;
                 }
-                add_row_widened(rank, (a, b), x, y);
+                pulp::Arch::new().dispatch(AddHalfRow { rank, a, b, x, y });
             }
         }
+    }
+
+    /// Member `member`'s `Aᵀ: [r, in]` and `B: [r, out]` in the stacked
+    /// `a_t` and `b` (of either element type).
+    fn member<'a, E>(&self, a_t: &'a [E], b: &'a [E], member: usize) -> (&'a [E], &'a [E]) {
+        let (a_len, b_len) = (self.rank * self.inp, self.rank * self.out);
+        (
+            &a_t[member * a_len..][..a_len],
+            &b[member * b_len..][..b_len],
+        )
     }
 }
 
@@ -210,24 +214,6 @@ pub(crate) fn add_shared(
         }
     };
     for_each_task(runs, add);
-}
-
-/// [`HostSite::add_row`] over f16 factors without AVX-512: the member's
-/// factors are widened first (exactly) and added as f32 factors are.
-fn add_row_widened(rank: usize, (a, b): (&[u16], &[u16]), x: &[f32], y: &mut [f32]) {
-    let widen = |h: &[u16]| -> Vec<f32> {
-        h.iter()
-            .map(|&v| half::f16::from_bits(v).to_f32())
-            .collect()
-    };
-    let (a, b) = (widen(a), widen(b));
-    pulp::Arch::new().dispatch(AddRow {
-        rank,
-        a: &a,
-        b: &b,
-        x,
-        y,
-    });
 }
 
 /// The factors of every adapted site.
@@ -362,6 +348,53 @@ fn add_ranks<S: Simd, R: FactorRow<S>, const K: usize>(
     }
 }
 
+/// [`AddRow`] over f16 factors (their bits) on any SIMD level.
+struct AddHalfRow<'a> {
+    rank: usize,
+    a: &'a [u16],
+    b: &'a [u16],
+    x: &'a [f32],
+    y: &'a mut [f32],
+}
+
+impl WithSimd for AddHalfRow<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let AddHalfRow { rank, a, b, x, y } = self;
+        let (inp, out) = (x.len(), y.len());
+        let a = |j: usize| WidenedHalfRow(&a[j * inp..][..inp]);
+        let b = |j: usize| WidenedHalfRow(&b[j * out..][..out]);
+        add_rank_groups(simd, rank, x, (&a, &b), y);
+    }
+}
+
+/// A row of f16 factors (their bits) read on any SIMD level: each vector's
+/// entries widened one by one (exactly) as it is read, into the same f32
+/// values [`F32Row`] would hold. The path of CPUs without AVX-512, where
+/// [`half_rows`] widens whole vectors in registers.
+#[derive(Clone, Copy)]
+struct WidenedHalfRow<'a>(&'a [u16]);
+
+impl<S: Simd> FactorRow<S> for WidenedHalfRow<'_> {
+    #[inline(always)]
+    fn vector(self, _: S, v: usize) -> S::f32s {
+        let lanes = size_of::<S::f32s>() / size_of::<f32>();
+        // pulp's widest vector holds 16 f32s.
+        let mut wide = [0.0f32; 16];
+        for (w, h) in wide.iter_mut().zip(&self.0[v * lanes..][..lanes]) {
+            *w = half::f16::from_bits(*h).to_f32();
+        }
+        S::as_simd_f32s(&wide[..lanes]).0[0]
+    }
+    #[inline(always)]
+    fn tail(self, i: usize) -> f32 {
+        let lanes = size_of::<S::f32s>() / size_of::<f32>();
+        half::f16::from_bits(self.0[self.0.len() / lanes * lanes + i]).to_f32()
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod half_rows;
 
@@ -392,6 +425,12 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Multiples of 10⁻³ in `[-1, 1]`, scattered over the index by a
+    /// multiplicative hash offset by `seed`.
+    fn entries(seed: u32) -> impl Fn(usize) -> f32 + Copy {
+        move |i| ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0
+    }
+
     /// Three members' `A: [in, r]` and `B: [r, out]`, entries from `f`.
     fn three_members(
         inp: usize,
@@ -413,7 +452,7 @@ mod tests {
     #[test]
     fn rows_in_parallel_equal_rows_in_sequence() {
         let (inp, out, rank) = (600, 500, 4);
-        let f = |i: usize| ((i * 2654435761) % 2001) as f32 / 1000.0 - 1.0;
+        let f = entries(0);
         let site = HostSite::new(inp, out, rank, &three_members(inp, out, rank, f));
         let members = [
             None,
@@ -454,7 +493,7 @@ mod tests {
     #[test]
     fn sites_in_one_pass_equal_each_site_alone() {
         let (inp, rank) = (600, 4);
-        let f = |i: usize| ((i * 2654435761) % 2001) as f32 / 1000.0 - 1.0;
+        let f = entries(0);
         let outs = [500, 130, 70];
         let sites: Vec<HostSite> = outs
             .iter()
@@ -515,28 +554,22 @@ mod tests {
             member in 0usize..3,
             seed in any::<u32>(),
         ) {
-            let f = |i: usize| ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0;
+            let f = entries(seed);
             let site = HostSite::new(inp, out, rank, &three_members(inp, out, rank, f));
             let x: Vec<f32> = (0..inp).map(|i| f(3 * i + 1)).collect();
             let start: Vec<f32> = (0..out).map(|i| f(i + 11)).collect();
             let (mut fused, mut plain) = (start.clone(), start.clone());
             site.add_row(member, &x, &mut fused);
             let Factors::F32 { a_t, b } = &site.factors else { unreachable!() };
-            AddRow {
-                rank,
-                a: &a_t[member * rank * inp..][..rank * inp],
-                b: &b[member * rank * out..][..rank * out],
-                x: &x,
-                y: &mut plain,
-            }
-            .one_rank_at_a_time();
+            let (a, b) = site.member(a_t, b, member);
+            AddRow { rank, a, b, x: &x, y: &mut plain }.one_rank_at_a_time();
             prop_assert_ne!(&plain, &start);
             prop_assert!(fused.iter().zip(&plain).all(|(a, b)| a.to_bits() == b.to_bits()));
         }
 
         /// f16 factors give exactly the f32 update over the same (f16)
-        /// values: on AVX-512 (widened in registers) and elsewhere (widened
-        /// first) alike.
+        /// values: on AVX-512 (whole vectors widened in registers) and on
+        /// any SIMD level (entries widened as read) alike.
         #[test]
         fn f16_factors_equal_f32_factors_of_their_values(
             inp in 1usize..80,
@@ -546,8 +579,7 @@ mod tests {
             seed in any::<u32>(),
         ) {
             let f = |i: usize| {
-                let v = ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0;
-                half::f16::from_f32(v / 7.0).to_f32()
+                half::f16::from_f32(entries(seed)(i) / 7.0).to_f32()
             };
             let factors = three_members(inp, out, rank, f);
             let (single, half) = (
@@ -561,12 +593,8 @@ mod tests {
             single.add_row(member, &x, &mut want);
             half.add_row(member, &x, &mut got);
             let Factors::F16 { a_t, b } = &half.factors else { unreachable!() };
-            add_row_widened(
-                rank,
-                (&a_t[member * rank * inp..][..rank * inp], &b[member * rank * out..][..rank * out]),
-                &x,
-                &mut widened,
-            );
+            let (a, b) = half.member(a_t, b, member);
+            pulp::Arch::new().dispatch(AddHalfRow { rank, a, b, x: &x, y: &mut widened });
             prop_assert_ne!(&want, &start);
             for y in [&got, &widened] {
                 prop_assert!(y.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
@@ -584,7 +612,7 @@ mod tests {
             seq in 1usize..3,
             seed in any::<u32>(),
         ) {
-            let f = |i: usize| ((i as u64 * 2654435761 + u64::from(seed)) % 2001) as f32 / 1000.0 - 1.0;
+            let f = entries(seed);
             let factors = three_members(inp, out, rank, f);
             let site = HostSite::new(inp, out, rank, &factors);
             let rows = members.len() * seq;
