@@ -194,20 +194,13 @@ impl HostKv {
         let mut k = Vec::with_capacity(b * h * len * d);
         let mut v = vec![0.0f32; b * h * len * d];
         with_store!(&self.store, |k_all, v_all| {
-            let mut coordinate = vec![0.0f32; len];
             let mut k_t = vec![0.0f32; d * len];
-            for bh in 0..b * h {
-                for c in 0..d {
-                    KvElem::widen(&k_all[(bh * d + c) * cap..][..len], &mut coordinate);
-                    k_t[c * len..][..len].copy_from_slice(&coordinate);
-                }
+            for (bh, v) in v.chunks_exact_mut((len * d).max(1)).enumerate() {
+                let group = (&k_all[bh * d * cap..], &v_all[bh * cap * d..]);
+                widen_filled(group, (cap, len, d), (&mut k_t, v));
                 for j in 0..len {
                     k.extend((0..d).map(|c| k_t[c * len + j]));
                 }
-                KvElem::widen(
-                    &v_all[bh * cap * d..][..len * d],
-                    &mut v[bh * len * d..][..len * d],
-                );
             }
         });
         (k, v)
@@ -227,6 +220,19 @@ impl HostKv {
         });
         self.batch = keep.len();
     }
+}
+
+/// One (row, head)'s filled slots widened to f32: `k_all: [dim, capacity]`
+/// into `k_t: [dim, t]`, and `v_all: [t, dim]` (or more) into `v`.
+fn widen_filled<E: KvElem>(
+    (k_all, v_all): (&[E], &[E]),
+    (capacity, t, d): (usize, usize, usize),
+    (k_t, v): (&mut [f32], &mut [f32]),
+) {
+    for (c, wide) in k_t.chunks_exact_mut(t.max(1)).enumerate() {
+        E::widen(&k_all[c * capacity..][..t], wide);
+    }
+    E::widen(&v_all[..t * d], &mut v[..t * d]);
 }
 
 /// `chunks` chunks of `from` (each `sizes.0` long, the first `filled`
@@ -539,10 +545,8 @@ fn attend_rows<E: KvElem>(
                     (None, None) => {
                         wide_k.resize(d * t, 0.0);
                         wide_v.resize(t * d, 0.0);
-                        for (c, wide) in wide_k.chunks_exact_mut(t.max(1)).enumerate() {
-                            E::widen(&kv.k_t[base + c * kv.capacity..][..t], wide);
-                        }
-                        E::widen(&kv.v[base..base + t * d], &mut wide_v);
+                        let group = (&kv.k_t[base..], &kv.v[base..]);
+                        widen_filled(group, (kv.capacity, t, d), (&mut wide_k, &mut wide_v));
                         Source::F32(F32Kv::new(&wide_k, t, &wide_v, (t, d)))
                     }
                 };
