@@ -27,11 +27,30 @@
 //! [`RdpCurve::compose`]); budgets are checked on the (ε, δ) conversion of
 //! [`RdpCurve::epsilon`] (Balle et al. 2020, Thm 21), which rounds ε up.
 //!
+//! # What a ledger protects
+//!
+//! A budget bounds the privacy loss of one body of private data only if
+//! every release about that data is charged to the same ledger. A ledger's
+//! header can therefore name the private members it accounts for (a
+//! [`ProtectedSet`] of caller-chosen identities, e.g. hashes of the members'
+//! weight files), written once at creation with the creation time; a caller
+//! that loads private data checks it with [`Ledger::check_protects`] before
+//! charging.
+//!
+//! # Budgets change only explicitly
+//!
+//! The budget is recorded in the header and changed only by
+//! [`Ledger::set_budget`], which appends a timestamped budget record (the
+//! budget's history is the header's budget followed by those records).
+//! [`Ledger::open_or_create`] refuses a budget other than the recorded one
+//! rather than silently replacing it.
+//!
 //! The file layout is in `ledger/format.rs`.
 
 mod budget;
 mod error;
 mod format;
+mod protected;
 mod reader;
 
 use std::fs::{File, OpenOptions};
@@ -42,8 +61,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use budget::{PrivacyBudget, Receipt};
 pub use error::LedgerError;
-pub use format::MAX_LABEL_BYTES;
-pub use reader::{EntryKind, LedgerEntry, LedgerReader, LedgerSummary, verify};
+pub use format::{MAX_LABEL_BYTES, OLDEST_READABLE_VERSION, VERSION as FORMAT_VERSION};
+pub use protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
+pub use reader::{EntryKind, LedgerEntry, LedgerHeader, LedgerReader, LedgerSummary, verify};
 
 use crate::{AccountantError, EpsilonDelta, Orders, RdpCurve};
 
@@ -93,6 +113,9 @@ pub struct Ledger {
     file: File,
     orders: Orders,
     budget: Option<PrivacyBudget>,
+    version: u32,
+    created_ms: Option<u64>,
+    protected_set: Option<ProtectedSet>,
     spent: RdpCurve,
     charges: u64,
     next_sequence: u64,
@@ -102,20 +125,43 @@ pub struct Ledger {
 
 impl Ledger {
     /// Creates a new ledger at `path` for charges over `orders`, optionally with
-    /// a budget. Refuses with [`LedgerError::AlreadyExists`] if `path` exists.
+    /// a budget, naming no protected set (see [`Self::create_protecting`]).
+    /// Refuses with [`LedgerError::AlreadyExists`] if `path` exists.
+    pub fn create(
+        path: impl AsRef<Path>,
+        orders: Orders,
+        budget: Option<PrivacyBudget>,
+    ) -> Result<Self, LedgerError> {
+        Self::create_with(path.as_ref(), orders, budget, None)
+    }
+
+    /// Creates a new ledger at `path` that accounts for the private members
+    /// `protected` (recorded in its header with the creation time, for
+    /// [`Self::check_protects`]). Refuses with [`LedgerError::AlreadyExists`]
+    /// if `path` exists.
     ///
     /// The header is written and synced under a temporary name in the same
     /// directory, then hard-linked to `path` (which fails if `path` exists) and
     /// the directory is synced: the file appears under its name complete or not
     /// at all. A crash can leave a `.NAME.creating-*` file behind, never a
     /// half-written ledger.
-    pub fn create(
+    pub fn create_protecting(
         path: impl AsRef<Path>,
         orders: Orders,
         budget: Option<PrivacyBudget>,
+        protected: ProtectedSet,
     ) -> Result<Self, LedgerError> {
-        let path = path.as_ref();
+        Self::create_with(path.as_ref(), orders, budget, Some(protected))
+    }
+
+    fn create_with(
+        path: &Path,
+        orders: Orders,
+        budget: Option<PrivacyBudget>,
+        protected_set: Option<ProtectedSet>,
+    ) -> Result<Self, LedgerError> {
         let io = |e| LedgerError::io(path, e);
+        let created_ms = now_ms();
         let staging = staging_path(path);
         let file = OpenOptions::new()
             .read(true)
@@ -123,11 +169,10 @@ impl Ledger {
             .create_new(true)
             .open(&staging)
             .map_err(io)?;
+        let header = format::encode_header(&orders, budget, created_ms, protected_set.as_ref());
         let linked = (|| {
             lock(&file, path)?;
-            (&file)
-                .write_all(&format::encode_header(&orders, budget))
-                .map_err(io)?;
+            (&file).write_all(&header).map_err(io)?;
             file.sync_all().map_err(io)?;
             std::fs::hard_link(&staging, path).map_err(|e| match e.kind() {
                 io::ErrorKind::AlreadyExists => LedgerError::AlreadyExists(path.to_path_buf()),
@@ -144,6 +189,9 @@ impl Ledger {
             spent: RdpCurve::zero(orders.clone()),
             orders,
             budget,
+            version: format::VERSION,
+            created_ms: Some(created_ms),
+            protected_set,
             charges: 0,
             next_sequence: 0,
             recovered_torn_bytes: 0,
@@ -179,6 +227,9 @@ impl Ledger {
             file,
             orders: summary.orders,
             budget: summary.budget,
+            version: summary.version,
+            created_ms: summary.created_ms,
+            protected_set: summary.protected_set,
             spent: summary.spent,
             charges: summary.charges,
             next_sequence: summary.records,
@@ -187,10 +238,11 @@ impl Ledger {
         })
     }
 
-    /// Opens the ledger at `path`, creating it if there is none, and makes its
-    /// budget `budget`: a different stored budget is replaced through
-    /// [`Self::set_budget`] (so a budget below what is already spent is
-    /// refused). Orders other than the ledger's are refused with
+    /// Opens the ledger at `path`, creating it with `budget` (and no protected
+    /// set) if there is none. An existing ledger must already have `budget`:
+    /// a different one is refused with [`LedgerError::BudgetDiffers`] and
+    /// nothing is written (a budget changes only through
+    /// [`Self::set_budget`]). Orders other than the ledger's are refused with
     /// [`AccountantError::OrdersDiffer`].
     pub fn open_or_create(
         path: impl AsRef<Path>,
@@ -198,7 +250,7 @@ impl Ledger {
         budget: Option<PrivacyBudget>,
     ) -> Result<Self, LedgerError> {
         let path = path.as_ref();
-        let mut ledger = match Self::open(path) {
+        let ledger = match Self::open(path) {
             Err(LedgerError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 match Self::create(path, orders.clone(), budget) {
                     // Created by someone else in between: open theirs.
@@ -212,7 +264,11 @@ impl Ledger {
             return Err(AccountantError::OrdersDiffer.into());
         }
         if ledger.budget != budget {
-            ledger.set_budget(budget)?;
+            return Err(LedgerError::BudgetDiffers {
+                path: path.to_path_buf(),
+                recorded: ledger.budget,
+                requested: budget,
+            });
         }
         Ok(ledger)
     }
@@ -259,7 +315,8 @@ impl Ledger {
         Ok(Receipt { sequence, spent })
     }
 
-    /// Replaces the budget (durably, as a record); `None` removes it. A budget
+    /// Replaces the budget (durably, as a timestamped record: the ledger keeps
+    /// its budget history); `None` removes it. A budget
     /// below what is already spent (at its δ) is refused with
     /// [`LedgerError::BudgetBelowSpent`]. A ledger without charges has spent
     /// nothing, so any budget is accepted.
@@ -300,6 +357,44 @@ impl Ledger {
     /// The orders every charge must be measured at.
     pub fn orders(&self) -> &Orders {
         &self.orders
+    }
+
+    /// The file's format version (files of an older version are read and
+    /// appended to in their own version).
+    pub fn format_version(&self) -> u32 {
+        self.version
+    }
+
+    /// When the ledger was created (ms since the Unix epoch, the creator's
+    /// clock); `None` for version 1 files, which did not record it.
+    pub fn created_ms(&self) -> Option<u64> {
+        self.created_ms
+    }
+
+    /// The private members the ledger accounts for, if its header names them.
+    pub fn protected_set(&self) -> Option<&ProtectedSet> {
+        self.protected_set.as_ref()
+    }
+
+    /// Checks that this ledger accounts for exactly the members `loaded`
+    /// (same identities, same multiplicities, any order): a caller about to
+    /// charge releases computed from `loaded` calls it first. A ledger naming
+    /// other members is [`LedgerError::ProtectedSetDiffers`]; one naming none
+    /// (a version 1 file, or one made by [`Self::create`]) is
+    /// [`LedgerError::NoProtectedSet`].
+    pub fn check_protects(&self, loaded: &ProtectedSet) -> Result<(), LedgerError> {
+        match &self.protected_set {
+            None => Err(LedgerError::NoProtectedSet {
+                path: self.path.clone(),
+                version: self.version,
+            }),
+            Some(recorded) if recorded != loaded => Err(LedgerError::ProtectedSetDiffers {
+                path: self.path.clone(),
+                recorded: recorded.clone(),
+                loaded: loaded.clone(),
+            }),
+            Some(_) => Ok(()),
+        }
     }
 
     /// How many charges the ledger holds.

@@ -30,10 +30,10 @@
 //! ## Rounding
 //!
 //! Every reported RDP value, ε and δ is an upper bound on the exact value of its
-//! formula: like OpenDP, arithmetic is rounded outward (exact-directed `+ − × ÷ √`
-//! via error-free transformations; `ln`, `exp` and friends moved one ulp, under
-//! the assumption of a faithful libm), and series with cancellation are summed
-//! in interval arithmetic with proven remainder bounds.
+//! formula: like OpenDP, arithmetic is rounded outward with `privmix_renyi::round`
+//! (exact-directed `+ − × ÷ √` via error-free transformations; `ln`, `exp` and
+//! friends moved one ulp, under the assumption of a faithful libm), and series with
+//! cancellation are summed in interval arithmetic with proven remainder bounds.
 
 mod amplify;
 mod budget;
@@ -45,7 +45,6 @@ mod events;
 mod interval;
 mod ledger;
 mod poisson;
-mod round;
 mod special;
 mod without_replacement;
 
@@ -59,8 +58,9 @@ pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;
 pub use events::{adapmixed_screening, dps_mozo_token, gaussian, pmixed_query, pmixed_subsampled};
 pub use ledger::{
-    EntryKind, Ledger, LedgerEntry, LedgerError, LedgerReader, LedgerSummary, MAX_LABEL_BYTES,
-    PrivacyBudget, Receipt, verify,
+    EntryKind, FORMAT_VERSION, Ledger, LedgerEntry, LedgerError, LedgerHeader, LedgerReader,
+    LedgerSummary, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
+    OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, verify,
 };
 pub use poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
 pub use without_replacement::without_replacement_gaussian;

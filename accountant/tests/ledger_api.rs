@@ -150,13 +150,13 @@ fn files_that_are_not_ledgers_get_typed_errors() {
     let newer = dir.file("newer");
     drop(Ledger::create(&newer, small_orders(), None).unwrap());
     let mut bytes = std::fs::read(&newer).unwrap();
-    bytes[14..18].copy_from_slice(&2u32.to_le_bytes());
+    bytes[14..18].copy_from_slice(&3u32.to_le_bytes());
     std::fs::write(&newer, bytes).unwrap();
     assert!(matches!(
         Ledger::open(&newer),
         Err(LedgerError::UnsupportedVersion {
-            found: 2,
-            supported: 1,
+            found: 3,
+            supported: 2,
             ..
         })
     ));

@@ -107,30 +107,39 @@ fn budgets_below_what_was_spent_are_refused() {
     ));
     drop(ledger);
 
-    // On restart, a budget passed in below what was spent is a typed error...
-    assert!(matches!(
-        Ledger::open_or_create(&path, orders.clone(), Some(too_small)),
-        Err(LedgerError::BudgetBelowSpent { .. })
-    ));
-    // ... the same one is accepted without writing anything...
+    // On restart, open_or_create never changes the budget: one below what was
+    // spent, or above the recorded one, is a typed error and writes nothing...
     let len = file_len(&path);
+    let larger = PrivacyBudget::new(spent.epsilon * 2.0, DELTA).unwrap();
+    for asked in [Some(too_small), Some(larger), None] {
+        match Ledger::open_or_create(&path, orders.clone(), asked) {
+            Err(LedgerError::BudgetDiffers {
+                recorded,
+                requested,
+                ..
+            }) => assert_eq!((recorded, requested), (Some(exact), asked)),
+            other => panic!("expected BudgetDiffers for {asked:?}, got {other:?}"),
+        }
+        assert_eq!(file_len(&path), len);
+    }
+    // ... the recorded one is accepted without writing anything...
     let ledger = Ledger::open_or_create(&path, orders.clone(), Some(exact)).unwrap();
     assert_eq!(ledger.budget(), Some(exact));
     assert_eq!(file_len(&path), len);
     drop(ledger);
-    // ... and a larger one replaces it, as a record.
-    let larger = PrivacyBudget::new(spent.epsilon * 2.0, DELTA).unwrap();
-    let mut ledger = Ledger::open_or_create(&path, orders.clone(), Some(larger)).unwrap();
+    // ... and raising it is an explicit set_budget, kept as a record (the history).
+    let mut ledger = Ledger::open(&path).unwrap();
+    ledger.set_budget(Some(larger)).unwrap();
     ledger.charge(&charge_for(&orders, 5), "fits now").unwrap();
-    let last_budget = ledger
+    let history: Vec<_> = ledger
         .entries()
         .unwrap()
         .filter_map(|e| match e.unwrap().kind {
             EntryKind::Budget(b) => Some(b),
             _ => None,
         })
-        .last();
-    assert_eq!(last_budget, Some(Some(larger)));
+        .collect();
+    assert_eq!(history, [Some(exact), Some(larger)]);
     drop(ledger);
     assert_eq!(Ledger::open(&path).unwrap().budget(), Some(larger));
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use super::PrivacyBudget;
+use super::{PrivacyBudget, ProtectedSet};
 use crate::{AccountantError, EpsilonDelta};
 
 /// What went wrong with a ledger.
@@ -34,13 +34,13 @@ pub enum LedgerError {
     #[error("{0} is not a privmix ledger (its first bytes are not the ledger magic)")]
     NotALedger(PathBuf),
     /// The file was written in a format version this build cannot read.
-    #[error("ledger {path} has format version {found}; this build reads version {supported}")]
+    #[error("ledger {path} has format version {found}; this build reads versions 1 to {supported}")]
     UnsupportedVersion {
         /// The ledger file.
         path: PathBuf,
         /// The version in the file's header.
         found: u32,
-        /// The version this build reads and writes.
+        /// The newest version this build reads (and the one it writes).
         supported: u32,
     },
     /// Damage that cannot be a torn final write (see the module docs): the
@@ -85,10 +85,82 @@ pub enum LedgerError {
         /// The limit, [`MAX_LABEL_BYTES`](super::MAX_LABEL_BYTES).
         max: usize,
     },
+    /// A budget other than the one the ledger records was asked for when
+    /// opening it; a budget changes only through
+    /// [`Ledger::set_budget`](super::Ledger::set_budget), an explicit and
+    /// recorded act.
+    #[error(
+        "ledger {path} records the budget {}, not the {} asked for; change a budget explicitly with Ledger::set_budget (privmix ledger raise), which records it",
+        budget_text(recorded),
+        budget_text(requested)
+    )]
+    BudgetDiffers {
+        /// The ledger file.
+        path: PathBuf,
+        /// The budget in force.
+        recorded: Option<PrivacyBudget>,
+        /// The budget asked for.
+        requested: Option<PrivacyBudget>,
+    },
+    /// A protected-set identity is malformed (see
+    /// [`ProtectedSet::new`](super::ProtectedSet::new)).
+    #[error("bad protected set: {0}")]
+    BadProtectedSet(String),
+    /// The ledger accounts for other private members than the caller loads:
+    /// charging it would spend the loaded data against another data set's
+    /// budget.
+    #[error(
+        "ledger {path} protects a different set of private members: it records {recorded}, this run loads {loaded}{}",
+        set_difference(recorded, loaded)
+    )]
+    ProtectedSetDiffers {
+        /// The ledger file.
+        path: PathBuf,
+        /// The set in the ledger's header.
+        recorded: ProtectedSet,
+        /// The set the caller loads.
+        loaded: ProtectedSet,
+    },
+    /// The ledger names no protected set (a version 1 file, or one created
+    /// without a set), so it cannot say which private data it accounts for.
+    #[error(
+        "ledger {path} (format version {version}) does not record which private members it protects, so it cannot be charged for these; start a new ledger (the spending recorded in this one still counts against whatever data it was used with)"
+    )]
+    NoProtectedSet {
+        /// The ledger file.
+        path: PathBuf,
+        /// The file's format version.
+        version: u32,
+    },
     /// An earlier append or sync failed, so the file's tail is in an unknown
     /// state; this handle writes nothing more. Reopening recovers.
     #[error("an earlier write to ledger {0} failed; drop this handle and reopen the ledger")]
     Poisoned(PathBuf),
+}
+
+/// `ε = …, δ = …` or `none`, for messages.
+fn budget_text(b: &Option<PrivacyBudget>) -> String {
+    match b {
+        Some(b) => format!("ε = {}, δ = {}", b.epsilon(), b.delta()),
+        None => "none".into(),
+    }
+}
+
+/// `; only in the ledger: […]; only in this run: […]` (the parts that apply).
+fn set_difference(recorded: &ProtectedSet, loaded: &ProtectedSet) -> String {
+    let mut out = String::new();
+    let only_recorded = recorded.missing_from(loaded);
+    if !only_recorded.is_empty() {
+        out.push_str(&format!(
+            "; only in the ledger: [{}]",
+            only_recorded.join(", ")
+        ));
+    }
+    let only_loaded = loaded.missing_from(recorded);
+    if !only_loaded.is_empty() {
+        out.push_str(&format!("; only in this run: [{}]", only_loaded.join(", ")));
+    }
+    out
 }
 
 impl LedgerError {

@@ -4,14 +4,24 @@
 //!
 //! ```text
 //! header  = MAGIC "PRIVMIX-LEDGER" (14 B) | version u32 | len u32 | crc u32 | payload (len B)
-//!           payload = n u32 | n × order f64 | budget (17 B)
+//!           payload (version 2) = n u32 | n × order f64 | budget (17 B)
+//!                                 | created unix time ms u64 | protected set
+//!           payload (version 1) = n u32 | n × order f64 | budget (17 B)
 //!           crc = CRC-32 of every header byte before it and of the payload
+//! protected set = flag u8 (0 none, 1 some) | [count u32 | count × (len u16 | identity, ASCII)]
 //! record  = len u32 | crc u32 | payload (len B)      crc = CRC-32 of len's 4 bytes ‖ payload
 //!           payload = kind u8 | sequence u64 | unix time ms u64 | body
 //!           charge body = n × RDP value f64 | label len u16 | label (UTF-8)
 //!           budget body = 17 B
 //! budget  = flag u8 (0 none, 1 some) | ε f64 | δ f64
 //! ```
+//!
+//! Version 2 added the creation time and the protected set (which private
+//! members the ledger accounts for, see `protected.rs`) to the header; records
+//! are the same in both versions. Version 1 files are still read, and appended
+//! to, as ledgers with no creation time and no protected set: their charges
+//! are never lost, and a caller that needs to know what a ledger protects
+//! (privmix's command line) refuses to charge them.
 //!
 //! The record's length is inside its checksum, so a damaged length is caught
 //! like damaged contents. The largest record is bounded (the label is), which
@@ -20,13 +30,16 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::{EntryKind, LedgerEntry, LedgerError, PrivacyBudget};
+use super::protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS};
+use super::{EntryKind, LedgerEntry, LedgerError, LedgerHeader, PrivacyBudget, ProtectedSet};
 use crate::{Orders, RdpCurve};
 
 /// The first bytes of every ledger file.
 pub(crate) const MAGIC: &[u8; 14] = b"PRIVMIX-LEDGER";
 /// The format version written by this build.
-pub(crate) const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest format version this build still reads.
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Longest label a charge may carry, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
 /// Most orders a header may list (guards allocation when reading a bad file).
@@ -45,8 +58,39 @@ pub(crate) fn max_payload_len(n_orders: usize) -> usize {
     PAYLOAD_PREFIX_LEN + (8 * n_orders + 2 + MAX_LABEL_BYTES).max(BUDGET_LEN)
 }
 
-/// The header bytes of a new ledger.
-pub(crate) fn encode_header(orders: &Orders, budget: Option<PrivacyBudget>) -> Vec<u8> {
+/// The header bytes of a new ledger (format [`VERSION`]).
+pub(crate) fn encode_header(
+    orders: &Orders,
+    budget: Option<PrivacyBudget>,
+    created_ms: u64,
+    protected: Option<&ProtectedSet>,
+) -> Vec<u8> {
+    let mut payload = orders_and_budget(orders, budget);
+    payload.extend_from_slice(&created_ms.to_le_bytes());
+    match protected {
+        None => payload.push(0),
+        Some(set) => {
+            payload.push(1);
+            let count = u32::try_from(set.len()).expect("a protected set is checked to be small");
+            payload.extend_from_slice(&count.to_le_bytes());
+            for member in set.members() {
+                let len = u16::try_from(member.len()).expect("member identities are short");
+                payload.extend_from_slice(&len.to_le_bytes());
+                payload.extend_from_slice(member.as_bytes());
+            }
+        }
+    }
+    frame_header(VERSION, &payload)
+}
+
+/// The header bytes a version 1 build wrote (for tests of old files).
+#[cfg(test)]
+pub(crate) fn encode_header_v1(orders: &Orders, budget: Option<PrivacyBudget>) -> Vec<u8> {
+    frame_header(1, &orders_and_budget(orders, budget))
+}
+
+/// `n | orders | budget`, the start of every version's header payload.
+fn orders_and_budget(orders: &Orders, budget: Option<PrivacyBudget>) -> Vec<u8> {
     let mut payload = Vec::with_capacity(4 + 8 * orders.len() + BUDGET_LEN);
     let n = u32::try_from(orders.len()).expect("an order set is far below 2^32 orders");
     payload.extend_from_slice(&n.to_le_bytes());
@@ -54,25 +98,40 @@ pub(crate) fn encode_header(orders: &Orders, budget: Option<PrivacyBudget>) -> V
         payload.extend_from_slice(&order.to_le_bytes());
     }
     encode_budget(&mut payload, budget);
+    payload
+}
+
+/// `MAGIC | version | len | crc | payload`.
+fn frame_header(version: u32, payload: &[u8]) -> Vec<u8> {
     let mut header = Vec::with_capacity(HEADER_PREFIX_LEN + payload.len());
     header.extend_from_slice(MAGIC);
-    header.extend_from_slice(&VERSION.to_le_bytes());
+    header.extend_from_slice(&version.to_le_bytes());
     header.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&header);
-    hasher.update(&payload);
+    hasher.update(payload);
     header.extend_from_slice(&hasher.finalize().to_le_bytes());
-    header.extend_from_slice(&payload);
+    header.extend_from_slice(payload);
     header
 }
 
-/// Reads and checks a header; returns the orders, the initial budget and the
-/// header's length in bytes. The header is complete before a ledger file
-/// appears under its name (see `Ledger::create`), so any damage is corruption.
+/// The longest header payload a version can have.
+fn max_header_payload(version: u32) -> usize {
+    let v1 = 4 + 8 * MAX_ORDERS + BUDGET_LEN;
+    if version == 1 {
+        v1
+    } else {
+        v1 + 8 + 1 + 4 + MAX_PROTECTED_MEMBERS * (2 + MAX_MEMBER_ID_BYTES)
+    }
+}
+
+/// Reads and checks a header; returns what it says and its length in bytes.
+/// The header is complete before a ledger file appears under its name (see
+/// `Ledger::create`), so any damage is corruption.
 pub(crate) fn read_header(
     input: &mut impl Read,
     path: &Path,
-) -> Result<(Orders, Option<PrivacyBudget>, u64), LedgerError> {
+) -> Result<(LedgerHeader, u64), LedgerError> {
     let corrupt = |reason: &str| LedgerError::corrupt(path, 0, format!("header: {reason}"));
     let mut prefix = Vec::with_capacity(HEADER_PREFIX_LEN);
     read_up_to(input, HEADER_PREFIX_LEN, &mut prefix, path)?;
@@ -83,7 +142,7 @@ pub(crate) fn read_header(
         return Err(corrupt("file ends inside the header"));
     }
     let version = u32_at(&prefix, MAGIC.len());
-    if version != VERSION {
+    if !(OLDEST_READABLE_VERSION..=VERSION).contains(&version) {
         return Err(LedgerError::UnsupportedVersion {
             path: path.to_path_buf(),
             found: version,
@@ -91,7 +150,7 @@ pub(crate) fn read_header(
         });
     }
     let len = u32_at(&prefix, MAGIC.len() + 4) as usize;
-    if len > 4 + 8 * MAX_ORDERS + BUDGET_LEN {
+    if len > max_header_payload(version) {
         return Err(corrupt("length field out of range"));
     }
     let mut payload = Vec::with_capacity(len);
@@ -110,7 +169,12 @@ pub(crate) fn read_header(
     } else {
         0
     };
-    if n == 0 || len != 4 + 8 * n + BUDGET_LEN {
+    let fixed = 4 + 8 * n + BUDGET_LEN;
+    let fits = match version {
+        1 => len == fixed,
+        _ => len > fixed + 8,
+    };
+    if n == 0 || n > MAX_ORDERS || !fits {
         return Err(corrupt("order count does not match the header length"));
     }
     let stored: Vec<f64> = (0..n).map(|i| f64_at(&payload, 4 + 8 * i)).collect();
@@ -118,8 +182,65 @@ pub(crate) fn read_header(
     if orders.as_slice() != stored.as_slice() {
         return Err(corrupt("orders are not sorted and distinct"));
     }
-    let budget = decode_budget(&payload[4 + 8 * n..]).map_err(corrupt)?;
-    Ok((orders, budget, (HEADER_PREFIX_LEN + len) as u64))
+    let initial_budget = decode_budget(&payload[4 + 8 * n..fixed]).map_err(corrupt)?;
+    let (created_ms, protected_set) = if version == 1 {
+        (None, None)
+    } else {
+        let created = u64_at(&payload, fixed);
+        let set = decode_protected(&payload[fixed + 8..]).map_err(|r| corrupt(&r))?;
+        (Some(created), set)
+    };
+    let header = LedgerHeader {
+        version,
+        orders,
+        initial_budget,
+        created_ms,
+        protected_set,
+    };
+    Ok((header, (HEADER_PREFIX_LEN + len) as u64))
+}
+
+/// Decodes `flag | [count | members]`, which must fill `bytes` exactly.
+fn decode_protected(bytes: &[u8]) -> Result<Option<ProtectedSet>, String> {
+    let short = || "protected set runs past the header".to_string();
+    match bytes.first() {
+        Some(0) if bytes.len() == 1 => return Ok(None),
+        Some(0) => return Err("bytes after an absent protected set".into()),
+        Some(1) => {}
+        Some(_) => return Err("unknown protected-set flag".into()),
+        None => return Err(short()),
+    }
+    if bytes.len() < 5 {
+        return Err(short());
+    }
+    let count = u32_at(bytes, 1) as usize;
+    if count > MAX_PROTECTED_MEMBERS {
+        return Err("protected set has too many members".into());
+    }
+    let mut at = 5;
+    let mut members = Vec::with_capacity(count);
+    for _ in 0..count {
+        if bytes.len() < at + 2 {
+            return Err(short());
+        }
+        let len = usize::from(u16::from_le_bytes([bytes[at], bytes[at + 1]]));
+        at += 2;
+        if bytes.len() < at + len {
+            return Err(short());
+        }
+        let member = std::str::from_utf8(&bytes[at..at + len])
+            .map_err(|_| "a protected member's identity is not UTF-8".to_string())?;
+        members.push(member.to_owned());
+        at += len;
+    }
+    if at != bytes.len() {
+        return Err("bytes after the protected set".into());
+    }
+    let set = ProtectedSet::new(members.clone()).map_err(|e| e.to_string())?;
+    if set.members() != members.as_slice() {
+        return Err("protected members are not in canonical order".into());
+    }
+    Ok(Some(set))
 }
 
 /// A complete record: `len | crc | payload`.

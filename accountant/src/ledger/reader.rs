@@ -31,8 +31,27 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Frame};
-use super::{LedgerError, PrivacyBudget};
+use super::{LedgerError, PrivacyBudget, ProtectedSet};
 use crate::{Orders, RdpCurve};
+
+/// What a ledger's header says: fixed when the ledger is created.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LedgerHeader {
+    /// The file's format version (1 or 2; see `ledger/format.rs`).
+    pub version: u32,
+    /// The orders every charge is measured at.
+    pub orders: Orders,
+    /// The budget the ledger was created with (later budget records may
+    /// change it).
+    pub initial_budget: Option<PrivacyBudget>,
+    /// When the ledger was created, in milliseconds since the Unix epoch (the
+    /// creator's clock); `None` in version 1 files, which did not record it.
+    pub created_ms: Option<u64>,
+    /// The private members the ledger accounts for; `None` when its creator
+    /// named none (every version 1 file).
+    pub protected_set: Option<ProtectedSet>,
+}
 
 /// One record of a ledger.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,8 +88,7 @@ pub enum EntryKind {
 pub struct LedgerReader {
     path: PathBuf,
     input: BufReader<File>,
-    orders: Orders,
-    initial_budget: Option<PrivacyBudget>,
+    header: LedgerHeader,
     max_payload: usize,
     valid_len: u64,
     next_sequence: u64,
@@ -92,13 +110,12 @@ impl LedgerReader {
         file.seek(SeekFrom::Start(0))
             .map_err(|e| LedgerError::io(path, e))?;
         let mut input = BufReader::new(file);
-        let (orders, initial_budget, header_len) = format::read_header(&mut input, path)?;
+        let (header, header_len) = format::read_header(&mut input, path)?;
         Ok(Self {
             path: path.to_path_buf(),
             input,
-            max_payload: format::max_payload_len(orders.len()),
-            orders,
-            initial_budget,
+            max_payload: format::max_payload_len(header.orders.len()),
+            header,
             valid_len: header_len,
             next_sequence: 0,
             torn_tail_bytes: 0,
@@ -109,12 +126,17 @@ impl LedgerReader {
 
     /// The orders every charge in this ledger is measured at.
     pub fn orders(&self) -> &Orders {
-        &self.orders
+        &self.header.orders
     }
 
     /// The budget written in the header (later budget records may change it).
     pub fn initial_budget(&self) -> Option<PrivacyBudget> {
-        self.initial_budget
+        self.header.initial_budget
+    }
+
+    /// Everything the header says (version, creation time, protected set).
+    pub fn header(&self) -> &LedgerHeader {
+        &self.header
     }
 
     /// Bytes of header and intact records read so far.
@@ -159,7 +181,7 @@ impl LedgerReader {
                 ),
             ));
         }
-        let entry = format::decode_payload(payload, &self.orders)
+        let entry = format::decode_payload(payload, &self.header.orders)
             .map_err(|reason| LedgerError::corrupt(&self.path, self.valid_len, reason))?;
         self.valid_len += self.buf.len() as u64;
         self.next_sequence += 1;
@@ -250,6 +272,13 @@ impl Iterator for LedgerReader {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LedgerSummary {
+    /// The file's format version.
+    pub version: u32,
+    /// When the ledger was created (ms since the Unix epoch); `None` for
+    /// version 1 files.
+    pub created_ms: Option<u64>,
+    /// The private members the ledger accounts for, if its header names them.
+    pub protected_set: Option<ProtectedSet>,
     /// The orders of every charge.
     pub orders: Orders,
     /// The budget in force after the last record.
@@ -269,8 +298,8 @@ pub struct LedgerSummary {
 impl LedgerSummary {
     /// Reads every record of `reader` and adds up the charges.
     pub(crate) fn read(mut reader: LedgerReader) -> Result<Self, LedgerError> {
-        let mut spent = RdpCurve::zero(reader.orders.clone());
-        let mut budget = reader.initial_budget;
+        let mut spent = RdpCurve::zero(reader.header.orders.clone());
+        let mut budget = reader.header.initial_budget;
         let mut charges = 0;
         for entry in &mut reader {
             match entry?.kind {
@@ -281,8 +310,12 @@ impl LedgerSummary {
                 EntryKind::Budget(b) => budget = b,
             }
         }
+        let header = reader.header;
         Ok(Self {
-            orders: reader.orders,
+            version: header.version,
+            created_ms: header.created_ms,
+            protected_set: header.protected_set,
+            orders: header.orders,
             budget,
             spent,
             charges,

@@ -44,7 +44,7 @@ fn curve(values: [f64; 3]) -> RdpCurve {
 
 /// Writes a header and the given record payloads, framed.
 fn write_ledger(path: &Path, payloads: &[Vec<u8>]) {
-    let mut bytes = format::encode_header(&orders(), None);
+    let mut bytes = format::encode_header(&orders(), None, 0, None);
     for p in payloads {
         bytes.extend(format::encode_frame(p));
     }
@@ -63,29 +63,98 @@ fn expect_corrupt(result: Result<Ledger, LedgerError>, needle: &str) {
     }
 }
 
+fn set() -> ProtectedSet {
+    ProtectedSet::new(["sha256:02", "sha256:01", "sha256:02"]).unwrap()
+}
+
 #[test]
-fn header_round_trips_orders_and_budget() {
+fn header_round_trips_orders_budget_time_and_set() {
     let budget = PrivacyBudget::new(2.5, 1e-6).unwrap();
     for b in [None, Some(budget)] {
-        let bytes = format::encode_header(&orders(), b);
-        let (o, got, len) = format::read_header(&mut bytes.as_slice(), Path::new("x")).unwrap();
-        assert_eq!(o, orders());
-        assert_eq!(got, b);
+        for s in [
+            None,
+            Some(set()),
+            Some(ProtectedSet::new(Vec::<String>::new()).unwrap()),
+        ] {
+            let bytes = format::encode_header(&orders(), b, 1_700_000_000_123, s.as_ref());
+            let (h, len) = format::read_header(&mut bytes.as_slice(), Path::new("x")).unwrap();
+            assert_eq!(h.version, format::VERSION);
+            assert_eq!(h.orders, orders());
+            assert_eq!(h.initial_budget, b);
+            assert_eq!(h.created_ms, Some(1_700_000_000_123));
+            assert_eq!(h.protected_set, s);
+            assert_eq!(len, bytes.len() as u64);
+        }
+        // Version 1: no creation time, no set.
+        let bytes = format::encode_header_v1(&orders(), b);
+        let (h, len) = format::read_header(&mut bytes.as_slice(), Path::new("x")).unwrap();
+        assert_eq!((h.version, h.created_ms, h.protected_set), (1, None, None));
+        assert_eq!((h.orders, h.initial_budget), (orders(), b));
         assert_eq!(len, bytes.len() as u64);
     }
 }
 
 #[test]
 fn every_header_byte_is_checked() {
-    let bytes = format::encode_header(&orders(), Some(PrivacyBudget::new(1.0, 1e-5).unwrap()));
-    for i in 0..bytes.len() {
-        let mut bad = bytes.clone();
-        bad[i] ^= 0x10;
-        let got = format::read_header(&mut bad.as_slice(), Path::new("x"));
-        assert!(got.is_err(), "flip at header byte {i} went unnoticed");
+    let budget = Some(PrivacyBudget::new(1.0, 1e-5).unwrap());
+    for bytes in [
+        format::encode_header(&orders(), budget, 42, Some(&set())),
+        format::encode_header(&orders(), budget, 42, None),
+        format::encode_header_v1(&orders(), budget),
+    ] {
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x10;
+            let got = format::read_header(&mut bad.as_slice(), Path::new("x"));
+            assert!(got.is_err(), "flip at header byte {i} went unnoticed");
+        }
+        for cut in 0..bytes.len() {
+            assert!(format::read_header(&mut &bytes[..cut], Path::new("x")).is_err());
+        }
     }
-    for cut in 0..bytes.len() {
-        assert!(format::read_header(&mut &bytes[..cut], Path::new("x")).is_err());
+}
+
+/// A header whose checksum holds but whose set is malformed (written wrong,
+/// not torn) is corruption; versions this build does not know are refused.
+#[test]
+fn intact_headers_with_bad_sets_or_versions_are_refused() {
+    let reframe = |bytes: &[u8], version: u32| {
+        // Recompute the checksum over a modified payload.
+        let payload = &bytes[26..];
+        let mut h = Vec::new();
+        h.extend_from_slice(format::MAGIC);
+        h.extend_from_slice(&version.to_le_bytes());
+        h.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&h);
+        hasher.update(payload);
+        h.extend_from_slice(&hasher.finalize().to_le_bytes());
+        h.extend_from_slice(payload);
+        h
+    };
+    let good = format::encode_header(&orders(), None, 0, Some(&set()));
+    // Members out of canonical order: swap the first two identities' last bytes.
+    let mut unsorted = good.clone();
+    let first = unsorted.windows(9).position(|w| w == b"sha256:01").unwrap();
+    unsorted[first + 8] = b'2';
+    unsorted[first + 8 + 11] = b'1';
+    let got = format::read_header(&mut reframe(&unsorted, 2).as_slice(), Path::new("x"));
+    assert!(
+        matches!(&got, Err(LedgerError::Corrupt { reason, .. }) if reason.contains("canonical order")),
+        "{got:?}"
+    );
+    // A trailing byte after the set.
+    let mut long = good.clone();
+    long.push(0);
+    let got = format::read_header(&mut reframe(&long, 2).as_slice(), Path::new("x"));
+    assert!(matches!(got, Err(LedgerError::Corrupt { .. })), "{got:?}");
+    // Version 3 (from a newer build) and version 0 are refused by number.
+    for v in [0, 3] {
+        let got = format::read_header(&mut reframe(&good, v).as_slice(), Path::new("x"));
+        assert!(
+            matches!(got, Err(LedgerError::UnsupportedVersion { found, supported: 2, .. }) if found == v),
+            "{got:?}"
+        );
     }
 }
 
@@ -187,7 +256,7 @@ fn garbage_tail_within_one_record_is_torn_beyond_it_corrupt() {
         }
     }
     // A torn write whose length field is garbage, followed by an intact record.
-    let mut bytes = format::encode_header(&orders(), None);
+    let mut bytes = format::encode_header(&orders(), None, 0, None);
     bytes.extend(format::encode_frame(&good));
     bytes.extend([0xff; 5]);
     bytes.extend(format::encode_frame(&format::charge_payload(

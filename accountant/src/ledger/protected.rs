@@ -1,0 +1,146 @@
+//! The identity of what a ledger protects: the set of private artefacts (for
+//! privmix, the member adapters' weight files) whose privacy loss it adds up.
+//!
+//! A privacy budget only means something if every release about the same
+//! private data is charged to the same ledger. A ledger therefore records, in
+//! its header, which data it accounts for, and a caller loading private data
+//! checks that the ledger it charges names exactly that data
+//! ([`Ledger::check_protects`](super::Ledger::check_protects)); otherwise the
+//! same data could be spent against several ledgers, each with a full budget.
+//!
+//! The accountant does not know what the members are: it stores opaque,
+//! caller-chosen strings (privmix's command line uses `sha256:<hex>` of each
+//! adapter's weight file) in a canonical order, so the same set loaded in
+//! another order is the same identity.
+
+use std::fmt;
+
+use super::LedgerError;
+
+/// Most members one protected set may name (bounds what a damaged header
+/// can make a reader allocate).
+pub const MAX_PROTECTED_MEMBERS: usize = 1 << 16;
+/// Longest identity string of one member, in bytes.
+pub const MAX_MEMBER_ID_BYTES: usize = 256;
+
+/// The identities of the private members a ledger protects, sorted (byte
+/// order) so that the order they were loaded in does not matter; a member
+/// given twice is kept twice (the same data used twice is a different
+/// configuration from the data used once).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProtectedSet {
+    members: Vec<String>,
+}
+
+impl ProtectedSet {
+    /// A set from member identities. Each must be 1 to
+    /// [`MAX_MEMBER_ID_BYTES`] bytes of printable ASCII other than space
+    /// (so that listings stay one line and unambiguous), and there may be at
+    /// most [`MAX_PROTECTED_MEMBERS`]; anything else is
+    /// [`LedgerError::BadProtectedSet`].
+    pub fn new<S: Into<String>>(members: impl IntoIterator<Item = S>) -> Result<Self, LedgerError> {
+        let mut members: Vec<String> = members.into_iter().map(Into::into).collect();
+        if members.len() > MAX_PROTECTED_MEMBERS {
+            return Err(LedgerError::BadProtectedSet(format!(
+                "{} members; at most {MAX_PROTECTED_MEMBERS} may be recorded",
+                members.len()
+            )));
+        }
+        for (i, m) in members.iter().enumerate() {
+            if m.is_empty() || m.len() > MAX_MEMBER_ID_BYTES {
+                return Err(LedgerError::BadProtectedSet(format!(
+                    "member {i}'s identity is {} bytes long; it must be 1 to {MAX_MEMBER_ID_BYTES}",
+                    m.len()
+                )));
+            }
+            if !m.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(LedgerError::BadProtectedSet(format!(
+                    "member {i}'s identity {m:?} has a character other than printable ASCII"
+                )));
+            }
+        }
+        members.sort_unstable();
+        Ok(Self { members })
+    }
+
+    /// The member identities, in canonical (sorted) order.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// How many members the set names.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the set names no member.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The members of `self` that `other` lacks (counting repeats).
+    pub fn missing_from(&self, other: &Self) -> Vec<String> {
+        let mut rest: Vec<&String> = other.members.iter().collect();
+        let mut missing = Vec::new();
+        for m in &self.members {
+            match rest.iter().position(|r| *r == m) {
+                Some(i) => {
+                    rest.swap_remove(i);
+                }
+                None => missing.push(m.clone()),
+            }
+        }
+        missing
+    }
+}
+
+impl fmt::Display for ProtectedSet {
+    /// `{n} member(s) [a, b, …]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.members.len() == 1 { "" } else { "s" };
+        write!(
+            f,
+            "{} member{s} [{}]",
+            self.members.len(),
+            self.members.join(", ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_does_not_matter_repeats_do() {
+        let a = ProtectedSet::new(["sha256:bb", "sha256:aa"]).unwrap();
+        let b = ProtectedSet::new(["sha256:aa", "sha256:bb"]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.members(), ["sha256:aa", "sha256:bb"]);
+        let twice = ProtectedSet::new(["sha256:aa", "sha256:aa", "sha256:bb"]).unwrap();
+        assert_ne!(a, twice);
+        assert_eq!(twice.missing_from(&a), ["sha256:aa"]);
+        assert!(a.missing_from(&twice).is_empty());
+        assert_eq!(a.to_string(), "2 members [sha256:aa, sha256:bb]");
+    }
+
+    #[test]
+    fn bad_identities_are_typed_errors() {
+        for bad in ["", "has space", "tab\t", "é"] {
+            assert!(
+                matches!(
+                    ProtectedSet::new([bad]),
+                    Err(LedgerError::BadProtectedSet(_))
+                ),
+                "{bad:?} accepted"
+            );
+        }
+        let long = "x".repeat(MAX_MEMBER_ID_BYTES + 1);
+        assert!(matches!(
+            ProtectedSet::new([long]),
+            Err(LedgerError::BadProtectedSet(_))
+        ));
+        assert!(ProtectedSet::new(["x".repeat(MAX_MEMBER_ID_BYTES)]).is_ok());
+        assert!(ProtectedSet::new(Vec::<String>::new()).unwrap().is_empty());
+    }
+}
