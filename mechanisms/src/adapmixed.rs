@@ -41,7 +41,7 @@ use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
 use crate::bounds::{
-    check_enforcement_order, check_probability, check_radius, pmixed_worst_neighbour_at,
+    check_enforcement_order, check_probability, check_radius, pmixed_bound_at,
 };
 use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
 use crate::pmixed::{StepBuffers, solve_and_sum};
@@ -401,7 +401,7 @@ impl Adapmixed {
                 }
                 None => f64::INFINITY,
             };
-            dd.min(pmixed_worst_neighbour_at(a, alpha_c, radius, n as u64))
+            dd.min(pmixed_bound_at(a, alpha_c, radius, n as u64, 1.0))
         })?)
     }
 }

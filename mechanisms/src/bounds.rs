@@ -1,37 +1,58 @@
-//! The proven data-independent RDP bound of PMixED and AdaPMixED.
+//! The proven data-independent RDP bound of PMixED (and of the per-step losses of
+//! AdaPMixED's filter and of privmix's SubMix).
+//!
+//! # Privacy unit and adjacency
+//! The privacy unit is a user (or a record) whose data lies in the training shard of
+//! exactly one member. Adding, removing or replacing that unit retrains that one member,
+//! so at the level of the mechanism's inputs **one member's next-token distributions
+//! change arbitrarily** (an emptied shard gives the public model); the number of
+//! members N is public and fixed. Every bound here is for that adjacency, called
+//! *changed-member* adjacency, in both directions. It covers add/remove and replace of
+//! a unit alike.
 //!
 //! # What is enforced
 //! Each member's λᵢ enforces one constraint, at the *enforcement order* α_c with
 //! radius b: `Dsym_{α_c}(p̄ᵢ, p₀) ≤ b` with `p̄ᵢ = λᵢpᵢ + (1−λᵢ)p₀`. Rényi divergence
-//! is non-decreasing in the order (van Erven & Harremoës 2014, Thm 3), so the
-//! constraint holds at every order α' ≤ α_c as well.
+//! is non-decreasing in the order (van Erven & Harremoës, "Rényi divergence and
+//! Kullback-Leibler divergence", arXiv 1206.2459, Thm 3), so the constraint holds at
+//! every order α' ≤ α_c as well.
 //!
 //! # Why the paper's bound is not charged
-//! adapmixed.txt Thm 3.1 (App. C) bounds `D_α(p̄ᵢ ‖ average of the others)` by
-//! `4βα` with a "triangle-like inequality" (Thm A.5 = Steinke 2022, Lemma 33.7)
-//! applied at one order. That lemma is a zCDP statement: it needs its hypothesis
-//! at all orders (its proof moves to other orders through Hölder). λ is enforced
-//! at one order only, so `4βα` is not proven as used. The accountant's
-//! `pmixed_query` keeps the paper's formula for reports; mechanisms charge this
-//! module's bound.
+//! The PMixED paper (Flemings, Razaviyayn & Annavaram, "Differentially private
+//! next-token prediction of large language models", arXiv 2403.15638, Thm 3.1) bounds
+//! `D_α(p̄ᵢ ‖ average of the others)` by `4βα` with a "triangle-like inequality"
+//! (Steinke 2022, Lemma 33.7) applied at one order. That lemma is a zCDP statement: it
+//! needs its hypothesis at all orders. λ is enforced at one order only, so `4βα` is not
+//! proven as used (counterexample: `tests/pmixed_paper_bound.rs`). It also compares an
+//! ensemble with the ensemble *without* member i, which is not what a changed unit does
+//! to the inputs. The accountant's `pmixed_query` keeps the paper's formula for reports;
+//! mechanisms charge this module's bound.
 //!
-//! # The bound (proof sketch; every step is a published inequality)
-//! Weak triangle inequality (Mironov 2017, "Rényi differential privacy", Prop. 11):
-//! for p, q > 1 with 1/p + 1/q = 1,
-//! `D_α(P‖R) ≤ (α − 1/p)/(α − 1)·D_{pα}(P‖Q) + D_{q(α−1/p)}(Q‖R)`.
-//! With `p* = (α_c − 1)/(α_c − α)`: `q(α − 1/p*) = α_c`, the coefficient is
-//! `α_c/(α_c − 1)`, and `p*α ≤ α_c` iff `α ≤ α_max = α_c²/(2α_c − 1)`. With
-//! Q = p₀ and quasi-convexity (adapmixed Thm A.6: the average of mixtures is
-//! within b of p₀ in both directions at α_c), every order `1 < α ≤ α_max` has
-//! `D_α(p̄ᵢ ‖ avg) ≤ c·b` and `D_α(avg ‖ p̄ᵢ) ≤ c·b`, `c = (2α_c − 1)/(α_c − 1)`.
-//! The paper's Jensen step (eqs. 8–9) and convexity in the second argument
-//! (eqs. 10–12) then give, for ensembles of m ≥ 2 and m − 1 members,
+//! # The bound (every step is a published inequality)
+//! 1. *One member changed.* Weak triangle inequality (Mironov 2017, "Rényi
+//!    differential privacy", arXiv 1702.07476, Prop. 11): for p, q > 1 with
+//!    1/p + 1/q = 1, `D_α(P‖R) ≤ (α − 1/p)/(α − 1)·D_{pα}(P‖Q) + D_{q(α−1/p)}(Q‖R)`.
+//!    With `p* = (α_c − 1)/(α_c − α)`: `q(α − 1/p*) = α_c`, the coefficient is
+//!    `α_c/(α_c − 1)`, and `p*α ≤ α_c` iff `α ≤ α_max = α_c²/(2α_c − 1)`. With Q = p₀,
+//!    a member's mixture before and after the change are within
+//!    `c·b`, `c = (2α_c − 1)/(α_c − 1)`, of each other at every order `1 < α ≤ α_max`,
+//!    in both directions.
+//! 2. *Averaging.* `(P, Q) ↦ Σ P^α Q^{1−α}` is jointly convex for α > 1 (it is a
+//!    perspective; e.g. van Erven & Harremoës, Thm 13). The output for a draw S of m
+//!    members averages m mixtures, of which one changes, so
+//!    `e^{(α−1)D_α(out‖out')} ≤ (m − 1)/m + e^{(α−1)cb}/m`.
+//! 3. *Poisson subsampling.* The released law is `Σ_S P(S)·out(S)` on both sides with
+//!    the same P(S) (N is fixed; member i is drawn with probability q on both sides).
+//!    Joint convexity again, over S: draws without member i contribute 1, draws with it
+//!    contribute the bound of step 2 with m = |S|, and
+//!    `Σ_{S∋i} P(S)/|S| = q·E[1/(1 + Bin(N−1, q))] = (1 − (1−q)^N)/N =: w`. Hence
 //!
-//! `ε(α; m) = log((m − 1 + e^{(α−1)·c·b})/m)/(α − 1)`   (both directions).
+//! `ε(α) = ln(1 + w·(e^{(α−1)cb} − 1))/(α − 1)`, `w = (1 − (1−q)^N)/N`
 //!
-//! One member against none (the output is p₀): `Dsym_α(p̄₁, p₀) ≤ b` directly,
-//! `ε(α; 1) = b` for α ≤ α_c. Above α_max (m ≥ 2) or above α_c nothing is
-//! proven: +∞.
+//! (w = 1/N without subsampling; N = 1, q = 1 gives c·b). Above α_max nothing is
+//! proven: +∞. This amplification is linear in q, not the quadratic one of Zhu & Wang
+//! ("Poisson subsampled Rényi differential privacy", ICML 2019), which is proven for
+//! add/remove adjacency of the *sampled* elements only, not for a changed member.
 //!
 //! # Rounding
 //! Every returned value is rounded up: `f64::next_up` after each correctly
@@ -119,62 +140,63 @@ fn ln_mixture_moment_up(x: f64, m: f64) -> f64 {
         up2(up(up2(x.exp_m1()) / m).ln_1p())
     } else {
         // x − ln m + ln(1 + (m − 1)e^{−x})
-        let tail = up2(up(up2((-x).exp()) * (m - 1.0)).ln_1p());
+        let tail = up2(up(up2((-x).exp()) * up(m - 1.0)).ln_1p());
         up(up(x - down(down(m.ln()))) + tail)
     }
 }
 
-/// The proven per-query bound `ε(α; m)` of an ensemble of `members` mixtures
-/// (each within b of p₀ at α_c) against the same ensemble with one member
-/// removed (see the module docs), rounded up. `members = 0` gives 0 (there is
-/// no neighbour with fewer members). b = 0 gives 0 (every λ is 0 or the member
-/// equals p₀: the output is p₀ whatever the data).
-pub fn pmixed_bound_at(alpha: f64, alpha_c: f64, radius: f64, members: u64) -> f64 {
-    if members == 0 || radius == 0.0 {
+/// `w = (1 − (1 − q)^N)/N` rounded up: the weight of a changed member in the
+/// Poisson-subsampled average (module docs, step 3); `1/N` at q = 1, 0 at q = 0.
+pub fn changed_member_weight(members: u64, q: f64) -> f64 {
+    if members == 0 || q == 0.0 {
         return 0.0;
     }
-    if members == 1 {
-        return if alpha <= alpha_c {
-            radius
-        } else {
-            f64::INFINITY
-        };
+    let n = members as f64; // exact for N < 2^53; a larger N only lowers w
+    if q == 1.0 {
+        return up(1.0 / n);
+    }
+    // (1 − q)^N = exp(N·ln(1 − q)), rounded down: ln1p(−q) is negative, so rounding
+    // it down (two ulps) and the product down keeps the exponent below the truth.
+    let ln_keep = down(down((-q).ln_1p()));
+    let exponent = down(n * ln_keep);
+    let keep = down(down(exponent.exp())).max(0.0);
+    let w = up(up(1.0 - keep) / n);
+    // w ≤ min(q, 1/N) exactly (Bernoulli's inequality); keep the tighter of the two.
+    w.min(up(1.0 / n)).min(q)
+}
+
+/// The proven per-query bound of PMixED under changed-member adjacency at order α:
+/// `ln(1 + w·(e^{(α−1)cb} − 1))/(α − 1)` with `w` = [`changed_member_weight`],
+/// rounded up; +∞ above α_max. `members = 0` or b = 0 or q = 0 give 0 (the output is
+/// p₀ whatever the data).
+pub fn pmixed_bound_at(alpha: f64, alpha_c: f64, radius: f64, members: u64, q: f64) -> f64 {
+    let w = changed_member_weight(members, q);
+    if w == 0.0 || radius == 0.0 {
+        return 0.0;
     }
     if alpha > max_accounted_order(alpha_c) {
         return f64::INFINITY;
     }
+    mixture_bound_up(alpha, up(triangle_coefficient(alpha_c) * radius), w)
+}
+
+/// `ln(1 + w·(e^{(α−1)d} − 1))/(α − 1)` rounded up, for d ≥ 0 and w ∈ (0, 1]: the
+/// RDP at order α of an average in which one component of weight w moves to a
+/// distribution within `D_α ≤ d` of its old one (joint convexity, module docs).
+pub fn mixture_bound_up(alpha: f64, d: f64, w: f64) -> f64 {
+    if d == 0.0 || w == 0.0 {
+        return 0.0;
+    }
     let am1_hi = up(alpha - 1.0);
     let am1_lo = down(alpha - 1.0).max(f64::MIN_POSITIVE);
-    let cb = up(triangle_coefficient(alpha_c) * radius);
-    let x = up(am1_hi * cb);
-    let m = members as f64; // exact for m < 2^53; larger m only lowers the bound
+    let x = up(am1_hi * d);
+    // ln((m − 1 + eˣ)/m) with m = 1/w, i.e. ln(1 + w(eˣ − 1)); a smaller m is larger.
+    let m = down(1.0 / w).max(1.0);
     up(ln_mixture_moment_up(x, m) / am1_lo)
 }
 
-/// The worst case of [`pmixed_bound_at`] over every pair of neighbouring
-/// ensembles with at least `members` members in the larger one: ε(α; max(m, 2)).
-///
-/// Why max(m, 2): under add/remove-one adjacency an ensemble of one member also
-/// neighbours one of two members, and that pair costs ε(α; 2) ≥ b (c ≥ 2 and
-/// `(1 + e^{2x})/2 ≥ eˣ`), more than the one-vs-none pair. ε(α; m) is
-/// non-increasing in m ≥ 2, so ε(α; max(m, 2)) covers the removal (m vs m − 1)
-/// and the addition (m + 1 vs m) neighbours of an m-member ensemble.
-pub fn pmixed_worst_neighbour_at(alpha: f64, alpha_c: f64, radius: f64, members: u64) -> f64 {
-    pmixed_bound_at(alpha, alpha_c, radius, members.max(2))
-}
-
-/// PMixED's per-query RDP curve, computed once per configuration.
-///
-/// * `q = 1`: every member is used; the charge is ε(α; max(N, 2))
-///   ([`pmixed_worst_neighbour_at`]).
-/// * `0 < q < 1`: members are Poisson-subsampled, so the base mechanism runs
-///   on ensembles of every size (including the pair 2 vs 1 members); its curve
-///   is ε(α; 2) = max over sizes, amplified by
-///   [`RdpCurve::poisson_subsampled`] (Zhu & Wang 2019, tight, integer orders;
-///   adapmixed Thm A.4). The base curve is evaluated at the account's orders
-///   and at every integer 2..=⌊α_max⌋, so the amplification reads exact base
-///   values at every integer order it needs; orders whose base is +∞ stay +∞.
-/// * `q = 0`: no member is ever used: the zero curve.
+/// PMixED's per-query RDP curve under changed-member adjacency ([`pmixed_bound_at`]
+/// at every order of `orders`), computed once per configuration.
 pub fn pmixed_curve(
     orders: &Orders,
     alpha_c: f64,
@@ -185,27 +207,9 @@ pub fn pmixed_curve(
     check_enforcement_order(alpha_c)?;
     check_radius(radius)?;
     check_probability("q", q)?;
-    if q == 0.0 {
-        return Ok(RdpCurve::zero(orders.clone()));
-    }
-    if q == 1.0 {
-        return Ok(RdpCurve::from_fn(orders.clone(), |a| {
-            pmixed_worst_neighbour_at(a, alpha_c, radius, members)
-        })?);
-    }
-    let alpha_max = max_accounted_order(alpha_c);
-    let mut augmented = orders.as_slice().to_vec();
-    let top = alpha_max.floor().min(16_384.0) as u32;
-    augmented.extend((2..=top).map(f64::from));
-    let augmented = Orders::new(augmented)?;
-    let base = RdpCurve::from_fn(augmented, |a| pmixed_bound_at(a, alpha_c, radius, 2))?;
-    let amplified = base.poisson_subsampled(q)?;
-    let values = orders
-        .as_slice()
-        .iter()
-        .map(|&a| amplified.at(a))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(RdpCurve::new(orders.clone(), values)?)
+    Ok(RdpCurve::from_fn(orders.clone(), |a| {
+        pmixed_bound_at(a, alpha_c, radius, members, q)
+    })?)
 }
 
 #[cfg(test)]
@@ -224,29 +228,42 @@ mod tests {
     }
 
     #[test]
+    fn weight_matches_the_closed_form_and_its_limits() {
+        for (n, q) in [(1u64, 0.5), (2, 0.3), (10, 0.1), (100, 0.01), (7, 0.999)] {
+            let exact = (1.0 - (1.0 - q).powi(n as i32)) / n as f64;
+            let got = changed_member_weight(n, q);
+            assert!(got >= exact && got <= exact * (1.0 + 1e-12), "{n} {q}: {got} {exact}");
+        }
+        assert_eq!(changed_member_weight(4, 1.0), 0.25);
+        assert_eq!(changed_member_weight(4, 0.0), 0.0);
+        assert_eq!(changed_member_weight(0, 0.5), 0.0);
+        // Tiny q: w ≈ q, never above it.
+        assert!(changed_member_weight(1000, 1e-300) <= 1e-300);
+    }
+
+    #[test]
     fn bound_matches_formula_and_is_ordered() {
         let (ac, b): (f64, f64) = (36.0, 0.05);
         let c: f64 = 71.0 / 35.0;
-        for m in 2..6u64 {
-            let a: f64 = 8.0;
+        let a: f64 = 8.0;
+        for m in 1..6u64 {
             let exact = ((m as f64 - 1.0 + ((a - 1.0) * c * b).exp()) / m as f64).ln() / (a - 1.0);
-            let got = pmixed_bound_at(a, ac, b, m);
-            assert!(
-                got >= exact && got <= exact * (1.0 + 1e-13),
-                "{got} {exact}"
-            );
+            let got = pmixed_bound_at(a, ac, b, m, 1.0);
+            assert!(got >= exact && got <= exact * (1.0 + 1e-13), "{got} {exact}");
         }
-        // ε(α;2) ≥ b ≥ ε-at-1 and non-increasing in m.
-        assert!(pmixed_bound_at(4.0, ac, b, 2) >= b);
-        assert!(pmixed_bound_at(4.0, ac, b, 3) <= pmixed_bound_at(4.0, ac, b, 2));
-        assert_eq!(pmixed_bound_at(4.0, ac, b, 1), b);
-        assert_eq!(pmixed_bound_at(19.0, ac, b, 3), f64::INFINITY);
-        assert_eq!(pmixed_bound_at(36.0, ac, b, 1), b);
-        assert_eq!(pmixed_bound_at(37.0, ac, b, 1), f64::INFINITY);
-        assert_eq!(pmixed_bound_at(4.0, ac, 0.0, 3), 0.0);
-        // Huge exponents stay finite and ≈ c·b.
-        // α_c = 3: c = 5/2, α_max = 9/5; at α = 3/2, ε = 2.5e4 − 2·ln 2 (to 1e-12).
-        let big = pmixed_bound_at(1.5, 3.0, 1e4, 2);
+        // One member alone: the whole triangle bound c·b.
+        let one = pmixed_bound_at(a, ac, b, 1, 1.0);
+        assert!(one >= c * b && one <= c * b * (1.0 + 1e-13), "{one}");
+        // Non-increasing in N, non-decreasing in q.
+        assert!(pmixed_bound_at(4.0, ac, b, 3, 1.0) <= pmixed_bound_at(4.0, ac, b, 2, 1.0));
+        assert!(pmixed_bound_at(4.0, ac, b, 3, 0.5) <= pmixed_bound_at(4.0, ac, b, 3, 1.0));
+        assert_eq!(pmixed_bound_at(19.0, ac, b, 3, 1.0), f64::INFINITY);
+        assert_eq!(pmixed_bound_at(19.0, ac, b, 1, 1.0), f64::INFINITY);
+        assert_eq!(pmixed_bound_at(4.0, ac, 0.0, 3, 1.0), 0.0);
+        assert_eq!(pmixed_bound_at(4.0, ac, b, 3, 0.0), 0.0);
+        // Huge exponents stay finite and ≈ c·b + ln w.
+        // α_c = 3: c = 5/2, α_max = 9/5; at α = 3/2, N = 2: ε = 2.5e4 − 2·ln 2 (to 1e-12).
+        let big = pmixed_bound_at(1.5, 3.0, 1e4, 2, 1.0);
         let expect = 2.5e4 - 2.0 * 2f64.ln();
         assert!(big >= expect && big <= expect + 1e-8, "{big}");
     }
@@ -255,7 +272,7 @@ mod tests {
     fn subsampled_curve_is_finite_below_alpha_max_and_infinite_above() {
         let orders = Orders::dp_accounting_default();
         let curve = pmixed_curve(&orders, 36.0, 0.05, 100, 0.1).unwrap();
-        let full = pmixed_curve(&orders, 36.0, 0.05, 2, 1.0).unwrap();
+        let full = pmixed_curve(&orders, 36.0, 0.05, 100, 1.0).unwrap();
         for ((&a, &e), &f) in orders
             .as_slice()
             .iter()
@@ -269,7 +286,6 @@ mod tests {
                 assert_eq!(e, f64::INFINITY, "order {a}");
             }
         }
-        assert!(curve.at(2.0).unwrap() < 0.2 * full.at(2.0).unwrap());
         assert_eq!(
             pmixed_curve(&orders, 36.0, 0.05, 4, 0.0).unwrap(),
             RdpCurve::zero(orders.clone())

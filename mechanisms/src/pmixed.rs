@@ -10,10 +10,13 @@
 //! is the average of the p̄ᵢ (p₀ when no member is drawn), and one token is
 //! sampled from it.
 //!
-//! Guarantee: each query is (α, ε(α))-RDP under add/remove-one-member adjacency
-//! with ε = [`pmixed_curve`] (data-independent: computed once per configuration,
-//! account orders and ensemble size, never per step). Orders above
-//! `α_max = α_c²/(2α_c − 1)` are charged +∞.
+//! Guarantee: each query is (α, ε(α))-RDP under changed-member adjacency (a unit's
+//! data lies in one member's shard; adding, removing or replacing it changes that
+//! member's distributions arbitrarily, N fixed) with ε = [`pmixed_curve`]
+//! (data-independent: computed once per configuration, account orders and ensemble
+//! size, never per step; the derivation is in [`crate::bounds`]). Orders above
+//! `α_max = α_c²/(2α_c − 1)` are charged +∞. N = 1 is allowed and charged the full
+//! triangle bound c·b.
 //!
 //! Temperature: [`temper`] raises each model's distribution (public and
 //! members) to the power 1/T before the mechanism. It is part of the *model*:
@@ -379,8 +382,11 @@ impl Pmixed {
     /// Poisson subsampling: each of `n` members independently with probability
     /// q, returned in increasing order. q = 1 keeps all, q = 0 none.
     pub fn draw_members(&self, n: usize, rng: &mut impl Rng) -> Vec<usize> {
+        // Exact Bernoulli(q) per member (`u < q` with a 53-bit u would draw with
+        // probability ⌈q·2⁵³⌉/2⁵³ ≥ q); q ∈ [0, 1] is checked by `PmixedConfig`.
+        let mut bits = crate::noise::RngBits::new(rng);
         (0..n)
-            .filter(|_| rng.random::<f64>() < self.config.q)
+            .filter(|_| crate::noise::bernoulli_unit(self.config.q, &mut bits))
             .collect()
     }
 
