@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn weight_matches_the_closed_form_and_its_limits() {
-        for (n, q) in [(1u64, 0.5), (2, 0.3), (10, 0.1), (100, 0.01), (7, 0.999)] {
+        for (n, q) in [(1u64, 0.5f64), (2, 0.3), (10, 0.1), (100, 0.01), (7, 0.999)] {
             let exact = (1.0 - (1.0 - q).powi(n as i32)) / n as f64;
             let got = changed_member_weight(n, q);
             assert!(got >= exact && got <= exact * (1.0 + 1e-12), "{n} {q}: {got} {exact}");
