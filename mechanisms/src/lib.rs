@@ -26,6 +26,7 @@ mod error;
 pub mod exact;
 mod input;
 mod leave_one_out;
+pub mod noise;
 mod pmixed;
 mod rng;
 mod sample;
