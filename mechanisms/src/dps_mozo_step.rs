@@ -1,5 +1,9 @@
 //! DPS-MOZO as a step API over a source of in-context-learning logits, its +On and +Off
-//! workflows (dps-mozo.txt §4, Alg. 2–3), and the ICL baselines (zero-shot, few-shot).
+//! workflows (Flemings et al., "Differentially Private In-context Learning via Sampling
+//! Few-shot Mixed with Zero-shot Outputs", arXiv 2501.19287, §4, Alg. 2–3), and the ICL
+//! baselines (zero-shot, few-shot).
+//!
+//! Privacy unit, adjacency and what may be published: see [`DpsMozo`].
 
 use privmix_accountant::{Orders, RdpCurve};
 
@@ -14,6 +18,12 @@ use crate::{
 /// and the tokens generated so far (`context`), either alone (zero-shot) or after one
 /// private demonstration (one-shot). Rows are full-vocabulary logits; −∞ is allowed
 /// (a zero probability), NaN and +∞ are errors.
+///
+/// Premise of DPS-MOZO's guarantee (one demonstration is the privacy unit): the
+/// one-shot row of demonstration `demo` is a function of that demonstration and the
+/// public context alone — a batched forward must not let rows interact — and the
+/// zero-shot row of the public context alone. The `drawn` indices `prepare` receives
+/// are private (which demonstrations were used): never log or publish them.
 pub trait IclSource {
     /// |D|: how many private demonstrations there are.
     fn demonstrations(&self) -> usize;
@@ -121,6 +131,21 @@ fn release(
 /// [`crate::dps_mozo_output`]'s module docs). The charge is data-independent, so a
 /// calibrated radius ([`crate::calibrate_radius`]) fixes the total for n_test · T_max
 /// tokens in advance.
+///
+/// - Privacy unit: one private demonstration. Adjacency: replace-one — D and D' have the
+///   same size and differ in one demonstration, whose one-shot logits may change
+///   arbitrarily at every context (the premise on [`IclSource`]). |D| is public: it sets
+///   the sampling rate and hence the ε reported. Add/remove adjacency is not claimed.
+/// - Published: the tokens and the ε charged. Not covered, never to be published: the
+///   step's [`Diagnostics`] (`drawn`, `lambdas`, solver counts) and the output
+///   distribution, which are functions of the private set.
+/// - With a stop token the guarantee is still the `max_tokens`-fold charge (a fixed
+///   horizon); the account's total after an early stop is what was charged.
+/// - The guarantee is for a token drawn exactly from the output distribution; the f64
+///   inversion sampler used here can differ (see the `dps_mozo` module docs).
+///
+/// `tests/verify_dps_mozo.rs` checks this exactly, transcript by transcript, for +On
+/// and +Off (vocabularies ≤ 4, ≤ 3 tokens, orders 1.5–32, both directions).
 #[derive(Debug, Clone)]
 pub struct DpsMozo {
     config: DpsMozoConfig,
@@ -312,9 +337,11 @@ pub struct DpDemonstration {
 
 /// Demonstrations produced by DPS-MOZO+Off (Alg. 3, `Offline`): public inputs paired with
 /// DP outputs. They can only be made by [`generate_dp_demonstrations`], which charged
-/// every generated token; by post-processing (dps-mozo Thm A.1) any later use of them —
-/// as ordinary few-shot demonstrations, with any decoding, for any number of queries —
-/// costs nothing more ([`DpFewShot`] charges zero).
+/// every generated token; by post-processing (arXiv 2501.19287, Thm A.1) any later use
+/// of them — as ordinary few-shot demonstrations, with any decoding, for any number of
+/// queries — costs nothing more ([`DpFewShot`] charges zero). `tests/verify_dps_mozo.rs`
+/// checks that decoding reads only these (and the context) and that the law of the
+/// demonstrations and the decoded tokens together stays within their cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DpDemonstrations {
     demos: Vec<DpDemonstration>,
