@@ -275,6 +275,31 @@ fn hand_cases() -> Vec<Case> {
         }
     }
 
+    // Stronger amplification: q = 1/5, 3/5, 3/4 (up to ten subsets per token).
+    for (n_shots, n) in [(1, 5), (3, 5), (3, 4)] {
+        for b in [0.3, 2.0] {
+            cases.push(case(
+                &format!("amplified n_shots={n_shots} |D|={n} b={b}"),
+                config(n_shots, 3, b, 1.5),
+                fixed("zero", &[0.5, 0.0, -0.5]),
+                (0..n)
+                    .map(|i| {
+                        let mut r = vec![-40.0; 3];
+                        r[i % 3] = 40.0;
+                        Table::fixed(format!("sharp{i}"), r)
+                    })
+                    .collect(),
+                vec![
+                    fixed("anti", &[-40.0, -40.0, 40.0]),
+                    Table::seeded("noise", 3, 3, 30.0, 0.0),
+                ],
+                vec![fixed("head", &[40.0, -40.0, -40.0])],
+                on(&[1], 2, None),
+                3,
+            ));
+        }
+    }
+
     // b = 0: nothing private may move.
     cases.push(case(
         "b=0",
@@ -516,6 +541,7 @@ fn hill_climb() -> Vec<Case> {
         (3, 2, 3, 0.3),
         (4, 1, 1, 0.8),
         (3, 2, 2, 0.02),
+        (3, 1, 4, 1.0),
     ]
     .into_iter()
     .enumerate()
