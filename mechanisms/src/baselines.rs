@@ -3,9 +3,10 @@
 //! subsample-and-aggregate with Laplace noise, and GNMax.
 
 use privmix_accountant::{Orders, RdpCurve, gaussian};
-use rand::Rng;
-use rand_distr::{Distribution, Normal};
 
+use crate::noise::{
+    check_granularity, gaussian_on_grid, laplace_on_grid, pure_dp_rdp_at, rounded_l1_sensitivity,
+};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
@@ -124,41 +125,131 @@ pub fn laplace_rdp_at(alpha: f64, ratio: f64) -> f64 {
 
 /// Subsample-and-aggregate with Laplace noise (Dwork et al. 2014; the SubMix
 /// paper's baseline, submix.txt App. B.3): release the average of the members'
-/// distributions plus i.i.d. Laplace(scale) noise on every entry, and sample
-/// the token from the noisy vector clipped at 0 and renormalised (p₀ if
+/// distributions, rounded to a grid of granularity g, plus i.i.d. DISCRETE
+/// Laplace noise of scale b on every entry (`g·Z`, `P(Z = z) ∝ exp(−|z|·g/b)`,
+/// sampled exactly from random bits: [`crate::noise::laplace_on_grid`]), and
+/// sample the token from the noisy vector clipped at 0 and renormalised (p₀ if
 /// nothing positive is left) — both post-processing of the released vector.
+/// (Continuous Laplace noise made of `ln(u)` has float artefacts that leak the
+/// noised value: Mironov, "On Significance of the Least Significant Bits for
+/// Differential Privacy", CCS 2012.)
 ///
-/// Sensitivity: removing member i changes the average by
-/// `(1/N)(pᵢ − p̄₋ᵢ)`, whose L1 norm is at most **2/N** (two distributions are
-/// at most 2 apart in L1; the same holds for replacing a member). App. B.3
-/// states 1/K, which is half the true worst case; privmix uses 2/N.
-/// Guarantee: the product of per-entry Laplace divergences is maximised by
-/// putting the whole shift on one entry (the log-moment
-/// `(α−1)ε(α; t)` is a log-sum-exp of affine functions of t, hence convex with
-/// value 0 at t = 0, hence superadditive), so each step is
-/// `(α, laplace_rdp_at(α, (2/N)/scale))`-RDP.
+/// Privacy unit: one member (its data changes that member's distribution
+/// arbitrarily). Adjacency: replacing a member, or adding/removing one when
+/// both ensembles keep ≥ 1 member (an empty ensemble is refused).
+///
+/// Sensitivity (L1, value units), all rounded up, for N members and V tokens:
+/// * the exact average moves by `(1/N)(pᵢ − p̄₋ᵢ)` (removal) or `(pᵢ − pᵢ')/N`
+///   (replacement), at most **2B/N** in L1, B the largest mass of a member row
+///   ([`row_mass_bound`]: 1 up to the rounding of its normalisation). App. B.3
+///   states 1/K, half the true worst case;
+/// * the f64 average (members summed in order, then divided by N) is within
+///   `γ_{N+1}·B + V·2⁻¹⁰⁷⁴` of the exact one in L1 (`γ_n = nu/(1−nu)`,
+///   u = 2⁻⁵³: nonnegative terms, n − 1 additions and one division, each
+///   entry's quotient possibly subnormal), on each side of the pair;
+/// * rounding to the grid moves each entry by at most g/2 on each side: `+V·g`
+///   ([`crate::noise::rounded_l1_sensitivity`]).
+///
+/// Guarantee: with Δ₁ that total, the released integer vector is ε-DP with
+/// `ε = Δ₁/b` (the discrete Laplace density ratio at integer shift d is at
+/// most `exp(|d|·g/b)`, multiplied over entries), hence
+/// `(α, `[`pure_dp_rdp_at`]`(α, ε))`-RDP at every order.
 #[derive(Debug, Clone, Copy)]
 pub struct SubsampleAggregateLaplace {
     scale: f64,
+    granularity: f64,
+}
+
+/// The default grid for a noise scale b: the largest power of two ≤ b·2⁻³⁰
+/// (at least 2⁻¹⁰²², the smallest normal), so that the grid adds at most
+/// `V·2⁻³⁰` to ε = Δ₁/b.
+pub fn default_granularity(scale: f64) -> f64 {
+    let (_, e) = crate::noise::dyadic(scale);
+    // scale = m·2^e with 2⁵² ≤ m < 2⁵³ for normal scales: 2^{e+52} ≤ scale.
+    2f64.powi((e + 52 - 30).clamp(-1022, 1023) as i32)
+}
+
+/// The largest L1 mass of an [`Ensemble`] row: each entry is `fl(w_j/s)` with
+/// `s` the f64 sum of the nonnegative `w_j` (any order), so the row's exact
+/// sum is at most `(1+u)/(1 − γ_{V−1}) + V·2⁻¹⁰⁷⁴` (u = 2⁻⁵³), rounded up.
+pub fn row_mass_bound(vocab: usize) -> f64 {
+    let u = 2f64.powi(-53);
+    let v = vocab as f64;
+    let gamma = gamma_up((v - 1.0).max(0.0));
+    let quotient = ((1.0 + u).next_up() / (1.0 - gamma).next_down()).next_up();
+    (quotient + (v * 2f64.powi(-1074)).next_up()).next_up()
+}
+
+/// `γ_n = n·u/(1 − n·u)`, u = 2⁻⁵³, rounded up (+∞ when n·u ≥ 1).
+fn gamma_up(n: f64) -> f64 {
+    let nu = (n * 2f64.powi(-53)).next_up();
+    if nu >= 1.0 {
+        return f64::INFINITY;
+    }
+    (nu / (1.0 - nu).next_down()).next_up()
 }
 
 impl SubsampleAggregateLaplace {
-    /// Laplace scale b > 0 (finite).
+    /// Laplace scale b > 0 (finite), on the grid [`default_granularity`]`(b)`.
     pub fn new(scale: f64) -> Result<Self, MechanismError> {
         positive("scale", scale)?;
-        Ok(Self { scale })
+        Self::with_granularity(scale, default_granularity(scale))
     }
 
-    /// The per-step curve for an ensemble of `members` (≥ 1).
-    pub fn curve(&self, orders: &Orders, members: usize) -> Result<RdpCurve, MechanismError> {
+    /// Laplace scale b > 0 on a grid of granularity g (a positive normal power
+    /// of two; the noise is `g·Z` with Z of scale b/g grid units). A coarse
+    /// grid costs `V·g/b` more ε; a fine one costs only big-integer time.
+    pub fn with_granularity(scale: f64, granularity: f64) -> Result<Self, MechanismError> {
+        positive("scale", scale)?;
+        check_granularity(granularity)?;
+        Ok(Self { scale, granularity })
+    }
+
+    /// b.
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// g.
+    pub fn granularity(&self) -> f64 {
+        self.granularity
+    }
+
+    /// The L1 sensitivity of the rounded average for `members` (≥ 1) and
+    /// `vocab` (≥ 1) tokens, value units, rounded up (see the type's doc).
+    pub fn sensitivity(&self, members: usize, vocab: usize) -> Result<f64, MechanismError> {
         if members == 0 {
             return Err(MechanismError::EmptyEnsemble);
         }
-        let ratio = (2.0 / members as f64).next_up() / self.scale;
-        let ratio = ratio.next_up();
+        if vocab == 0 {
+            return Err(MechanismError::EmptyVocabulary);
+        }
+        let b = row_mass_bound(vocab);
+        let exact = ((2.0 * b).next_up() / members as f64).next_up();
+        let float = ((gamma_up(members as f64 + 1.0) * b).next_up()
+            + (vocab as f64 * 2f64.powi(-1074)).next_up())
+        .next_up();
+        let total = (exact + (2.0 * float).next_up()).next_up();
+        Ok(rounded_l1_sensitivity(total, vocab, self.granularity))
+    }
+
+    /// The per-step curve for an ensemble of `members` (≥ 1) over `vocab`
+    /// tokens: `pure_dp_rdp_at(α, Δ₁/b)`.
+    pub fn curve(
+        &self,
+        orders: &Orders,
+        members: usize,
+        vocab: usize,
+    ) -> Result<RdpCurve, MechanismError> {
+        let epsilon = (self.sensitivity(members, vocab)? / self.scale).next_up();
         Ok(RdpCurve::from_fn(orders.clone(), |a| {
-            laplace_rdp_at(a, ratio)
+            pure_dp_rdp_at(a, epsilon)
         })?)
+    }
+
+    /// The f64 average of the members (the query before rounding).
+    pub fn average(ensemble: &Ensemble) -> Result<Vec<f64>, MechanismError> {
+        members_average(ensemble)
     }
 
     /// The released noisy average for a given noise vector (one entry per token).
@@ -186,16 +277,9 @@ impl EnsembleMechanism for SubsampleAggregateLaplace {
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
     ) -> Result<Release, MechanismError> {
-        let charge = self.curve(account.orders(), ensemble.len())?;
-        // Laplace(b) as the difference of two Exp(1/b) draws (inversion, f64).
-        let noise: Vec<f64> = (0..ensemble.vocab())
-            .map(|_| {
-                let u: f64 = rng.random();
-                let w: f64 = rng.random();
-                self.scale * ((1.0 - w).ln() - (1.0 - u).ln())
-            })
-            .collect();
-        let released = self.noisy_average(ensemble, &noise)?;
+        let charge = self.curve(account.orders(), ensemble.len(), ensemble.vocab())?;
+        let average = members_average(ensemble)?;
+        let released = laplace_on_grid(&average, self.scale, self.granularity, rng)?;
         account.charge(&charge, self.name())?;
         // Post-processing: clip at 0 and renormalise (the public distribution
         // when nothing stays positive).
@@ -220,12 +304,19 @@ impl EnsembleMechanism for SubsampleAggregateLaplace {
 
 /// GNMax (Papernot et al. 2018, "Scalable private learning with PATE", §4.1):
 /// each member votes for its most likely token (ties: the lowest index), the
-/// vote histogram gets i.i.d. N(0, σ²) noise, and the noisy argmax is released.
+/// vote histogram gets i.i.d. DISCRETE Gaussian noise with parameter σ
+/// (`P(Z = z) ∝ exp(−z²/(2σ²))` on the integers, sampled exactly from random
+/// bits: [`crate::noise::gaussian_on_grid`] on the grid of one vote, which
+/// leaves the integer histogram unrounded), and the noisy argmax is released
+/// (ties: the lowest index).
 ///
-/// Adjacency and guarantee: replacing one member's data moves at most one vote,
-/// changing two histogram entries by 1 each — L2 sensitivity √2 — so each step
-/// is `(α, α/σ²)`-RDP (Gaussian mechanism, Mironov 2017 Prop. 7; the argmax
-/// is post-processing). Adding or removing a member changes one entry by 1
+/// Privacy unit: one member. Adjacency and guarantee: replacing one member's
+/// data moves at most one vote, changing two histogram entries by 1 each — L2
+/// sensitivity √2 on the integers — so each step is `(α, α/σ²)`-RDP: for
+/// integer shifts the discrete Gaussian's Rényi divergence is at most the
+/// continuous one's `α·Δ²/(2σ²)` (Canonne, Kamath & Steinke, "The Discrete
+/// Gaussian for Differential Privacy", arXiv 2004.00010), it adds over the
+/// independent entries, and the argmax is post-processing. Adding or removing a member changes one entry by 1
 /// (sensitivity 1 ≤ √2), so the same charge covers add/remove adjacency too.
 /// The paper's data-dependent refinement (its Thm 6) is not used.
 #[derive(Debug, Clone, Copy)]
@@ -281,16 +372,8 @@ impl EnsembleMechanism for Gnmax {
         account: &mut dyn Account,
     ) -> Result<Release, MechanismError> {
         let charge = self.curve(account.orders())?;
-        let normal =
-            Normal::new(0.0, self.sigma).map_err(|_| MechanismError::InvalidParameter {
-                name: "sigma",
-                value: self.sigma,
-                reason: "must be finite and > 0",
-            })?;
-        let noisy: Vec<f64> = Self::votes(ensemble)?
-            .into_iter()
-            .map(|h| h + normal.sample(rng))
-            .collect();
+        let votes = Self::votes(ensemble)?;
+        let noisy = gaussian_on_grid(&votes, self.sigma, 1.0, rng)?;
         account.charge(&charge, self.name())?;
         // The noisy argmax, released with certainty.
         let mut distribution = vec![0.0; ensemble.vocab()];
@@ -344,7 +427,9 @@ mod tests {
             Err(MechanismError::EmptyEnsemble)
         ));
         let s = SubsampleAggregateLaplace::new(1.0).unwrap();
-        assert!(s.curve(&Orders::default(), 0).is_err());
+        assert!(s.curve(&Orders::default(), 0, 2).is_err());
+        assert!(s.curve(&Orders::default(), 1, 0).is_err());
+        assert!(SubsampleAggregateLaplace::with_granularity(1.0, 0.3).is_err());
         assert!(s.noisy_average(&e, &[0.0, 0.0]).is_err());
         let e = Ensemble::from_probabilities(&[0.5, 0.5], &[0.5, 0.5]).unwrap();
         assert!(s.noisy_average(&e, &[0.0]).is_err());

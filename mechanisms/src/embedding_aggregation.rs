@@ -8,30 +8,61 @@
 //! public candidate sentence (zero-shot samples, which cost nothing) of
 //! largest cosine similarity to `Ê` — post-processing of `Ê`.
 //!
+//! Privacy unit: one private demonstration. Adjacency: REPLACE-ONE — the
+//! neighbour has the same number of demonstrations with one of them changed
+//! arbitrarily. The caller splits the demonstrations into the N subsets by
+//! position (independently of their content), so a replaced demonstration
+//! changes exactly one subset, hence one output `E_i`, arbitrarily. (Adding or
+//! removing a demonstration would shift every later positional chunk, so no
+//! add/remove claim is made.)
+//!
 //! Guarantee: each `E_i` is clipped to L2 norm ≤ 1 (sentence encoders that
-//! normalise, as all-MiniLM-L6-v2 does, are untouched up to rounding).
-//! Replacing one demonstration changes one subset, hence one `E_i`, so the
-//! mean moves by at most `‖E_i − E_i'‖/N ≤ 2/N`: the release is the Gaussian
-//! mechanism with L2 sensitivity `Δ = 2/N`, `(α, α·Δ²/(2σ²))`-RDP at every
-//! order (Mironov 2017, Prop. 7), composed over queries. Adding or removing a
-//! demonstration also changes one subset (the partition assigns the others as
-//! before), so the same charge covers it. No amplification by subsampling is
-//! claimed. Wu et al. account with the PRV accountant; RDP here is at least
-//! as conservative.
+//! normalise, as all-MiniLM-L6-v2 does, are untouched up to rounding), their
+//! mean is rounded to a grid of granularity g (a power of two, default
+//! [`EmbeddingSpaceAggregation::DEFAULT_GRANULARITY`]) and released with i.i.d. DISCRETE Gaussian noise
+//! `g·Z_j`, `P(Z_j = z) ∝ exp(−(g·z)²/(2σ²))`, sampled exactly from random bits
+//! ([`crate::noise::gaussian_on_grid`]). The L2 sensitivity
+//! [`EmbeddingSpaceAggregation::sensitivity`]
+//! bounds, in f64 rounded up:
+//! * the exact mean of exactly clipped outputs: `2C/N`, with C ≥ 1 the norm
+//!   bound of an output clipped in f64 (below);
+//! * the f64 error of clipping and of the mean: an output v (f32, widened
+//!   exactly) has its norm computed as `n = fl(√fl(Σv²))` ≥ `‖v‖·√(1−γ_d)·(1−u)`
+//!   (squares of f32 values neither overflow nor underflow in f64; d − 1
+//!   additions; one square root; u = 2⁻⁵³, `γ_k = ku/(1−ku)`), and is scaled by
+//!   `fl(1/n)` entry by entry when n > 1, so its norm is at most
+//!   `C = (1+u)²/((1−u)·√(1−γ_d))`; the mean (outputs summed in order, then
+//!   divided by N) is off the exact mean of those by at most `γ_N·C + √d·2⁻¹⁰⁷⁴`
+//!   in L2 (`|Σ error| ≤ γ_N·Σ|terms|` per coordinate, Minkowski over
+//!   coordinates, one possibly subnormal quotient per coordinate), on each side
+//!   of the pair;
+//! * the grid: `+√d·g` ([`crate::noise::rounded_l2_sensitivity`]).
+//!
+//! With Δ that total, the release is `(α, α·Δ²/(2σ²))`-RDP at every order: for
+//! integer shifts the discrete Gaussian's Rényi divergence is at most the
+//! continuous one's (Canonne, Kamath & Steinke, "The Discrete Gaussian for
+//! Differential Privacy", arXiv 2004.00010), and it adds over independent
+//! coordinates; queries compose. No amplification by subsampling is claimed.
+//! Wu et al. account with the PRV accountant; RDP here is at least as
+//! conservative.
 
 use privmix_accountant::{Orders, RdpCurve, gaussian};
-use rand_distr::{Distribution, Normal};
 
 use crate::account::Account;
 use crate::baselines::positive;
 use crate::error::MechanismError;
 use crate::rng::PrivacyRng;
 
-/// The Gaussian mechanism on the mean of N clipped sentence embeddings.
+/// The discrete Gaussian mechanism on the mean of N clipped sentence embeddings.
 #[derive(Debug, Clone, Copy)]
 pub struct EmbeddingSpaceAggregation {
     sigma: f64,
+    granularity: f64,
 }
+
+/// The default grid, 2⁻³⁰: far below any useful σ for clipped (norm ≤ 1)
+/// embeddings, and adding only `√d·2⁻³⁰` to the sensitivity.
+const DEFAULT_GRANULARITY: f64 = 1.0 / 1_073_741_824.0;
 
 /// One answered query.
 #[derive(Debug, Clone)]
@@ -45,23 +76,51 @@ pub struct EmbeddingRelease {
 }
 
 impl EmbeddingSpaceAggregation {
-    /// Noise standard deviation σ > 0 (finite), per coordinate.
+    /// The default grid granularity, 2⁻³⁰ (see the module doc).
+    pub const DEFAULT_GRANULARITY: f64 = DEFAULT_GRANULARITY;
+
+    /// The L2 sensitivity charged for `subsets` outputs of dimension `dim` on
+    /// the grid `granularity` (`2C/N + 2(γ_N·C + √d·2⁻¹⁰⁷⁴) + √d·g`, rounded up;
+    /// derivation in the module doc).
+    pub fn sensitivity(
+        subsets: usize,
+        dim: usize,
+        granularity: f64,
+    ) -> Result<f64, MechanismError> {
+        sensitivity(subsets, dim, granularity)
+    }
+
+    /// Noise parameter σ > 0 (finite), per coordinate, on the grid
+    /// [`DEFAULT_GRANULARITY`].
     pub fn new(sigma: f64) -> Result<Self, MechanismError> {
+        Self::with_granularity(sigma, DEFAULT_GRANULARITY)
+    }
+
+    /// σ > 0 on a grid of granularity g (a positive normal power of two).
+    pub fn with_granularity(sigma: f64, granularity: f64) -> Result<Self, MechanismError> {
         positive("sigma", sigma)?;
-        Ok(Self { sigma })
+        crate::noise::check_granularity(granularity)?;
+        Ok(Self { sigma, granularity })
+    }
+
+    /// g.
+    pub fn granularity(&self) -> f64 {
+        self.granularity
     }
 
     /// The smallest σ (to relative 1e-9) for which `queries` releases over
-    /// `subsets` subsets stay within (ε, δ) at `orders`, with ε(δ) evaluated
-    /// by the accountant's rounded-up conversion.
+    /// `subsets` subsets of `dim`-dimensional embeddings stay within (ε, δ) at
+    /// `orders` on the default grid, with ε(δ) evaluated by the accountant's
+    /// rounded-up conversion.
     pub fn calibrated(
         orders: &Orders,
         subsets: usize,
+        dim: usize,
         queries: u64,
         epsilon: f64,
         delta: f64,
     ) -> Result<Self, MechanismError> {
-        let sensitivity = sensitivity(subsets)?;
+        let sensitivity = sensitivity(subsets, dim, DEFAULT_GRANULARITY)?;
         let sigma =
             privmix_accountant::gaussian_sigma(orders, sensitivity, queries, epsilon, delta)?;
         Self::new(sigma)
@@ -72,9 +131,19 @@ impl EmbeddingSpaceAggregation {
         self.sigma
     }
 
-    /// The per-query curve `α·(2/N)²/(2σ²)`, rounded up.
-    pub fn curve(&self, orders: &Orders, subsets: usize) -> Result<RdpCurve, MechanismError> {
-        Ok(gaussian(orders, self.sigma, sensitivity(subsets)?)?)
+    /// The per-query curve `α·Δ²/(2σ²)` for `subsets` outputs of dimension
+    /// `dim` ([`sensitivity`]), rounded up.
+    pub fn curve(
+        &self,
+        orders: &Orders,
+        subsets: usize,
+        dim: usize,
+    ) -> Result<RdpCurve, MechanismError> {
+        Ok(gaussian(
+            orders,
+            self.sigma,
+            sensitivity(subsets, dim, self.granularity)?,
+        )?)
     }
 
     /// Charges `account`, then releases the candidate closest (cosine) to the
@@ -92,23 +161,22 @@ impl EmbeddingSpaceAggregation {
     ) -> Result<EmbeddingRelease, MechanismError> {
         let mean = clipped_mean(outputs)?;
         let norms = check_candidates(candidates, mean.len())?;
-        // Everything that can fail comes before the charge.
-        let normal =
-            Normal::new(0.0, self.sigma).map_err(|_| MechanismError::InvalidParameter {
-                name: "sigma",
-                value: self.sigma,
-                reason: "must be finite and > 0",
-            })?;
-        let charge = self.curve(account.orders(), outputs.len())?;
+        // Everything that can fail comes before the charge (the grid rounding
+        // of the mean included: the noise is drawn after it).
+        let charge = self.curve(account.orders(), outputs.len(), mean.len())?;
+        crate::noise::check_granularity(self.granularity)?;
+        for &m in &mean {
+            crate::noise::round_to_grid(m, self.granularity)?;
+        }
         account.charge(&charge, "embedding-space-aggregation")?;
-        let noisy: Vec<f64> = mean.iter().map(|m| m + normal.sample(rng)).collect();
+        let noisy = crate::noise::gaussian_on_grid(&mean, self.sigma, self.granularity, rng)?;
         let noisy_norm = noisy.iter().map(|v| v * v).sum::<f64>().sqrt();
         let similarities: Vec<f64> = candidates
             .iter()
             .zip(&norms)
             .map(|(c, n)| {
                 let dot: f64 = c.iter().zip(&noisy).map(|(&a, b)| a as f64 * b).sum();
-                // The noise is continuous: Ê = 0 has probability zero.
+                // Ê = 0 is possible on the grid: every cosine is then 0.
                 dot / (n * noisy_norm.max(f64::MIN_POSITIVE))
             })
             .collect();
@@ -126,13 +194,45 @@ impl EmbeddingSpaceAggregation {
     }
 }
 
-/// `2/N`, rounded up.
-fn sensitivity(subsets: usize) -> Result<f64, MechanismError> {
+/// See [`EmbeddingSpaceAggregation::sensitivity`].
+fn sensitivity(subsets: usize, dim: usize, granularity: f64) -> Result<f64, MechanismError> {
     if subsets == 0 {
         return Err(MechanismError::EmptyEnsemble);
     }
-    // Division is correctly rounded; the next float up bounds 2/N.
-    Ok((2.0 / subsets as f64).next_up())
+    if dim == 0 {
+        return Err(MechanismError::EmptyVocabulary);
+    }
+    crate::noise::check_granularity(granularity)?;
+    let u = 2f64.powi(-53);
+    let gamma = |k: f64| {
+        let ku = (k * u).next_up();
+        if ku >= 0.5 {
+            f64::INFINITY
+        } else {
+            (ku / (1.0 - ku).next_down()).next_up()
+        }
+    };
+    let d = dim as f64;
+    let below = ((1.0 - gamma(d)).next_down().sqrt().next_down() * (1.0 - u)).next_down();
+    let clip = ((1.0 + u).next_up() * (1.0 + u).next_up()).next_up() / below;
+    let clip = clip.next_up();
+    let root_d = d.sqrt().next_up();
+    let exact = ((2.0 * clip) / subsets as f64).next_up();
+    let float = ((gamma(subsets as f64) * clip).next_up() + (root_d * 2f64.powi(-1074)).next_up())
+        .next_up();
+    let total = (exact + (2.0 * float).next_up()).next_up();
+    if !total.is_finite() {
+        return Err(MechanismError::InvalidParameter {
+            name: "dim",
+            value: d,
+            reason: "too many coordinates for the f64 error bound",
+        });
+    }
+    Ok(crate::noise::rounded_l2_sensitivity(
+        total,
+        dim,
+        granularity,
+    ))
 }
 
 /// The mean of the outputs after clipping each to L2 norm ≤ 1, in f64.
@@ -146,8 +246,8 @@ pub fn clipped_mean(outputs: &[Vec<f32>]) -> Result<Vec<f64>, MechanismError> {
     for (row, e) in outputs.iter().enumerate() {
         check_row(row, e, dim, "subset outputs")?;
         let norm = e.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
-        // Dividing by a norm > 1 leaves a norm of 1 up to rounding; the
-        // sensitivity 2/N is rounded up by more than that slack.
+        // Dividing by a norm > 1 leaves a norm of 1 up to rounding; `sensitivity`
+        // bounds that rounding (and the mean's).
         let scale = if norm > 1.0 { 1.0 / norm } else { 1.0 };
         for (s, &v) in sum.iter_mut().zip(e) {
             *s += v as f64 * scale;
@@ -213,16 +313,20 @@ mod tests {
     }
 
     #[test]
-    fn sensitivity_is_two_over_n_and_the_curve_is_gaussian() {
+    fn sensitivity_is_just_above_two_over_n_and_the_curve_is_gaussian() {
         let esa = EmbeddingSpaceAggregation::new(0.5).unwrap();
-        let curve = esa.curve(&orders(), 4).unwrap();
+        let curve = esa.curve(&orders(), 4, 3).unwrap();
         for (&a, &e) in orders().as_slice().iter().zip(curve.epsilons()) {
             let exact = a * 0.25 / (2.0 * 0.25);
             assert!(
-                e >= exact && e <= exact * (1.0 + 1e-12),
+                e > exact && e <= exact * (1.0 + 1e-7),
                 "{a}: {e} vs {exact}"
             );
         }
+        assert!(sensitivity(0, 3, DEFAULT_GRANULARITY).is_err());
+        assert!(sensitivity(3, 0, DEFAULT_GRANULARITY).is_err());
+        assert!(sensitivity(3, 3, 0.3).is_err());
+        assert!(EmbeddingSpaceAggregation::with_granularity(1.0, 0.75).is_err());
     }
 
     #[test]
@@ -277,9 +381,11 @@ mod tests {
     #[test]
     fn calibration_fits_the_budget_and_is_minimal() {
         let o = orders();
-        let esa = EmbeddingSpaceAggregation::calibrated(&o, 32, 16, 4.0, 1e-5).unwrap();
+        let esa = EmbeddingSpaceAggregation::calibrated(&o, 32, 384, 16, 4.0, 1e-5).unwrap();
+        let delta = sensitivity(32, 384, DEFAULT_GRANULARITY).unwrap();
+        assert!(delta > 2.0 / 32.0 && delta < 2.0 / 32.0 * (1.0 + 1e-5));
         let spent = |sigma: f64| {
-            gaussian(&o, sigma, 2.0 / 32.0)
+            gaussian(&o, sigma, delta)
                 .unwrap()
                 .self_compose(16)
                 .epsilon(1e-5)

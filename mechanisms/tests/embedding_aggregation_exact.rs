@@ -1,14 +1,17 @@
 //! Embedding Space Aggregation (Wu et al. 2023): the charge checked against
-//! exact divergences of what it releases, on neighbouring datasets (one
-//! subset's output replaced by any other vector).
+//! the divergences of what it releases, on neighbouring datasets (one
+//! subset's output replaced by any other vector: replace-one adjacency).
 //!
-//! * The noisy mean `Ê ~ N(μ, σ²I)`: between equal-covariance Gaussians the
-//!   Rényi divergence is exactly `α‖μ − μ'‖²/(2σ²)` (Gil, Alajaji & Linder
-//!   2013), for arbitrary (unnormalised, even huge) outputs after clipping.
+//! * The noisy grid point `g·(R + Z)`, Z i.i.d. discrete Gaussian: for integer
+//!   shifts its Rényi divergence is at most `α‖g(R − R')‖²/(2σ²)` (Canonne,
+//!   Kamath & Steinke, arXiv 2004.00010), for arbitrary (unnormalised, even
+//!   huge) outputs after clipping, where `R = round(μ/g)` is the f64 clipped
+//!   mean rounded to the grid. The charge must cover the f64 rounding of the
+//!   clipping and the mean, and the grid's.
 //! * The released candidate, end to end, in one dimension with candidates
-//!   `+1` and `−1`: the answer is `+1` with probability `P(Ê > 0) = Φ(μ/σ)
-//!   = erfc(−μ/(σ√2))/2`, so the output distribution is an exact Bernoulli,
-//!   and its symmetric divergence must be at most the charge too.
+//!   `+1` and `−1` on a coarse grid: the answer is `+1` exactly when
+//!   `R + Z ≥ 0` (Ê = 0 ties to the first), a lattice sum; its symmetric
+//!   divergence must be at most the charge too.
 
 use privmix_accountant::Orders;
 use privmix_mechanisms::{EmbeddingSpaceAggregation, PrivacyRng, Unbudgeted, clipped_mean};
@@ -40,11 +43,16 @@ proptest! {
         sigma in 0.01f64..5.0,
     ) {
         let esa = EmbeddingSpaceAggregation::new(sigma).unwrap();
+        let g = esa.granularity();
         let mut neighbour = outputs.clone();
         neighbour[i] = replacement;
         let (mu, mu2) = (clipped_mean(&outputs).unwrap(), clipped_mean(&neighbour).unwrap());
-        let dist2: f64 = mu.iter().zip(&mu2).map(|(a, b)| (a - b).powi(2)).sum();
-        let charge = esa.curve(&orders(), outputs.len()).unwrap();
+        let dist2: f64 = mu
+            .iter()
+            .zip(&mu2)
+            .map(|(a, b)| (g * ((a / g).round() - (b / g).round())).powi(2))
+            .sum();
+        let charge = esa.curve(&orders(), outputs.len(), mu.len()).unwrap();
         for (&a, &e) in ORDERS.iter().zip(charge.epsilons()) {
             let exact = a * dist2 / (2.0 * sigma * sigma);
             prop_assert!(exact <= e, "α {a}: exact {exact} > charged {e}");
@@ -62,14 +70,13 @@ proptest! {
         let outputs: Vec<Vec<f32>> = values[..n].iter().map(|&v| vec![v]).collect();
         let mut neighbour = outputs.clone();
         neighbour[i % n] = vec![replacement];
-        // Each tail from its own erfc, so neither rounds to 0 (|μ/σ| ≤ 20).
-        let answer = |outs: &[Vec<f32>]| {
-            let x = clipped_mean(outs).unwrap()[0] / (sigma * std::f64::consts::SQRT_2);
-            [0.5 * libm::erfc(-x), 0.5 * libm::erfc(x)]
-        };
-        let (p, p2) = (answer(&outputs), answer(&neighbour));
-        let esa = EmbeddingSpaceAggregation::new(sigma).unwrap();
-        let charge = esa.curve(&orders(), n).unwrap();
+        let g = 1.0 / 16.0;
+        let esa = EmbeddingSpaceAggregation::with_granularity(sigma, g).unwrap();
+        let (p, p2) = (
+            plus_law(&outputs, sigma, g),
+            plus_law(&neighbour, sigma, g),
+        );
+        let charge = esa.curve(&orders(), n, 1).unwrap();
         for (&a, &e) in ORDERS.iter().zip(charge.epsilons()) {
             let d = symmetric_divergence(&p, &p2, Order::new(a).unwrap())
                 .unwrap();
@@ -78,12 +85,32 @@ proptest! {
     }
 }
 
-/// The one-dimensional answer's frequency agrees with `Φ(μ/σ)`: the release
-/// really draws from the distribution the exact test reasons about.
+/// `[P(R + Z ≥ 0), P(R + Z < 0)]` for `R = round(μ/g)` and Z discrete Gaussian
+/// with parameter σ/g, the lattice summed to 40 parameters out (the rest is
+/// below 1e-300 of the mass).
+fn plus_law(outputs: &[Vec<f32>], sigma: f64, g: f64) -> [f64; 2] {
+    let r = (clipped_mean(outputs).unwrap()[0] / g).round() as i64;
+    let s = sigma / g;
+    let k = (40.0 * s).ceil() as i64 + 1;
+    let (mut plus, mut minus) = (0.0, 0.0);
+    // Smallest terms first.
+    let mut zs: Vec<i64> = (-k..=k).collect();
+    zs.sort_by_key(|z| std::cmp::Reverse(z.abs()));
+    for z in zs {
+        let w = (-((z * z) as f64) / (2.0 * s * s)).exp();
+        if r + z >= 0 { plus += w } else { minus += w }
+    }
+    let total = plus + minus;
+    [plus / total, minus / total]
+}
+
+/// The one-dimensional answer's frequency agrees with the lattice law: the
+/// release really draws from the distribution the exact test reasons about.
 #[test]
-fn one_dimensional_answers_follow_the_normal_cdf() {
+fn one_dimensional_answers_follow_the_lattice_law() {
     let (sigma, outputs) = (0.5, vec![vec![0.2f32], vec![0.4f32]]);
-    let esa = EmbeddingSpaceAggregation::new(sigma).unwrap();
+    let g = 1.0 / 16.0;
+    let esa = EmbeddingSpaceAggregation::with_granularity(sigma, g).unwrap();
     let candidates = vec![vec![1.0f32], vec![-1.0f32]];
     let mut rng = PrivacyRng::from_seed(7);
     let mut account = Unbudgeted::new(orders());
@@ -97,7 +124,7 @@ fn one_dimensional_answers_follow_the_normal_cdf() {
         })
         .count() as f64
         / trials as f64;
-    let exact = 0.5 * libm::erfc(-0.3 / (sigma * std::f64::consts::SQRT_2));
+    let exact = plus_law(&outputs, sigma, g)[0];
     // Binomial standard error ≈ 0.003; 5 of them.
     assert!((plus - exact).abs() < 0.016, "{plus} vs {exact}");
 }

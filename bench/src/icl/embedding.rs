@@ -135,9 +135,15 @@ pub fn run_embedding_baseline(
     let mut noise = PrivacyRng::from_seed(config.seed ^ 0x5eed);
     for &eps in &config.epsilons {
         let t = Instant::now();
+        // The embeddings' dimension (the charge's grid term grows with it).
+        let dim = per_query
+            .first()
+            .and_then(|p| p.candidate_embeddings.first())
+            .map_or(1, Vec::len);
         let esa = EmbeddingSpaceAggregation::calibrated(
             &orders,
             n,
+            dim,
             queries.len() as u64,
             eps,
             config.delta,
