@@ -269,8 +269,12 @@ pub fn draw_demonstrations(
 ) -> Result<Vec<usize>, MechanismError> {
     sampling_rate(n_shots, dataset_size)?;
     let mut pool: Vec<usize> = (0..dataset_size).collect();
+    // A partial Fisher–Yates shuffle with exactly uniform indices (`random_range`
+    // keeps a bias of up to n/2⁶⁴; the sampling-without-replacement amplification
+    // assumes the exact law).
+    let mut bits = crate::noise::RngBits::new(rng);
     for i in 0..n_shots {
-        let j = rng.random_range(i..dataset_size);
+        let j = i + crate::noise::uniform_below_u64((dataset_size - i) as u64, &mut bits) as usize;
         pool.swap(i, j);
     }
     pool.truncate(n_shots);
