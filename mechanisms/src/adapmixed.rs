@@ -1,58 +1,56 @@
-//! AdaPMixED: PMixED with noisy screening and data-dependent accounting
-//! (Flemings et al., adapmixed.txt §4, Alg. 1, App. D–E).
+//! AdaPMixED: PMixED with noisy screening (Flemings, Razaviyayn & Annavaram,
+//! "Adaptive Differentially Private Next-Token Prediction", adapmixed §4, Alg. 1), with
+//! its data-dependent savings kept the provable way: an individual Rényi filter per
+//! member ([`crate::adapmixed_filter`]).
 //!
-//! Per query, with N ≥ 2 members:
-//! 1. **Screening.** Mix every member with the small fixed λ_s, average,
-//!    keep the top-k indices K of p₀: `s = (1/N)Σᵢ(λ_s pᵢ + (1−λ_s)p₀)|_K`, NOT
-//!    renormalised (the reference code renormalises first, which can raise the
-//!    sensitivity). Add N(0, σ²) to each of the k entries. Between D and D
-//!    minus member i, `s_D − s_{D'} = (λ_s/N)(pᵢ − p̄₋ᵢ)|_K`, whose L2 norm is at
-//!    most `√2·λ_s/N`: the Gaussian mechanism costs `(λ_s/(Nσ))²·α`
-//!    (accountant `adapmixed_screening`; Mironov 2017 Prop. 7).
-//!    Then, as post-processing of the noisy vector: clip negative entries to 0,
-//!    renormalise, and compare `D_{α_s}(noisy ‖ p₀|_K renormalised)` with T. Above
-//!    T (or nothing left after clipping) the query is answered from p₀
-//!    (Alg. 1 line 7: large divergence = potentially expensive query).
-//! 2. **Private answer.** Project every member with PMixED's λ (enforcement
-//!    order α_c, radius b), output `p = (1/N)Σ p̄ᵢ`, and charge, at each order,
-//!    `min(data-dependent, data-independent)`:
-//!    * data-dependent: `max_i Dsym_α(p ‖ p₋ᵢ)`, `p₋ᵢ = (1/(N−1))Σ_{j≠i} p̄ⱼ` —
-//!      exactly the output on the neighbour without member i (the other λⱼ do
-//!      not depend on member i). Built from the running sum S = Σ p̄ⱼ in O(N·V):
-//!      `S − p̄ᵢ`, except where p̄ᵢ holds more than half of S (at most one i per
-//!      token), where the sum of the others is recomputed, so no entry suffers
-//!      cancellation. An additive allowance of `16(N + V + 64)·u·α/(α−1)` (u the
-//!      f64 unit roundoff) covers the rounding of these sums and of the
-//!      divergence kernel (a first-order error model, not an interval proof),
-//!      then the value is rounded up.
-//!    * data-independent: the proven `ε(α; max(N, 2))` of [`crate::bounds`].
+//! Per query, over N ≥ 1 members of which some may have left the filter (a member that
+//! left holds the public distribution p₀ in its slot from then on):
+//! 1. **Screening.** Mix every slot with the small fixed λ_s, average, keep the top-k
+//!    indices K of p₀: `s = (1/N)Σᵢ(λ_s pᵢ + (1−λ_s)p₀)|_K`, NOT renormalised (the
+//!    reference code renormalises first, which can raise the sensitivity). A changed
+//!    member moves s by at most `√2·λ_s/N` in L2. s is rounded to a grid of granularity
+//!    g and discrete Gaussian noise of scale σ is added ([`crate::noise::gaussian_on_grid`],
+//!    floating-point safe), so the screening costs the Gaussian mechanism's
+//!    `α·Δ'²/(2σ²)` with `Δ' = √2·λ_s/N + √k·g`. Then, as post-processing: clip at 0,
+//!    renormalise, and answer from p₀ when `D_{α_s}(noisy ‖ p₀|_K) > T` (Alg. 1 line 7).
+//! 2. **Private answer.** Project every active member with PMixED's λ (enforcement
+//!    order α_c, radius b) and output `p = (1/N)Σ p̄ᵢ` over all slots.
 //!
-//!    Both are valid per-order bounds, so their per-order minimum is.
+//! Guarantee: changed-member adjacency (a unit's data lies in one member's shard; adding,
+//! removing or replacing it changes that member's distributions arbitrarily, N fixed).
+//! Each query's charge is data-independent — it depends on N, the configuration and the
+//! screening decisions already published — and the account holds the run's proven RDP
+//! after every query ([`crate::adapmixed_filter`]: the filter theorem of Feldman & Zrnic
+//! and Mironov's weak triangle inequality). With a filter budget B the whole run costs at
+//! most the changed-member conversion of B, however many queries it answers; members
+//! whose distributions stay near p₀ spend little and stay longest.
 //!
-//! The charge is **data-dependent**: its value depends on the private data and
-//! is itself sensitive (the paper's caveat, §4.2); it must not be published
-//! without sanitisation. It bounds the privacy loss against removal
-//! neighbours in the sense of adapmixed Thm 4.2.
+//! The paper's own accounting, `max_i Dsym_α(p ‖ p₋ᵢ)` charged per query, is a function
+//! of the private data and is not a DP release; [`Adapmixed::data_dependent_losses`]
+//! computes it for comparison only.
 
-use privmix_accountant::{Orders, RdpCurve, adapmixed_screening};
+use privmix_accountant::{Orders, RdpCurve, gaussian};
 use privmix_mixing::{Solution, top_k_indices};
 use privmix_renyi::{Direction, Order, batched_divergence, divergence};
-use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 
-use crate::bounds::{
-    check_enforcement_order, check_probability, check_radius, pmixed_bound_at,
-};
+use crate::adapmixed_filter::{MemberFilter, changed_member_epsilon, private_loss};
+use crate::bounds::{check_enforcement_order, check_probability, check_radius};
 use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
-use crate::pmixed::{StepBuffers, solve_and_sum};
+use crate::noise::{check_granularity, gaussian_on_grid, rounded_l2_sensitivity};
+use crate::pmixed::{EVALUATOR_MARGIN, StepBuffers, solve_and_sum};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
 };
 
+/// The orders each member's loss is tracked at by default (those ≤ α_c are used).
+pub const DEFAULT_TRACKED_ORDERS: [f64; 14] = [
+    1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 14.0, 16.0, 18.0, 24.0, 32.0,
+];
+
 /// AdaPMixED's parameters. [`Default`] is the paper's Table 4 (α 18, β 0.2,
-/// σ 1e-2, λ 1e-4, T 4.5, k 60; N = 100 and δ = 1e-5 are properties of the
-/// ensemble and of the budget, not of the mechanism).
+/// σ 1e-2, λ 1e-4, T 4.5, k 60) with no filter budget.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdapmixedConfig {
     /// Enforcement order α_c of the λ projections (default 18, the paper's α).
@@ -65,17 +63,19 @@ pub struct AdapmixedConfig {
     pub screen_lambda: f64,
     /// Standard deviation σ of the screening noise (default 1e-2).
     pub sigma: f64,
+    /// Grid granularity g of the screening noise, a power of two (default 2⁻⁴⁰).
+    pub screen_granularity: f64,
     /// Screening threshold T (default 4.5).
     pub threshold: f64,
     /// Top-k of p₀ the screening looks at (default 60; a k above the
     /// vocabulary size keeps the whole vocabulary).
     pub top_k: usize,
-    /// Orders at which the data-dependent loss is computed. `None` (default):
-    /// every order of the account. `Some(list)`: only these; an account order α
-    /// uses the value at the smallest listed order ≥ α (Rényi divergence is
-    /// non-decreasing in the order), and orders above every listed one use the
-    /// data-independent bound alone. Each listed order costs one pass over N×V.
-    pub data_dependent_orders: Option<Vec<f64>>,
+    /// Orders at which each member's loss is tracked, increasing, each in (1, α_c].
+    /// `None` (the default): [`DEFAULT_TRACKED_ORDERS`] below α_c, then α_c.
+    pub tracked_orders: Option<Vec<f64>>,
+    /// The filter budget B at each tracked order (`None`, the default: no filter —
+    /// members never leave and the run is charged plain composition).
+    pub filter_budget: Option<Vec<f64>>,
 }
 
 impl Default for AdapmixedConfig {
@@ -86,19 +86,38 @@ impl Default for AdapmixedConfig {
             screen_order: 18.0,
             screen_lambda: 1e-4,
             sigma: 1e-2,
+            screen_granularity: 2f64.powi(-40),
             threshold: 4.5,
             top_k: 60,
-            data_dependent_orders: None,
+            tracked_orders: None,
+            filter_budget: None,
         }
     }
 }
 
 impl AdapmixedConfig {
+    /// The tracked orders ([`AdapmixedConfig::tracked_orders`] or its default).
+    pub fn tracked(&self) -> Vec<f64> {
+        match &self.tracked_orders {
+            Some(list) => list.clone(),
+            None => {
+                let mut list: Vec<f64> = DEFAULT_TRACKED_ORDERS
+                    .iter()
+                    .copied()
+                    .filter(|&a| a < self.alpha_c)
+                    .collect();
+                list.push(self.alpha_c);
+                list
+            }
+        }
+    }
+
     fn validate(&self) -> Result<(), MechanismError> {
         check_enforcement_order(self.alpha_c)?;
         check_radius(self.radius)?;
         Order::new(self.screen_order)?;
         check_probability("screen_lambda", self.screen_lambda)?;
+        check_granularity(self.screen_granularity)?;
         let bad = |name, value, reason| MechanismError::InvalidParameter {
             name,
             value,
@@ -113,21 +132,132 @@ impl AdapmixedConfig {
         if self.top_k == 0 {
             return Err(bad("top_k", 0.0, "k must be at least 1"));
         }
-        if let Some(list) = &self.data_dependent_orders {
-            if list.is_empty() {
-                return Err(bad("data_dependent_orders", 0.0, "the list is empty"));
+        let tracked = self.tracked();
+        if tracked.is_empty() {
+            return Err(bad("tracked_orders", 0.0, "the list is empty"));
+        }
+        let mut previous = 1.0;
+        for &a in &tracked {
+            if !(a > previous && a <= self.alpha_c) {
+                return Err(bad(
+                    "tracked_orders",
+                    a,
+                    "orders must be increasing, > 1 and ≤ α_c",
+                ));
             }
-            for &a in list {
-                if !(a.is_finite() && a > 1.0) {
-                    return Err(bad(
-                        "data_dependent_orders",
-                        a,
-                        "orders must be finite and > 1",
-                    ));
-                }
+            previous = a;
+        }
+        if let Some(b) = &self.filter_budget {
+            if b.len() != tracked.len() {
+                return Err(bad(
+                    "filter_budget",
+                    b.len() as f64,
+                    "one budget per tracked order",
+                ));
+            }
+            if let Some(&x) = b.iter().find(|x| !(x.is_finite() && **x >= 0.0)) {
+                return Err(bad("filter_budget", x, "budgets must be finite and ≥ 0"));
             }
         }
         Ok(())
+    }
+
+    /// The screening's cost per query at `orders` for N members: the Gaussian
+    /// mechanism with sensitivity `√2·λ_s/N` enlarged by the grid rounding.
+    pub fn screening_cost(
+        &self,
+        orders: &Orders,
+        members: usize,
+    ) -> Result<RdpCurve, MechanismError> {
+        let l2 = ((2f64.sqrt().next_up() * self.screen_lambda).next_up() / members.max(1) as f64)
+            .next_up();
+        let k = self.top_k;
+        let sensitivity = rounded_l2_sensitivity(l2, k, self.screen_granularity);
+        Ok(gaussian(orders, self.sigma, sensitivity)?)
+    }
+
+    /// The worst loss of one query (screening plus a private answer) at each tracked
+    /// order, for N members.
+    pub fn worst_query_loss(&self, members: usize) -> Result<Vec<f64>, MechanismError> {
+        let tracked = Orders::new(self.tracked())?;
+        let screen = self.screening_cost(&tracked, members)?;
+        let private = private_loss(&self.tracked(), self.radius, members);
+        Ok(screen
+            .epsilons()
+            .iter()
+            .zip(private)
+            .map(|(&s, p)| (s + p).next_up())
+            .collect())
+    }
+
+    /// The changed-member curve at `orders` of a run whose bound against the
+    /// emptied-member corpus is `g` at the tracked orders.
+    pub fn changed_member_curve(
+        &self,
+        g: &[f64],
+        orders: &Orders,
+    ) -> Result<RdpCurve, MechanismError> {
+        let tracked = self.tracked();
+        Ok(RdpCurve::from_fn(orders.clone(), |a| {
+            changed_member_epsilon(&tracked, g, a)
+        })?)
+    }
+
+    /// Sets the filter budget to the largest multiple `s` of one query's worst loss
+    /// ([`AdapmixedConfig::worst_query_loss`]) whose changed-member curve over `orders`
+    /// converts to at most ε at δ: the whole run, however long, then fits (ε, δ).
+    /// Bisection keeping a checked-feasible lower end, to a relative 1e-9.
+    pub fn with_calibrated_filter(
+        mut self,
+        epsilon: f64,
+        delta: f64,
+        members: usize,
+        orders: &Orders,
+    ) -> Result<Self, MechanismError> {
+        self.validate()?;
+        if !(epsilon.is_finite() && epsilon > 0.0) {
+            return Err(MechanismError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                reason: "the target ε must be finite and > 0",
+            });
+        }
+        let unit = self.worst_query_loss(members)?;
+        let feasible = |s: f64| -> Result<bool, MechanismError> {
+            let g: Vec<f64> = unit.iter().map(|&u| (u * s).next_up()).collect();
+            Ok(self
+                .changed_member_curve(&g, orders)?
+                .epsilon(delta)?
+                .epsilon
+                <= epsilon)
+        };
+        let (mut good, mut bad) = (0.0, 1.0);
+        let mut doublings = 0;
+        while feasible(bad)? {
+            good = bad;
+            bad *= 2.0;
+            doublings += 1;
+            if doublings > 200 {
+                break;
+            }
+        }
+        if good == 0.0 && !feasible(f64::MIN_POSITIVE)? {
+            return Err(MechanismError::InvalidParameter {
+                name: "epsilon",
+                value: epsilon,
+                reason: "no filter budget fits: the tracked orders cannot reach an order whose conversion is below ε",
+            });
+        }
+        while bad - good > 1e-9 * bad {
+            let mid = good + (bad - good) / 2.0;
+            if feasible(mid)? {
+                good = mid;
+            } else {
+                bad = mid;
+            }
+        }
+        self.filter_budget = Some(unit.iter().map(|&u| u * good).collect());
+        Ok(self)
     }
 }
 
@@ -140,7 +270,7 @@ pub struct ScreeningVector {
     pub values: Vec<f64>,
 }
 
-/// The screening decision for one noise draw.
+/// The screening decision for one noisy vector.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScreenDecision {
     /// `D_{α_s}(noisy ‖ p₀|_K)` after clipping and renormalising (+∞ if nothing
@@ -161,14 +291,23 @@ pub struct PrivateAnswer {
     pub sum: Vec<f64>,
 }
 
-/// The AdaPMixED mechanism (see the module docs for its guarantee).
+/// The AdaPMixED mechanism (see the module docs for its guarantee). One value is one
+/// run: its filter state lives as long as it does.
 #[derive(Debug, Clone)]
 pub struct Adapmixed {
     config: AdapmixedConfig,
+    filter: Option<MemberFilter>,
     /// The private answer's group sums, S and output buffer, kept between steps (see
     /// `solve_and_sum` and [`EnsembleMechanism::recycle`]); never read before being
     /// written.
     buffers: StepBuffers,
+}
+
+/// Where the screening noise comes from.
+enum Noise<'a> {
+    Drawn(&'a mut PrivacyRng),
+    /// Given in grid units (audits and the exact verifier).
+    Given(&'a [i64]),
 }
 
 impl Adapmixed {
@@ -177,6 +316,7 @@ impl Adapmixed {
         config.validate()?;
         Ok(Self {
             config,
+            filter: None,
             buffers: StepBuffers::default(),
         })
     }
@@ -186,19 +326,30 @@ impl Adapmixed {
         &self.config
     }
 
-    fn check_members(ensemble: &Ensemble) -> Result<(), MechanismError> {
-        match ensemble.len() {
-            0 => Err(MechanismError::EmptyEnsemble),
-            1 => Err(MechanismError::InvalidParameter {
-                name: "members",
-                value: 1.0,
-                reason: "AdaPMixED needs at least 2 members (its neighbour must have one)",
-            }),
-            _ => Ok(()),
-        }
+    /// Which members are still active (None before the first query). Private state,
+    /// for audits and tests: never publish it.
+    pub fn active_members(&self) -> Option<&[bool]> {
+        self.filter.as_ref().map(|f| f.active())
     }
 
-    /// Step 1a: the truncated, un-renormalised screening vector.
+    /// The members the next query's screening will read (those active now whose
+    /// budget still admits the screening cost), for `members` members. Private state,
+    /// for audits and the exact verifier: never publish it.
+    pub fn next_screening_members(&self, members: usize) -> Result<Vec<bool>, MechanismError> {
+        let c = &self.config;
+        let mut filter = match &self.filter {
+            Some(f) => f.clone(),
+            None => MemberFilter::new(members, c.tracked(), c.filter_budget.clone()),
+        };
+        let tracked = Orders::new(c.tracked())?;
+        let loss = c.screening_cost(&tracked, members)?.epsilons().to_vec();
+        for i in 0..members {
+            filter.admit(i, &loss);
+        }
+        Ok(filter.active().to_vec())
+    }
+
+    /// Step 1a: the truncated, un-renormalised screening vector of `ensemble`.
     pub fn screening_vector(&self, ensemble: &Ensemble) -> Result<ScreeningVector, MechanismError> {
         if ensemble.is_empty() {
             return Err(MechanismError::EmptyEnsemble);
@@ -208,8 +359,6 @@ impl Adapmixed {
         let indices = top_k_indices(public, k)?;
         let lambda = self.config.screen_lambda;
         let n = ensemble.len() as f64;
-        // In parallel over the indices: each one reads every member's row at a
-        // scattered entry (a cache miss per member), summed in member order.
         let values = indices
             .par_iter()
             .map(|&x| {
@@ -222,43 +371,34 @@ impl Adapmixed {
         Ok(ScreeningVector { indices, values })
     }
 
-    /// Step 1b: the decision for a given noise vector (one entry per index).
-    /// Post-processing only: clip at 0, renormalise, compare with T.
-    pub fn screen(
+    /// Step 1b: the decision for a noisy screening vector (post-processing only:
+    /// clip at 0, renormalise, compare with T).
+    pub fn decide(
         &self,
         ensemble: &Ensemble,
-        screening: &ScreeningVector,
-        noise: &[f64],
+        indices: &[usize],
+        noisy: &[f64],
     ) -> Result<ScreenDecision, MechanismError> {
-        if noise.len() != screening.values.len() {
+        if noisy.len() != indices.len() {
             return Err(MechanismError::LengthMismatch {
                 what: "screening noise",
-                len: noise.len(),
-                vocab: screening.values.len(),
+                len: noisy.len(),
+                vocab: indices.len(),
             });
         }
-        let mut noisy: Vec<f64> = screening
-            .values
-            .iter()
-            .zip(noise)
-            .map(|(&v, &z)| (v + z).max(0.0))
-            .collect();
-        let sum: f64 = noisy.iter().sum();
+        let mut clipped: Vec<f64> = noisy.iter().map(|&v| v.max(0.0)).collect();
+        let sum: f64 = clipped.iter().sum();
         if !(sum > 0.0 && sum.is_finite()) {
             return Ok(ScreenDecision {
                 divergence: f64::INFINITY,
                 answer_privately: false,
             });
         }
-        noisy.iter_mut().for_each(|x| *x /= sum);
-        let mut p0: Vec<f64> = screening
-            .indices
-            .iter()
-            .map(|&x| ensemble.public()[x])
-            .collect();
+        clipped.iter_mut().for_each(|x| *x /= sum);
+        let mut p0: Vec<f64> = indices.iter().map(|&x| ensemble.public()[x]).collect();
         let s0: f64 = p0.iter().sum();
         p0.iter_mut().for_each(|x| *x /= s0);
-        let d = divergence(&noisy, &p0, Order::new(self.config.screen_order)?)?;
+        let d = divergence(&clipped, &p0, Order::new(self.config.screen_order)?)?;
         Ok(ScreenDecision {
             divergence: d,
             answer_privately: d <= self.config.threshold,
@@ -267,7 +407,9 @@ impl Adapmixed {
 
     /// Step 2a: every member's projection and the average of the mixtures.
     pub fn private_answer(&mut self, ensemble: &Ensemble) -> Result<PrivateAnswer, MechanismError> {
-        Self::check_members(ensemble)?;
+        if ensemble.is_empty() {
+            return Err(MechanismError::EmptyEnsemble);
+        }
         let (solutions, sum) = solve_and_sum(
             ensemble,
             self.config.alpha_c,
@@ -288,15 +430,28 @@ impl Adapmixed {
         })
     }
 
-    /// Step 2b: `max_i Dsym_α(p ‖ p₋ᵢ)` at each of `orders`, as computed (no
-    /// allowance, not rounded up), from the running sum.
+    /// The paper's data-dependent loss `max_i Dsym_α(p ‖ p₋ᵢ)` at each of `orders`, as
+    /// computed (no allowance, not rounded up), from the running sum (adapmixed Thm 4.2).
+    ///
+    /// **Not a DP release.** It is a function of every member's data; the paper charges
+    /// it and publishes it, which leaks (two corpora that differ in one member give
+    /// different values). privmix charges the filter's data-independent account
+    /// instead and offers this only to report AdaPMixED "as the paper accounts it",
+    /// labelled as such. It compares with the ensemble *without* member i, not with a
+    /// changed member.
     pub fn data_dependent_losses(
         &mut self,
         ensemble: &Ensemble,
         answer: &PrivateAnswer,
         orders: &[f64],
     ) -> Result<Vec<f64>, MechanismError> {
-        Self::check_members(ensemble)?;
+        if ensemble.len() < 2 {
+            return Err(MechanismError::InvalidParameter {
+                name: "members",
+                value: ensemble.len() as f64,
+                reason: "the leave-one-out loss needs at least 2 members",
+            });
+        }
         let (n, v) = (ensemble.len(), ensemble.vocab());
         for (what, len, want) in [
             ("answer sum", answer.sum.len(), v),
@@ -369,40 +524,167 @@ impl Adapmixed {
             .collect())
     }
 
-    /// The private branch's charge at `orders`: per order
-    /// `min(data-dependent + allowance rounded up, data-independent ε(α; N))`.
-    pub fn private_charge(
+    /// The ensemble with every member that left the filter replaced by p₀ (the given
+    /// ensemble itself while all are active).
+    fn effective(
+        &self,
+        ensemble: &Ensemble,
+        active: &[bool],
+    ) -> Result<Option<Ensemble>, MechanismError> {
+        if active.iter().all(|&a| a) {
+            return Ok(None);
+        }
+        let mut rows = Vec::with_capacity(ensemble.members().len());
+        for (i, &a) in active.iter().enumerate() {
+            rows.extend_from_slice(if a {
+                ensemble.member(i)
+            } else {
+                ensemble.public()
+            });
+        }
+        Ok(Some(Ensemble::from_probabilities(
+            ensemble.public(),
+            &rows,
+        )?))
+    }
+
+    /// One query with the screening noise supplied in grid units (one integer per
+    /// screened index): the audit entry point the exact verifier enumerates. Otherwise
+    /// identical to [`EnsembleMechanism::release`].
+    pub fn release_with_screening_noise(
         &mut self,
         ensemble: &Ensemble,
-        answer: &PrivateAnswer,
-        orders: &Orders,
-    ) -> Result<RdpCurve, MechanismError> {
-        let account_orders = orders.as_slice();
-        let computed: Vec<f64> = match &self.config.data_dependent_orders {
-            None => account_orders.to_vec(),
-            Some(list) => {
-                let mut l = list.clone();
-                l.sort_by(f64::total_cmp);
-                l.dedup();
-                l
+        noise: &[i64],
+        account: &mut dyn Account,
+    ) -> Result<Release, MechanismError> {
+        self.query(ensemble, Noise::Given(noise), account)
+    }
+
+    fn query(
+        &mut self,
+        ensemble: &Ensemble,
+        noise: Noise<'_>,
+        account: &mut dyn Account,
+    ) -> Result<Release, MechanismError> {
+        let n = ensemble.len();
+        if n == 0 {
+            return Err(MechanismError::EmptyEnsemble);
+        }
+        let c = self.config.clone();
+        let mut filter = match self.filter.take() {
+            Some(f) if f.members() == n => f,
+            Some(f) => {
+                self.filter = Some(f);
+                return Err(MechanismError::InvalidParameter {
+                    name: "members",
+                    value: n as f64,
+                    reason: "the number of members changed during an AdaPMixED run",
+                });
+            }
+            None => MemberFilter::new(n, c.tracked(), c.filter_budget.clone()),
+        };
+        let result = self.query_with(ensemble, noise, account, &mut filter, &c);
+        self.filter = Some(filter);
+        result
+    }
+
+    fn query_with(
+        &mut self,
+        ensemble: &Ensemble,
+        noise: Noise<'_>,
+        account: &mut dyn Account,
+        filter: &mut MemberFilter,
+        c: &AdapmixedConfig,
+    ) -> Result<Release, MechanismError> {
+        let n = ensemble.len();
+        let tracked = Orders::new(c.tracked())?;
+        // Sub-step 1: the screening. Every active member pays its (data-independent) cost.
+        let screen_loss = c.screening_cost(&tracked, n)?.epsilons().to_vec();
+        for i in 0..n {
+            filter.admit(i, &screen_loss);
+        }
+        filter.add_worst(&screen_loss);
+        let effective = self.effective(ensemble, filter.active())?;
+        let current = effective.as_ref().unwrap_or(ensemble);
+        let screening = self.screening_vector(current)?;
+        let g = c.screen_granularity;
+        let noisy = match noise {
+            Noise::Drawn(rng) => gaussian_on_grid(&screening.values, c.sigma, g, rng)?,
+            Noise::Given(z) => {
+                if z.len() != screening.values.len() {
+                    return Err(MechanismError::LengthMismatch {
+                        what: "screening noise",
+                        len: z.len(),
+                        vocab: screening.values.len(),
+                    });
+                }
+                screening
+                    .values
+                    .iter()
+                    .zip(z)
+                    .map(|(&v, &z)| {
+                        let r = crate::noise::round_to_grid(v, g)?;
+                        Ok((r as f64 + z as f64) * g)
+                    })
+                    .collect::<Result<_, MechanismError>>()?
             }
         };
-        let losses = self.data_dependent_losses(ensemble, answer, &computed)?;
-        let (n, v) = (ensemble.len(), ensemble.vocab());
-        let base = 16.0 * (n + v + 64) as f64 * f64::EPSILON;
-        let (alpha_c, radius) = (self.config.alpha_c, self.config.radius);
-        Ok(RdpCurve::from_fn(orders.clone(), |a| {
-            let at = computed.partition_point(|&c| c < a);
-            let dd = match losses.get(at) {
-                Some(&loss) => {
-                    let c = computed[at];
-                    let allowance = base * c / (c - 1.0);
-                    (loss + allowance).next_up()
-                }
-                None => f64::INFINITY,
-            };
-            dd.min(pmixed_bound_at(a, alpha_c, radius, n as u64, 1.0))
-        })?)
+        let decision = self.decide(current, &screening.indices, &noisy)?;
+        if !decision.answer_privately {
+            let charge = filter.next_charge(account.orders())?;
+            account.charge(&charge, "adapmixed-screened")?;
+            return Ok(Release {
+                distribution: ensemble.public().to_vec(),
+                charge,
+                diagnostics: Diagnostics {
+                    public_reason: Some(PublicReason::Screened),
+                    ..Diagnostics::default()
+                },
+            });
+        }
+        // Sub-step 2: the private answer. Each active member's loss is computed from its
+        // own projection (its λ depends on it and p₀ only); a member it would take over
+        // the budget leaves before anything is computed from its mixture.
+        let mut answer = self.private_answer(current)?;
+        let mut left = false;
+        for i in 0..n {
+            if !filter.active()[i] {
+                continue;
+            }
+            let d = (answer.solutions[i].value + c.radius * EVALUATOR_MARGIN)
+                .next_up()
+                .min(c.radius);
+            if !filter.admit(i, &private_loss(&c.tracked(), d, n)) {
+                left = true;
+            }
+        }
+        if left {
+            self.buffers.sum = std::mem::take(&mut answer.sum);
+            self.buffers.distribution = std::mem::take(&mut answer.distribution);
+            let after = self
+                .effective(ensemble, filter.active())?
+                .expect("a member just left");
+            answer = self.private_answer(&after)?;
+        }
+        filter.add_worst(&private_loss(&c.tracked(), c.radius, n));
+        let charge = filter.next_charge(account.orders())?;
+        account.charge(&charge, self.name())?;
+        self.buffers.sum = std::mem::take(&mut answer.sum);
+        Ok(Release {
+            charge,
+            diagnostics: Diagnostics {
+                lambdas: answer.solutions.iter().map(|s| s.lambda).collect(),
+                drawn: (0..n).filter(|&i| filter.active()[i]).collect(),
+                public_reason: None,
+                data_dependent_loss: None,
+                solver_evaluations: answer
+                    .solutions
+                    .iter()
+                    .map(|s| s.evaluations as usize)
+                    .sum(),
+            },
+            distribution: answer.distribution,
+        })
     }
 }
 
@@ -476,62 +758,7 @@ impl EnsembleMechanism for Adapmixed {
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
     ) -> Result<Release, MechanismError> {
-        Self::check_members(ensemble)?;
-        let orders = account.orders().clone();
-        let screen_cost = adapmixed_screening(
-            &orders,
-            self.config.screen_lambda,
-            ensemble.len() as u64,
-            self.config.sigma,
-        )?;
-        let screening = self.screening_vector(ensemble)?;
-        let normal =
-            Normal::new(0.0, self.config.sigma).map_err(|_| MechanismError::InvalidParameter {
-                name: "sigma",
-                value: self.config.sigma,
-                reason: "σ must be finite and > 0",
-            })?;
-        let noise: Vec<f64> = (0..screening.values.len())
-            .map(|_| normal.sample(rng))
-            .collect();
-        let decision = self.screen(ensemble, &screening, &noise)?;
-        if !decision.answer_privately {
-            account.charge(&screen_cost, "adapmixed-screened")?;
-            return Ok(Release {
-                distribution: ensemble.public().to_vec(),
-                charge: screen_cost,
-                diagnostics: Diagnostics {
-                    public_reason: Some(PublicReason::Screened),
-                    ..Diagnostics::default()
-                },
-            });
-        }
-        let mut answer = self.private_answer(ensemble)?;
-        let private = self.private_charge(ensemble, &answer, &orders)?;
-        self.buffers.sum = std::mem::take(&mut answer.sum);
-        let charge = screen_cost.compose(&private)?;
-        account.charge(&charge, self.name())?;
-        let main = self.config.alpha_c;
-        let data_dependent_loss = orders
-            .as_slice()
-            .iter()
-            .position(|&a| a == main)
-            .map(|i| private.epsilons()[i]);
-        Ok(Release {
-            charge,
-            diagnostics: Diagnostics {
-                lambdas: answer.solutions.iter().map(|s| s.lambda).collect(),
-                drawn: (0..ensemble.len()).collect(),
-                public_reason: None,
-                data_dependent_loss,
-                solver_evaluations: answer
-                    .solutions
-                    .iter()
-                    .map(|s| s.evaluations as usize)
-                    .sum(),
-            },
-            distribution: answer.distribution,
-        })
+        self.query(ensemble, Noise::Drawn(rng), account)
     }
 
     fn name(&self) -> &'static str {

@@ -16,6 +16,7 @@
 
 mod account;
 mod adapmixed;
+pub mod adapmixed_filter;
 pub mod baselines;
 pub mod bounds;
 mod dps_mozo;
@@ -53,4 +54,4 @@ pub use rng::PrivacyRng;
 pub use sample::{sample_index, sample_log_index};
 pub use step::{Diagnostics, EnsembleMechanism, PublicReason, Release, StepOutcome};
 pub use submix::{SubmixDistribution, submix_distribution};
-pub use submix_protocol::{RandomStopping, SubMix};
+pub use submix_protocol::{SubMix, SubmixConfig};

@@ -11,8 +11,6 @@ pub enum PublicReason {
     NoMemberDrawn,
     /// Noisy screening judged the query answerable from the public model (AdaPMixED).
     Screened,
-    /// A per-part budget ran out and the protocol issued STOP (SubMix).
-    Stopped,
     /// The mechanism is the public-only baseline.
     PublicOnly,
 }

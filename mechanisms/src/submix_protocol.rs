@@ -1,244 +1,155 @@
-//! The SubMix prediction protocol (submix.txt Alg. 2, Prop. 3.1): per-part budgets,
-//! STOP, and optional random stopping (App. C.4, Prop. C.3).
+//! SubMix as an [`EnsembleMechanism`] (see [`crate::submix`] for the construction and
+//! why it departs from the paper's Alg. 2).
 
-use privmix_accountant::{AccountantError, PartBudgets, RdpCurve, random_stopping_epsilon};
-use privmix_renyi::Order;
-use rand::Rng;
+use privmix_accountant::{Orders, RdpCurve};
 
+use crate::bounds::{check_enforcement_order, check_radius, pmixed_curve};
 use crate::submix::{check_submix_parameters, submix_distribution};
 use crate::{
-    Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
+    Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PmixedConfig, PrivacyRng,
     Release, SubmixDistribution,
 };
 
-/// The (B, C)-random-stopping wrapper of submix.txt App. C.4: τ is drawn uniformly from
-/// {1, …, C·B} once, and STOP is issued before the τ-th response if it has not been
-/// issued already.
-///
-/// Guarantee (Prop. C.3(1)): wrapping an (α, ε)-ROP protocol gives an
-/// (α, ε + log(C·B), B)-RDP protocol — a guarantee for a *fixed* number B of responses
-/// rather than the variable length of ROP; the extra log(C·B) pays for what the
-/// stopping time reveals (`Pr[RS = t] ≥ 1/(C·B)` for every t ≤ B). privmix also answers
-/// every response after the B-th from the public model, so the whole interaction is
-/// covered by the B-response guarantee.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RandomStopping {
-    responses: u64,
-    expansion: f64,
-    stop_before: u64,
-}
-
-impl RandomStopping {
-    /// Draws τ for a response budget B = `responses` ≥ 1 and expansion factor C =
-    /// `expansion` > ½ (Prop. C.3's parameters); C·B must be an integer (the range of τ).
-    pub fn new(
-        responses: u64,
-        expansion: f64,
-        rng: &mut PrivacyRng,
-    ) -> Result<Self, MechanismError> {
-        if responses == 0 {
-            return Err(MechanismError::InvalidParameter {
-                name: "responses",
-                value: 0.0,
-                reason: "the response budget B must be at least 1",
-            });
-        }
-        if !(expansion.is_finite() && expansion > 0.5) {
-            return Err(MechanismError::InvalidParameter {
-                name: "expansion",
-                value: expansion,
-                reason: "the expansion factor C must be finite and > 1/2",
-            });
-        }
-        let horizon = expansion * responses as f64;
-        if !(horizon.fract() == 0.0 && horizon >= 1.0 && horizon <= 2f64.powi(53)) {
-            return Err(MechanismError::InvalidParameter {
-                name: "expansion",
-                value: expansion,
-                reason: "C·B must be an integer (τ is uniform on {1, …, C·B})",
-            });
-        }
-        let stop_before = rng.random_range(1..=horizon as u64);
-        Ok(Self {
-            responses,
-            expansion,
-            stop_before,
-        })
-    }
-
-    /// The response budget B.
-    pub fn responses(&self) -> u64 {
-        self.responses
-    }
-
-    /// The expansion factor C.
-    pub fn expansion(&self) -> f64 {
-        self.expansion
-    }
-
-    /// τ: STOP is issued before the τ-th response (1-based).
-    pub fn stop_before(&self) -> u64 {
-        self.stop_before
-    }
-
-    /// `ε + log(C·B)` rounded up: the fixed-length RDP of an (α, ε)-ROP protocol under
-    /// this wrapper (Prop. C.3(1), [`privmix_accountant::random_stopping_epsilon`]).
-    pub fn epsilon(&self, rop_epsilon: f64) -> Result<f64, MechanismError> {
-        Ok(random_stopping_epsilon(
-            rop_epsilon,
-            self.responses,
-            self.expansion,
-        )?)
-    }
-}
-
-/// SubMix (submix.txt Alg. 2) as an [`EnsembleMechanism`]: the ensemble's members `2i`
-/// and `2i + 1` are the two halves of part i.
-///
-/// Guarantee: (α, ε)-ROP for the partition (Def. 2.4, Prop. 3.1), ε = `part_budget`, at
-/// the order α of the constructor: every part has a budget ε at α; a response sampled
-/// from `h` charges each part i `Dsym_α(h, h₋ᵢ)` (rounded up, see
-/// [`SubmixDistribution::part_losses`]), and by adaptive composition (Mironov 2017,
-/// Prop. 1) the whole interaction costs each part at most ε. The budgets are checked
-/// *before* charging: a response whose charge would take any part over its budget is not
-/// sampled from `h`; STOP is issued instead and that response and every later one come
-/// from the public model (free: `p₀` is not a function of the corpus). (The reference
-/// code checks after charging, so its last query overshoots.) With [`RandomStopping`]
-/// the guarantee becomes the fixed-length one of Prop. C.3.
-///
-/// The [`Account`] is charged, per response, [`SubmixDistribution::charge_curve`] at the
-/// account's orders: the maximum over parts of the same divergence at every order — a
-/// data-dependent charge, valid for a user in any one part (zero after STOP).
-#[derive(Debug, Clone)]
-pub struct SubMix {
-    order: Order,
+/// SubMix's parameters: k parts, the pair test's order α and bound β (the paper's Eq. 2)
+/// and the anchoring constraint's enforcement order α_c and radius b.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SubmixConfig {
+    parts: usize,
+    alpha: f64,
     beta: f64,
-    budgets: PartBudgets,
-    stopped: bool,
-    responses: u64,
-    stopping: Option<RandomStopping>,
+    alpha_c: f64,
+    radius: f64,
 }
 
-impl SubMix {
-    /// `parts` ≥ 1 parts, Rényi order `alpha` (finite, > 1) of Eq. 2 and of the budgets,
-    /// target leakage `beta` ≥ 0 (finite) and per-part budget `part_budget` ≥ 0 (finite).
+impl SubmixConfig {
+    /// `parts` ≥ 1, α finite > 1, β finite ≥ 0, α_c finite > 1, b finite ≥ 0.
     pub fn new(
         parts: usize,
         alpha: f64,
         beta: f64,
-        part_budget: f64,
+        alpha_c: f64,
+        radius: f64,
     ) -> Result<Self, MechanismError> {
-        let order = check_submix_parameters(alpha, beta)?;
-        let budgets = PartBudgets::new(alpha, parts, part_budget)?;
+        if parts == 0 {
+            return Err(MechanismError::InvalidParameter {
+                name: "parts",
+                value: 0.0,
+                reason: "SubMix needs at least one part",
+            });
+        }
+        check_submix_parameters(alpha, beta)?;
+        check_enforcement_order(alpha_c)?;
+        check_radius(radius)?;
         Ok(Self {
-            order,
+            parts,
+            alpha,
             beta,
-            budgets,
-            stopped: false,
-            responses: 0,
-            stopping: None,
+            alpha_c,
+            radius,
         })
     }
 
-    /// The paper's heuristic (§4): α = 2 and β = ε/B for a per-part budget ε over an
-    /// expected B responses (k = 8–16 parts in the paper).
-    pub fn paper_heuristic(
+    /// The largest radius b such that `queries` responses compose over `orders` to at
+    /// most ε at δ ([`PmixedConfig::calibrate`] for k members without subsampling).
+    #[allow(clippy::too_many_arguments)]
+    pub fn calibrate(
+        epsilon: f64,
+        delta: f64,
+        queries: u64,
         parts: usize,
-        part_budget: f64,
-        responses: u64,
+        alpha: f64,
+        beta: f64,
+        alpha_c: f64,
+        orders: &Orders,
     ) -> Result<Self, MechanismError> {
-        if responses == 0 {
-            return Err(MechanismError::InvalidParameter {
-                name: "responses",
-                value: 0.0,
-                reason: "the expected number of responses B must be at least 1",
-            });
-        }
-        Self::new(parts, 2.0, part_budget / responses as f64, part_budget)
+        let anchor = PmixedConfig::calibrate(
+            epsilon,
+            delta,
+            queries,
+            1.0,
+            parts.max(1) as u64,
+            alpha_c,
+            orders,
+        )?;
+        Self::new(parts, alpha, beta, alpha_c, anchor.radius())
     }
 
-    /// Wraps the protocol with (B, C)-random stopping.
-    pub fn with_random_stopping(mut self, stopping: RandomStopping) -> Self {
-        self.stopping = Some(stopping);
-        self
+    /// The number of parts k.
+    pub fn parts(&self) -> usize {
+        self.parts
     }
 
-    /// The order α of the constraint and the budgets.
-    pub fn order(&self) -> f64 {
-        self.order.value()
+    /// The pair test's order α.
+    pub fn alpha(&self) -> f64 {
+        self.alpha
     }
 
-    /// The target leakage β of Eq. 2.
+    /// The pair test's bound β.
     pub fn beta(&self) -> f64 {
         self.beta
     }
 
-    /// The per-part budgets and what each part has spent.
-    pub fn budgets(&self) -> &PartBudgets {
-        &self.budgets
+    /// The anchoring constraint's enforcement order α_c.
+    pub fn alpha_c(&self) -> f64 {
+        self.alpha_c
     }
 
-    /// Whether STOP has been issued (every later response comes from `p₀`).
-    pub fn is_stopped(&self) -> bool {
-        self.stopped
+    /// The anchoring radius b.
+    pub fn radius(&self) -> f64 {
+        self.radius
     }
 
-    /// Responses made so far (private and public).
-    pub fn responses(&self) -> u64 {
-        self.responses
+    /// The per-response charge ([`pmixed_curve`] for k members, q = 1).
+    pub fn curve(&self, orders: &Orders) -> Result<RdpCurve, MechanismError> {
+        pmixed_curve(orders, self.alpha_c, self.radius, self.parts as u64, 1.0)
+    }
+}
+
+/// SubMix (see [`crate::submix`]): the ensemble's members `2i` and `2i + 1` are the two
+/// halves of part i.
+///
+/// Guarantee: each response is `(α, ε(α))`-RDP under changed-part adjacency with
+/// ε = [`SubmixConfig::curve`], charged to the account before it is released. The
+/// charge is data-independent, so the account's budget — not the data — decides when
+/// private answers stop; there are no per-part budgets and no STOP.
+#[derive(Debug, Clone)]
+pub struct SubMix {
+    config: SubmixConfig,
+    cached: Option<(Orders, RdpCurve)>,
+}
+
+impl SubMix {
+    /// A mechanism with a validated configuration.
+    pub fn new(config: SubmixConfig) -> Self {
+        Self {
+            config,
+            cached: None,
+        }
     }
 
-    /// The random-stopping wrapper, if any.
-    pub fn random_stopping(&self) -> Option<&RandomStopping> {
-        self.stopping.as_ref()
+    /// Its configuration.
+    pub fn config(&self) -> &SubmixConfig {
+        &self.config
     }
 
-    /// The ROP guarantee ε at [`SubMix::order`]: the per-part budget. (The amount actually
-    /// spent, [`PartBudgets::max_spent`], is data-dependent and itself sensitive.)
-    pub fn rop_epsilon(&self) -> f64 {
-        self.budgets.limit()
-    }
-
-    /// With random stopping, the fixed-length RDP ε + log(C·B) at [`SubMix::order`] for
-    /// B responses (Prop. C.3(1)); `None` without it.
-    pub fn fixed_length_epsilon(&self) -> Option<Result<f64, MechanismError>> {
-        self.stopping
-            .as_ref()
-            .map(|s| s.epsilon(self.rop_epsilon()))
-    }
-
-    /// SubMix's output distribution for this query (before any budget decision), with its
-    /// leave-one-part-out neighbours (see [`submix_distribution`]).
+    /// SubMix's output distribution for this query.
     pub fn distribution(&self, ensemble: &Ensemble) -> Result<SubmixDistribution, MechanismError> {
-        let parts = self.budgets.spent().len();
-        if ensemble.len() != 2 * parts {
+        if ensemble.len() != 2 * self.config.parts {
             return Err(MechanismError::InvalidParameter {
                 name: "members",
                 value: ensemble.len() as f64,
                 reason: "SubMix needs exactly two members (halves) per part",
             });
         }
-        submix_distribution(ensemble, self.order.value(), self.beta)
+        let c = &self.config;
+        submix_distribution(ensemble, c.alpha, c.beta, c.alpha_c, c.radius)
     }
 
-    /// Answers from the public model: charges nothing (a zero curve) and releases `p₀`.
-    fn public_answer(
-        &mut self,
-        ensemble: &Ensemble,
-        account: &mut dyn Account,
-        diagnostics: Diagnostics,
-    ) -> Result<Release, MechanismError> {
-        let charge = RdpCurve::zero(account.orders().clone());
-        account.charge(&charge, "submix-public")?;
-        self.responses += 1;
-        Ok(Release {
-            distribution: ensemble.public().to_vec(),
-            charge,
-            diagnostics: Diagnostics {
-                public_reason: Some(PublicReason::Stopped),
-                ..diagnostics
-            },
-        })
+    fn charge_curve(&mut self, orders: &Orders) -> Result<RdpCurve, MechanismError> {
+        if !matches!(&self.cached, Some((o, _)) if o == orders) {
+            self.cached = Some((orders.clone(), self.config.curve(orders)?));
+        }
+        Ok(self.cached.as_ref().expect("just filled").1.clone())
     }
 }
 
@@ -249,47 +160,58 @@ impl EnsembleMechanism for SubMix {
         _rng: &mut PrivacyRng,
         account: &mut dyn Account,
     ) -> Result<Release, MechanismError> {
-        let next = self.responses + 1;
-        if let Some(s) = &self.stopping
-            && (next == s.stop_before || next > s.responses)
-        {
-            self.stopped = true;
-        }
-        if self.stopped {
-            return self.public_answer(ensemble, account, Diagnostics::default());
-        }
+        let charge = self.charge_curve(account.orders())?;
         let dist = self.distribution(ensemble)?;
-        let losses = dist.part_losses(self.order)?;
-        let loss = losses.iter().copied().fold(0.0, f64::max);
-        let diagnostics = Diagnostics {
-            lambdas: dist.lambdas.clone(),
-            drawn: Vec::new(),
-            public_reason: None,
-            data_dependent_loss: Some(loss),
-            solver_evaluations: dist.solver_evaluations,
-        };
-        // Check before charging: a charge that would overshoot any part issues STOP.
-        let mut after = self.budgets.clone();
-        match after.try_charge(&losses) {
-            Ok(()) => {}
-            Err(AccountantError::PartBudgetExceeded { .. }) => {
-                self.stopped = true;
-                return self.public_answer(ensemble, account, diagnostics);
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let charge = dist.charge_curve(account.orders())?;
-        account.charge(&charge, "submix")?;
-        self.budgets = after;
-        self.responses += 1;
+        account.charge(&charge, self.name())?;
         Ok(Release {
             distribution: dist.output,
             charge,
-            diagnostics,
+            diagnostics: Diagnostics {
+                lambdas: dist.lambdas,
+                solver_evaluations: dist.solver_evaluations,
+                ..Diagnostics::default()
+            },
         })
     }
 
     fn name(&self) -> &'static str {
         "submix"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Unbudgeted;
+
+    #[test]
+    fn charges_the_data_independent_curve_and_checks_the_layout() {
+        let p0 = [0.5, 0.5];
+        let e =
+            Ensemble::from_probabilities(&p0, &[0.9, 0.1, 0.8, 0.2, 0.3, 0.7, 0.4, 0.6]).unwrap();
+        let orders = Orders::integers(8).unwrap();
+        let mut m = SubMix::new(SubmixConfig::new(2, 2.0, 0.5, 8.0, 0.1).unwrap());
+        let mut acc = Unbudgeted::new(orders.clone());
+        let mut rng = PrivacyRng::from_seed(1);
+        let out = m.step(&e, &mut rng, &mut acc).unwrap();
+        assert_eq!(out.charge, pmixed_curve(&orders, 8.0, 0.1, 2, 1.0).unwrap());
+        let three = Ensemble::from_probabilities(&p0, &[0.9, 0.1, 0.8, 0.2]).unwrap();
+        assert!(m.step(&three, &mut rng, &mut acc).is_err());
+        assert_eq!(acc.charges(), 1);
+        assert!(SubmixConfig::new(0, 2.0, 0.5, 8.0, 0.1).is_err());
+    }
+
+    #[test]
+    fn calibration_fits_the_budget() {
+        let orders = Orders::dp_accounting_default();
+        let c = SubmixConfig::calibrate(4.0, 1e-5, 256, 8, 2.0, 0.01, 36.0, &orders).unwrap();
+        let spent = c
+            .curve(&orders)
+            .unwrap()
+            .self_compose(256)
+            .epsilon(1e-5)
+            .unwrap()
+            .epsilon;
+        assert!(c.radius() > 0.0 && spent <= 4.0, "{spent}");
     }
 }

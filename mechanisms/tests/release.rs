@@ -9,7 +9,7 @@ use privmix_mechanisms::baselines::{
 };
 use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, Pmixed, PmixedConfig, PrivacyRng,
-    SubMix, Unbudgeted, sample_index,
+    SubMix, SubmixConfig, Unbudgeted, sample_index,
 };
 use proptest::prelude::*;
 
@@ -43,12 +43,14 @@ fn mechanisms(n: usize) -> Vec<Box<dyn EnsembleMechanism>> {
         Box::new(
             Adapmixed::new(AdapmixedConfig {
                 top_k: 4,
-                data_dependent_orders: Some(vec![2.0, 4.0]),
+                tracked_orders: Some(vec![2.0, 4.0]),
                 ..AdapmixedConfig::default()
             })
             .unwrap(),
         ),
-        Box::new(SubMix::new(n / 2, 2.0, 0.1, 10.0).unwrap()),
+        Box::new(SubMix::new(
+            SubmixConfig::new(n / 2, 2.0, 0.1, 8.0, 0.5).unwrap(),
+        )),
         Box::new(SubsampleAggregateLaplace::new(0.5).unwrap()),
         Box::new(Gnmax::new(1.0).unwrap()),
     ]

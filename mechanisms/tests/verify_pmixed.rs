@@ -10,9 +10,7 @@ use privmix_mechanisms::{
     Ensemble, EnsembleMechanism, Pmixed, PmixedConfig, PrivacyRng, Unbudgeted,
 };
 use proptest::prelude::*;
-use verifier::{
-    Law, ORDERS, SLACK, Table, assert_covered, bits, dsym_vec, mix, stateless_run_law,
-};
+use verifier::{Law, ORDERS, SLACK, Table, assert_covered, bits, dsym_vec, mix, stateless_run_law};
 
 /// The orders of the account in these runs.
 fn orders() -> Orders {

@@ -129,7 +129,9 @@ pub fn assert_covered(
 /// The coverage table as Markdown rows: mechanism | adjacency | T | cases | worst ratio.
 pub fn coverage_table() -> String {
     let table = COVERAGE.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = String::from("| mechanism | adjacency | T | cases | largest exact/charged |\n|---|---|---|---|---|\n");
+    let mut out = String::from(
+        "| mechanism | adjacency | T | cases | largest exact/charged |\n|---|---|---|---|---|\n",
+    );
     for ((m, a, t), (worst, cases)) in table.iter() {
         out.push_str(&format!("| {m} | {a} | {t} | {cases} | {worst:.4} |\n"));
     }

@@ -1,0 +1,233 @@
+//! AdaPMixED's individual Rényi filter and the data-independent account of a run.
+//!
+//! # The filter (Feldman & Zrnic, "Individual Privacy Accounting via a Rényi Filter",
+//! NeurIPS 2021, arXiv 2008.11193, Thm 3.1)
+//! Each member i keeps its own running loss at every tracked order β. Before each
+//! sub-step of a query (the screening, then the private answer) the member's loss for
+//! that sub-step, `ρ(i)`, is computed from the published history and from member i's
+//! own distribution only; if `spent(i) + ρ(i)` would exceed the budget `B(β)` at any
+//! tracked order, member i leaves for good: from then on its slot holds the public
+//! distribution p₀ and its data is never read again. With `W` the corpus whose member i
+//! is the public model throughout (an emptied shard), every sub-step's output on D and
+//! on W differ only in slot i, so its divergence is at most `ρ(i)` in both directions,
+//! and the filter theorem gives `D_β(run(D) ‖ run(W)) ≤ B(β)` and back, at each tracked
+//! order. The other members' decisions depend only on their own data and the history,
+//! so they are the same on D and W.
+//!
+//! Per sub-step, for an active member of N:
+//! * screening: the Gaussian mechanism's `β·Δ'²/(2σ²)` (data-independent);
+//! * private answer: `ln(1 + (e^{(β−1)dᵢ} − 1)/N)/(β − 1)` with `dᵢ ≥ Dsym_{α_c}(p̄ᵢ, p₀)`
+//!   (joint convexity of `Σ P^β Q^{1−β}` over the N slots, and monotonicity in the
+//!   order for β ≤ α_c); `dᵢ ≤ b` always, so `ρmax` with `dᵢ = b` bounds every member.
+//!
+//! # What is charged (data-independent)
+//! After t queries the run is, against W, within `G_t(β) = min(B(β), Σ_s ρmax_s(β))` at
+//! every tracked β, where `ρmax_s` is the screening cost plus, when query s was answered
+//! privately (a fact the screening's noisy decision publishes, so it is covered), the
+//! private answer's `ρmax`: the filter's guarantee and plain composition both hold, so
+//! their minimum does. A changed member (D against D′, both neighbours of W) costs, at
+//! every order α, by the weak triangle inequality (Mironov, "Rényi differential
+//! privacy", arXiv 1702.07476, Prop. 11) with p > 1,
+//!
+//! `U_t(α) = min_p (α − 1/p)/(α − 1)·G_t(pα) + G_t((pα − 1)/(p − 1))`,
+//!
+//! where `G_t` at an order between tracked ones takes the value at the next tracked order
+//! above (Rényi divergence is non-decreasing in the order) and +∞ above them all. Query t
+//! charges `U_t − U_{t−1}` (rounded up), so the account holds `U_t` after t queries:
+//! nothing in it depends on the data beyond the published screening decisions.
+
+use privmix_accountant::{Orders, RdpCurve};
+
+use crate::MechanismError;
+use crate::bounds::mixture_bound_up;
+
+/// The values of p tried in the weak triangle inequality.
+const TRIANGLE_P: [f64; 24] = [
+    1.02, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5, 1.6, 1.75, 1.9, 2.0, 2.25, 2.5, 2.75, 3.0, 3.5, 4.0,
+    5.0, 6.0, 8.0, 10.0, 16.0, 32.0,
+];
+
+/// A bound at the tracked orders, read at any order: the value at the smallest tracked
+/// order ≥ `order`, +∞ above them all.
+fn at_or_above(tracked: &[f64], values: &[f64], order: f64) -> f64 {
+    let i = tracked.partition_point(|&t| t < order);
+    values.get(i).copied().unwrap_or(f64::INFINITY)
+}
+
+/// `min_p (α − 1/p)/(α − 1)·g(pα) + g((pα − 1)/(p − 1))`, rounded up, for a bound `g`
+/// at the tracked orders (module docs): the changed-member RDP at α of a run within `g`
+/// of the emptied-member corpus in both directions.
+pub fn changed_member_epsilon(tracked: &[f64], g: &[f64], alpha: f64) -> f64 {
+    if g.iter().all(|&x| x == 0.0) {
+        return 0.0;
+    }
+    let am1 = (alpha - 1.0).next_down();
+    let mut best = f64::INFINITY;
+    for &p in &TRIANGLE_P {
+        let first_order = (p * alpha).next_up();
+        let second_order = ((first_order - 1.0).next_up() / (p - 1.0).next_down()).next_up();
+        let coefficient = ((alpha - (1.0 / p).next_down()).next_up() / am1).next_up();
+        let a = at_or_above(tracked, g, first_order);
+        let b = at_or_above(tracked, g, second_order);
+        if a.is_finite() && b.is_finite() {
+            best = best.min(((coefficient * a).next_up() + b).next_up());
+        }
+    }
+    best
+}
+
+/// The per-member filter of one AdaPMixED run: each member's spent loss and whether it
+/// is still active, the run's data-independent bound `G_t` against the emptied-member
+/// corpus, and the changed-member curve already charged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberFilter {
+    tracked: Vec<f64>,
+    budget: Option<Vec<f64>>,
+    spent: Vec<Vec<f64>>,
+    active: Vec<bool>,
+    worst: Vec<f64>,
+    charged: Option<(Orders, Vec<f64>)>,
+}
+
+impl MemberFilter {
+    /// A fresh filter for `members` members at the `tracked` orders (increasing), with a
+    /// budget per tracked order (`None`: no filter, members never leave).
+    pub fn new(members: usize, tracked: Vec<f64>, budget: Option<Vec<f64>>) -> Self {
+        let k = tracked.len();
+        Self {
+            tracked,
+            budget,
+            spent: vec![vec![0.0; k]; members],
+            active: vec![true; members],
+            worst: vec![0.0; k],
+            charged: None,
+        }
+    }
+
+    /// The number of members the filter was made for.
+    pub fn members(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Whether each member is still active (for audits; this is private state and must
+    /// not be published).
+    pub fn active(&self) -> &[bool] {
+        &self.active
+    }
+
+    /// Offers member `i` a loss (one value per tracked order): if it fits the budget the
+    /// member pays it and stays (true); else it leaves for good (false). Inactive
+    /// members stay out.
+    pub fn admit(&mut self, i: usize, loss: &[f64]) -> bool {
+        if !self.active[i] {
+            return false;
+        }
+        let after: Vec<f64> = self.spent[i]
+            .iter()
+            .zip(loss)
+            .map(|(&s, &l)| (s + l).next_up())
+            .collect();
+        let fits = match &self.budget {
+            None => true,
+            Some(b) => after.iter().zip(b).all(|(a, b)| a <= b),
+        };
+        if fits {
+            self.spent[i] = after;
+        } else {
+            self.active[i] = false;
+        }
+        fits
+    }
+
+    /// Adds one sub-step's worst-case loss to `G` (every member's loss is at most it).
+    pub fn add_worst(&mut self, loss: &[f64]) {
+        for (w, &l) in self.worst.iter_mut().zip(loss) {
+            *w = (*w + l).next_up();
+        }
+    }
+
+    /// `G_t` at the tracked orders: `min(B, Σ worst)`.
+    pub fn bound(&self) -> Vec<f64> {
+        match &self.budget {
+            None => self.worst.clone(),
+            Some(b) => self.worst.iter().zip(b).map(|(&w, &b)| w.min(b)).collect(),
+        }
+    }
+
+    /// The charge that brings the account to `U_t` at `orders`: `U_t − U_{t−1}` rounded
+    /// up (+∞ at an order the first time `U` is +∞ there, then 0).
+    pub fn next_charge(&mut self, orders: &Orders) -> Result<RdpCurve, MechanismError> {
+        let g = self.bound();
+        let now: Vec<f64> = orders
+            .as_slice()
+            .iter()
+            .map(|&a| changed_member_epsilon(&self.tracked, &g, a))
+            .collect();
+        let before = match &self.charged {
+            Some((o, v)) if o == orders => v.clone(),
+            _ => vec![0.0; orders.len()],
+        };
+        let step: Vec<f64> = now
+            .iter()
+            .zip(&before)
+            .map(|(&n, &b)| {
+                if b == f64::INFINITY {
+                    0.0
+                } else if n == f64::INFINITY {
+                    n
+                } else {
+                    (n - b).next_up().max(0.0)
+                }
+            })
+            .collect();
+        self.charged = Some((orders.clone(), now));
+        Ok(RdpCurve::new(orders.clone(), step)?)
+    }
+}
+
+/// The private answer's loss of a member within `d` of p₀ (at α_c), among `members`,
+/// at each tracked order (module docs).
+pub fn private_loss(tracked: &[f64], d: f64, members: usize) -> Vec<f64> {
+    let w = (1.0 / members as f64).next_up().min(1.0);
+    tracked.iter().map(|&b| mixture_bound_up(b, d, w)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_triangle_picks_the_best_split_and_needs_higher_orders() {
+        let tracked = [2.0, 4.0, 8.0, 16.0];
+        let g = [0.1, 0.2, 0.4, 0.8];
+        // α = 2, p = 2: (2 − 1/2)/1·g(4) + g(3 → 4) = 1.5·0.2 + 0.2 = 0.5 at most.
+        let e = changed_member_epsilon(&tracked, &g, 2.0);
+        assert!(e > 0.0 && e <= 0.5 + 1e-12, "{e}");
+        // Above what the tracked orders reach: +∞.
+        assert_eq!(changed_member_epsilon(&tracked, &g, 16.0), f64::INFINITY);
+        assert_eq!(changed_member_epsilon(&tracked, &[0.0; 4], 16.0), 0.0);
+    }
+
+    #[test]
+    fn the_filter_drops_a_member_that_would_overspend_and_charges_increments() {
+        let tracked = vec![2.0, 4.0];
+        let mut f = MemberFilter::new(2, tracked.clone(), Some(vec![1.0, 2.0]));
+        assert!(f.admit(0, &[0.6, 0.6]));
+        assert!(!f.admit(0, &[0.6, 0.6]));
+        assert!(!f.admit(0, &[0.0, 0.0]), "a member that left stays out");
+        assert!(f.admit(1, &[0.6, 0.6]));
+        assert_eq!(f.active(), &[false, true]);
+        let orders = Orders::new(vec![1.5, 2.0]).unwrap();
+        f.add_worst(&[0.6, 0.6]);
+        let c1 = f.next_charge(&orders).unwrap();
+        f.add_worst(&[0.6, 0.6]);
+        let c2 = f.next_charge(&orders).unwrap();
+        // G is capped by B: (1.0, 1.2) after two steps.
+        let g = f.bound();
+        assert_eq!(g[0], 1.0);
+        assert!(g[1] >= 1.2 && g[1] < 1.2 + 1e-14, "{g:?}");
+        let total = c1.compose(&c2).unwrap();
+        let u = changed_member_epsilon(&tracked, &f.bound(), 1.5);
+        assert!(total.at(1.5).unwrap() >= u);
+    }
+}
