@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::round::{add_up, div_up, exp_up, ln_up, mul_up, sub_down, sub_up};
 use crate::{AccountantError, Orders, RdpCurve};
+use privmix_renyi::round::{add_up, div_up, exp_up, ln_up, mul_up, sub_down, sub_up};
 
 /// Orders above this are not amplified (cost grows linearly with the order);
 /// they keep the unamplified value, which is always a valid bound.

@@ -5,8 +5,8 @@
 //! output that would have overspent — unlike SubMix's reference code, which
 //! checks the budget before charging and lets the last query overshoot.
 
-use crate::round::{add_up, ln_up, mul_up, sub_down, u64_up};
 use crate::{AccountantError, EpsilonDelta, Orders, RdpCurve};
+use privmix_renyi::round::{add_up, ln_up, mul_up, sub_down, u64_up};
 
 /// Checks a budget value: finite and ≥ 0.
 fn check_limit(name: &'static str, value: f64) -> Result<(), AccountantError> {

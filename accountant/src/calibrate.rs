@@ -13,6 +13,7 @@ use crate::events::{check_non_negative, pmixed_query_at};
 use crate::poisson::poisson_amplify_analytic;
 use crate::without_replacement::without_replacement_amplify_analytic;
 use crate::{AccountantError, Orders, RdpCurve, poisson_subsampled_gaussian};
+use privmix_renyi::round::mul_up;
 
 /// Relative width of the final bracket of every calibration.
 pub const REL_TOL: f64 = 1e-9;
@@ -218,9 +219,8 @@ pub fn dps_mozo_total(
     tokens: u64,
 ) -> Result<RdpCurve, AccountantError> {
     check_non_negative("beta", beta)?;
-    let four_beta = crate::round::mul_up(4.0, beta);
-    let per_token =
-        without_replacement_amplify_analytic(orders, q, &|a| crate::round::mul_up(four_beta, a))?;
+    let four_beta = mul_up(4.0, beta);
+    let per_token = without_replacement_amplify_analytic(orders, q, &|a| mul_up(four_beta, a))?;
     Ok(per_token.self_compose(tokens))
 }
 

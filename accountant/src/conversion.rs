@@ -19,8 +19,8 @@
 //! # Orders close to 1
 //!
 //! dp_accounting skips bound 1 for α ≤ 1.01 because its float evaluation is
-//! inaccurate there. Here every operation is rounded outward (see `round.rs`):
-//! `α − 1` is bracketed, `ln(1 − 1/α)` is evaluated as `ln(α − 1) − ln α` for
+//! inaccurate there. Here every operation is rounded outward (see
+//! `privmix_renyi::round`): `α − 1` is bracketed, `ln(1 − 1/α)` is evaluated as `ln(α − 1) − ln α` for
 //! α < 2 (no cancellation), so the computed value is a valid upper bound at
 //! *every* order α > 1 and all orders take part in the minimum. Near α = 1 the
 //! bound is simply large (the `ln(1/δ)/(α−1)` term) and never wins in practice.
@@ -33,11 +33,11 @@
 //! OpenDP's outward-rounded arithmetic. The only assumption is a faithful libm
 //! (`ln`, `exp`, `ln_1p`, `exp_m1` within one ulp).
 
-use crate::round::{
+use crate::{AccountantError, RdpCurve};
+use privmix_renyi::round::{
     add_down, add_up, div_down, div_up, exp_m1_down, exp_up, ln_1p_up, ln_down, ln_up, mul_down,
     mul_up, sub_down, sub_up,
 };
-use crate::{AccountantError, RdpCurve};
 
 /// An (ε, δ)-DP guarantee derived from an RDP curve, and the order that gave it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::AccountantError;
-use crate::round::{add_up, mul_up, u64_up};
+use privmix_renyi::round::{add_up, mul_up, u64_up};
 
 /// A sorted, duplicate-free set of Rényi orders α > 1 (finite).
 ///

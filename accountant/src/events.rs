@@ -1,11 +1,11 @@
 //! RDP curves of the mechanisms privmix runs, each rounded up.
 
 use crate::amplify::check_sigma;
-use crate::round::{
+use crate::{AccountantError, Orders, RdpCurve};
+use privmix_renyi::round::{
     add_up, div_up, exp_m1_up, exp_up, ln_1p_up, ln_down, mul_down, mul_up, sub_down, sub_up,
     u64_down,
 };
-use crate::{AccountantError, Orders, RdpCurve};
 
 /// Checks a finite, non-negative parameter.
 pub(crate) fn check_non_negative(name: &'static str, value: f64) -> Result<(), AccountantError> {

@@ -6,7 +6,7 @@
 //! is a valid upper bound however much the terms cancel. This is what keeps
 //! a signed series from ever reporting a value below the true one (or below 0).
 
-use crate::round::{
+use privmix_renyi::round::{
     add_down, add_up, div_down, div_up, exp_down, exp_up, ln_down, ln_up, mul_down, mul_up,
 };
 

@@ -4,11 +4,11 @@
 use crate::amplify::{
     IntegerBounds, amplified_curve, as_integer_order, check_q, check_sigma, log_sum_exp_up,
 };
-use crate::round::{
-    add_up, div_up, exp_m1_up, exp_up, ln_1p_up, ln_up, mul_down, mul_up, sub_down,
-};
 use crate::special::ln_binomials_up;
 use crate::{AccountantError, Orders, RdpCurve};
+use privmix_renyi::round::{
+    add_up, div_up, exp_m1_up, exp_up, ln_1p_up, ln_up, mul_down, mul_up, sub_down,
+};
 
 mod gaussian_fractional;
 

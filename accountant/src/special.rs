@@ -2,7 +2,7 @@
 //! `ln erfc` and logarithms of (generalised) binomial coefficients.
 
 use crate::interval::Interval;
-use crate::round::{add_down, add_up, ln_down, ln_up, mul_down, mul_up};
+use privmix_renyi::round::{add_down, add_up, ln_down, ln_up, mul_down, mul_up};
 
 /// Relative error allowed for `libm::erfc` below the asymptotic range: 4 ulps.
 ///

@@ -11,9 +11,9 @@ use crate::amplify::{
 };
 use crate::interval::Interval;
 use crate::poisson::gaussian_rdp_up;
-use crate::round::{add_up, exp_m1_up, ln_up, mul_up};
 use crate::special::{ln_binomials, ln_binomials_up};
 use crate::{AccountantError, Orders, RdpCurve};
+use privmix_renyi::round::{add_up, exp_m1_up, ln_up, mul_up};
 
 /// Orders up to this use Thm 27's forward differences for the Gaussian (as
 /// dp_accounting does); above it, the Thm 9 terms, which Thm 27 refines.

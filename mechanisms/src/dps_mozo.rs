@@ -61,6 +61,7 @@ use privmix_mixing::{
     DEFAULT_LOGIT_UPPER, LogitMixing, MixingError, gather, log_softmax, top_k_indices,
 };
 use privmix_renyi::Order;
+use privmix_renyi::round::{div_up, mul_up, usize_down, usize_up};
 use rand::Rng;
 
 use crate::MechanismError;
@@ -181,7 +182,7 @@ fn sampling_rate(n_shots: usize, dataset_size: usize) -> Result<f64, MechanismEr
     if n_shots == dataset_size {
         return Ok(1.0);
     }
-    Ok((n_shots as f64 / dataset_size as f64).next_up().min(1.0))
+    Ok(div_up(usize_up(n_shots), usize_down(dataset_size)).min(1.0))
 }
 
 /// The pure-DP ε of one token for a fixed subset: `4b` (exact in f64 unless it overflows).
@@ -199,17 +200,8 @@ pub fn dps_mozo_token_curve(orders: &Orders, radius: f64) -> Result<RdpCurve, Me
 
 /// `α ↦ min(e, α·e²/2)` rounded up, for a pure-DP ε `e`.
 fn token_curve(orders: &Orders, e: f64) -> Result<RdpCurve, AccountantError> {
-    let e2 = up(e * e);
-    RdpCurve::from_fn(orders.clone(), |a| e.min(up(a * e2) / 2.0))
-}
-
-/// Rounds a computed non-negative value up by one ulp (0 and +∞ stay).
-fn up(x: f64) -> f64 {
-    if x == 0.0 || x == f64::INFINITY {
-        x
-    } else {
-        x.next_up()
-    }
+    let e2 = mul_up(e, e);
+    RdpCurve::from_fn(orders.clone(), |a| e.min(div_up(mul_up(a, e2), 2.0)))
 }
 
 /// The RDP curve charged per generated token: [`dps_mozo_token_curve`] amplified by

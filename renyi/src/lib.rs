@@ -50,7 +50,8 @@
 //! `α − 1 < 0.125` the `expm1` form keeps the error near `ε·E_p|log p/q|` instead of
 //! `ε/(α−1)`. The log-space kernels lose a further `ε·|log p|` per term (ulps of the
 //! logarithms). The tests check agreement with 60-digit mpmath values to 1e-13 relative.
-//! Callers that report a privacy bound should round it up.
+//! Callers that report a privacy bound should round it up, with [`round`]: the
+//! outward-rounded arithmetic every privmix crate uses for its privacy numbers.
 //!
 //! ## Example
 //!
@@ -86,6 +87,7 @@ mod mixture_log;
 mod mixture_max;
 mod order;
 mod ratio;
+pub mod round;
 mod rows;
 mod scalar;
 pub mod simd;

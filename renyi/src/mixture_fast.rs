@@ -30,6 +30,7 @@
 //! positive value is rounded up by one ulp so that rounding errs on the safe side.
 
 use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8, powi_u32};
+use crate::round::step_up;
 use crate::validate::ProbSummary;
 use crate::{Order, ValueAndSlope};
 
@@ -616,12 +617,11 @@ fn at_most_one(x: f64) -> f64 {
 }
 
 /// A computed divergence, clamped at 0 (rounding can only make it negative) and, when
-/// positive, moved up one ulp so that the rounding of the closed forms never lowers it.
+/// positive, moved up one ulp ([`crate::round::step_up`]) so that the last rounding of
+/// the closed forms never lowers it. This is not an enclosure of the exact divergence
+/// (the sums carry many roundings): callers that must bound the exact value enlarge
+/// their margin by the error model of `privmix-mixing`'s `enforced_radius`.
 fn round_up(value: f64) -> f64 {
     let v = non_negative(value);
-    if v > 0.0 && v.is_finite() {
-        v.next_up()
-    } else {
-        v
-    }
+    if v > 0.0 { step_up(v) } else { v }
 }

@@ -39,11 +39,11 @@
 //! negligible against `A_α − 1` (or a cap is reached, which only loosens).
 
 use crate::interval::Interval;
-use crate::round::{
+use crate::special::{Binomials, ln_erfc};
+use privmix_renyi::round::{
     add_up, exp_m1_down, exp_m1_up, exp_up, ln_1p_down, ln_1p_up, ln_down, ln_up, mul_down,
     sqrt_down, sqrt_up, sub_up,
 };
-use crate::special::{Binomials, ln_erfc};
 
 /// Stop once the tail bound is below this fraction of `A − 1` …
 const TAIL_REL_TOL: f64 = 1e-10;
