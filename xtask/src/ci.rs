@@ -1,8 +1,53 @@
-//! The backend checks of `cargo xtask test` beyond the default (flex) test run:
-//! the models' tests on wgpu through Mesa's lavapipe, and a `cargo check` of the
-//! CUDA backend, which cannot run without an NVIDIA GPU but must keep compiling.
+//! The test runs of `cargo xtask test`: the workspace's tests with a pinned
+//! proptest seed, then the backend checks beyond the default (flex) test run: the
+//! models' tests on wgpu through Mesa's lavapipe, and a `cargo check` of the CUDA
+//! backend, which cannot run without an NVIDIA GPU but must keep compiling.
 
+use std::ffi::OsStr;
 use std::path::Path;
+
+/// The proptest seed CI uses when `PROPTEST_RNG_SEED` is not set: every property
+/// test then draws the same cases on every run of a commit, so a failure seen once
+/// is seen again (and its shrunk case is written to the test's
+/// `.proptest-regressions` file beside the source, which is committed).
+const PROPTEST_SEED: u64 = 0x5052_4956_4d49_5845; // "PRIVMIXE"
+
+/// Proptest's ChaCha generator: the algorithm is pinned with the seed, so that a
+/// change of proptest's default cannot change the cases.
+const PROPTEST_ALGORITHM: &str = "cc";
+
+/// The seed for this run: `PROPTEST_RNG_SEED` from the environment when it is set
+/// (to reproduce or widen a run), else [`PROPTEST_SEED`].
+fn proptest_seed() -> Result<u64, String> {
+    match std::env::var("PROPTEST_RNG_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| format!("PROPTEST_RNG_SEED={s:?} is not a u64")),
+        Err(std::env::VarError::NotPresent) => Ok(PROPTEST_SEED),
+        Err(e) => Err(format!("PROPTEST_RNG_SEED: {e}")),
+    }
+}
+
+/// `cargo test --workspace --no-fail-fast` with proptest's seed and algorithm
+/// exported (`PROPTEST_RNG_SEED`, `PROPTEST_RNG_ALGORITHM`) and printed, so that
+/// every property test is deterministic on a given commit and a failure can be
+/// rerun with the printed command.
+pub(crate) fn workspace_tests() -> Result<(), String> {
+    let seed = proptest_seed()?.to_string();
+    eprintln!(
+        "xtask: proptest seed {seed}, algorithm {PROPTEST_ALGORITHM} (rerun a failing \
+         property test with PROPTEST_RNG_SEED={seed} \
+         PROPTEST_RNG_ALGORITHM={PROPTEST_ALGORITHM} cargo test -p <crate> <test>)"
+    );
+    crate::cargo_with_env(
+        &["test", "--workspace", "--no-fail-fast"],
+        &[
+            ("PROPTEST_RNG_SEED", OsStr::new(&seed)),
+            ("PROPTEST_RNG_ALGORITHM", OsStr::new(PROPTEST_ALGORITHM)),
+        ],
+    )
+}
 
 /// Where Debian's `mesa-vulkan-drivers` puts the lavapipe (CPU Vulkan) driver manifest.
 const LAVAPIPE_ICD_DIR: &str = "/usr/share/vulkan/icd.d";

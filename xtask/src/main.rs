@@ -223,8 +223,9 @@ fn test(tests_only: bool) -> Result<(), String> {
     // ICL tests of privmix-bench WordNet's nouns (~15 MB).
     data::run(std::path::Path::new("models-cache"))?;
     wordnet::run(std::path::Path::new("models-cache"))?;
-    // `cargo test` runs unit, integration, property and doc tests (models on flex).
-    cargo(&["test", "--workspace", "--no-fail-fast"])?;
+    // `cargo test` runs unit, integration, property and doc tests (models on flex),
+    // with proptest's seed pinned and printed (see `ci::workspace_tests`).
+    ci::workspace_tests()?;
     ci::wgpu_tests()?;
     ci::cuda_check()?;
     // The README's main job, end to end on the tiny model (release build of the bench).
