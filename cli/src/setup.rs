@@ -10,7 +10,7 @@ use privmix_ensemble::runner::EnsembleRunner;
 use privmix_ensemble::stacked::FactorPrecision;
 use privmix_mechanisms::baselines::{NonPrivateEnsemble, PublicOnly};
 use privmix_mechanisms::{
-    Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix,
+    Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix, SubmixConfig,
 };
 use privmix_models::gguf::GgufFile;
 use privmix_models::{DecodeProducts, KvPrecision, LanguageModel, Model, Tokenizer};
@@ -164,6 +164,8 @@ pub fn build_mechanism(
         }
         MechanismKind::Adapmixed => {
             need_members(1)?;
+            // The filter budget is calibrated so that the whole run, however many
+            // tokens it answers, fits the budget ε at δ.
             let config = AdapmixedConfig {
                 alpha_c: p.alpha_c,
                 radius: p.radius.unwrap_or(3.6),
@@ -171,7 +173,8 @@ pub fn build_mechanism(
                 threshold: p.threshold,
                 top_k: p.top_k,
                 ..AdapmixedConfig::default()
-            };
+            }
+            .with_calibrated_filter(plan.epsilon, plan.delta, n, plan.orders)?;
             (Box::new(Adapmixed::new(config)?), all)
         }
         MechanismKind::Submix => {
@@ -184,11 +187,23 @@ pub fn build_mechanism(
                     ),
                 ));
             }
-            let part_budget = p.part_budget.unwrap_or(plan.epsilon);
-            let beta = p.beta.unwrap_or(part_budget / plan.queries.max(1) as f64);
+            let beta = p.beta.unwrap_or(plan.epsilon / plan.queries.max(1) as f64);
+            let config = match p.radius {
+                Some(radius) => SubmixConfig::new(n / 2, p.submix_alpha, beta, p.alpha_c, radius)?,
+                None => SubmixConfig::calibrate(
+                    plan.epsilon,
+                    plan.delta,
+                    plan.queries.max(1),
+                    n / 2,
+                    p.submix_alpha,
+                    beta,
+                    p.alpha_c,
+                    plan.orders,
+                )?,
+            };
             let pairs: Vec<(usize, usize)> = (0..n / 2).map(|k| (2 * k, 2 * k + 1)).collect();
             (
-                Box::new(SubMix::new(n / 2, p.submix_alpha, beta, part_budget)?),
+                Box::new(SubMix::new(config)),
                 RowLayout::submix_pairs(&pairs),
             )
         }

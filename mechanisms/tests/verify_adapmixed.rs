@@ -87,11 +87,15 @@ fn ensemble(public: &[f64], members: &[Vec<f64>]) -> Ensemble {
     Ensemble::from_probabilities(public, &members.concat()).unwrap()
 }
 
+/// One branch of a run: the mechanism and account as they stand, the context, the
+/// transcript so far and its probability.
+type Branch = (Adapmixed, Unbudgeted, Vec<u32>, Vec<Outcome>, f64);
+
 /// The transcript law of a `steps`-query run on `table`.
 fn run_law(mech: &Adapmixed, table: &Table, steps: usize, noise: &[(Vec<i64>, f64)]) -> Law {
     let c = mech.config().clone();
     let mut law = Law::new();
-    let mut frontier: Vec<(Adapmixed, Unbudgeted, Vec<u32>, Vec<Outcome>, f64)> = vec![(
+    let mut frontier: Vec<Branch> = vec![(
         mech.clone(),
         Unbudgeted::new(orders()),
         Vec::new(),

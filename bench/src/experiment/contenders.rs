@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use privmix_accountant::{Budget, Orders, RdpCurve};
+use privmix_accountant::{Budget, Orders};
 use privmix_mechanisms::baselines::{NonPrivateEnsemble, PublicOnly};
 use privmix_mechanisms::{
     Account, Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, MechanismError, Pmixed,
-    PmixedConfig, PrivacyRng, PublicReason, Release, SubMix, Unbudgeted,
+    PmixedConfig, PrivacyRng, PublicReason, Release, SubMix, SubmixConfig, Unbudgeted,
 };
 
 use super::ExperimentConfig;
@@ -21,15 +21,13 @@ enum Accounting {
     Budget(Budget),
     /// No budget: the public model (charges 0) and the non-private ensemble (+∞).
     Free(Unbudgeted),
-    /// SubMix keeps its own per-part budgets; the account only records (at SubMix's order).
-    Submix(Unbudgeted),
 }
 
 enum Mechanism {
     Public(PublicOnly),
     Ensemble(NonPrivateEnsemble),
     Pmixed(Pmixed),
-    Adapmixed(Adapmixed),
+    Adapmixed(Box<Adapmixed>),
     Submix(SubMix),
 }
 
@@ -82,13 +80,13 @@ impl Contender {
     ) -> Result<Release, MechanismError> {
         let account: &mut dyn Account = match &mut self.accounting {
             Accounting::Budget(b) => b,
-            Accounting::Free(u) | Accounting::Submix(u) => u,
+            Accounting::Free(u) => u,
         };
         let mechanism: &mut dyn EnsembleMechanism = match &mut self.mechanism {
             Mechanism::Public(m) => m,
             Mechanism::Ensemble(m) => m,
             Mechanism::Pmixed(m) => m,
-            Mechanism::Adapmixed(m) => m,
+            Mechanism::Adapmixed(m) => m.as_mut(),
             Mechanism::Submix(m) => m,
         };
         mechanism.release(ensemble, rng, account)
@@ -97,13 +95,8 @@ impl Contender {
     /// ε spent so far at δ (None: infinite).
     fn spent(&self) -> Result<Option<f64>, BenchError> {
         let eps = match (&self.accounting, &self.mechanism) {
-            (Accounting::Submix(_), Mechanism::Submix(s)) => {
-                s.budgets().spent_epsilon(self.delta)?.epsilon
-            }
             (Accounting::Budget(b), _) => b.spent_epsilon(self.delta)?.epsilon,
-            (Accounting::Free(u), _) | (Accounting::Submix(u), _) => {
-                u.spent().epsilon(self.delta)?.epsilon
-            }
+            (Accounting::Free(u), _) => u.spent().epsilon(self.delta)?.epsilon,
         };
         Ok(eps.is_finite().then_some(eps))
     }
@@ -119,7 +112,6 @@ impl Contender {
             Ok(release) => {
                 match release.diagnostics.public_reason {
                     Some(PublicReason::Screened) => self.result.screened += 1,
-                    Some(PublicReason::Stopped) => self.result.stopped += 1,
                     Some(_) => {}
                     None => self.result.private_answers += 1,
                 }
@@ -167,31 +159,6 @@ impl Contender {
         self.result.spent_epsilon = self.spent()?;
         Ok(self.result)
     }
-}
-
-/// The SubMix order and per-part RDP budget for a target (ε, δ): the smallest
-/// integer order α ≥ 2 whose budget `r` (Balle et al. 2020 conversion inverted)
-/// keeps at least half of ε, then `r` shrunk until the accountant's own
-/// conversion of `(α, r)` is ≤ ε as evaluated. SubMix's guarantee is `(α, r)`-RDP
-/// for every part (submix.txt Prop. 3.1), so its ε is that conversion.
-pub fn submix_budget(epsilon: f64, delta: f64) -> Result<(f64, f64), BenchError> {
-    for alpha in 2..=256u32 {
-        let a = f64::from(alpha);
-        let mut r = epsilon - (-1.0 / a).ln_1p() + (delta.ln() + a.ln()) / (a - 1.0);
-        if r < 0.5 * epsilon {
-            continue;
-        }
-        for _ in 0..64 {
-            let converted = RdpCurve::single(a, r)?.epsilon(delta)?.epsilon;
-            if converted <= epsilon {
-                return Ok((a, r));
-            }
-            r *= 1.0 - 1e-9;
-        }
-    }
-    Err(BenchError::Config(format!(
-        "no SubMix order up to 256 keeps half of ε = {epsilon} at δ = {delta}"
-    )))
 }
 
 pub(crate) fn contenders(
@@ -253,34 +220,42 @@ pub(crate) fn contenders(
             sigma,
             threshold,
             top_k,
-            data_dependent_orders: Some(plan.data_dependent_orders.clone()),
             ..AdapmixedConfig::default()
-        };
+        }
+        .with_calibrated_filter(eps, delta, n, orders)?;
         let parameters = format!(
-            "α_c {}, radius {}, σ {sigma}, T {threshold}, k {top_k}, until the budget refuses",
+            "α_c {}, radius {}, σ {sigma}, T {threshold}, k {top_k}, member filter calibrated to the whole run",
             ada.alpha_c, ada.radius
         );
         out.push(Contender::new(
-            Mechanism::Adapmixed(Adapmixed::new(ada)?),
+            Mechanism::Adapmixed(Box::new(Adapmixed::new(ada)?)),
             Accounting::Budget(budget()?),
             "adapmixed",
             Some(eps),
             parameters,
             delta,
         ));
-        let (alpha, part_budget) = submix_budget(eps, delta)?;
-        let beta = part_budget / queries as f64;
+        let beta = eps / queries as f64;
+        let submix = SubmixConfig::calibrate(
+            eps,
+            delta,
+            queries,
+            n / 2,
+            2.0,
+            beta,
+            plan.pmixed_alpha_c,
+            orders,
+        )?;
         out.push(Contender::new(
-            Mechanism::Submix(SubMix::new(n / 2, alpha, beta, part_budget)?),
-            // SubMix's guarantee is its part budgets at its one order α; the account only
-            // records, so it holds that order alone (a charge curve at every default
-            // order costs ~150 divergence passes per query, most at fractional orders).
-            Accounting::Submix(Unbudgeted::new(Orders::new(vec![alpha])?)),
+            Mechanism::Submix(SubMix::new(submix)),
+            Accounting::Budget(budget()?),
             "submix",
             Some(eps),
             format!(
-                "{} parts, α {alpha}, part budget {part_budget:.4}, β {beta:.3e} (budget / queries)",
-                n / 2
+                "{} parts, pair test α 2, β {beta:.3e} (ε / queries), α_c {}, radius {:.4e}, calibrated to {queries} queries",
+                n / 2,
+                submix.alpha_c(),
+                submix.radius()
             ),
             delta,
         ));

@@ -32,7 +32,6 @@ use privmix_models::{LanguageModel, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-pub use contenders::submix_budget;
 pub use data::{ExperimentData, prepare_data};
 pub use members::{TrainedMembers, TrainingPlan, train_members};
 pub use scoring::{MechanismResult, ScoringPlan, score_mechanisms};

@@ -6,7 +6,7 @@
 //! block, then the mean over blocks. Each query is charged to the mechanism's
 //! account exactly as if its token had been sampled and released
 //! ([`privmix_mechanisms::EnsembleMechanism::release`]), in order, so a budget that runs out, a
-//! SubMix STOP or an AdaPMixED screen affect the later queries as when serving.
+//! an AdaPMixED screen or a member leaving its filter affect the later queries as when serving.
 
 use burn::backend::Flex;
 use privmix_accountant::Orders;
@@ -36,8 +36,6 @@ pub struct ScoringPlan {
     pub adapmixed_radius: f64,
     /// AdaPMixED: screening noise σ, threshold T and top-k (Table 4: 1e-2, 4.5, 60).
     pub screen: (f64, f64, usize),
-    /// AdaPMixED: orders at which the data-dependent loss is computed.
-    pub data_dependent_orders: Vec<f64>,
 }
 
 impl Default for ScoringPlan {
@@ -49,7 +47,6 @@ impl Default for ScoringPlan {
             pmixed_q: 1.0,
             adapmixed_radius: table4.radius,
             screen: (table4.sigma, table4.threshold, table4.top_k),
-            data_dependent_orders: vec![2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0],
         }
     }
 }

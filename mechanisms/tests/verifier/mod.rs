@@ -41,7 +41,7 @@ pub const ORDERS: [f64; 8] = [1.5, 2.0, 3.0, 4.0, 8.0, 12.0, 16.0, 18.0];
 /// `ln Σ_x exp(terms_x)`, stable.
 fn log_sum_exp(terms: &[f64]) -> f64 {
     let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if max == f64::NEG_INFINITY || max == f64::INFINITY {
+    if max.is_infinite() {
         return max;
     }
     max + terms.iter().map(|t| (t - max).exp()).sum::<f64>().ln()
@@ -89,8 +89,10 @@ pub fn mix(lambda: f64, p: &[f64], p0: &[f64]) -> Vec<f64> {
 
 /// The worst ratio exact/charged found, per (mechanism, adjacency, T), for the README's
 /// coverage table (printed by each verifier file's `coverage` test).
-pub static COVERAGE: Mutex<BTreeMap<(String, String, usize), (f64, usize)>> =
-    Mutex::new(BTreeMap::new());
+/// (mechanism, adjacency, T) → (worst ratio, cases).
+pub type Coverage = BTreeMap<(String, String, usize), (f64, usize)>;
+
+pub static COVERAGE: Mutex<Coverage> = Mutex::new(BTreeMap::new());
 
 /// Checks `D_α(a ‖ b)` and `D_α(b ‖ a)` against `charged(α)` at every order of
 /// [`ORDERS`], records the worst ratio under `key`, and panics naming the case on an
@@ -203,13 +205,16 @@ pub fn distribution(rng: &mut Mix64, v: usize, shape: Shape) -> Vec<f64> {
     w.into_iter().map(|x| x / s).collect()
 }
 
+/// One context's public distribution and member distributions.
+pub type Row = (Vec<f64>, Vec<Vec<f64>>);
+
 /// An adaptive query table: the public and member distributions for every context
 /// (the tokens released so far), V tokens, up to `depth` released tokens.
 #[derive(Debug, Clone)]
 pub struct Table {
     pub vocab: usize,
     /// context → (public, members[i]).
-    pub rows: BTreeMap<Vec<u32>, (Vec<f64>, Vec<Vec<f64>>)>,
+    pub rows: BTreeMap<Vec<u32>, Row>,
 }
 
 impl Table {
