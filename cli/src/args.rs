@@ -19,11 +19,18 @@ pub struct Cli {
 pub enum Command {
     /// Generate text privately; the text goes to stdout, the spent ε to stderr
     /// (or everything as JSON lines on stdout with --json).
+    ///
+    /// Timing: how long a step takes depends on the private data (solver evaluations,
+    /// screening, fallbacks to the public model), so the moment each token appears can
+    /// leak what the ledger does not charge for. --step-time-ms releases every token at a
+    /// fixed, data-independent deadline.
     Generate(GenerateArgs),
     /// Perplexity of a mechanism's predictions on a text file (teacher forcing over
-    /// fixed-length blocks), with the ε the evaluation's queries would cost.
+    /// fixed-length blocks). No privacy charge covers a perplexity (a mechanism's
+    /// guarantee is for tokens sampled from its distributions, not the distributions),
+    /// so over private adapters it needs --no-privacy and is marked non-private.
     Score(ScoreArgs),
-    /// Inspect a privacy ledger.
+    /// Inspect or change a privacy ledger.
     Ledger {
         /// What to do with it.
         #[command(subcommand)]
@@ -47,10 +54,23 @@ pub enum LedgerAction {
         /// The ledger file.
         path: PathBuf,
     },
-    /// Every record as one JSON object a line on stdout.
+    /// Every record as one JSON object a line on stdout (the header first).
     Export {
         /// The ledger file.
         path: PathBuf,
+    },
+    /// Set a new budget, recorded in the ledger with the time (the budget's history
+    /// is kept); the only way a budget changes. A budget below what is already spent
+    /// is refused.
+    Raise {
+        /// The ledger file.
+        path: PathBuf,
+        /// The new budget's ε.
+        #[arg(long)]
+        epsilon: f64,
+        /// The new budget's δ (default: the current budget's δ, else 1e-5).
+        #[arg(long)]
+        delta: Option<f64>,
     },
 }
 
@@ -129,8 +149,9 @@ pub struct MechanismParams {
     /// up to α_c²/(2α_c − 1)).
     #[arg(long, default_value_t = 36.0)]
     pub alpha_c: f64,
-    /// PMixED/AdaPMixED: radius b = βα of the projections (default PMixED: the largest radius
-    /// whose --max-tokens queries fit the budget; AdaPMixED: 3.6).
+    /// PMixED/AdaPMixED/SubMix: radius b of the projections toward the public model
+    /// (default PMixED and SubMix: the largest radius whose --max-tokens queries fit the
+    /// budget; AdaPMixED: 3.6, its member filter then fits the whole run to the budget).
     #[arg(long)]
     pub radius: Option<f64>,
     /// PMixED: Poisson sampling probability q of each member.
@@ -145,15 +166,13 @@ pub struct MechanismParams {
     /// AdaPMixED: top-k of the public distribution the screening looks at.
     #[arg(long, default_value_t = 60)]
     pub top_k: usize,
-    /// SubMix: Rényi order α of the leakage and budgets.
+    /// SubMix: Rényi order α of the pair test between a part's two halves (the paper's Eq. 2).
     #[arg(long, default_value_t = 2.0)]
     pub submix_alpha: f64,
-    /// SubMix: leakage target β per response (default: the per-part budget over --max-tokens).
+    /// SubMix: bound β of the pair test (default: --epsilon over --max-tokens, the paper's
+    /// heuristic).
     #[arg(long)]
     pub beta: Option<f64>,
-    /// SubMix: per-part RDP budget at --submix-alpha (default: --epsilon).
-    #[arg(long)]
-    pub part_budget: Option<f64>,
 }
 
 /// `privmix generate`.
@@ -174,22 +193,35 @@ pub struct GenerateArgs {
     /// Stop at the tokenizer's end-of-sequence token (default on when a tokenizer is loaded).
     #[arg(long)]
     pub no_stop: bool,
-    /// The privacy ledger file (created with the budget if absent).
+    /// The privacy ledger file. Created if absent (with --epsilon), recording the
+    /// sha256 of every --adapter's weights: a ledger only charges for the adapter set it
+    /// was created for.
     #[arg(long)]
     pub ledger: Option<PathBuf>,
-    /// Budget ε (required to create a ledger; changes an existing ledger's budget).
+    /// Budget ε of a new ledger (required to create one). For an existing ledger it may
+    /// only repeat the recorded budget: raise it explicitly with `privmix ledger raise`.
+    /// With --no-privacy: the ε the mechanism is calibrated to (default 8).
     #[arg(long)]
     pub epsilon: Option<f64>,
-    /// Budget δ.
-    #[arg(long, default_value_t = 1e-5)]
-    pub delta: f64,
-    /// Run without a ledger or budget: only the `public` and `ensemble` mechanisms.
+    /// Budget δ of a new ledger (default 1e-5); for an existing one it may only repeat
+    /// the recorded δ.
+    #[arg(long)]
+    pub delta: Option<f64>,
+    /// Run without a ledger: the output is NOT private and is marked so ("private":
+    /// false). Needed by the non-private ensemble and by seeded runs.
     #[arg(long)]
     pub no_privacy: bool,
-    /// Seed the sampler (reproducible, and therefore NOT for serving private text).
+    /// Seed the sampler: an experiment (a known seed makes every draw predictable), so it
+    /// needs --no-privacy and is refused with --ledger.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Print JSON lines on stdout: one per token with the spent ε, then a summary.
+    /// Release token k at k·N ms after the first step starts (N > 0), whatever the step
+    /// computed, so that release times do not depend on the private data; a step that
+    /// misses its deadline ends the run with an error and its (charged) token withheld.
+    #[arg(long, value_name = "N")]
+    pub step_time_ms: Option<u64>,
+    /// Print JSON lines on stdout: one per token (index, token, text, epsilon, delta,
+    /// private), then a summary.
     #[arg(long)]
     pub json: bool,
 }
@@ -209,13 +241,18 @@ pub struct ScoreArgs {
     /// Score at most this many blocks.
     #[arg(long)]
     pub max_blocks: Option<usize>,
-    /// Budget ε the mechanism is calibrated to (PMixED's radius, SubMix's part budget).
+    /// Budget ε the mechanism is calibrated to (PMixED's and SubMix's radius, AdaPMixED's filter).
     #[arg(long, default_value_t = 8.0)]
     pub epsilon: f64,
-    /// δ at which the spent ε is reported.
+    /// δ at which the ε of the queries is reported.
     #[arg(long, default_value_t = 1e-5)]
     pub delta: f64,
-    /// Seed the member draws (reproducible evaluation).
+    /// Compute a perplexity over private adapters anyway: NOT private, marked so
+    /// ("private": false). Required for every mechanism but `public`.
+    #[arg(long)]
+    pub no_privacy: bool,
+    /// Seed the member draws (reproducible evaluation): an experiment, needs
+    /// --no-privacy.
     #[arg(long)]
     pub seed: Option<u64>,
     /// Print the result as one JSON object.

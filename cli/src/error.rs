@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use privmix_accountant::{AccountantError, LedgerError};
+use privmix_accountant::{AccountantError, LedgerError, PrivacyBudget};
 use privmix_ensemble::lora::LoraError;
 use privmix_ensemble::runner::EnsembleError;
 use privmix_mechanisms::MechanismError;
@@ -31,6 +31,30 @@ pub enum CliError {
         #[source]
         source: LoraError,
     },
+    /// An adapter's weight file could not be read to compute its identity.
+    #[error("cannot use adapter {path}: cannot read its weights {file}: {source}")]
+    AdapterWeights {
+        /// The adapter folder given.
+        path: PathBuf,
+        /// The weight file.
+        file: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Two adapters have byte-identical weights: one member's data would be used twice,
+    /// which the mechanisms' per-member bounds do not allow.
+    #[error(
+        "adapters {first} and {second} have identical weights ({identity}): a member may be given only once"
+    )]
+    DuplicateAdapter {
+        /// The first adapter folder.
+        first: PathBuf,
+        /// The second one.
+        second: PathBuf,
+        /// Their common identity.
+        identity: String,
+    },
     /// The tokenizer could not be loaded, or the text not encoded or decoded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
@@ -49,7 +73,7 @@ pub enum CliError {
     },
     /// The ledger's budget cannot pay for the next token.
     #[error(
-        "privacy budget exhausted in ledger {path}: spent ε = {spent} at δ = {delta} of the budget ε = {budget}; the next {mechanism} token would cost more than is left (use a new ledger or raise the budget with --epsilon)"
+        "privacy budget exhausted in ledger {path}: spent ε = {spent} at δ = {delta} of the budget ε = {budget}; the next {mechanism} token would cost more than is left (a larger budget must be set explicitly: privmix ledger raise {path} --epsilon E)"
     )]
     BudgetExhausted {
         /// The ledger file.
@@ -62,6 +86,31 @@ pub enum CliError {
         budget: f64,
         /// The mechanism asked for.
         mechanism: &'static str,
+    },
+    /// `--epsilon`/`--delta` ask for more than the existing ledger's budget.
+    #[error(
+        "ledger {path} has the budget ε = {}, δ = {}; --epsilon/--delta ask for ε = {}, δ = {}. Raising a budget is an explicit, recorded act: run `privmix ledger raise {path} --epsilon {} --delta {}` first",
+        recorded.epsilon(), recorded.delta(), requested.epsilon(), requested.delta(),
+        requested.epsilon(), requested.delta()
+    )]
+    BudgetRaiseNeeded {
+        /// The ledger file.
+        path: PathBuf,
+        /// Its budget.
+        recorded: PrivacyBudget,
+        /// What the flags ask for.
+        requested: PrivacyBudget,
+    },
+    /// A token was ready after its `--step-time-ms` deadline: it is withheld (it was
+    /// charged) and the run ends, rather than release it at a data-dependent time.
+    #[error(
+        "token {token} missed its --step-time-ms deadline ({deadline_ms} ms after the first step started); it was charged but not released, and generation stopped. Choose a larger --step-time-ms"
+    )]
+    StepOverran {
+        /// The token's index (from 0).
+        token: usize,
+        /// Its deadline, in ms after the first step started.
+        deadline_ms: u128,
     },
     /// The ledger could not be opened, created, read or written.
     #[error("ledger {path}: {source}")]

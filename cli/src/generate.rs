@@ -4,8 +4,17 @@
 //! (the ledger's `charge` returns only once the record is synced), so the ledger always
 //! covers what was printed. A charge the budget cannot pay stops the run: before the first
 //! token that is an error (the budget is exhausted), later it ends the text early.
+//!
+//! What is printed is the released tokens, the ε the ledger has recorded as spent, and
+//! the stop reason: never a λ, a data-dependent loss or any other step diagnostic, which
+//! are functions of the private data the ledger does not charge for.
+//!
+//! A private run draws its coins from the OS-seeded generator. `--seed` makes every draw
+//! predictable, so a seeded run is an experiment: it needs `--no-privacy`, refuses
+//! `--ledger`, and its output says `"private": false` (the text footer says NOT private).
 
 use std::io::Write;
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::{Orders, PrivacyBudget};
@@ -15,7 +24,9 @@ use serde_json::json;
 
 use crate::args::{GenerateArgs, MechanismKind};
 use crate::error::CliError;
-use crate::ledger_open::open_budgeted;
+use crate::ledger_open::{DEFAULT_DELTA, LedgerPlan, finish, prepare};
+use crate::pacing::Pacer;
+use crate::protected::protected_set;
 use crate::setup::{MechanismPlan, build_mechanism, check_vocab, load_runner, load_tokenizer};
 
 /// Why generation ended.
@@ -42,37 +53,20 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     if args.max_tokens == 0 {
         return Err(CliError::arg("--max-tokens", "must be at least 1"));
     }
-    if kind == MechanismKind::Ensemble && !args.no_privacy {
-        return Err(CliError::arg(
-            "--mechanism",
-            "ensemble has no privacy guarantee: pass --no-privacy (it is never charged to a ledger)",
-        ));
-    }
-    if args.no_privacy && !matches!(kind, MechanismKind::Ensemble | MechanismKind::Public) {
-        return Err(CliError::arg(
-            "--no-privacy",
-            format!(
-                "{} reads private data: give it a --ledger and a budget",
-                kind.name()
-            ),
-        ));
-    }
-    if args.no_privacy && args.ledger.is_some() {
-        return Err(CliError::arg("--no-privacy", "conflicts with --ledger"));
+    check_privacy_flags(args)?;
+    if let Some(ms) = args.step_time_ms {
+        Pacer::new(Instant::now(), ms)?;
     }
 
-    // The ledger first: refuse before loading anything when its budget is spent.
-    let mut ledger_and_budget = match &args.ledger {
-        Some(path) => Some(open_budgeted(path, args.epsilon, args.delta)?),
-        None if args.no_privacy => None,
-        None => {
-            return Err(CliError::arg(
-                "--ledger",
-                "a private mechanism needs a ledger file to charge (created if absent)",
-            ));
-        }
+    // The ledger first: refuse before loading any model when it protects another
+    // adapter set or its budget is spent (hashing the adapters reads only their files).
+    // Duplicate members are refused with or without a ledger.
+    let protected = protected_set(&args.model.adapters)?;
+    let plan = match &args.ledger {
+        Some(path) => Some(prepare(path, &protected, args.epsilon, args.delta)?),
+        None => None,
     };
-    if let Some((ledger, budget)) = &ledger_and_budget {
+    if let Some(LedgerPlan::Open(ledger, budget)) = &plan {
         let spent = ledger
             .spent_epsilon(budget.delta())
             .map_err(|e| CliError::ledger(ledger.path(), e))?;
@@ -99,11 +93,20 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     } else {
         tokenizer.as_ref().and_then(Tokenizer::eos_id)
     };
+    // Everything loaded: only now is a new ledger created.
+    let mut ledger_and_budget = match (plan, &args.ledger) {
+        (Some(plan), Some(path)) => Some(finish(plan, path, &protected, args.epsilon, args.delta)?),
+        _ => None,
+    };
+    let private = ledger_and_budget.is_some();
 
     let default_orders = Orders::dp_accounting_default();
     let (epsilon, delta) = match &ledger_and_budget {
         Some((_, b)) => (b.epsilon(), b.delta()),
-        None => (1.0, args.delta),
+        None => (
+            args.epsilon.unwrap_or(8.0),
+            args.delta.unwrap_or(DEFAULT_DELTA),
+        ),
     };
     let orders = match &ledger_and_budget {
         Some((l, _)) => l.orders().clone(),
@@ -132,6 +135,10 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     };
     let mut decoder = runner.decoder(layout)?;
     let mut rows = decoder.prefill(&prompt)?;
+    let pacer = match args.step_time_ms {
+        Some(ms) => Some(Pacer::new(Instant::now(), ms)?),
+        None => None,
+    };
     let mut generated: Vec<u32> = Vec::new();
     let mut printed = String::new();
     let mut stop = Stop::MaxTokens;
@@ -182,6 +189,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
             }
             None => None,
         };
+        if let Some(pacer) = &pacer
+            && let Err(e) = pacer.pace(index)
+        {
+            bar.finish_and_clear();
+            return Err(e);
+        }
         if args.json {
             let line = json!({
                 "index": index,
@@ -189,6 +202,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
                 "text": piece,
                 "epsilon": finite(spent),
                 "delta": delta,
+                "private": private,
             });
             writeln!(out, "{line}").map_err(io)?;
         } else {
@@ -223,19 +237,61 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
             "epsilon": finite(spent),
             "delta": delta,
             "budget_epsilon": budget_epsilon,
+            "private": private,
         });
         writeln!(out, "{line}").map_err(io)?;
     } else {
         writeln!(out).map_err(io)?;
     }
     out.flush().map_err(io)?;
-    let budget_note = budget_epsilon.map_or(String::new(), |b| format!(" of the budget ε = {b}"));
-    eprintln!(
-        "privmix: {} tokens with {}, spent ε = {spent} at δ = {delta}{budget_note}; stopped: {}",
-        generated.len(),
-        kind.name(),
-        stop.name()
-    );
+    match budget_epsilon {
+        Some(b) => eprintln!(
+            "privmix: {} tokens with {}, spent ε = {spent} at δ = {delta} of the budget ε = {b}; stopped: {}",
+            generated.len(),
+            kind.name(),
+            stop.name()
+        ),
+        None => eprintln!(
+            "privmix: {} tokens with {}; NOT private (--no-privacy: nothing charged to a ledger; these tokens would cost ε = {spent} at δ = {delta}); stopped: {}",
+            generated.len(),
+            kind.name(),
+            stop.name()
+        ),
+    }
+    Ok(())
+}
+
+/// The flags that decide whether the run is private: a private run needs a ledger; a
+/// run with `--no-privacy` (the ensemble, any seeded run, or an experiment) has none.
+fn check_privacy_flags(args: &GenerateArgs) -> Result<(), CliError> {
+    let kind = args.model.mechanism;
+    if args.seed.is_some() && args.ledger.is_some() {
+        return Err(CliError::arg(
+            "--seed",
+            "a known seed makes every draw predictable, so a seeded run cannot be charged to a ledger: it is an experiment (drop --ledger and pass --no-privacy; its output is marked \"private\": false)",
+        ));
+    }
+    if args.seed.is_some() && !args.no_privacy {
+        return Err(CliError::arg(
+            "--seed",
+            "a seeded run is an experiment with no privacy: pass --no-privacy (its output is marked \"private\": false)",
+        ));
+    }
+    if kind == MechanismKind::Ensemble && !args.no_privacy {
+        return Err(CliError::arg(
+            "--mechanism",
+            "ensemble has no privacy guarantee: pass --no-privacy (it is never charged to a ledger)",
+        ));
+    }
+    if args.no_privacy && args.ledger.is_some() {
+        return Err(CliError::arg("--no-privacy", "conflicts with --ledger"));
+    }
+    if !args.no_privacy && args.ledger.is_none() {
+        return Err(CliError::arg(
+            "--ledger",
+            "a private run needs a ledger file to charge (created if absent); --no-privacy runs without one, NOT privately",
+        ));
+    }
     Ok(())
 }
 

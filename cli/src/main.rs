@@ -1,5 +1,6 @@
 //! The `privmix` command line: private generation (`privmix generate`), perplexity under a
-//! mechanism (`privmix score`) and the privacy ledger (`privmix ledger show|verify|export`).
+//! mechanism (`privmix score`) and the privacy ledger (`privmix ledger
+//! show|verify|export|raise`).
 //!
 //! Errors are printed as one message naming what to fix, with exit status 1 (2 for a
 //! command line clap cannot parse).
@@ -9,6 +10,8 @@ mod error;
 mod generate;
 mod ledger_cmd;
 mod ledger_open;
+mod pacing;
+mod protected;
 mod score;
 mod setup;
 

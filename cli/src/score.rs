@@ -3,17 +3,32 @@
 //! The text is cut into blocks of `--block` tokens; at every position the mechanism's
 //! output distribution given the true prefix is evaluated at the true next token (teacher
 //! forcing), perplexity is `exp(−mean log p)` per block and then the mean over blocks (as
-//! in the PMixED and SubMix evaluations). Every position is one query, for any mechanism
-//! (`EnsembleMechanism::release` gives the distribution a step would sample): its charge is
-//! composed into an account without a budget, and the total ε those queries would cost if
-//! their tokens were released is reported (nothing is written to any ledger).
+//! in the PMixED and SubMix evaluations).
+//!
+//! # Why a perplexity over private adapters needs `--no-privacy`
+//!
+//! A mechanism's guarantee covers one token *sampled* from each output distribution, not
+//! the distribution: the probability it gives the true next token is a deterministic
+//! function of the members (PMixED with q = 1 has no randomness before sampling), so no
+//! per-query charge bounds what a perplexity reveals, and it is exactly what a
+//! membership-inference attack asks for. `score` therefore never charges a ledger (a
+//! charge would suggest a guarantee that does not exist). Over private adapters it
+//! refuses unless `--no-privacy` is given, and then marks its output `"private": false`;
+//! the `public` mechanism reads no private data and needs no flag.
+//!
+//! Every position is one query (`EnsembleMechanism::release` gives the distribution a
+//! step would sample), composed into an account without a budget: the ε reported is what
+//! sampling one token per position would cost, a calibration aid, not a guarantee for
+//! the perplexity. Nothing derived from the steps' diagnostics (λ, losses, how many
+//! answers fell back to the public model) is printed.
 
 use privmix_accountant::Orders;
-use privmix_mechanisms::{Ensemble, PrivacyRng, PublicReason, Rows, Unbudgeted};
+use privmix_mechanisms::{Ensemble, PrivacyRng, Rows, Unbudgeted};
 use serde_json::json;
 
-use crate::args::ScoreArgs;
+use crate::args::{MechanismKind, ScoreArgs};
 use crate::error::CliError;
+use crate::protected::protected_set;
 use crate::setup::{MechanismPlan, build_mechanism, load_runner, load_tokenizer};
 
 /// Runs `privmix score`.
@@ -22,6 +37,24 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
     if args.block < 2 {
         return Err(CliError::arg("--block", "a block needs at least 2 tokens"));
     }
+    if kind != MechanismKind::Public && !args.no_privacy {
+        return Err(CliError::arg(
+            "--no-privacy",
+            format!(
+                "{} reads the private adapters, and no privacy charge covers a perplexity (a mechanism's guarantee is for tokens sampled from its distributions, not for the probabilities it gives the true text: a membership-inference oracle); pass --no-privacy to compute it anyway, marked \"private\": false",
+                kind.name()
+            ),
+        ));
+    }
+    if args.seed.is_some() && !args.no_privacy {
+        return Err(CliError::arg(
+            "--seed",
+            "a seeded run is an experiment with no privacy: pass --no-privacy",
+        ));
+    }
+    let private = !args.no_privacy;
+    // One member's data counted twice is refused here as in generate.
+    protected_set(&args.model.adapters)?;
     let text = std::fs::read_to_string(&args.text).map_err(|source| CliError::Io {
         what: format!("reading {}", args.text.display()),
         source,
@@ -57,11 +90,9 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
         None => PrivacyRng::from_os()?,
     };
     // Every position is one query, charged as if its token were released; the
-    // account has no budget (nothing is written to a ledger), so SubMix's own
-    // part budgets are what can stop it.
+    // account has no budget (nothing is written to a ledger).
     let mut account = Unbudgeted::new(orders);
     let mut block_perplexities = Vec::with_capacity(blocks.len());
-    let (mut private, mut public) = (0u64, 0u64);
     for block in &blocks {
         let steps = runner.score_block_full(&layout, block)?;
         let mut nll = 0.0f64;
@@ -73,11 +104,6 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
             };
             let ensemble = Ensemble::new(Rows::LogProbF32(rows.row(0)), Rows::LogProbF32(members))?;
             let release = mechanism.release(&ensemble, &mut rng, &mut account)?;
-            match release.diagnostics.public_reason {
-                None => private += 1,
-                Some(PublicReason::PublicOnly) => {}
-                Some(_) => public += 1,
-            }
             nll -= release.distribution[block[i + 1] as usize].ln();
         }
         block_perplexities.push((nll / steps.len() as f64).exp());
@@ -90,17 +116,24 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
             "perplexity": perplexity.is_finite().then_some(perplexity),
             "blocks": blocks.len(),
             "queries": queries,
-            "private_answers": private,
-            "public_answers": public,
             "epsilon": spent.epsilon.is_finite().then_some(spent.epsilon),
             "delta": args.delta,
             "order": spent.order,
+            "private": private,
         });
         println!("{line}");
+    } else if private {
+        println!(
+            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries; the public model \
+             alone, no private data read)",
+            kind.name(),
+            blocks.len(),
+        );
     } else {
         println!(
-            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries, {private} answered \
-             privately, {public} from the public model); ε = {} at δ = {}",
+            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries); NOT private \
+             (--no-privacy): no charge covers a perplexity; sampling one token per query would \
+             cost ε = {} at δ = {}",
             kind.name(),
             blocks.len(),
             spent.epsilon,
