@@ -2,8 +2,9 @@
 //!
 //! For random small ensembles (V ≤ 16, N ≤ 8), the token distribution of PMixED
 //! is computed exactly — Poisson subsampling integrated out by enumerating all
-//! 2^N subsets with their probabilities — on the dataset and on every neighbour
-//! with one member removed, and `Dsym_α` between them (privmix-renyi, f64) must
+//! 2^N subsets with their probabilities — on the dataset and on every
+//! changed-member neighbour (member i replaced by the public model or by another
+//! member's distribution), and `Dsym_α` between them (privmix-renyi, f64) must
 //! not exceed the charged ε(α) at every order where the charge is finite. The
 //! only slack allowed is a relative 1e-12 on the computed divergence, for the
 //! divergence kernel's own f64 rounding (its documented relative error is a
@@ -53,8 +54,17 @@ fn check(public: &[f64], members: &[f64], alpha_c: f64, radius: f64, q: f64) {
     let orders = Orders::new(ORDERS.to_vec()).unwrap();
     let curve = mech.config().curve(&orders, e.len() as u64).unwrap();
     let out = pmixed_exact_output(&mech, &e).unwrap();
+    let v = e.vocab();
+    let mut neighbours = Vec::new();
     for i in 0..e.len() {
-        let out_i = pmixed_exact_output(&mech, &e.without_member(i)).unwrap();
+        for with in std::iter::once(e.public()).chain((0..e.len()).map(|j| e.member(j))) {
+            let mut rows = e.members().to_vec();
+            rows[i * v..(i + 1) * v].copy_from_slice(with);
+            neighbours.push((i, Ensemble::from_probabilities(e.public(), &rows).unwrap()));
+        }
+    }
+    for (i, neighbour) in neighbours {
+        let out_i = pmixed_exact_output(&mech, &neighbour).unwrap();
         for (&alpha, &eps) in ORDERS.iter().zip(curve.epsilons()) {
             assert!(!eps.is_nan());
             if eps == f64::INFINITY {
