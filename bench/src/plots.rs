@@ -215,7 +215,7 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
     let file = "lambda_over_tokens.svg";
     line_plot(
         &dir.join(file),
-        &format!("Mean λ per token (target ε = {top}; 0 = public answer)"),
+        &format!("Private diagnostic, not released: mean λ per token (target ε = {top})"),
         ("query", "mean λ"),
         &lambdas,
         false,
@@ -258,7 +258,7 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
                 points: stopped("adapmixed"),
             },
             Series {
-                label: "SubMix STOP".into(),
+                label: "SubMix budget out".into(),
                 points: stopped("submix"),
             },
         ],

@@ -103,19 +103,26 @@ pub fn markdown(results: &ExperimentResults, plots: &[String]) -> String {
         "\n### Perplexity and privacy (Tables 1–2 of the papers)\n\n\
          Every held-out position is one query, charged as if its token were released; \
          perplexity is exp(mean NLL) per block, then the mean over blocks. \
-         'spent ε' is the accountant's (ε, δ) after all queries, rounded up: PMixED is calibrated \
-         to spend the target over exactly these queries; AdaPMixED answers until its (ε, δ) budget \
-         refuses a charge, then the public model answers; SubMix stops (STOP) when a part's RDP \
-         budget would be exceeded; DP-SGD's ε is its training's.\n"
+         'spent ε' is the accountant's (ε, δ) after all queries, rounded up. Unit and adjacency, \
+         the same for every private row: a user in one member's (part's) shard, changed-member \
+         adjacency (one member's model changes arbitrarily, N fixed). PMixED and SubMix are \
+         calibrated to spend the target over exactly these queries; AdaPMixED's member filter is \
+         calibrated so the whole run fits the target, and a member that would overspend leaves; \
+         when the (ε, δ) budget refuses a charge the public model answers ('budget out'); DP-SGD's \
+         ε is its training's.\n"
     );
     let _ = writeln!(
         s,
-        "| mechanism | target ε | perplexity | spent ε | private answers | screened | budget out / STOP | parameters |\n|---|---|---|---|---|---|---|---|"
+        "| mechanism | target ε | perplexity | spent ε | private answers | screened | budget out | parameters |\n|---|---|---|---|---|---|---|---|"
     );
     for m in &results.results {
         let _ = writeln!(s, "{}", row(m));
     }
-    let _ = writeln!(s, "\n### Plots\n");
+    let _ = writeln!(
+        s,
+        "\n### Plots\n\nThe λ plot shows private diagnostics: λ is computed from the members' \
+         data, is never released by a mechanism, and is shown here for analysis only.\n"
+    );
     for p in plots {
         let _ = writeln!(s, "![{p}]({p})\n");
     }
@@ -218,7 +225,7 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
     );
     let _ = writeln!(
         s,
-        "| method | target ε | ROUGE-L F1 | spent ε | tokens | mean λ | parameters |\n|---|---|---|---|---|---|---|"
+        "| method | target ε | ROUGE-L F1 | spent ε | tokens | mean λ (private diagnostic, not released) | parameters |\n|---|---|---|---|---|---|---|"
     );
     for r in &icl.results {
         let _ = writeln!(s, "{}", icl_row(r));
