@@ -676,7 +676,6 @@ impl Adapmixed {
                 lambdas: answer.solutions.iter().map(|s| s.lambda).collect(),
                 drawn: (0..n).filter(|&i| filter.active()[i]).collect(),
                 public_reason: None,
-                data_dependent_loss: None,
                 solver_evaluations: answer
                     .solutions
                     .iter()

@@ -471,7 +471,6 @@ impl EnsembleMechanism for Pmixed {
                     .map(|s| s.evaluations as usize)
                     .sum(),
                 drawn,
-                data_dependent_loss: None,
             },
             distribution: output.distribution,
         })

@@ -15,7 +15,11 @@ pub enum PublicReason {
     PublicOnly,
 }
 
-/// Diagnostics of one step: what the mechanism decided, for reports and plots.
+/// Diagnostics of one step: what the mechanism decided, for tests, audits and plots.
+///
+/// **Private.** Every field is computed from the private data (which members were
+/// drawn, their λ, the solvers' work) and is not covered by any charge: never publish
+/// it (the CLI prints none of it; reports show it only under a heading saying so).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Diagnostics {
     /// The λ of each member, part or demonstration mixed in this step, in order.
@@ -24,8 +28,6 @@ pub struct Diagnostics {
     pub drawn: Vec<usize>,
     /// Set when the step answered from the public distribution alone.
     pub public_reason: Option<PublicReason>,
-    /// The data-dependent loss at the mechanism's main order, where computed.
-    pub data_dependent_loss: Option<f64>,
     /// Divergence evaluations the λ solvers spent (cost diagnostics).
     pub solver_evaluations: usize,
 }
