@@ -91,7 +91,7 @@ impl EmbeddingSpaceAggregation {
     }
 
     /// Noise parameter σ > 0 (finite), per coordinate, on the grid
-    /// [`DEFAULT_GRANULARITY`].
+    /// [`Self::DEFAULT_GRANULARITY`].
     pub fn new(sigma: f64) -> Result<Self, MechanismError> {
         Self::with_granularity(sigma, DEFAULT_GRANULARITY)
     }
@@ -132,7 +132,7 @@ impl EmbeddingSpaceAggregation {
     }
 
     /// The per-query curve `α·Δ²/(2σ²)` for `subsets` outputs of dimension
-    /// `dim` ([`sensitivity`]), rounded up.
+    /// `dim` ([`Self::sensitivity`]), rounded up.
     pub fn curve(
         &self,
         orders: &Orders,

@@ -15,7 +15,7 @@
 //! transcendental function is evaluated on the sampling path (all arithmetic
 //! is on integers, big where needed).
 //!
-//! Randomness is read through [`Bits`], one bit at a time in the order the
+//! Randomness is read through a bit stream (`Bits`), one bit at a time in the order the
 //! algorithms consume them (most significant bit of each `next_u64` word
 //! first); the unused rest of the last word of a call is discarded.
 
