@@ -10,7 +10,7 @@ use burn::backend::{Autodiff, Flex};
 use privmix_accountant::{Orders, poisson_subsampled_gaussian};
 use privmix_ensemble::lora::LoraConfig;
 use privmix_ensemble::train::{
-    AdamWConfig, DpSgdConfig, DpSgdTrainer, TrainError, clip_to_norm, dp_sgd_epsilon,
+    AdamWConfig, DpSgdConfig, DpSgdTrainer, NoiseSource, TrainError, clip_to_norm, dp_sgd_epsilon,
     dp_sgd_epsilon_at, dp_sgd_sigma, l2_norm, mean_nll, privatize,
 };
 use privmix_models::Model;
@@ -109,7 +109,34 @@ fn config(steps: usize, sigma: f64) -> DpSgdConfig {
         delta: 1e-5,
         adamw: AdamWConfig::default(),
         seed: 4,
+        noise: NoiseSource::Seeded(4),
     }
+}
+
+/// The noise and batches come from the OS unless an experiment asks for a
+/// seed: two default runs with the same `seed` start from the same adapter
+/// (initialisation is seeded) but release different ones after a step, while
+/// two `Seeded` runs release the same one bit for bit.
+#[test]
+fn noise_comes_from_the_os_unless_seeded() {
+    let model: Model<AB> = Model::load(lora_support::llama_dir(), &Default::default()).unwrap();
+    let data = blocks(4, 8);
+    let mut cfg = config(1, 1.0);
+    cfg.sampling_rate = 1.0;
+    cfg.noise = NoiseSource::default();
+    assert_eq!(cfg.noise, NoiseSource::Os);
+    let run = |cfg: &DpSgdConfig| {
+        let mut t = DpSgdTrainer::<AB, _>::new(&model, data.clone(), cfg.clone()).unwrap();
+        let start = t.params().values().to_vec();
+        t.step().unwrap();
+        (start, t.params().values().to_vec())
+    };
+    let (start_a, a) = run(&cfg);
+    let (start_b, b) = run(&cfg);
+    assert_eq!(start_a, start_b, "the initialisation stays seeded");
+    assert_ne!(a, b, "OS noise differs between runs");
+    let seeded = config(1, 1.0);
+    assert_eq!(run(&seeded), run(&seeded));
 }
 
 #[test]

@@ -1,5 +1,23 @@
-//! DP-SGD LoRA fine-tuning: the papers' training-time baseline (adapmixed.txt
-//! and submix.txt compare against DP-SGD-trained LoRA).
+//! DP-SGD LoRA fine-tuning: the training-time baseline the PMixED/AdaPMixED
+//! ("Differentially Private Next-Token Prediction of Large Language Models",
+//! arXiv 2403.15638; "Adaptively Private Next-Token Prediction of Large
+//! Language Models", arXiv 2410.02016) and SubMix ("Submix: Practical Private
+//! Prediction for Large-Scale Language Models", arXiv 2201.00971) papers
+//! compare against.
+//!
+//! # Where the coins come from
+//!
+//! The guarantee rests on two random choices the adversary must not predict:
+//! which examples each step's Poisson draw includes (amplification by
+//! subsampling assumes the draw is secret) and the Gaussian noise. A generator
+//! seeded with a known value makes both computable, and then the released
+//! adapter is a deterministic function of the data with no privacy at all. So
+//! they come from [`NoiseSource::Os`] by default: ChaCha20 seeded by the
+//! operating system. [`NoiseSource::Seeded`] exists for reproducible
+//! experiments only and must never protect real data. The PEFT initialisation
+//! and LoRA dropout stay on [`DpSgdConfig::seed`]: the guarantee holds for any
+//! fixed initialisation and any dropout mask (each example's gradient is
+//! clipped whatever the mask), so they need no secrecy.
 
 use burn::tensor::backend::AutodiffBackend;
 use privmix_accountant::EpsilonDelta;
@@ -14,6 +32,35 @@ use super::params::LoraParams;
 use super::privacy::{clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
 use super::trainable::{Dropout, loss_and_gradient};
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraConfig};
+
+/// Where the privacy-relevant coins (Poisson sampling and Gaussian noise) come
+/// from; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NoiseSource {
+    /// ChaCha20 seeded by the operating system's entropy source: the only
+    /// choice that protects real data (the default).
+    #[default]
+    Os,
+    /// ChaCha20 seeded with this value: reproducible, for experiments and
+    /// tests only. Anyone who knows the seed can recompute the noise and the
+    /// batches, so the trained adapter has NO privacy guarantee.
+    Seeded(u64),
+}
+
+impl NoiseSource {
+    /// The generator this source gives.
+    fn rng(self) -> Result<ChaCha20Rng, TrainError> {
+        match self {
+            Self::Os => ChaCha20Rng::try_from_os_rng().map_err(|e| {
+                TrainError::bad(
+                    "noise",
+                    format!("the operating system's entropy source is unavailable: {e}"),
+                )
+            }),
+            Self::Seeded(seed) => Ok(ChaCha20Rng::seed_from_u64(seed)),
+        }
+    }
+}
 
 /// DP-SGD hyper-parameters.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,8 +83,11 @@ pub struct DpSgdConfig {
     pub delta: f64,
     /// AdamW on the privatised gradient (post-processing).
     pub adamw: AdamWConfig,
-    /// Seed of initialisation, sampling, dropout and noise.
+    /// Seed of the PEFT initialisation and of LoRA dropout (not private).
     pub seed: u64,
+    /// Source of the Poisson sampling and the Gaussian noise: the OS by
+    /// default; a fixed seed only for experiments.
+    pub noise: NoiseSource,
 }
 
 impl DpSgdConfig {
@@ -99,8 +149,10 @@ pub struct DpSgdStep {
 /// or removing one block, for the ε of [`DpSgdTrainer::epsilon`]
 /// (Poisson-subsampled Gaussian RDP composed over the steps taken). For
 /// user-level DP give each user one block (`UserUnit::Block` users cut to
-/// one block each), or group-privacy-scale ε. Floating-point noise
-/// sampling is not hardened against Mironov 2012's attack.
+/// one block each), or group-privacy-scale ε. The guarantee needs
+/// [`NoiseSource::Os`] (see the module docs). Floating-point noise sampling is
+/// not hardened against Mironov's attack ("On Significance of the Least
+/// Significant Bits for Differential Privacy", CCS 2012).
 pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
     model: &'m M,
     base: BaseShapes,
@@ -108,27 +160,30 @@ pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> 
     data: Vec<Vec<u32>>,
     params: LoraParams,
     opt: AdamW,
-    rng: ChaCha20Rng,
+    /// Poisson sampling and noise ([`DpSgdConfig::noise`]).
+    private_rng: ChaCha20Rng,
     step: usize,
     device: B::Device,
 }
 
 impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B, M> {
-    /// A fresh run (PEFT initialisation from the seed).
+    /// A fresh run (PEFT initialisation from [`DpSgdConfig::seed`], sampling
+    /// and noise from [`DpSgdConfig::noise`]).
     pub fn new(model: &'m M, data: Vec<Vec<u32>>, config: DpSgdConfig) -> Result<Self, TrainError> {
         config.validate()?;
         check_blocks(&data)?;
         let base = model.base_shapes()?;
-        let mut rng = ChaCha20Rng::seed_from_u64(config.seed);
-        let params = LoraParams::init(&config.lora, &base, &mut rng)?;
+        let mut init_rng = ChaCha20Rng::seed_from_u64(config.seed);
+        let params = LoraParams::init(&config.lora, &base, &mut init_rng)?;
         let opt = AdamW::new(config.adamw, params.len())?;
+        let private_rng = config.noise.rng()?;
         Ok(Self {
             model,
             base,
             data,
             params,
             opt,
-            rng,
+            private_rng,
             step: 0,
             device: model.device(),
             config,
@@ -139,7 +194,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
     pub fn step(&mut self) -> Result<DpSgdStep, TrainError> {
         let c = &self.config;
         let lr = linear_schedule(c.learning_rate, self.step, c.warmup_steps, c.total_steps);
-        let picked = poisson_sample(self.data.len(), c.sampling_rate, &mut self.rng);
+        let picked = poisson_sample(self.data.len(), c.sampling_rate, &mut self.private_rng);
         let mut sum = vec![0.0f32; self.params.len()];
         let (mut clipped, mut loss) = (0, 0.0);
         for (k, &i) in picked.iter().enumerate() {
@@ -168,7 +223,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
             &mut sum,
             c.noise_multiplier * c.clip_norm,
             expected,
-            &mut self.rng,
+            &mut self.private_rng,
         )?;
         self.opt.step(self.params.values_mut(), &sum, lr)?;
         self.step += 1;

@@ -16,7 +16,7 @@ mod trainer;
 
 pub use adamw::{AdamW, AdamWConfig, linear_schedule};
 pub use config::TrainConfig;
-pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer};
+pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer, NoiseSource};
 pub use error::TrainError;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
