@@ -166,6 +166,13 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
                     bar.finish_and_clear();
                     return Err(exhausted(ledger.path(), spent.epsilon, *budget, kind));
                 }
+                // The end of the stream is released on the schedule too.
+                if let Some(pacer) = &pacer
+                    && let Err(e) = pacer.pace(index)
+                {
+                    bar.finish_and_clear();
+                    return Err(e);
+                }
                 stop = Stop::Budget;
                 break;
             }

@@ -5,7 +5,8 @@
 //! model), so an observer who times the stream learns something the ledger does
 //! not charge for. With a period N, token k (counting from 0) is released at
 //! the deadline `start + (k + 1)·N`, where `start` is when the first step
-//! began: the release times are fixed in advance and independent of the data.
+//! began: the release times are fixed in advance and independent of the data. When the
+//! budget refuses token k, the end of the stream is released at token k's deadline too.
 //!
 //! A step whose token is ready only after its deadline cannot be released on
 //! schedule. Releasing it late would reveal the overrun and shift every later
