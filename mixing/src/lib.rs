@@ -22,6 +22,14 @@
 //!   λ returned — or it is the upper end of the range when that is feasible.
 //! * Each constraint is non-decreasing in λ (each module documents why), so the feasible
 //!   set is an interval starting at 0 and "largest λ" is well defined.
+//! * `solve_certified` (on each projection) goes further: the *exact* divergence of the
+//!   distribution returned, not its f64 evaluation, is at most the radius. It enforces
+//!   [`enforced_radius`] — the radius less a margin covering the evaluator's relative and
+//!   absolute error ([`EvaluatorError`], derived in the `margin` module) — and returns
+//!   λ = 0 when the margin swallows the radius. Mechanisms that charge a bound computed
+//!   from the radius must use it: a relative margin alone fails for tiny radii, where the
+//!   evaluator's absolute error (about `1e-16` per unit of `α/(α−1)`, times the
+//!   vocabulary's summation depth) exceeds it.
 //!
 //! * The λ found does not depend on the order of the vocabulary (the evaluators'
 //!   summation order) beyond the last bits: a converged search returns λ on a grid of
@@ -48,6 +56,7 @@
 
 mod error;
 mod logit;
+mod margin;
 mod pmixed;
 mod solver;
 mod submix;
@@ -55,6 +64,7 @@ mod topk;
 
 pub use error::MixingError;
 pub use logit::{DEFAULT_LOGIT_UPPER, LogitMixing, log_softmax, logit_mixing_lambda};
+pub use margin::{EvaluatorError, LOG_RANGE, RELATIVE_ERROR, enforced_radius, evaluator_error};
 pub use pmixed::{PmixedProjection, pmixed_lambda, pmixed_lambdas};
 pub use solver::{LAMBDA_TOLERANCE, Solution};
 pub use submix::{SubmixPairProjection, submix_lambda};

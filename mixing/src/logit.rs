@@ -33,10 +33,12 @@
 //! the forward one saturates at `−log P₀(argmax T)` — shapes for which an exponential
 //! transform would slow Newton down.
 
+use privmix_renyi::round::{add_up, ln_up, mul_up, sub_up, usize_up};
 use privmix_renyi::{Order, divergence_log};
 
+use crate::margin::evaluator_error_with_logs;
 use crate::solver::{Evaluation, Part, Search, check_bound, check_upper};
-use crate::{MixingError, Solution};
+use crate::{EvaluatorError, MixingError, Solution};
 
 /// The default upper end of the λ range (Xu 2023; dps-mozo §4).
 pub const DEFAULT_LOGIT_UPPER: f64 = 1.5;
@@ -240,9 +242,60 @@ impl LogitMixing {
     /// the constraint is 0 at the upper end (the constraint is strictly increasing unless
     /// `l₁ − l₀` is constant).
     pub fn solve(&self) -> Result<Solution, MixingError> {
+        self.search(self.bound)
+    }
+
+    /// The error bound of this projection's evaluator over its whole λ range: that of
+    /// `privmix_renyi::divergence_log` (see [`crate::EvaluatorError`]) with the
+    /// log-probabilities' magnitude bounded by
+    /// `Λ = range(l₀) + upper·range(l₁ − l₀) + ln V + 1` (a log-softmax entry is
+    /// `l − max l − ln Σ exp(l − max l)`, and the mixed logits' range grows by at most
+    /// `λ·range(l₁ − l₀)`), which also covers `log_softmax`'s own rounding (its entries
+    /// carry errors below `u·(3Λ + V + 4)`, moving each direction by at most four times
+    /// that, inside the model's slack). Errors: none for a validated projection.
+    pub fn evaluator_error(&self) -> Result<EvaluatorError, MixingError> {
+        let range = |v: &[f64]| {
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                    (lo.min(x), hi.max(x))
+                });
+            sub_up(hi, lo)
+        };
+        let logs = add_up(
+            add_up(
+                range(&self.zero_shot),
+                mul_up(self.upper, range(&self.shift)),
+            ),
+            add_up(ln_up(usize_up(self.shift.len())), 1.0),
+        );
+        evaluator_error_with_logs(self.alpha, self.shift.len(), logs)
+    }
+
+    /// A λ whose distribution ([`LogitMixing::mixed_log_probs`]: the softmax of the f64
+    /// mixed logits) has an *exact* symmetric divergence from `softmax(l₀)` of at most
+    /// the bound `b`, not merely as evaluated: the search enforces
+    /// [`EvaluatorError::enforced`]`(b)` with [`LogitMixing::evaluator_error`]. The
+    /// [`Solution`]'s `value` and `violated_at` refer to that enforced radius. When the
+    /// margin swallows `b` the answer is λ = 0 (the mixed logits are then `l₀` exactly),
+    /// unless `l₁ − l₀` is 0 everywhere (then every λ gives `l₀`).
+    pub fn solve_certified(&self) -> Result<Solution, MixingError> {
+        let enforced = self.evaluator_error()?.enforced(self.bound)?;
+        if enforced == 0.0 && self.shift.iter().any(|&t| t != 0.0) {
+            return Ok(Solution {
+                lambda: 0.0,
+                value: self.constraint(0.0)?,
+                violated_at: Some(self.upper),
+                evaluations: 1,
+            });
+        }
+        self.search(enforced)
+    }
+
+    fn search(&self, bound: f64) -> Result<Solution, MixingError> {
         Search {
             upper: self.upper,
-            bound: self.bound,
+            bound,
             convex: false,
         }
         .run(|x| self.evaluate(x))

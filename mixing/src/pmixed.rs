@@ -33,7 +33,7 @@ use privmix_renyi::{Order, RenyiError, SymmetricMixture, ValidatedRow};
 use rayon::prelude::*;
 
 use crate::solver::{Evaluation, Part, Search, check_bound};
-use crate::{MixingError, Solution};
+use crate::{MixingError, Solution, enforced_radius};
 
 /// The PMixED projection of one private distribution toward the public one.
 ///
@@ -49,6 +49,7 @@ pub struct PmixedProjection<'a> {
     path: SymmetricMixture<'a>,
     private: &'a [f64],
     public: &'a [f64],
+    alpha: Order,
     bound: f64,
 }
 
@@ -67,6 +68,7 @@ impl<'a> PmixedProjection<'a> {
             path,
             private,
             public,
+            alpha,
             bound,
         })
     }
@@ -85,6 +87,7 @@ impl<'a> PmixedProjection<'a> {
             path,
             private,
             public: public.row(),
+            alpha,
             bound,
         })
     }
@@ -104,6 +107,7 @@ impl<'a> PmixedProjection<'a> {
             path,
             private: private.row(),
             public: public.row(),
+            alpha,
             bound,
         })
     }
@@ -153,14 +157,48 @@ impl<'a> PmixedProjection<'a> {
 
     /// The largest feasible λ (see the type's guarantee).
     pub fn solve(&self) -> Result<Solution, MixingError> {
+        self.search(self.bound)
+    }
+
+    /// A λ whose mixture ([`PmixedProjection::mixture`]) has an *exact* symmetric
+    /// divergence from the public distribution of at most the bound `b` (both
+    /// normalised), not merely as evaluated in f64: the search enforces
+    /// [`crate::enforced_radius`]`(b, α, V)`, which covers the evaluator's error
+    /// (see [`crate::EvaluatorError`]). The [`Solution`]'s `value` and `violated_at`
+    /// refer to that enforced radius. When the margin swallows `b` (radii below about
+    /// `1e-10` at `V = 5·10⁴`) the answer is λ = 0 — the public distribution itself —
+    /// unless the private row equals the public one bitwise (then λ = 1, the same
+    /// distribution).
+    pub fn solve_certified(&self) -> Result<Solution, MixingError> {
+        let enforced = enforced_radius(self.bound, self.alpha, self.public.len())?;
+        if enforced == 0.0 && !bitwise_equal(self.private, self.public) {
+            // A zero bound admits only λ = 0 (module documentation); the evaluator's
+            // 0 at some λ > 0 would not certify the exact divergence.
+            let at_zero = self.evaluate(0.0)?;
+            return Ok(Solution {
+                lambda: 0.0,
+                value: at_zero.value,
+                violated_at: Some(1.0),
+                evaluations: 1,
+            });
+        }
+        self.search(enforced)
+    }
+
+    fn search(&self, bound: f64) -> Result<Solution, MixingError> {
         Search {
             upper: 1.0,
-            bound: self.bound,
+            bound,
             // Both transforms are convex in λ (module documentation).
             convex: true,
         }
         .run(|x| self.evaluate(x))
     }
+}
+
+/// Whether two rows hold the same bits (then every mixture of them is that row).
+pub(crate) fn bitwise_equal(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// [`PmixedProjection::new`] then [`PmixedProjection::solve`].

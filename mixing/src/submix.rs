@@ -22,8 +22,9 @@
 
 use privmix_renyi::{MixturePath, Order};
 
+use crate::pmixed::bitwise_equal;
 use crate::solver::{Evaluation, Search, check_bound};
-use crate::{MixingError, Solution};
+use crate::{MixingError, Solution, enforced_radius};
 
 /// The SubMix projection for one part's pair of models.
 ///
@@ -35,6 +36,9 @@ use crate::{MixingError, Solution};
 #[derive(Debug, Clone)]
 pub struct SubmixPairProjection<'a> {
     path: MixturePath<'a>,
+    /// The halves, for the bitwise-equality case of a certified solve.
+    halves: (&'a [f64], &'a [f64]),
+    alpha: Order,
     bound: f64,
 }
 
@@ -50,7 +54,12 @@ impl<'a> SubmixPairProjection<'a> {
     ) -> Result<Self, MixingError> {
         check_bound(bound)?;
         let path = MixturePath::new(h, h_prime, public, alpha)?;
-        Ok(SubmixPairProjection { path, bound })
+        Ok(SubmixPairProjection {
+            path,
+            halves: (h, h_prime),
+            alpha,
+            bound,
+        })
     }
 
     /// `D_α(λh + (1−λ)p₀ ‖ λh' + (1−λ)p₀)` as evaluated by `privmix_renyi::MixturePath`.
@@ -61,9 +70,35 @@ impl<'a> SubmixPairProjection<'a> {
 
     /// The largest feasible λ (see the type's guarantee).
     pub fn solve(&self) -> Result<Solution, MixingError> {
+        self.search(self.bound)
+    }
+
+    /// A λ at which the *exact* divergence of the two f64 mixtures
+    /// `λh + (1−λ)p₀` and `λh' + (1−λ)p₀` (normalised, formed as the evaluator forms
+    /// them), and of the exact mixtures, is at most the bound β: the search enforces
+    /// [`crate::enforced_radius`]`(β, α, V)`, which covers the evaluator's error. The
+    /// [`Solution`]'s `value` and `violated_at` refer to that enforced radius. When the
+    /// margin swallows β the answer is λ = 0 (both mixtures are then p₀), unless
+    /// `h = h'` bitwise (then every λ gives two equal mixtures and λ = 1 is returned).
+    pub fn solve_certified(&self) -> Result<Solution, MixingError> {
+        let (h, h_prime) = self.halves;
+        let enforced = enforced_radius(self.bound, self.alpha, h.len())?;
+        if enforced == 0.0 && !bitwise_equal(h, h_prime) {
+            let at_zero = self.path.evaluate(0.0)?;
+            return Ok(Solution {
+                lambda: 0.0,
+                value: at_zero.value,
+                violated_at: Some(1.0),
+                evaluations: 1,
+            });
+        }
+        self.search(enforced)
+    }
+
+    fn search(&self, bound: f64) -> Result<Solution, MixingError> {
         Search {
             upper: 1.0,
-            bound: self.bound,
+            bound,
             convex: false,
         }
         .run(|x| {
