@@ -30,7 +30,8 @@
 //! computes it for comparison only.
 
 use privmix_accountant::{Orders, RdpCurve, gaussian};
-use privmix_mixing::{Solution, top_k_indices};
+use privmix_mixing::{Solution, evaluator_error, top_k_indices};
+use privmix_renyi::round::{add_up, div_up, mul_up, sqrt_up, usize_down};
 use privmix_renyi::{Direction, Order, batched_divergence, divergence};
 use rayon::prelude::*;
 
@@ -38,7 +39,7 @@ use crate::adapmixed_filter::{MemberFilter, changed_member_epsilon, private_loss
 use crate::bounds::{check_enforcement_order, check_probability, check_radius};
 use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
 use crate::noise::{check_granularity, gaussian_on_grid, rounded_l2_sensitivity};
-use crate::pmixed::{EVALUATOR_MARGIN, StepBuffers, solve_and_sum};
+use crate::pmixed::{StepBuffers, solve_and_sum};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
@@ -169,8 +170,10 @@ impl AdapmixedConfig {
         orders: &Orders,
         members: usize,
     ) -> Result<RdpCurve, MechanismError> {
-        let l2 = ((2f64.sqrt().next_up() * self.screen_lambda).next_up() / members.max(1) as f64)
-            .next_up();
+        let l2 = div_up(
+            mul_up(sqrt_up(2.0), self.screen_lambda),
+            usize_down(members.max(1)),
+        );
         let k = self.top_k;
         let sensitivity = rounded_l2_sensitivity(l2, k, self.screen_granularity);
         Ok(gaussian(orders, self.sigma, sensitivity)?)
@@ -186,7 +189,7 @@ impl AdapmixedConfig {
             .epsilons()
             .iter()
             .zip(private)
-            .map(|(&s, p)| (s + p).next_up())
+            .map(|(&s, p)| add_up(s, p))
             .collect())
     }
 
@@ -224,7 +227,7 @@ impl AdapmixedConfig {
         }
         let unit = self.worst_query_loss(members)?;
         let feasible = |s: f64| -> Result<bool, MechanismError> {
-            let g: Vec<f64> = unit.iter().map(|&u| (u * s).next_up()).collect();
+            let g: Vec<f64> = unit.iter().map(|&u| mul_up(u, s)).collect();
             Ok(self
                 .changed_member_curve(&g, orders)?
                 .epsilon(delta)?
@@ -646,14 +649,17 @@ impl Adapmixed {
         // own projection (its λ depends on it and p₀ only); a member it would take over
         // the budget leaves before anything is computed from its mixture.
         let mut answer = self.private_answer(current)?;
+        // The evaluator's value at λ, enlarged by its proven error, bounds the exact
+        // `Dsym_{α_c}(p̄ᵢ, p₀)` (privmix-mixing's margin analysis).
+        let error = evaluator_error(Order::new(c.alpha_c)?, current.vocab())?;
         let mut left = false;
         for i in 0..n {
             if !filter.active()[i] {
                 continue;
             }
-            let d = (answer.solutions[i].value + c.radius * EVALUATOR_MARGIN)
-                .next_up()
-                .min(c.radius);
+            let value = answer.solutions[i].value;
+            let d =
+                add_up(value, add_up(mul_up(value, error.relative), error.absolute)).min(c.radius);
             if !filter.admit(i, &private_loss(&c.tracked(), d, n)) {
                 left = true;
             }

@@ -40,6 +40,7 @@ use privmix_accountant::{Orders, RdpCurve};
 
 use crate::MechanismError;
 use crate::bounds::mixture_bound_up;
+use privmix_renyi::round::{add_up, div_down, div_up, mul_up, sub_down, sub_up, usize_down};
 
 /// The values of p tried in the weak triangle inequality.
 const TRIANGLE_P: [f64; 24] = [
@@ -61,16 +62,17 @@ pub fn changed_member_epsilon(tracked: &[f64], g: &[f64], alpha: f64) -> f64 {
     if g.iter().all(|&x| x == 0.0) {
         return 0.0;
     }
-    let am1 = (alpha - 1.0).next_down();
+    let am1 = sub_down(alpha, 1.0);
     let mut best = f64::INFINITY;
     for &p in &TRIANGLE_P {
-        let first_order = (p * alpha).next_up();
-        let second_order = ((first_order - 1.0).next_up() / (p - 1.0).next_down()).next_up();
-        let coefficient = ((alpha - (1.0 / p).next_down()).next_up() / am1).next_up();
+        // Looking a bound up at a higher order than the exact one is conservative.
+        let first_order = mul_up(p, alpha);
+        let second_order = div_up(sub_up(first_order, 1.0), sub_down(p, 1.0));
+        let coefficient = div_up(sub_up(alpha, div_down(1.0, p)), am1);
         let a = at_or_above(tracked, g, first_order);
         let b = at_or_above(tracked, g, second_order);
         if a.is_finite() && b.is_finite() {
-            best = best.min(((coefficient * a).next_up() + b).next_up());
+            best = best.min(add_up(mul_up(coefficient, a), b));
         }
     }
     best
@@ -125,7 +127,7 @@ impl MemberFilter {
         let after: Vec<f64> = self.spent[i]
             .iter()
             .zip(loss)
-            .map(|(&s, &l)| (s + l).next_up())
+            .map(|(&s, &l)| add_up(s, l))
             .collect();
         let fits = match &self.budget {
             None => true,
@@ -142,7 +144,7 @@ impl MemberFilter {
     /// Adds one sub-step's worst-case loss to `G` (every member's loss is at most it).
     pub fn add_worst(&mut self, loss: &[f64]) {
         for (w, &l) in self.worst.iter_mut().zip(loss) {
-            *w = (*w + l).next_up();
+            *w = add_up(*w, l);
         }
     }
 
@@ -176,7 +178,7 @@ impl MemberFilter {
                 } else if n == f64::INFINITY {
                     n
                 } else {
-                    (n - b).next_up().max(0.0)
+                    sub_up(n, b).max(0.0)
                 }
             })
             .collect();
@@ -188,7 +190,7 @@ impl MemberFilter {
 /// The private answer's loss of a member within `d` of p₀ (at α_c), among `members`,
 /// at each tracked order (module docs).
 pub fn private_loss(tracked: &[f64], d: f64, members: usize) -> Vec<f64> {
-    let w = (1.0 / members as f64).next_up().min(1.0);
+    let w = div_up(1.0, usize_down(members.max(1))).min(1.0);
     tracked.iter().map(|&b| mixture_bound_up(b, d, w)).collect()
 }
 

@@ -55,25 +55,17 @@
 //! add/remove adjacency of the *sampled* elements only, not for a changed member.
 //!
 //! # Rounding
-//! Every returned value is rounded up: `f64::next_up` after each correctly
-//! rounded operation, and two ulps after each `exp`/`ln` call (the platform libm
-//! is faithful to within one ulp, not correctly rounded).
+//! Every returned value is rounded up with `privmix_renyi::round` (exact-directed
+//! arithmetic, libm results moved one ulp outward under the faithful-libm assumption
+//! documented there).
 
 use privmix_accountant::{Orders, RdpCurve};
+use privmix_renyi::round::{
+    add_up, div_down, div_up, exp_down, exp_m1_up, exp_up, ln_1p_down, ln_1p_up, ln_up, mul_down,
+    mul_up, sub_down, sub_up, u64_down, u64_up,
+};
 
 use crate::MechanismError;
-
-fn up(x: f64) -> f64 {
-    x.next_up()
-}
-
-fn down(x: f64) -> f64 {
-    x.next_down()
-}
-
-fn up2(x: f64) -> f64 {
-    x.next_up().next_up()
-}
 
 /// Checks an enforcement order α_c: finite and > 1.
 pub fn check_enforcement_order(alpha_c: f64) -> Result<(), MechanismError> {
@@ -117,32 +109,15 @@ pub fn check_probability(name: &'static str, q: f64) -> Result<(), MechanismErro
 /// `α_max = α_c²/(2α_c − 1)`, rounded *down*: the largest order at which the
 /// weak triangle inequality is used (orders above it are charged +∞).
 pub fn max_accounted_order(alpha_c: f64) -> f64 {
-    // α_c² rounded down over (2α_c − 1) rounded up, then rounded down.
-    let num = down(alpha_c * alpha_c);
-    let den = up(up(2.0 * alpha_c) - 1.0);
-    down(num / den)
+    div_down(
+        mul_down(alpha_c, alpha_c),
+        sub_up(mul_up(2.0, alpha_c), 1.0),
+    )
 }
 
 /// `c = (2α_c − 1)/(α_c − 1) = 1 + α_c/(α_c − 1)`, rounded up.
 pub fn triangle_coefficient(alpha_c: f64) -> f64 {
-    let num = up(up(2.0 * alpha_c) - 1.0);
-    let den = down(alpha_c - 1.0);
-    up(num / den)
-}
-
-/// `ln((m − 1 + eˣ)/m)` rounded up, x ≥ 0, m ≥ 1, stable for large x.
-fn ln_mixture_moment_up(x: f64, m: f64) -> f64 {
-    if x == f64::INFINITY {
-        return f64::INFINITY;
-    }
-    if x <= 700.0 {
-        // ln(1 + (eˣ − 1)/m)
-        up2(up(up2(x.exp_m1()) / m).ln_1p())
-    } else {
-        // x − ln m + ln(1 + (m − 1)e^{−x})
-        let tail = up2(up(up2((-x).exp()) * up(m - 1.0)).ln_1p());
-        up(up(x - down(down(m.ln()))) + tail)
-    }
+    div_up(sub_up(mul_up(2.0, alpha_c), 1.0), sub_down(alpha_c, 1.0))
 }
 
 /// `w = (1 − (1 − q)^N)/N` rounded up: the weight of a changed member in the
@@ -151,18 +126,17 @@ pub fn changed_member_weight(members: u64, q: f64) -> f64 {
     if members == 0 || q == 0.0 {
         return 0.0;
     }
-    let n = members as f64; // exact for N < 2^53; a larger N only lowers w
+    let inverse = div_up(1.0, u64_down(members));
     if q == 1.0 {
-        return up(1.0 / n);
+        return inverse;
     }
-    // (1 − q)^N = exp(N·ln(1 − q)), rounded down: ln1p(−q) is negative, so rounding
-    // it down (two ulps) and the product down keeps the exponent below the truth.
-    let ln_keep = down(down((-q).ln_1p()));
-    let exponent = down(n * ln_keep);
-    let keep = down(down(exponent.exp())).max(0.0);
-    let w = up(up(1.0 - keep) / n);
+    // (1 − q)^N = exp(N·ln(1 − q)) rounded down; ln(1 − q) < 0, so the product with
+    // N rounded up in magnitude is rounded down.
+    let exponent = mul_down(u64_up(members), ln_1p_down(-q));
+    let keep = exp_down(exponent).max(0.0);
+    let w = div_up(sub_up(1.0, keep), u64_down(members));
     // w ≤ min(q, 1/N) exactly (Bernoulli's inequality); keep the tighter of the two.
-    w.min(up(1.0 / n)).min(q)
+    w.min(inverse).min(q)
 }
 
 /// The proven per-query bound of PMixED under changed-member adjacency at order α:
@@ -177,7 +151,7 @@ pub fn pmixed_bound_at(alpha: f64, alpha_c: f64, radius: f64, members: u64, q: f
     if alpha > max_accounted_order(alpha_c) {
         return f64::INFINITY;
     }
-    mixture_bound_up(alpha, up(triangle_coefficient(alpha_c) * radius), w)
+    mixture_bound_up(alpha, mul_up(triangle_coefficient(alpha_c), radius), w)
 }
 
 /// `ln(1 + w·(e^{(α−1)d} − 1))/(α − 1)` rounded up, for d ≥ 0 and w ∈ (0, 1]: the
@@ -187,12 +161,17 @@ pub fn mixture_bound_up(alpha: f64, d: f64, w: f64) -> f64 {
     if d == 0.0 || w == 0.0 {
         return 0.0;
     }
-    let am1_hi = up(alpha - 1.0);
-    let am1_lo = down(alpha - 1.0).max(f64::MIN_POSITIVE);
-    let x = up(am1_hi * d);
-    // ln((m − 1 + eˣ)/m) with m = 1/w, i.e. ln(1 + w(eˣ − 1)); a smaller m is larger.
-    let m = down(1.0 / w).max(1.0);
-    up(ln_mixture_moment_up(x, m) / am1_lo)
+    let x = mul_up(sub_up(alpha, 1.0), d);
+    let numerator = if x == f64::INFINITY {
+        f64::INFINITY
+    } else if x <= 700.0 {
+        ln_1p_up(mul_up(w, exp_m1_up(x)))
+    } else {
+        // x + ln w + ln(1 + (1/w − 1)·e^{−x}), stable where eˣ overflows.
+        let tail = ln_1p_up(mul_up(sub_up(div_up(1.0, w), 1.0), exp_up(-x)));
+        add_up(add_up(x, ln_up(w)), tail)
+    };
+    div_up(numerator, sub_down(alpha, 1.0).max(f64::MIN_POSITIVE))
 }
 
 /// PMixED's per-query RDP curve under changed-member adjacency ([`pmixed_bound_at`]

@@ -164,21 +164,17 @@ impl PmixedConfig {
     }
 }
 
-/// Relative margin between the radius the bound is proven for and the radius the
-/// solver enforces. The solver guarantees its constraint *as its own evaluator
-/// computes it*, and that evaluator (privmix-renyi's mixture path) is accurate to
-/// about 1e-13 relative, not exactly; enforcing `b·(1 − 1e-9)` keeps the true
-/// divergence below `b`, the radius every charged bound is computed from, with
-/// four orders of magnitude to spare. It costs a λ change of order 1e-9.
-pub(crate) const EVALUATOR_MARGIN: f64 = 1e-9;
-
 /// PMixED's projection of any member of one ensemble: the public row validated
-/// once per step (not once per member), the order, and the enforced radius.
+/// once per step (not once per member), the order, and the radius. Each solve is
+/// privmix-mixing's certified one: it enforces the radius less a margin enclosing the
+/// divergence evaluator's error ([`privmix_mixing::enforced_radius`]), so the exact
+/// divergence of the returned mixture is at most b, the radius every charge is
+/// computed from.
 struct Projector<'a> {
     ensemble: &'a Ensemble,
     public: ValidatedRow<'a>,
     order: Order,
-    enforced: f64,
+    radius: f64,
 }
 
 impl<'a> Projector<'a> {
@@ -189,7 +185,7 @@ impl<'a> Projector<'a> {
             ensemble,
             public: ensemble.public_row(),
             order,
-            enforced: radius * (1.0 - EVALUATOR_MARGIN),
+            radius,
         })
     }
 
@@ -199,9 +195,9 @@ impl<'a> Projector<'a> {
             &self.ensemble.member_row(i),
             &self.public,
             self.order,
-            self.enforced,
+            self.radius,
         )?
-        .solve()?)
+        .solve_certified()?)
     }
 }
 
