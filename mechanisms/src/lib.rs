@@ -15,7 +15,7 @@
 //! must not be used to serve private text.
 
 mod account;
-mod adapmixed;
+pub mod adapmixed;
 pub mod adapmixed_filter;
 pub mod baselines;
 pub mod bounds;
@@ -32,7 +32,7 @@ mod pmixed;
 mod rng;
 mod sample;
 mod step;
-mod submix;
+pub mod submix;
 mod submix_protocol;
 
 pub use account::{Account, Unbudgeted};
