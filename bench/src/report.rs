@@ -103,9 +103,11 @@ pub fn markdown(results: &ExperimentResults, plots: &[String]) -> String {
         "\n### Perplexity and privacy (Tables 1–2 of the papers)\n\n\
          Every held-out position is one query, charged as if its token were released; \
          perplexity is exp(mean NLL) per block, then the mean over blocks. \
-         'spent ε' is the accountant's (ε, δ) after all queries, rounded up. Unit and adjacency, \
-         the same for every private row: a user in one member's (part's) shard, changed-member \
-         adjacency (one member's model changes arbitrarily, N fixed). PMixED and SubMix are \
+         'spent ε' is the accountant's (ε, δ) after all queries, rounded up. Unit and adjacency \
+         of the PMixED, AdaPMixED and SubMix rows: a user in one member's (part's) shard, \
+         changed-member adjacency (one member's model changes arbitrarily, N fixed). The DP-SGD \
+         rows protect a different unit under a different adjacency (add/remove one training \
+         block, Poisson-sampled), so their ε is not on the same axis. PMixED and SubMix are \
          calibrated to spend the target over exactly these queries; AdaPMixED's member filter is \
          calibrated so the whole run fits the target, and a member that would overspend leaves; \
          when the (ε, δ) budget refuses a charge the public model answers ('budget out'); DP-SGD's \
