@@ -151,7 +151,8 @@ pub struct MechanismParams {
     pub alpha_c: f64,
     /// PMixED/AdaPMixED/SubMix: radius b of the projections toward the public model
     /// (default PMixED and SubMix: the largest radius whose --max-tokens queries fit the
-    /// budget; AdaPMixED: 3.6, its member filter then fits the whole run to the budget).
+    /// budget, and AdaPMixED the same, its member filter then fitting the whole run to the
+    /// budget).
     #[arg(long)]
     pub radius: Option<f64>,
     /// PMixED: Poisson sampling probability q of each member.

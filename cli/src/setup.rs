@@ -166,9 +166,25 @@ pub fn build_mechanism(
             need_members(1)?;
             // The filter budget is calibrated so that the whole run, however many
             // tokens it answers, fits the budget ε at δ.
+            // Default radius: PMixED's for the same budget and queries, so that a run of
+            // --max-tokens worst-case queries fits; members that stay nearer p₀ spend
+            // less and answer longer. (The paper's 3.6 spends a filter in one query.)
+            let radius = match p.radius {
+                Some(r) => r,
+                None => PmixedConfig::calibrate(
+                    plan.epsilon,
+                    plan.delta,
+                    plan.queries.max(1),
+                    1.0,
+                    n as u64,
+                    p.alpha_c,
+                    plan.orders,
+                )?
+                .radius(),
+            };
             let config = AdapmixedConfig {
                 alpha_c: p.alpha_c,
-                radius: p.radius.unwrap_or(3.6),
+                radius,
                 sigma: p.sigma,
                 threshold: p.threshold,
                 top_k: p.top_k,

@@ -214,9 +214,14 @@ pub(crate) fn contenders(
             delta,
         ));
         let (sigma, threshold, top_k) = plan.screen;
+        // The radius PMixED would get for the same budget and queries without
+        // subsampling (the paper's 3.6 spends a member's whole filter in one query).
+        let radius =
+            PmixedConfig::calibrate(eps, delta, queries, 1.0, n as u64, plan.alpha_c, orders)?
+                .radius();
         let ada = AdapmixedConfig {
             alpha_c: plan.alpha_c,
-            radius: plan.adapmixed_radius,
+            radius,
             sigma,
             threshold,
             top_k,

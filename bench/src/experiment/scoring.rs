@@ -32,8 +32,6 @@ pub struct ScoringPlan {
     pub alpha_c: f64,
     /// PMixED: Poisson sampling probability of each member.
     pub pmixed_q: f64,
-    /// AdaPMixED: projection radius b (the paper's βα = 3.6).
-    pub adapmixed_radius: f64,
     /// AdaPMixED: screening noise σ, threshold T and top-k (Table 4: 1e-2, 4.5, 60).
     pub screen: (f64, f64, usize),
 }
@@ -45,7 +43,6 @@ impl Default for ScoringPlan {
             pmixed_alpha_c: 36.0,
             alpha_c: table4.alpha_c,
             pmixed_q: 1.0,
-            adapmixed_radius: table4.radius,
             screen: (table4.sigma, table4.threshold, table4.top_k),
         }
     }
