@@ -179,15 +179,63 @@ const BLOCK: usize = 1024;
 /// Independent partial sums per block (one AVX-512 vector of f64).
 const LANES: usize = 8;
 
-/// Draws an index from unnormalised log-weights (−∞ allowed), normalising by
-/// the maximum first so that nothing overflows.
+/// How far below the largest log-weight [`sample_log_index`] keeps an index's own
+/// weight: an index whose log-weight is further below gets the weight `exp(−708)`
+/// (a normal f64, ≈ 3.3e-308) instead of one that would underflow.
+const LOG_WEIGHT_FLOOR: f64 = -708.0;
+
+/// Draws an index from unnormalised log-weights `l` (−∞ allowed: no mass), with
+/// probability EXACTLY `ŵ_i/Σⱼŵⱼ` for the f64 weights `ŵ` defined here.
 ///
-/// Its law is NOT exact: the weights `exp(l − max)` are rounded f64s, and the
-/// draw inverts their f64 CDF with one 53-bit uniform `u` (`rng.random::<f64>()`),
-/// so an index whose weight is below about 2⁻⁵³ of the total may be unreachable.
-/// It is kept so because DPS-MOZO's exact verifier (`tests/verify_dps_mozo`)
-/// models precisely this law; mechanisms releasing tokens through
-/// [`crate::EnsembleMechanism`] use [`sample_index`], which is exact.
+/// # The law
+///
+/// Let `L = maxⱼ lⱼ` and, for a finite `lᵢ`, `δᵢ = lᵢ − L` as a real number: the f64
+/// difference `h = lᵢ − L` plus its rounding error `t` (recovered exactly by TwoSum;
+/// `h ≥ −708` cannot overflow), so `δᵢ = h + t`. Then
+///
+/// - `ŵᵢ = 0` if `lᵢ = −∞`;
+/// - `ŵᵢ = c₀`, the f64 `exp(−708)` (≈ 3.3e-308, a normal float), if `δᵢ < −708`,
+///   decided exactly: `h < −708`, or `h = −708` and `t < 0`;
+/// - otherwise `ŵᵢ = e + e·t` in f64 (two roundings, no fused multiply-add), `e = exp(h)`;
+///
+/// and the index is drawn by [`sample_index`]'s exact machinery, so `P(i) = ŵᵢ/Σŵ` with
+/// the `ŵ` as real numbers and their exact sum. Every finite log-weight has positive mass
+/// however far it lies below the maximum; only −∞ has none. (The maximum has `ŵ = 1`.)
+///
+/// Why the floor: left to `exp`, a weight below `e^{−745}` of the largest rounds to 0,
+/// while a neighbouring dataset's slightly larger one becomes a positive subnormal — a
+/// token drawable on one side only, an infinite Rényi divergence; and subnormal results
+/// carry no relative accuracy. With the floor the log-weight is `max(δ, −708)` up to
+/// rounding, a 1-Lipschitz function of δ that privacy proofs can carry through.
+///
+/// # Distance to the intended law
+///
+/// Assume, as the accountant's rounding does (`privmix_renyi::round`), that the
+/// platform's `exp` is faithful (error below one ulp). Then for every finite `lᵢ`
+///
+/// `|ln ŵᵢ − max(δᵢ, −708)| ≤ η_s := 3.01·2⁻⁵³`.
+///
+/// Proof. If `δ ≥ −708`, then `h ≥ −708` (rounding is monotone and −708 is a float), so
+/// `e^h ≥ e^{−708} > 2⁻¹⁰²²` and `e`, `e + e·t` are normal: `e = e^h(1 + θ₁)` with
+/// `|θ₁| < 2⁻⁵²`. `|h| < 1024` gives `|t| ≤ ½ulp(h) ≤ 2⁻⁴⁴`, and `e^t = (1 + t)(1 + θ₂)`
+/// with `|θ₂| ≤ t² ≤ 2⁻⁸⁸`. `e·t` is rounded by a relative `2⁻⁵³` on a value below
+/// `2⁻⁴⁴e`, and the sum by a relative `2⁻⁵³`: `ŵ = e^δ(1 + θ₁)(1 + θ₃)/(1 + θ₂)` with
+/// `|θ₃| ≤ 2⁻⁵³(1 + 2⁻⁴³)`, so `|ln ŵ − δ| ≤ 2⁻⁵² + 2⁻⁵³ + 2⁻⁹⁰ + O(2⁻¹⁰⁴) ≤ η_s`. If
+/// `δ < −708`, `ŵ = c₀ = e^{−708}(1 + θ)` with `|θ| < 2⁻⁵²` (normal), so
+/// `|ln ŵ + 708| ≤ 2.01·2⁻⁵³`. ∎
+///
+/// So the realised law is, within a factor `e^{±2η_s}` (≈ 1 ± 7e-16) on every index, the
+/// law of the floored log-weights `max(lᵢ − L, −708)`: on an index within 708 of the
+/// maximum it is the intended `e^{lᵢ}/Σe^{lⱼ}` to that factor (the normaliser moves by
+/// at most `V·c₀`, V the vector's length, from the floored indices), and an index further
+/// below is drawn with probability `c₀/Σŵ` instead of its smaller intended one. DPS-MOZO's
+/// charge covers this law ([`crate::dps_mozo_charge`]).
+///
+/// Cost: one pass for the weights (an `exp` each, a TwoSum), then [`sample_index`]'s draw
+/// (64 random bits, more only when the f64 fast path is ambiguous).
+///
+/// Errors: NaN or +∞ entries ([`MechanismError::NonFinite`]); an empty vector or every
+/// entry −∞ ([`MechanismError::NotNormalised`], sum 0).
 pub fn sample_log_index(log_p: &[f64], rng: &mut impl Rng) -> Result<usize, MechanismError> {
     let max = log_p.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if let Some((index, &value)) = log_p
@@ -208,38 +256,45 @@ pub fn sample_log_index(log_p: &[f64], rng: &mut impl Rng) -> Result<usize, Mech
             tolerance: 0.0,
         });
     }
-    let weights: Vec<f64> = log_p.iter().map(|&l| (l - max).exp()).collect();
+    let weights = log_weights(log_p, max);
     let (blocks, total) = checked_blocks(&weights)?;
-    Ok(invert_f64(&weights, &blocks, total, rng.random::<f64>()))
+    let mut bits = RngBits::new(rng);
+    let k = bits.bits(64);
+    if let Some(i) = certified(&weights, &blocks, total, k) {
+        return Ok(i);
+    }
+    Ok(exact_index(&weights, k, &mut bits))
 }
 
-/// Inversion of the f64 CDF at `u·Σp` for one 53-bit uniform u: the law
-/// [`sample_log_index`] keeps (see there).
-fn invert_f64(p: &[f64], blocks: &[f64], total: f64, u: f64) -> usize {
-    let target = u * total;
-    let mut before = 0.0;
-    let mut first = 0;
-    for (b, &s) in blocks.iter().enumerate() {
-        if target < before + s {
-            first = b;
-            break;
-        }
-        before += s;
-        first = b + 1;
+/// [`sample_log_index`]'s weights `ŵ` of validated log-weights with (finite) maximum
+/// `max`.
+pub(crate) fn log_weights(log_p: &[f64], max: f64) -> Vec<f64> {
+    let floor = LOG_WEIGHT_FLOOR.exp();
+    log_p.iter().map(|&l| log_weight(l, max, floor)).collect()
+}
+
+/// [`sample_log_index`]'s weight `ŵ` of a log-weight `l` below the (finite) maximum
+/// `max`, `floor` being the f64 `exp(LOG_WEIGHT_FLOOR)`.
+fn log_weight(l: f64, max: f64, floor: f64) -> f64 {
+    if l == f64::NEG_INFINITY {
+        return 0.0;
     }
-    let start = (first * BLOCK).min(p.len());
-    let mut cumulative = before;
-    for (i, &x) in p.iter().enumerate().skip(start) {
-        if x > 0.0 {
-            cumulative += x;
-            if target < cumulative {
-                return i;
-            }
-        }
+    let h = l - max;
+    // h < −708 implies δ < −708 (and covers an overflow of l − max to −∞).
+    if h < LOG_WEIGHT_FLOOR {
+        return floor;
     }
-    // Rounding can leave the cumulative sum a hair below the target: the draw belongs
-    // to the last index with mass (there is one: the total is positive).
-    p.iter().rposition(|&x| x > 0.0).unwrap_or(0)
+    // TwoSum (Knuth): δ = h + t exactly; nothing overflows for h ≥ −708.
+    let t = {
+        let b_virtual = h - l;
+        let a_virtual = h - b_virtual;
+        (l - a_virtual) + (-max - b_virtual)
+    };
+    if h == LOG_WEIGHT_FLOOR && t < 0.0 {
+        return floor;
+    }
+    let e = h.exp();
+    e + e * t
 }
 
 #[cfg(test)]
@@ -416,8 +471,185 @@ mod tests {
         let l = [-1e300, f64::NEG_INFINITY, -1e300 + 1.0];
         let i = sample_log_index(&l, &mut rng).unwrap();
         assert!(i == 0 || i == 2);
-        assert!(sample_log_index(&[f64::NAN], &mut rng).is_err());
-        assert!(sample_log_index(&[f64::NEG_INFINITY], &mut rng).is_err());
+        // `l − max` overflows to −∞: a finite log-weight still gets the floor, not 0.
+        let l = [-1.7e308, 1.7e308];
+        assert_eq!(
+            log_weight(l[0], l[1], LOG_WEIGHT_FLOOR.exp()),
+            (-708f64).exp()
+        );
+        assert!(sample_log_index(&l, &mut rng).is_ok());
         assert!(sample_index(&[0.0, 0.0], &mut rng).is_err());
+    }
+
+    #[test]
+    fn log_sampling_keeps_its_typed_errors() {
+        let mut rng = PrivacyRng::from_seed(5);
+        assert!(matches!(
+            sample_log_index(&[0.0, f64::NAN, f64::INFINITY], &mut rng),
+            Err(MechanismError::NonFinite { index: 1, .. })
+        ));
+        assert!(matches!(
+            sample_log_index(&[0.0, -1.0, f64::INFINITY], &mut rng),
+            Err(MechanismError::NonFinite { index: 2, .. })
+        ));
+        for bad in [&[][..], &[f64::NEG_INFINITY, f64::NEG_INFINITY][..]] {
+            assert!(matches!(
+                sample_log_index(bad, &mut rng),
+                Err(MechanismError::NotNormalised { .. })
+            ));
+        }
+    }
+
+    /// The documented weights, written out again: 0 for −∞, `exp(−708)` when
+    /// `l − max < −708` as a real number, else `e + e·t` with `e = exp(h)`, `h + t = l − max`.
+    fn documented_weight(l: f64, max: f64) -> f64 {
+        if l == f64::NEG_INFINITY {
+            return 0.0;
+        }
+        let h = l - max;
+        // The exact remainder of the subtraction (when it did not overflow).
+        let t = if h.is_finite() {
+            let z = h - l;
+            (l - (h - z)) + (-max - z)
+        } else {
+            -1.0
+        };
+        if h < -708.0 || (h == -708.0 && t < 0.0) {
+            return (-708f64).exp();
+        }
+        let e = h.exp();
+        e + e * t
+    }
+
+    #[test]
+    fn log_weights_are_the_documented_ones() {
+        let floor = (-708f64).exp();
+        assert!(floor >= f64::MIN_POSITIVE, "the floor is a normal float");
+        let max = 0.25;
+        // e^{-700} and e^{-708} keep their own weight; e^{-760} (which `exp` would
+        // round to 0) and anything further down get the floor; −∞ gets 0.
+        let cases = [
+            (max, 1.0),
+            (max - 700.0, (-700f64).exp()),
+            (max - 708.0, floor),
+            (max - 760.0, floor),
+            (-1e300, floor),
+            (f64::NEG_INFINITY, 0.0),
+        ];
+        for (l, want) in cases {
+            assert_eq!(log_weight(l, max, floor), want, "l = {l}");
+        }
+        // l − max = −708 ∓ 2⁻⁴⁵ rounds to −708 (half an ulp is 2⁻⁴⁴); the real difference
+        // decides: below −708 the floor, above it the index's own e^{−708}(1 + 2⁻⁴⁵),
+        // about 256 ulps above the floor.
+        let tiny = 2f64.powi(-45);
+        assert_eq!(-708.0 - tiny, -708.0);
+        assert_eq!(log_weight(-708.0, tiny, floor), floor);
+        let own = log_weight(-708.0, -tiny, floor);
+        assert!(own > floor && own <= floor * (1.0 + 2.0 * tiny), "{own:e}");
+        assert_eq!(own, floor + floor * tiny);
+        // Inexact differences: the weight follows the real difference (δ = h + t), and
+        // the test's own transcription of the law agrees bit for bit.
+        let mut s = 7u64;
+        for _ in 0..2000 {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let l = -((s >> 11) as f64 / (1u64 << 53) as f64) * 720.0 + 0.3;
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let m = 0.3 + (s >> 40) as f64 * 1e-7;
+            let w = log_weight(l, m, floor);
+            assert_eq!(w.to_bits(), documented_weight(l, m).to_bits());
+            assert!(w > 0.0 && w <= 1.0 && w.is_normal());
+        }
+    }
+
+    /// Streams (most significant word first) placing U at the first, the middle and the
+    /// last `2^{−64w}`-interval inside each positive-mass cell of the exact CDF of `p`,
+    /// for the first depth w with three such intervals, each followed by three tails.
+    fn cell_streams(p: &[f64]) -> Vec<(usize, Vec<u64>)> {
+        let c: Vec<UBig> = p
+            .iter()
+            .scan(UBig::ZERO, |acc, &x| {
+                *acc += units(x);
+                Some(acc.clone())
+            })
+            .collect();
+        let total = c.last().unwrap().clone();
+        let mut out = Vec::new();
+        for (i, &x) in p.iter().enumerate() {
+            if x == 0.0 {
+                continue;
+            }
+            let lower = if i == 0 { UBig::ZERO } else { c[i - 1].clone() };
+            let mut found = false;
+            for words in 1..=20usize {
+                let bits = 64 * words;
+                let first = ((lower.clone() << bits) + &total - UBig::ONE) / &total;
+                let top = (c[i].clone() << bits) / &total;
+                if top < first.clone() + UBig::from(3u8) {
+                    continue;
+                }
+                let last = top - UBig::ONE;
+                let middle = (first.clone() + &last) >> 1;
+                for d in [first, middle, last] {
+                    for tail in [0u64, u64::MAX, 0x5555_5555_5555_5555] {
+                        let mut stream = digits(&d, words);
+                        stream.extend([tail; 40]);
+                        out.push((i, stream));
+                    }
+                }
+                found = true;
+                break;
+            }
+            assert!(found, "cell {i} of {p:?} thinner than 2^-1280");
+        }
+        out
+    }
+
+    /// The law of `sample_log_index` is exactly ŵ/Σŵ for the documented weights, down
+    /// to masses of e^{-700} (its own weight), e^{-760} and e^{-1e300} (the floor, where
+    /// `exp` alone underflows to 0): every stream placing U inside a cell draws it.
+    #[test]
+    fn log_sampling_is_exact_down_to_underflow() {
+        let vectors: Vec<Vec<f64>> = vec![
+            vec![0.0, -700.0, -760.0, f64::NEG_INFINITY],
+            vec![-760.0, 0.0, f64::NEG_INFINITY, -700.0, -1e300, 3.0f64.ln()],
+            vec![12.5, 12.5 - 708.0, 12.5 - 708.000_000_000_1, -36.5, 11.0],
+            vec![-0.1, -2.0, -3.5],
+            vec![(0.25f64).ln(), (0.75f64).ln()],
+        ];
+        for l in &vectors {
+            let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = l.iter().map(|&x| documented_weight(x, max)).collect();
+            let streams = cell_streams(&w);
+            let positive = w.iter().filter(|&&x| x > 0.0).count();
+            assert_eq!(streams.len(), positive * 9);
+            for (i, stream) in streams {
+                let got = sample_log_index(l, &mut Words(stream, 0)).unwrap();
+                assert_eq!(got, i, "{l:?}: cell {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn log_sampling_matches_frequencies() {
+        // Binomial standard error 0.0022: the bound is 4.5 of them (fixed seed).
+        let l = [
+            (0.25f64).ln() + 3.0,
+            f64::NEG_INFINITY,
+            (0.75f64).ln() + 3.0,
+            -800.0,
+        ];
+        let mut rng = PrivacyRng::from_seed(4);
+        let mut counts = [0usize; 4];
+        for _ in 0..40_000 {
+            counts[sample_log_index(&l, &mut rng).unwrap()] += 1;
+        }
+        assert_eq!(counts[1], 0);
+        let share = counts[0] as f64 / 40_000.0;
+        assert!((share - 0.25).abs() < 0.01, "share {share}");
     }
 }

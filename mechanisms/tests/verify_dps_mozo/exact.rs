@@ -24,11 +24,14 @@
 //! - `own`: the same product at the verifier's own λ (the lower end of a bisection to f64
 //!   resolution on `[0, λ_max]`, feasible as evaluated here): what a correct
 //!   implementation of the documented rule would do, whatever λ solver it used.
-//! - `real`: the exact law of the f64 sampler the step uses (`sample_log_index`, one
-//!   53-bit uniform, inversion of the f64 CDF) on the mechanism's output vector: the
-//!   number of the 2⁵³ possible uniforms that select each token, found by bisection on
-//!   the uniform (the selected index is non-decreasing in it; spot-checked), as a dyadic
-//!   rational. This is the law "as it runs", including the sampler's quantisation.
+//! - `real`: the law of the token sampler the step uses (`sample_log_index`) on the
+//!   mechanism's own f64 output vector: exactly `ŵ/Σŵ` for the f64 weights it documents
+//!   (each finite log-probability's `exp(l − max)`, floored at `exp(−708)` so that nothing
+//!   underflows to 0), computed HERE by `law::realised` from that documentation, not by
+//!   calling the sampler. This is the law "as it runs", f64 rounding and all; the charge
+//!   claims it (`dps_mozo_charge`'s realised ε). `tests/verify_dps_mozo.rs` ties these
+//!   weights to the running sampler bit for bit (streams placing the uniform at the edges
+//!   of every cell draw that cell).
 //!
 //! # Tying the laws to the running mechanism
 //!
@@ -54,61 +57,12 @@ use privmix_mechanisms::{
 };
 use rand::RngCore;
 
-use super::law::{self, ETA_TOKEN, Mix, ORDERS, U};
+use super::law::{self, ETA_REAL, ETA_TOKEN, Mix, ORDERS, U};
 use super::world::{Call, DecodeFn, Decoder, Source, Table, World};
 
 /// The orders every account here uses.
 pub fn orders() -> Orders {
     Orders::new(ORDERS.to_vec()).unwrap()
-}
-
-/// A generator whose f64 draw (rand's `StandardUniform`: the top 53 bits of one `u64`,
-/// times 2⁻⁵³) is exactly `k·2⁻⁵³`.
-struct Fixed(u64);
-
-impl RngCore for Fixed {
-    fn next_u32(&mut self) -> u32 {
-        panic!("the token sampler draws one u64")
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 << 11
-    }
-    fn fill_bytes(&mut self, _: &mut [u8]) {
-        panic!("the token sampler draws one u64")
-    }
-}
-
-/// 2⁵³: the number of uniforms the token sampler can draw.
-const DRAWS: u64 = 1 << 53;
-
-/// The exact law of `sample_log_index(log_probs, ·)`: for each position, how many of the
-/// 2⁵³ uniforms select it.
-pub fn realised_counts(log_probs: &[f64]) -> Vec<u64> {
-    let draw = |k: u64| sample_log_index(log_probs, &mut Fixed(k)).unwrap();
-    // first(j) = the least k with draw(k) ≥ j.
-    let first = |j: usize| -> u64 {
-        let (mut lo, mut hi) = (0u64, DRAWS);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if draw(mid) >= j {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        lo
-    };
-    let bounds: Vec<u64> = (0..=log_probs.len())
-        .map(|j| if j == 0 { 0 } else { first(j) })
-        .collect();
-    // Spot checks of monotonicity: uniforms inside each interval select its position.
-    let mut s = 0x5EED ^ log_probs.len() as u64;
-    for _ in 0..16 {
-        let k = super::world::splitmix(&mut s) >> 11;
-        let j = bounds.partition_point(|&b| b <= k) - 1;
-        assert_eq!(draw(k), j, "sampler not monotone in the uniform at {k}");
-    }
-    bounds.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
 /// All `k`-subsets of `0..n`, increasing, in lexicographic order.
@@ -136,7 +90,7 @@ pub struct TokenLaw {
     pub mech: Vec<f64>,
     /// At the verifier's own λs.
     pub own: Vec<f64>,
-    /// The f64 sampler's exact law on the mechanism's output.
+    /// The token sampler's realised law on the mechanism's output.
     pub real: Vec<f64>,
 }
 
@@ -211,7 +165,7 @@ impl<'a> Laws<'a> {
         assert!(upper <= law::LAMBDA_BOUND);
         let mut mech_terms = vec![Vec::new(); v];
         let mut own_terms = vec![Vec::new(); v];
-        let mut counts = vec![0u128; v];
+        let mut real_terms = vec![Vec::new(); v];
         for s in &all {
             let rows: Vec<Vec<f64>> = s.iter().map(|&d| w.demos[d].row(ctx, v)).collect();
             let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
@@ -259,7 +213,7 @@ impl<'a> Laws<'a> {
             }
             let mech = law::product(&mech_mix);
             let own = law::product(&own_mix);
-            let real = realised_counts(&out.log_probs);
+            let real = law::realised(&out.log_probs);
             for (pos, &x) in out.support.iter().enumerate() {
                 let i = k.binary_search(&x).unwrap();
                 let diff = (mech[i] - out.log_probs[pos]).abs();
@@ -270,26 +224,16 @@ impl<'a> Laws<'a> {
                 self.stats.max_mismatch = self.stats.max_mismatch.max(diff);
                 mech_terms[x].push(mech[i]);
                 own_terms[x].push(own[i]);
-                counts[x] += u128::from(real[pos]);
+                real_terms[x].push(real[pos]);
             }
         }
         let ln_c = (all.len() as f64).ln();
         let mix_over =
             |terms: &[Vec<f64>]| -> Vec<f64> { terms.iter().map(|t| law::lse(t) - ln_c).collect() };
-        let real = counts
-            .iter()
-            .map(|&n| {
-                if n == 0 {
-                    f64::NEG_INFINITY
-                } else {
-                    (n as f64).ln() - 53.0 * std::f64::consts::LN_2 - ln_c
-                }
-            })
-            .collect();
         TokenLaw {
             mech: mix_over(&mech_terms),
             own: mix_over(&own_terms),
-            real,
+            real: mix_over(&real_terms),
         }
     }
 }
@@ -716,7 +660,7 @@ pub struct Row {
     pub mech: f64,
     /// The same for the `own` law.
     pub own: f64,
-    /// The same for the `real` law (may be +∞).
+    /// The same for the `real` law.
     pub real: f64,
     /// Cases checked.
     pub cases: usize,
@@ -780,7 +724,7 @@ fn compare(
 ) -> Row {
     assert_eq!(a.keys, b.keys);
     let eta = tokens as f64 * (ETA_TOKEN + 20.0 * U);
-    let eta_real = tokens as f64 * 20.0 * U;
+    let eta_real = tokens as f64 * (ETA_REAL + 20.0 * U);
     let mut row = Row {
         mech: 0.0,
         own: 0.0,
@@ -933,7 +877,7 @@ pub fn verify(case: &Case, real: RealCheck) -> Report {
 /// Prints a report as a Markdown table.
 pub fn print(report: &Report) {
     println!(
-        "| variant | adjacency | T | cases | max (D_α+err)/charged, mech λ | own λ | f64 sampler (exact) | worst (mech) |"
+        "| variant | adjacency | T | cases | max (D_α+err)/charged, mech λ | own λ | realised sampler | worst (mech) |"
     );
     println!("|---|---|---|---|---|---|---|---|");
     for ((v, a, t), r) in report {

@@ -28,6 +28,19 @@
 //! rounding: each term `α·lp + (1−α)·lq` is off by ≤ `(2α−1)η + 4uα(|lp| + |lq|)`, the
 //! log-sum-exp over N terms adds ≤ `(N + 4)u`, and the result is divided by `α − 1`.
 //! Assertions compare `D + error ≤ charge`.
+//!
+//! # The realised law (the token sampler's)
+//!
+//! [`realised_weights`] transcribes the weights `sample_log_index` documents (written
+//! here from its documentation, not by calling it): with `L` the largest log-probability
+//! and `δ = l − L` as a real number (`h = l − L` in f64 plus its TwoSum remainder `t`),
+//! `ŵ = 0` for `l = −∞`, `ŵ = exp(−708)` (an f64, ≈ 3.3e-308) when `δ < −708`, else
+//! `ŵ = e + e·t` with `e = exp(h)`; the token is drawn with probability exactly `ŵ/Σŵ`.
+//! [`realised`] returns `ln ŵ − ln Σŵ` in f64: `ŵ ∈ [e^{−708}(1 − 2⁻⁵²), 1]` is normal, so
+//! `ln ŵ` (|·| < 1024) is within one ulp ≤ `2⁻⁴³ = 1024u`, the f64 sum of ≤ 4 weights
+//! within a relative `3u` (its logarithm, in `[0, ln 4]`, within `5.1u`), the difference
+//! (|·| ≤ 710) within `710u`: `1740u`. The uniform mixture over subsets (`lse − ln C`)
+//! adds at most `2·711u + 16u`, so [`ETA_REAL`] = 4096u bounds a token's error.
 
 /// Largest finite logit magnitude any world may use (checked when rows are built).
 pub const LOGIT_BOUND: f64 = 64.0;
@@ -38,6 +51,10 @@ pub const LAMBDA_BOUND: f64 = 4.0;
 /// Stated bound on the absolute error of a per-subset, per-token log-probability (see the
 /// module documentation).
 pub const ETA_TOKEN: f64 = 1e-10;
+
+/// Stated bound on the absolute error of a token's realised log-probability (module
+/// documentation).
+pub const ETA_REAL: f64 = 4096.0 * U;
 
 /// Unit roundoff of f64.
 pub const U: f64 = f64::EPSILON / 2.0;
@@ -177,6 +194,51 @@ pub fn product(log_mixtures: &[Vec<f64>]) -> Vec<f64> {
         }
     }
     normalise(&w)
+}
+
+/// The weights `ŵ` the token sampler draws in proportion to, for the log-probabilities
+/// `log_probs` (module documentation: "The realised law"). At least one entry finite.
+pub fn realised_weights(log_probs: &[f64]) -> Vec<f64> {
+    let top = log_probs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    assert!(top.is_finite(), "no finite log-probability");
+    let floor = (-708f64).exp();
+    log_probs
+        .iter()
+        .map(|&l| {
+            if l == f64::NEG_INFINITY {
+                return 0.0;
+            }
+            let h = l - top;
+            if h < -708.0 {
+                return floor;
+            }
+            // Knuth's TwoSum: l + (−top) = h + t exactly.
+            let bv = h - l;
+            let av = h - bv;
+            let t = (l - av) + (-top - bv);
+            if h == -708.0 && t < 0.0 {
+                return floor;
+            }
+            let e = h.exp();
+            e + e * t
+        })
+        .collect()
+}
+
+/// `ln(ŵ/Σŵ)` of [`realised_weights`]: the log-probabilities the sampler realises (−∞
+/// where `ŵ = 0`), each within [`ETA_REAL`]'s per-subset share.
+pub fn realised(log_probs: &[f64]) -> Vec<f64> {
+    let w = realised_weights(log_probs);
+    let ln_total = w.iter().sum::<f64>().ln();
+    w.iter()
+        .map(|&x| {
+            if x == 0.0 {
+                f64::NEG_INFINITY
+            } else {
+                x.ln() - ln_total
+            }
+        })
+        .collect()
 }
 
 /// `D_α(P ‖ Q)` for log-probability vectors over the same outcomes, with a bound on its
