@@ -125,8 +125,9 @@ fn release(
 /// DPS-MOZO (+On when its tokens answer queries; +Off through
 /// [`generate_dp_demonstrations`]).
 ///
-/// Guarantee: each token is charged [`DpsMozoConfig::token_charge`] — (4b)-DP for a fixed
-/// subset, as RDP `min(4b, α(4b)²/2)`, amplified by sampling `n_shots` of |D| without
+/// Guarantee: each token is charged [`DpsMozoConfig::token_charge`] — ε-DP for a fixed
+/// subset with ε = 4b plus a proven f64 slack (`dps_mozo_charge`), as RDP
+/// `min(ε, αε²/2)`, amplified by sampling `n_shots` of |D| without
 /// replacement — for replace-one adjacency of the private demonstration set (see
 /// [`crate::dps_mozo_output`]'s module docs). The charge is data-independent, so a
 /// calibrated radius ([`crate::calibrate_radius`]) fixes the total for n_test · T_max
@@ -141,8 +142,9 @@ fn release(
 ///   distribution, which are functions of the private set.
 /// - With a stop token the guarantee is still the `max_tokens`-fold charge (a fixed
 ///   horizon); the account's total after an early stop is what was charged.
-/// - The guarantee is for a token drawn exactly from the output distribution; the f64
-///   inversion sampler used here can differ (see the `dps_mozo` module docs).
+/// - The guarantee is for the law the token is actually drawn from: `sample_log_index`
+///   draws exactly in proportion to stated f64 weights, and the charge's slack covers
+///   their rounding (see the `dps_mozo` module docs).
 ///
 /// `tests/verify_dps_mozo.rs` checks this exactly, transcript by transcript, for +On
 /// and +Off (vocabularies ≤ 4, ≤ 3 tokens, orders 1.5–32, both directions).

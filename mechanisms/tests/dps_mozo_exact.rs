@@ -170,8 +170,12 @@ fn token_curve_is_min_of_pure_and_zcdp_and_amplification_helps() {
     for (a, x) in amp.epsilons().iter().zip(c.epsilons()) {
         assert!(a < x);
     }
-    // n_shots = |D| is no amplification.
-    assert_eq!(dps_mozo_charge(&orders, b, 5, 5).unwrap(), c);
+    // n_shots = |D| is no amplification: the token curve at the realised ε (4b plus the
+    // proven f64 slack of `dps_mozo_charge`), within 1e-9 of the ideal curve.
+    let at_q1 = dps_mozo_charge(&orders, b, 5, 5).unwrap();
+    for (x, y) in at_q1.epsilons().iter().zip(c.epsilons()) {
+        assert!(x > y && *x <= y * (1.0 + 1e-9), "{x} vs {y}");
+    }
 }
 
 #[test]
