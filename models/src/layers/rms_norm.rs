@@ -56,8 +56,9 @@ impl<B: Backend> RmsNorm<B> {
 }
 
 /// [`RmsNorm::forward_host_into`] inside a `pulp` dispatch: the sums of
-/// squares vectorised ([`super::simd::dot`]), which a plain `f32` sum is not (its
-/// order is fixed), so nine rows of 576 took a twentieth of a decode step.
+/// squares in 16 independent lanes (which vectorise at any SIMD level, unlike one
+/// sequential sum), reduced in a fixed order so that the result does not depend on
+/// the CPU.
 #[cfg(feature = "flex")]
 struct HostNorm<'a> {
     x: &'a [f32],
@@ -71,11 +72,31 @@ impl pulp::WithSimd for HostNorm<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, simd: S) {
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
         let HostNorm { x, out, gain, eps } = self;
         let width = gain.len().max(1);
         for (row, out) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-            let ms = super::simd::dot(simd, row, row) / width as f32;
+            // The sum of squares in 16 fixed lanes reduced in a fixed order (plain
+            // multiplies and adds, never fused): the same bits on every CPU. A sum
+            // whose lane count followed the SIMD level (16 on AVX-512, 8 on AVX2)
+            // moved the norm by an ulp between machines, and 8-bit activations
+            // turn such an ulp into a different rounding downstream.
+            let mut lanes = [0.0f32; 16];
+            let chunks = row.chunks_exact(16);
+            let tail = chunks.remainder();
+            for c in chunks {
+                for (a, v) in lanes.iter_mut().zip(c) {
+                    *a += v * v;
+                }
+            }
+            let mut sum = 0.0f32;
+            for a in lanes {
+                sum += a;
+            }
+            for v in tail {
+                sum += v * v;
+            }
+            let ms = sum / width as f32;
             let inv = (ms + eps).sqrt().recip();
             for ((o, v), g) in out.iter_mut().zip(row).zip(gain) {
                 *o = v * inv * g;
