@@ -600,7 +600,8 @@ impl Adapmixed {
         c: &AdapmixedConfig,
     ) -> Result<Release, MechanismError> {
         let n = ensemble.len();
-        let tracked = Orders::new(c.tracked())?;
+        let tracked_list = c.tracked();
+        let tracked = Orders::new(tracked_list.clone())?;
         // Sub-step 1: the screening. Every active member pays its (data-independent) cost.
         let screen_loss = c.screening_cost(&tracked, n)?.epsilons().to_vec();
         for i in 0..n {
@@ -660,7 +661,7 @@ impl Adapmixed {
             let value = answer.solutions[i].value;
             let d =
                 add_up(value, add_up(mul_up(value, error.relative), error.absolute)).min(c.radius);
-            if !filter.admit(i, &private_loss(&c.tracked(), d, n)) {
+            if !filter.admit(i, &private_loss(&tracked_list, d, n)) {
                 left = true;
             }
         }
@@ -672,7 +673,7 @@ impl Adapmixed {
                 .expect("a member just left");
             answer = self.private_answer(&after)?;
         }
-        filter.add_worst(&private_loss(&c.tracked(), c.radius, n));
+        filter.add_worst(&private_loss(&tracked_list, c.radius, n));
         let charge = filter.next_charge(account.orders())?;
         account.charge(&charge, self.name())?;
         self.buffers.sum = std::mem::take(&mut answer.sum);

@@ -24,6 +24,7 @@ use dashu_int::{IBig, UBig};
 use rand::RngCore;
 
 use crate::MechanismError;
+use crate::baselines::positive;
 
 /// A stream of independent uniform bits.
 pub(crate) trait Bits {
@@ -426,18 +427,6 @@ impl DiscreteGaussian {
     }
 }
 
-fn positive_finite(name: &'static str, value: f64) -> Result<(), MechanismError> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(MechanismError::InvalidParameter {
-            name,
-            value,
-            reason: "must be finite and > 0",
-        })
-    }
-}
-
 /// Checks a grid granularity: a positive normal power of two (so that
 /// dividing by it, and multiplying by it, is exact in f64).
 pub fn check_granularity(granularity: f64) -> Result<(), MechanismError> {
@@ -472,7 +461,7 @@ pub fn sample_discrete_laplace(
     scale: f64,
     rng: &mut (impl RngCore + ?Sized),
 ) -> Result<i64, MechanismError> {
-    positive_finite("scale", scale)?;
+    positive("scale", scale)?;
     let ratio = Ratio::in_grid_units(scale, 1.0, 1);
     to_i64(discrete_laplace(&ratio, &mut RngBits::new(rng)))
 }
@@ -485,7 +474,7 @@ pub fn sample_discrete_gaussian(
     sigma: f64,
     rng: &mut (impl RngCore + ?Sized),
 ) -> Result<i64, MechanismError> {
-    positive_finite("sigma", sigma)?;
+    positive("sigma", sigma)?;
     let sampler = DiscreteGaussian::new(Ratio::in_grid_units(sigma, 1.0, 2));
     to_i64(sampler.sample(&mut RngBits::new(rng)))
 }
@@ -562,7 +551,7 @@ pub fn laplace_on_grid(
     granularity: f64,
     rng: &mut (impl RngCore + ?Sized),
 ) -> Result<Vec<f64>, MechanismError> {
-    positive_finite("scale", scale)?;
+    positive("scale", scale)?;
     let r = grid_query(query, granularity)?;
     let ratio = Ratio::in_grid_units(scale, granularity, 1);
     let mut bits = RngBits::new(rng);
@@ -592,7 +581,7 @@ pub fn gaussian_on_grid(
     granularity: f64,
     rng: &mut (impl RngCore + ?Sized),
 ) -> Result<Vec<f64>, MechanismError> {
-    positive_finite("sigma", sigma)?;
+    positive("sigma", sigma)?;
     let r = grid_query(query, granularity)?;
     let sampler = DiscreteGaussian::new(Ratio::in_grid_units(sigma, granularity, 2));
     let mut bits = RngBits::new(rng);

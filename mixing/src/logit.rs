@@ -282,12 +282,7 @@ impl LogitMixing {
     pub fn solve_certified(&self) -> Result<Solution, MixingError> {
         let enforced = self.evaluator_error()?.enforced(self.bound)?;
         if enforced == 0.0 && self.shift.iter().any(|&t| t != 0.0) {
-            return Ok(Solution {
-                lambda: 0.0,
-                value: self.constraint(0.0)?,
-                violated_at: Some(self.upper),
-                evaluations: 1,
-            });
+            return Ok(Solution::at_zero(self.constraint(0.0)?, self.upper));
         }
         self.search(enforced)
     }

@@ -174,13 +174,7 @@ impl<'a> PmixedProjection<'a> {
         if enforced == 0.0 && !bitwise_equal(self.private, self.public) {
             // A zero bound admits only λ = 0 (module documentation); the evaluator's
             // 0 at some λ > 0 would not certify the exact divergence.
-            let at_zero = self.evaluate(0.0)?;
-            return Ok(Solution {
-                lambda: 0.0,
-                value: at_zero.value,
-                violated_at: Some(1.0),
-                evaluations: 1,
-            });
+            return Ok(Solution::at_zero(self.evaluate(0.0)?.value, 1.0));
         }
         self.search(enforced)
     }

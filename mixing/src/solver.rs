@@ -90,6 +90,19 @@ pub struct Solution {
     pub evaluations: u32,
 }
 
+impl Solution {
+    /// λ = 0 when a certified solve's margin swallows the whole bound: `value` is the
+    /// constraint there (one evaluation), and every λ up to `upper` counts as violated.
+    pub(crate) fn at_zero(value: f64, upper: f64) -> Self {
+        Self {
+            lambda: 0.0,
+            value,
+            violated_at: Some(upper),
+            evaluations: 1,
+        }
+    }
+}
+
 /// One part of a constraint: the constraint is the maximum of its parts (PMixED's and
 /// DPS-MOZO's two directions) or a single part (SubMix).
 #[derive(Debug, Clone, Copy, PartialEq)]

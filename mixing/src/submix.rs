@@ -84,13 +84,7 @@ impl<'a> SubmixPairProjection<'a> {
         let (h, h_prime) = self.halves;
         let enforced = enforced_radius(self.bound, self.alpha, h.len())?;
         if enforced == 0.0 && !bitwise_equal(h, h_prime) {
-            let at_zero = self.path.evaluate(0.0)?;
-            return Ok(Solution {
-                lambda: 0.0,
-                value: at_zero.value,
-                violated_at: Some(1.0),
-                evaluations: 1,
-            });
+            return Ok(Solution::at_zero(self.path.evaluate(0.0)?.value, 1.0));
         }
         self.search(enforced)
     }
