@@ -36,6 +36,12 @@ pub enum Command {
         #[command(subcommand)]
         action: LedgerAction,
     },
+    /// Fine-tune one LoRA member per shard of a provider's data (or the DP-SGD
+    /// baseline), written as PEFT folders with a partition manifest.
+    Train(crate::train::TrainArgs),
+    /// Serve private completions over an OpenAI-compatible HTTP API, every token
+    /// charged to the ledger before it is sent.
+    Serve(crate::serve::ServeArgs),
 }
 
 /// `privmix ledger …`.

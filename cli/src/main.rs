@@ -10,10 +10,13 @@ mod error;
 mod generate;
 mod ledger_cmd;
 mod ledger_open;
+mod ledger_store;
 mod pacing;
 mod protected;
 mod score;
+mod serve;
 mod setup;
+mod train;
 
 use clap::Parser;
 
@@ -25,6 +28,8 @@ fn main() {
         Command::Generate(args) => generate::run(args),
         Command::Score(args) => score::run(args),
         Command::Ledger { action } => ledger_cmd::run(action),
+        Command::Train(args) => train::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     if let Err(e) = result {
         let mut message = format!("privmix: error: {e}");
