@@ -15,6 +15,10 @@ use runtime_support::{load_hf, max_abs_diff, reference};
 
 const TOL: f32 = 1e-5;
 
+/// Rows through an f16 cache whose f32 keys and values differed by sum
+/// order before rounding (a neighbouring f16 here and there).
+const F16_TOL: f32 = 1e-3;
+
 /// Logits of `tokens` alone, every position, flattened.
 fn alone<M: LanguageModel<runtime_support::B>>(model: &M, tokens: &[u32]) -> Vec<f32> {
     to_vec(model.logits_all(&Batch::single(tokens).unwrap()).unwrap()).unwrap()
@@ -350,7 +354,12 @@ fn joined_caches_decode_each_row_as_alone() {
                 "{name} {kv:?}: joined vs alone max |Δ logit| host {h:e} (bit for bit: {h_exact}), \
                  tensors {t:e} (bit for bit: {t_exact})"
             );
-            assert!(h <= TOL && t <= TOL, "{name} {kv:?}: host {h}, tensors {t}");
+            assert!(h_exact, "{name} {kv:?}: host rows differ from alone by {h}");
+            // burn's ops sum the joined (longer, more) rows in another
+            // order; in an f16 cache such a difference can move a key or
+            // value to the neighbouring f16 (2⁻¹¹ of it).
+            let tol = if kv == KvPrecision::F16 { F16_TOL } else { TOL };
+            assert!(t <= tol, "{name} {kv:?}: tensor rows differ from alone by {t}");
         }
     }
 }
