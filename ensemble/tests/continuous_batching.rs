@@ -3,14 +3,16 @@
 //! at step boundaries (`Decoder::append`) and leave it when done
 //! (`Decoder::retain_rows`). Every row's log-probabilities at every step
 //! equal those of its request decoded alone: bit for bit where a row's
-//! computation does not depend on the rows beside it (plain flex, f32
-//! safetensors weights: per-row products and host attention, in which the
-//! masked padding slots get probability exactly 0), and within the
-//! padded-batch tolerance of `models/tests/runtime_batch_props.rs` (1e-5)
-//! where the kernels follow the row count (the Q8_0 GGUF's products switch
-//! kernels at 8 rows) or burn's tensor ops sum the padded slots
-//! (`Autodiff<Flex>`). With the tiny Llama (PEFT and random members) and
-//! the tiny Gemma 3 (sliding window 4, random members), f32 and f16 caches.
+//! computation does not depend on the rows beside it (plain flex with f32
+//! safetensors weights: per-row products, and host attention, in which the
+//! masked padding slots get probability exactly 0), and otherwise within
+//! the padded-batch tolerance of `models/tests/runtime_batch_props.rs`
+//! (1e-5; 1e-3 through an f16 cache, where a sum-order difference can move
+//! a key to the neighbouring f16) where burn's ops sum the padded slots
+//! (`Autodiff<Flex>`), and of the host step's tests (1e-4) for the Q8_0
+//! GGUF, whose products switch kernels at 8 rows on AVX-512 CPUs. With the
+//! tiny Llama (PEFT and random members) and the tiny Gemma 3 (sliding
+//! window 4, random members), f32 and f16 caches.
 
 mod lora_support;
 
@@ -26,6 +28,23 @@ use proptest::prelude::*;
 /// The padded-batch tolerance of the models' tests (logits there,
 /// log-probabilities here).
 const TOL: f32 = 1e-5;
+
+/// The same through an f16 cache on the tensor path: keys and values
+/// whose f32 sums differ in order may round to neighbouring f16s (2⁻¹¹
+/// of them apart).
+const F16_TOL: f32 = 1e-3;
+
+/// What a schedule must meet: the same bits, or a tolerance.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Exact,
+    Within(f32),
+}
+
+/// [`TOL`], or [`F16_TOL`] for an f16 cache.
+fn tolerance(kv: KvPrecision) -> Expect {
+    Expect::Within(if kv == KvPrecision::F16 { F16_TOL } else { TOL })
+}
 
 /// One request: its prompt, its rows, the step boundary at which it joins
 /// the batch and how many decode steps it runs there.
@@ -147,7 +166,11 @@ fn members<B: Backend>(model: &Model<B>, llama: bool) -> Vec<LoraAdapter<B>> {
         let c = LoraConfig::new(r, 2.0 * r as f64, targets).unwrap();
         LoraAdapter::random(c, &base, 0.1, seed, &device).unwrap()
     };
-    let third = random(3, &["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 7);
+    let third = random(
+        3,
+        &["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        7,
+    );
     if llama {
         let peft = |name: &str| LoraAdapter::load_peft(peft_dir(name), &base, &device).unwrap();
         vec![peft("full"), peft("rslora"), third]
@@ -195,13 +218,12 @@ fn schedule() -> Vec<Request> {
     ]
 }
 
-fn check_schedule<B: Backend>(runner: &Runner<B>, exact: bool, what: &str) {
+fn check_schedule<B: Backend>(runner: &Runner<B>, expect: Expect, what: &str) {
     let (worst, bitwise) = compare(runner, &schedule());
     println!("{what}: joined vs alone max |Δ log p| {worst:e}, bit for bit: {bitwise}");
-    if exact {
-        assert!(bitwise, "{what}: rows differ from alone by up to {worst}");
-    } else {
-        assert!(worst <= TOL, "{what}: rows differ from alone by {worst}");
+    match expect {
+        Expect::Exact => assert!(bitwise, "{what}: rows differ from alone by up to {worst}"),
+        Expect::Within(tol) => assert!(worst <= tol, "{what}: rows differ from alone by {worst}"),
     }
 }
 
@@ -209,7 +231,11 @@ fn check_schedule<B: Backend>(runner: &Runner<B>, exact: bool, what: &str) {
 fn joined_requests_equal_each_alone_on_the_host_path() {
     for kv in [KvPrecision::F32, KvPrecision::F16] {
         let r = runner(tiny_llama(), true, kv);
-        check_schedule(&r, true, &format!("tiny llama, plain flex, {kv:?} cache"));
+        check_schedule(
+            &r,
+            Expect::Exact,
+            &format!("tiny llama, plain flex, {kv:?} cache"),
+        );
     }
 }
 
@@ -220,23 +246,31 @@ fn joined_requests_equal_each_alone_with_a_sliding_window() {
         let model = Model::<Flex>::load(&dir, &dev()).unwrap();
         check_schedule(
             &runner(model, false, kv),
-            true,
+            Expect::Exact,
             &format!("tiny gemma 3, plain flex, {kv:?} cache"),
         );
     }
 }
 
 /// The Q8_0 GGUF's decode steps run in host memory end to end
-/// (`llama/host_step.rs`); its products take another kernel from 8 rows,
-/// so a row's sums follow the batch's row count.
+/// (`llama/host_step.rs`). On an AVX-512 CPU its products take another
+/// kernel from 8 rows (`f32_tiles`), whose sums run in another order, so a
+/// row there differs from alone by rounding, within the tolerance the
+/// host step's own tests give two such kernels (1e-4,
+/// `models/tests/llama_host_step.rs`); elsewhere bit for bit.
 #[test]
 fn joined_requests_equal_each_alone_through_the_host_step() {
     let path = llama_dir().join("../../gguf/llama_q8_0.gguf");
     for kv in [KvPrecision::F32, KvPrecision::F16] {
         let model = Model::<Flex>::load_gguf(&path, &dev()).unwrap();
+        let tol = if kv == KvPrecision::F16 {
+            F16_TOL
+        } else {
+            1e-4
+        };
         check_schedule(
             &runner(model, true, kv),
-            false,
+            Expect::Within(tol),
             &format!("tiny llama Q8_0 GGUF, {kv:?} cache"),
         );
     }
@@ -251,7 +285,7 @@ fn joined_requests_equal_each_alone_on_the_tensor_path() {
         let model = Model::<AB>::load(llama_dir(), &Default::default()).unwrap();
         check_schedule(
             &runner(model, true, kv),
-            false,
+            tolerance(kv),
             &format!("tiny llama, Autodiff<Flex> tensors, {kv:?} cache"),
         );
     }
@@ -283,7 +317,7 @@ fn requests() -> impl Strategy<Value = Vec<Request>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Random schedules of 2–3 requests (prompts of 1–14 tokens, any
     /// layouts, joining at steps 0–4, each leaving after 1–4 steps): rows
@@ -302,7 +336,8 @@ proptest! {
             compare(&runner(tiny_llama(), true, kv), &reqs)
         };
         if tensors {
-            prop_assert!(worst <= TOL, "tensor path: {}", worst);
+            let tol = if f16 { F16_TOL } else { TOL };
+            prop_assert!(worst <= tol, "tensor path: {}", worst);
         } else {
             prop_assert!(exact, "host path: rows differ by up to {}", worst);
         }
@@ -318,8 +353,14 @@ fn empty_batches_join_and_drain() {
         batch.next_log_probs_rows(&[]),
         Err(EnsembleError::BadInput(_))
     ));
-    assert!(matches!(batch.prefill(&[1, 2]), Err(EnsembleError::BadInput(_))));
-    assert!(matches!(batch.next_log_probs(3), Err(EnsembleError::BadInput(_))));
+    assert!(matches!(
+        batch.prefill(&[1, 2]),
+        Err(EnsembleError::BadInput(_))
+    ));
+    assert!(matches!(
+        batch.next_log_probs(3),
+        Err(EnsembleError::BadInput(_))
+    ));
     // An empty decoder joined to an empty one, and to a prefilled one.
     batch.append(r.empty_decoder()).unwrap();
     let mut one = r.decoder(RowLayout::public_and_members(1)).unwrap();
@@ -358,7 +399,10 @@ fn rows_kept_in_any_order_keep_their_members_and_contexts() {
     // Row 3 (b's) first, then a's row 1; the others leave.
     a.retain_rows(&[3, 1]).unwrap();
     assert_eq!(a.layout().rows(), &[Some(1), Some(0)]);
-    assert_eq!((a.context_len(0), a.context_len(1), a.cache_slots()), (Some(2), Some(4), 4));
+    assert_eq!(
+        (a.context_len(0), a.context_len(1), a.cache_slots()),
+        (Some(2), Some(4), 4)
+    );
     let got = a.next_log_probs_rows(&[30, 31]).unwrap();
     let want_b = b_alone.next_log_probs_rows(&[30]).unwrap();
     let want_a = a_alone.next_log_probs_rows(&[0, 31, 0]).unwrap();
@@ -383,7 +427,10 @@ fn bad_joins_and_row_indices_get_typed_errors() {
     let mut foreign = other.decoder(RowLayout::members(&[0])).unwrap();
     foreign.prefill(&[5]).unwrap();
     assert!(matches!(d.append(foreign), Err(EnsembleError::BadInput(_))));
-    assert!(matches!(d.retain_rows(&[0, 4]), Err(EnsembleError::BadInput(_))));
+    assert!(matches!(
+        d.retain_rows(&[0, 4]),
+        Err(EnsembleError::BadInput(_))
+    ));
     assert_eq!(d.len(), 4);
     assert_eq!(d.next_log_probs(4).unwrap(), before);
     assert!(matches!(

@@ -265,12 +265,14 @@ fn alone_steps<B: burn::tensor::backend::Backend, M: LanguageModel<B>>(
     then: &[u32],
 ) -> Vec<Vec<f32>> {
     let mut cache = model.new_cache_with(1, kv);
-    let mut out = vec![to_vec(
-        model
-            .logits_last(&Batch::single(prompt).unwrap(), &mut cache, None)
-            .unwrap(),
-    )
-    .unwrap()];
+    let mut out = vec![
+        to_vec(
+            model
+                .logits_last(&Batch::single(prompt).unwrap(), &mut cache, None)
+                .unwrap(),
+        )
+        .unwrap(),
+    ];
     for &t in then {
         let step = Batch::single(&[t]).unwrap();
         out.push(to_vec(model.logits_last(&step, &mut cache, None).unwrap()).unwrap());
@@ -320,7 +322,10 @@ fn joined_rows_against_alone<B: burn::tensor::backend::Backend, M: LanguageModel
     }
     cache.select_rows(&[2, 1]).unwrap();
     assert_eq!(cache.compact(), 12 - 5);
-    assert_eq!((cache.slots(), cache.real_tokens(0), cache.real_tokens(1)), (8, Some(6), Some(8)));
+    assert_eq!(
+        (cache.slots(), cache.real_tokens(0), cache.real_tokens(1)),
+        (8, Some(6), Some(8))
+    );
     for s in 3..5 {
         let out = step(&mut cache, &[2, 1], s);
         got[2].push(out[..vocab].to_vec());
@@ -339,14 +344,15 @@ fn joined_rows_against_alone<B: burn::tensor::backend::Backend, M: LanguageModel
 
 /// Every architecture (Gemma 2/3's sliding window of 4 follows each row's
 /// positions across the padding), f32 and f16 caches, on plain flex
-/// (host-held keys) and on `Autodiff<Flex>` (tensors).
+/// (host-held keys and values) and on `Autodiff<Flex>` (tensors).
 #[test]
 fn joined_caches_decode_each_row_as_alone() {
     use burn::backend::{Autodiff, Flex};
     for name in ["llama", "gemma", "gemma2", "gemma3", "gpt2"] {
         let dir = runtime_support::fixture(&format!("hf/{name}"));
         let host = load_hf(name);
-        let tensors = privmix_models::Model::<Autodiff<Flex>>::load(&dir, &Default::default()).unwrap();
+        let tensors =
+            privmix_models::Model::<Autodiff<Flex>>::load(&dir, &Default::default()).unwrap();
         for kv in [KvPrecision::F32, KvPrecision::F16] {
             let (h, h_exact) = joined_rows_against_alone(&host, kv);
             let (t, t_exact) = joined_rows_against_alone(&tensors, kv);
@@ -354,12 +360,26 @@ fn joined_caches_decode_each_row_as_alone() {
                 "{name} {kv:?}: joined vs alone max |Δ logit| host {h:e} (bit for bit: {h_exact}), \
                  tensors {t:e} (bit for bit: {t_exact})"
             );
-            assert!(h_exact, "{name} {kv:?}: host rows differ from alone by {h}");
+            // Llama and Gemma decode with per-row products (`few_rows`) and
+            // host attention, where masked slots weigh exactly 0: the same
+            // bits. GPT-2's `[in, out]` weights go through gemm, whose
+            // blocking may follow the row count.
+            if name == "gpt2" {
+                assert!(
+                    h <= TOL,
+                    "{name} {kv:?}: host rows differ from alone by {h}"
+                );
+            } else {
+                assert!(h_exact, "{name} {kv:?}: host rows differ from alone by {h}");
+            }
             // burn's ops sum the joined (longer, more) rows in another
             // order; in an f16 cache such a difference can move a key or
             // value to the neighbouring f16 (2⁻¹¹ of it).
             let tol = if kv == KvPrecision::F16 { F16_TOL } else { TOL };
-            assert!(t <= tol, "{name} {kv:?}: tensor rows differ from alone by {t}");
+            assert!(
+                t <= tol,
+                "{name} {kv:?}: tensor rows differ from alone by {t}"
+            );
         }
     }
 }
@@ -392,7 +412,11 @@ fn mismatched_caches_are_not_joined() {
     let step = Batch::single(&[4]).unwrap();
     let (mut a, mut b) = (base.clone(), base);
     let mut cache = prefilled(&llama, KvPrecision::F32);
-    assert!(cache.append_rows(prefilled(&gemma, KvPrecision::F32)).is_err());
+    assert!(
+        cache
+            .append_rows(prefilled(&gemma, KvPrecision::F32))
+            .is_err()
+    );
     let got = to_vec(llama.logits_last(&step, &mut cache, None).unwrap()).unwrap();
     let want = to_vec(llama.logits_last(&step, &mut a, None).unwrap()).unwrap();
     assert_eq!(got, want);

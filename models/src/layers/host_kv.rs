@@ -1237,7 +1237,10 @@ mod tests {
             assert_eq!((kv.len(), kv.capacity), (2, 16));
             let (keys, _) = kv.contiguous();
             let slot = |row: usize, j: usize| &k[(row * 40 + j) * 4..][..4];
-            assert_eq!(keys, [slot(0, 1), slot(0, 39), slot(1, 1), slot(1, 39)].concat());
+            assert_eq!(
+                keys,
+                [slot(0, 1), slot(0, 39), slot(1, 1), slot(1, 39)].concat()
+            );
             kv.keep_slots(&[0, 1]);
             assert_eq!((kv.len(), kv.capacity), (2, 16));
             kv.append(&k[..2 * 30 * 4], &k[..2 * 30 * 4], 30);

@@ -542,11 +542,17 @@ impl<B: Backend> KvCache<B> {
                     )
                 }
                 (Layer::Tensors(k, v), Layer::Empty) => {
-                    let zeros = (zero_rows(&k, rows_theirs, slots), zero_rows(&v, rows_theirs, slots));
+                    let zeros = (
+                        zero_rows(&k, rows_theirs, slots),
+                        zero_rows(&v, rows_theirs, slots),
+                    );
                     joined_tensors((front_padded(k, pad_own), front_padded(v, pad_own)), zeros)
                 }
                 (Layer::Empty, Layer::Tensors(k2, v2)) => {
-                    let zeros = (zero_rows(&k2, rows_own, slots), zero_rows(&v2, rows_own, slots));
+                    let zeros = (
+                        zero_rows(&k2, rows_own, slots),
+                        zero_rows(&v2, rows_own, slots),
+                    );
                     joined_tensors(
                         zeros,
                         (front_padded(k2, pad_theirs), front_padded(v2, pad_theirs)),
@@ -903,8 +909,20 @@ mod join_tests {
             b.append_rows(short.clone()).unwrap();
             let (short_k, short_v) = padded(0.0, (2, 2, 3), 2);
             let (long_k, long_v) = entries(100.0, 1, 2, 5);
-            assert_eq!(held(&a), ([&short_k[..], &long_k].concat(), [&short_v[..], &long_v].concat()));
-            assert_eq!(held(&b), ([&long_k[..], &short_k].concat(), [&long_v[..], &short_v].concat()));
+            assert_eq!(
+                held(&a),
+                (
+                    [&short_k[..], &long_k].concat(),
+                    [&short_v[..], &long_v].concat()
+                )
+            );
+            assert_eq!(
+                held(&b),
+                (
+                    [&long_k[..], &short_k].concat(),
+                    [&long_v[..], &short_v].concat()
+                )
+            );
             for (cache, short_rows) in [(&a, 0..2), (&b, 1..3)] {
                 assert_eq!((cache.batch_size(), cache.slots()), (3, 5));
                 for (r, (valid, position, next)) in bookkeeping(cache).into_iter().enumerate() {
@@ -913,13 +931,20 @@ mod join_tests {
                         assert_eq!(position, [0, 0, 0, 1, 2]);
                         assert_eq!(next, 3);
                     } else {
-                        assert_eq!((valid, position, next), (vec![true; 5], vec![0, 1, 2, 3, 4], 5));
+                        assert_eq!(
+                            (valid, position, next),
+                            (vec![true; 5], vec![0, 1, 2, 3, 4], 5)
+                        );
                     }
                 }
             }
             // A short row's next query sees its own three slots only.
             a.push_step(&[vec![true], vec![true], vec![true]]).unwrap();
-            let mask = a.mask(1, None, &Default::default()).into_data().to_vec::<bool>().unwrap();
+            let mask = a
+                .mask(1, None, &Default::default())
+                .into_data()
+                .to_vec::<bool>()
+                .unwrap();
             assert_eq!(&mask[..6], &[true, true, false, false, false, false]);
             assert_eq!(&mask[12..18], &[false; 6]);
         }
@@ -932,26 +957,46 @@ mod join_tests {
             // No rows: the other cache as it is.
             let mut none = KvCache::<Flex>::with_precision(1, 0, precision);
             none.append_rows(full.clone()).unwrap();
-            assert_eq!((held(&none), bookkeeping(&none)), (held(&full), bookkeeping(&full)));
+            assert_eq!(
+                (held(&none), bookkeeping(&none)),
+                (held(&full), bookkeeping(&full))
+            );
             let mut same = full.clone();
-            same.append_rows(KvCache::with_precision(1, 0, precision)).unwrap();
-            assert_eq!((held(&same), bookkeeping(&same)), (held(&full), bookkeeping(&full)));
+            same.append_rows(KvCache::with_precision(1, 0, precision))
+                .unwrap();
+            assert_eq!(
+                (held(&same), bookkeeping(&same)),
+                (held(&full), bookkeeping(&full))
+            );
             // Rows that hold no slots yet: masked zero slots.
             let (k, v) = entries(7.0, 2, 2, 3);
             let zeros = vec![0.0; 2 * 2 * 3 * DIM];
             let mut after = full.clone();
-            after.append_rows(KvCache::with_precision(1, 2, precision)).unwrap();
-            assert_eq!(held(&after), ([&k[..], &zeros].concat(), [&v[..], &zeros].concat()));
+            after
+                .append_rows(KvCache::with_precision(1, 2, precision))
+                .unwrap();
+            assert_eq!(
+                held(&after),
+                ([&k[..], &zeros].concat(), [&v[..], &zeros].concat())
+            );
             let mut before = KvCache::<Flex>::with_precision(1, 2, precision);
             before.append_rows(full.clone()).unwrap();
-            assert_eq!(held(&before), ([&zeros[..], &k].concat(), [&zeros[..], &v].concat()));
+            assert_eq!(
+                held(&before),
+                ([&zeros[..], &k].concat(), [&zeros[..], &v].concat())
+            );
             assert_eq!(
                 bookkeeping(&before)[..2],
-                [(vec![false; 3], vec![0; 3], 0), (vec![false; 3], vec![0; 3], 0)]
+                [
+                    (vec![false; 3], vec![0; 3], 0),
+                    (vec![false; 3], vec![0; 3], 0)
+                ]
             );
             // Two fresh caches.
             let mut fresh = KvCache::<Flex>::with_precision(1, 1, precision);
-            fresh.append_rows(KvCache::with_precision(1, 2, precision)).unwrap();
+            fresh
+                .append_rows(KvCache::with_precision(1, 2, precision))
+                .unwrap();
             assert_eq!((fresh.batch_size(), fresh.slots()), (3, 0));
             assert!(matches!(fresh.layers[0], Layer::Empty));
         }
@@ -976,15 +1021,26 @@ mod join_tests {
             let mut cache = base.clone();
             let e = cache.append_rows(other).unwrap_err();
             assert!(matches!(e, ModelError::CacheMismatch(_)), "{e}");
-            assert_eq!((held(&cache), bookkeeping(&cache)), (held(&base), bookkeeping(&base)));
+            assert_eq!(
+                (held(&cache), bookkeeping(&cache)),
+                (held(&base), bookkeeping(&base))
+            );
         }
         // Tensors of other head widths.
         let mut t = filled(Form::Tensors, KvPrecision::F32, (1, 2, 3), 0.0);
-        let Layer::Tensors(k, v) = &t.layers[0] else { unreachable!() };
-        let (k, v) = (k.clone().slice([0..1, 0..2, 0..3, 0..2]), v.clone().slice([0..1, 0..2, 0..3, 0..2]));
+        let Layer::Tensors(k, v) = &t.layers[0] else {
+            unreachable!()
+        };
+        let (k, v) = (
+            k.clone().slice([0..1, 0..2, 0..3, 0..2]),
+            v.clone().slice([0..1, 0..2, 0..3, 0..2]),
+        );
         let mut narrow = t.clone();
         narrow.layers[0] = Layer::Tensors(k, v);
-        assert!(matches!(t.append_rows(narrow), Err(ModelError::CacheMismatch(_))));
+        assert!(matches!(
+            t.append_rows(narrow),
+            Err(ModelError::CacheMismatch(_))
+        ));
     }
 
     #[test]
@@ -992,7 +1048,9 @@ mod join_tests {
         for (form, precision) in FORMS {
             let short = filled(form, precision, (2, 2, 3), 0.0);
             let mut joined = short.clone();
-            joined.append_rows(filled(form, precision, (1, 2, 5), 100.0)).unwrap();
+            joined
+                .append_rows(filled(form, precision, (1, 2, 5), 100.0))
+                .unwrap();
             assert_eq!(joined.compact(), 0);
             // The long row leaves: its first two slots are no row's.
             joined.select_rows(&[1, 0]).unwrap();
@@ -1000,7 +1058,10 @@ mod join_tests {
             assert_eq!(joined.compact(), 2);
             let mut want = short.clone();
             want.select_rows(&[1, 0]).unwrap();
-            assert_eq!((held(&joined), bookkeeping(&joined)), (held(&want), bookkeeping(&want)));
+            assert_eq!(
+                (held(&joined), bookkeeping(&joined)),
+                (held(&want), bookkeeping(&want))
+            );
             // Slots masked in every row between real ones go too.
             append_step(&mut joined, &[vec![false, true], vec![false, false]], 9.0);
             assert_eq!(joined.compact(), 1);
