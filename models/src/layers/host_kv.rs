@@ -1298,7 +1298,7 @@ mod tests {
             let per_row = sc.heads * d;
             let q: Vec<f32> = (0..joined.batch * per_row).map(|_| 3.0 * next()).collect();
             // Each part's own mask: some slots hidden, the last always seen.
-            let own = |row: usize, j: usize, len: usize| j + 1 == len || (row + j) % 3 != 0;
+            let own = |row: usize, j: usize, len: usize| j + 1 == len || !(row + j).is_multiple_of(3);
             let got = attend(&q, 1, &joined, sc, &|row, _, j| {
                 let (row, kv) = if row < sizes.0 { (row, &parts[0]) } else { (row - sizes.0, &parts[1]) };
                 let pad = t - kv.len;

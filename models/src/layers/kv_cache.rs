@@ -749,7 +749,7 @@ mod tests {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "flex"))]
 mod join_tests {
     //! [`KvCache::append_rows`] and [`KvCache::compact`] on caches built
     //! by hand: each representation, precision and empty form, and the
