@@ -192,9 +192,10 @@ fn runner<B: Backend>(model: Model<B>, llama: bool, kv: KvPrecision) -> Runner<B
 
 /// Three requests: A (public + 3 members, 10-token prompt) from the start
 /// for 6 steps; B (members 2 and 0, 3 tokens) joins at step 2 and leaves
-/// early, after 2 steps; C (SubMix pair (1, 2) behind the public row, 13
+/// early, after 2 steps; C (SubMix pair (1, 2) behind the public row, 9
 /// tokens, a prefill longer than a host step) joins at step 3 and outlives
-/// A. Up to 9 rows at once.
+/// A, whose leaving frees the 4 slots C's rows never held. Up to 9 rows at
+/// once.
 fn schedule() -> Vec<Request> {
     vec![
         Request {
@@ -210,7 +211,7 @@ fn schedule() -> Vec<Request> {
             steps: 2,
         },
         Request {
-            prompt: (0..13).map(|i| (40 + 19 * i) % 256).collect(),
+            prompt: (0..9).map(|i| (40 + 19 * i) % 256).collect(),
             layout: RowLayout::submix_pairs(&[(1, 2)]),
             arrive: 3,
             steps: 5,
