@@ -100,6 +100,15 @@ impl LogProbRows {
         &self.values[i * self.vocab..(i + 1) * self.vocab]
     }
 
+    /// Rows `rows` with their part of the layout (e.g. one request's run
+    /// of rows in a batch of several), or `None` where the range ends past
+    /// the last row.
+    pub fn slice(&self, rows: std::ops::Range<usize>) -> Option<LogProbRows> {
+        let layout = RowLayout::custom(self.layout.rows().get(rows.clone())?.to_vec());
+        let values = self.values[rows.start * self.vocab..rows.end * self.vocab].to_vec();
+        Some(Self::new(layout, self.vocab, values))
+    }
+
     /// All rows, row-major.
     pub fn as_flat(&self) -> &[f32] {
         &self.values

@@ -112,6 +112,17 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> EnsembleRunner<B, M> {
         &self.adapters
     }
 
+    /// A decoder of no rows, to which prefilled decoders are joined with
+    /// [`Decoder::append`] (a server's batch before its first request).
+    pub fn empty_decoder(&self) -> Decoder<'_, B, M> {
+        Decoder {
+            runner: self,
+            cache: self.model.new_cache_with(0, self.kv),
+            layout: RowLayout::custom(Vec::new()),
+            adapters: RowAdapters::none(),
+        }
+    }
+
     /// An incremental decoder over `layout`'s rows with an empty KV cache.
     pub fn decoder(&self, layout: RowLayout) -> Result<Decoder<'_, B, M>, EnsembleError> {
         if layout.is_empty() {
@@ -194,8 +205,18 @@ fn hook<B: Backend>(adapters: &RowAdapters<B>) -> Option<&dyn LinearDelta<B>> {
 
 /// Incremental decoding of a [`RowLayout`]'s rows through one KV cache (a
 /// cache row per batch row), made by [`EnsembleRunner::decoder`]. Each call
-/// returns the next-token log-probabilities of every row. After an error the
-/// cache may hold part of the failed step: start a new decoder.
+/// returns the next-token log-probabilities of every row. After an error in
+/// a step the cache may hold part of the failed step: start a new decoder.
+///
+/// Continuous batching: decoders of the same runner join with
+/// [`Decoder::append`] and rows leave with [`Decoder::retain_rows`], at step
+/// boundaries; each row keeps its own context and decodes as it would in a
+/// decoder of its own (the rows' caches are aligned at their last slot,
+/// shorter ones padded in front with masked slots). A server starts from
+/// [`EnsembleRunner::empty_decoder`], prefills each request in a decoder of
+/// its own ([`Decoder::prefill`]), appends it to the running batch, steps all
+/// rows with [`Decoder::next_log_probs_rows`] (each request reads its run of
+/// rows: [`LogProbRows::slice`]), and drops a finished request's rows.
 #[derive(Debug)]
 pub struct Decoder<'a, B: Backend, M> {
     runner: &'a EnsembleRunner<B, M>,
@@ -217,10 +238,77 @@ impl<B: Backend, M> Clone for Decoder<'_, B, M> {
     }
 }
 
-impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
+impl<'a, B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'a, B, M> {
     /// The row layout.
     pub fn layout(&self) -> &RowLayout {
         &self.layout
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.layout.len()
+    }
+
+    /// True when the decoder holds no rows (nothing to step).
+    pub fn is_empty(&self) -> bool {
+        self.layout.is_empty()
+    }
+
+    /// Tokens fed to row `row` so far (its context length), `None` past
+    /// the last row.
+    pub fn context_len(&self, row: usize) -> Option<usize> {
+        self.cache.real_tokens(row)
+    }
+
+    /// Slots the cache holds per row: the longest row's context, plus
+    /// padding slots that no row holds until [`Decoder::retain_rows`]
+    /// drops them.
+    pub fn cache_slots(&self) -> usize {
+        self.cache.slots()
+    }
+
+    /// Adds `other`'s rows after this decoder's rows (layouts concatenated,
+    /// caches joined by [`KvCache::append_rows`]), so that the next steps
+    /// decode both together; each row continues from its own context.
+    /// Errors, with this decoder unchanged: `other` made by another runner
+    /// ([`EnsembleError::BadInput`]), or caches that cannot be joined
+    /// ([`EnsembleError::Model`], e.g. a cache left by a failed step).
+    pub fn append(&mut self, other: Decoder<'a, B, M>) -> Result<(), EnsembleError> {
+        if !std::ptr::eq(self.runner, other.runner) {
+            return Err(EnsembleError::BadInput(
+                "decoders of different runners cannot be joined".into(),
+            ));
+        }
+        let mut rows = self.layout.rows().to_vec();
+        rows.extend_from_slice(other.layout.rows());
+        let layout = RowLayout::custom(rows);
+        let adapters = self.runner.adapters.for_rows(layout.rows())?;
+        self.cache.append_rows(other.cache)?;
+        self.layout = layout;
+        self.adapters = adapters;
+        Ok(())
+    }
+
+    /// Keeps rows `keep` (in that order; e.g. without a finished request's
+    /// rows), and drops the cache slots no remaining row holds, so a batch
+    /// whose requests come and go keeps no more slots than its longest
+    /// context needs. An empty `keep` leaves a decoder of no rows. A row
+    /// index past the last row gives [`EnsembleError::BadInput`], with this
+    /// decoder unchanged.
+    pub fn retain_rows(&mut self, keep: &[usize]) -> Result<(), EnsembleError> {
+        if let Some(&bad) = keep.iter().find(|&&r| r >= self.layout.len()) {
+            return Err(EnsembleError::BadInput(format!(
+                "row {bad} out of range for a decoder of {} rows",
+                self.layout.len()
+            )));
+        }
+        let layout = RowLayout::custom(keep.iter().map(|&r| self.layout.rows()[r]).collect());
+        let adapters = self.runner.adapters.for_rows(layout.rows())?;
+        self.cache.select_rows(keep)?;
+        self.cache.compact();
+        self.layout = layout;
+        self.adapters = adapters;
+        Ok(())
     }
 
     /// Feeds the same `context` to every row (the ensemble case).
@@ -228,6 +316,7 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
         if context.is_empty() {
             return Err(EnsembleError::BadInput("empty context".into()));
         }
+        self.check_rows(self.layout.len())?;
         let rows = vec![context.to_vec(); self.layout.len()];
         self.run(&Batch::new(&rows)?)
     }
@@ -248,6 +337,7 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
     /// Appends `token` to every row and returns the next `rows × V`
     /// log-probabilities (the released token of a private prediction step).
     pub fn next_log_probs(&mut self, token: u32) -> Result<LogProbRows, EnsembleError> {
+        self.check_rows(self.layout.len())?;
         self.run(&Batch::new(&vec![vec![token]; self.layout.len()])?)
     }
 
@@ -259,6 +349,11 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'_, B, M> {
     }
 
     fn check_rows(&self, n: usize) -> Result<(), EnsembleError> {
+        if self.layout.is_empty() {
+            return Err(EnsembleError::BadInput(
+                "the decoder holds no rows to decode".into(),
+            ));
+        }
         if n != self.layout.len() {
             return Err(EnsembleError::BadInput(format!(
                 "{n} rows of input for a layout of {} rows",

@@ -266,10 +266,7 @@ impl<B: Backend> StackedAdapters<B> {
             });
         }
         if rows.iter().all(Option::is_none) {
-            return Ok(RowAdapters {
-                sites: HashMap::new(),
-                host: None,
-            });
+            return Ok(RowAdapters::none());
         }
         if let Some(host) = &self.host {
             return Ok(RowAdapters {
@@ -311,6 +308,14 @@ pub struct RowAdapters<B: Backend> {
 }
 
 impl<B: Backend> RowAdapters<B> {
+    /// No adapter on any row.
+    pub(crate) fn none() -> Self {
+        Self {
+            sites: HashMap::new(),
+            host: None,
+        }
+    }
+
     /// True when no row carries an adapter (the hook can be skipped).
     pub fn is_empty(&self) -> bool {
         self.sites.is_empty() && self.host.is_none()

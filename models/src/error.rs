@@ -78,6 +78,12 @@ pub enum ModelError {
     /// The backend's device failed (a lost device, a failed submission).
     #[error("device: {0}")]
     Device(String),
+    /// Two key/value caches cannot be joined into one batch
+    /// ([`crate::KvCache::append_rows`]): different layer counts,
+    /// precisions or head shapes, or a cache whose layers disagree with its
+    /// rows (left by a failed step).
+    #[error("key/value caches cannot be joined: {0}")]
+    CacheMismatch(String),
 }
 
 impl ModelError {

@@ -26,6 +26,7 @@
 use pulp::{Simd, WithSimd};
 
 use super::kv_cache::KvPrecision;
+use crate::error::ModelError;
 
 /// Keys and values of one layer, of which the first `len` slots of every
 /// (row, head) are filled: keys dimension-major, `[batch, heads, dim,
@@ -144,6 +145,29 @@ impl HostKv {
         self.len
     }
 
+    /// Rows.
+    pub(crate) fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Key/value heads per row.
+    pub(crate) fn heads(&self) -> usize {
+        self.heads
+    }
+
+    /// Width of one head.
+    pub(crate) fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// How entries are held.
+    pub(crate) fn precision(&self) -> KvPrecision {
+        match self.store {
+            Store::F32 { .. } => KvPrecision::F32,
+            Store::F16 { .. } => KvPrecision::F16,
+        }
+    }
+
     /// Appends `s` slots; `k` and `v` are `[batch, s, heads, dim]` (the
     /// projections' own layout). When the capacity runs out it becomes twice
     /// what is needed: appending one slot at a time copies each slot O(1)
@@ -178,14 +202,89 @@ impl HostKv {
         }
     }
 
-    /// Moves the filled slots into buffers of `capacity` slots.
+    /// Moves the filled slots into buffers of `capacity` (at least `len`) slots.
     fn grow(&mut self, capacity: usize) {
         let (b, h, d, len, old) = (self.batch, self.heads, self.dim, self.len, self.capacity);
         with_store!(&mut self.store, |k_t, v| {
-            *k_t = moved(k_t, b * h * d, (old, capacity), len);
-            *v = moved(v, b * h, (old * d, capacity * d), len * d);
+            *k_t = moved(k_t, b * h * d, (old, capacity), len, 0);
+            *v = moved(v, b * h, (old * d, capacity * d), len * d, 0);
         });
         self.capacity = capacity;
+    }
+
+    /// Adds the rows of `other` after this layer's rows. Rows are aligned
+    /// at their last filled slot: the layer with fewer slots gets zero
+    /// slots at the front of each row, so that both hold `max(len)` (the
+    /// caller records those slots as masked padding). An error where the
+    /// two differ in heads, head width or precision; `self` is then
+    /// unchanged.
+    pub(crate) fn append_rows(&mut self, other: &HostKv) -> Result<(), ModelError> {
+        let own = (self.heads, self.dim, self.precision());
+        let mismatch = || {
+            ModelError::CacheMismatch(format!(
+                "host-held layers of {} heads of width {} in {:?} and of {} heads of width {} in {:?}",
+                own.0,
+                own.1,
+                own.2,
+                other.heads,
+                other.dim,
+                other.precision()
+            ))
+        };
+        if (self.heads, self.dim) != (other.heads, other.dim) {
+            return Err(mismatch());
+        }
+        let len = self.len.max(other.len);
+        let capacity = self.capacity.max(other.capacity).max(len);
+        let shape = (self.heads, self.dim, capacity, len);
+        let (mine, theirs) = (
+            (self.batch, self.capacity, self.len),
+            (other.batch, other.capacity, other.len),
+        );
+        match (&mut self.store, &other.store) {
+            (Store::F32 { k_t, v }, Store::F32 { k_t: ok, v: ov }) => {
+                append_relaid((k_t, v), (ok, ov), mine, theirs, shape);
+            }
+            (Store::F16 { k_t, v }, Store::F16 { k_t: ok, v: ov }) => {
+                append_relaid((k_t, v), (ok, ov), mine, theirs, shape);
+            }
+            _ => return Err(mismatch()),
+        }
+        self.batch += other.batch;
+        self.capacity = capacity;
+        self.len = len;
+        Ok(())
+    }
+
+    /// Keeps slots `keep` (ascending, each below `len`) of every (row,
+    /// head), in that order, and zeroes the slots they leave. The buffers
+    /// shrink when they would hold more than four times the slots kept (32
+    /// at least), so a batch whose long rows left does not keep their room.
+    pub(crate) fn keep_slots(&mut self, keep: &[usize]) {
+        debug_assert!(keep.windows(2).all(|w| w[0] < w[1]));
+        debug_assert!(keep.last().is_none_or(|&j| j < self.len));
+        let (d, cap, len, kept) = (self.dim, self.capacity, self.len, keep.len());
+        with_store!(&mut self.store, |k_t, v| {
+            // `keep[i] ≥ i`, so moving slots forward in order reads each
+            // slot before it is overwritten.
+            for chunk in k_t.chunks_exact_mut(cap.max(1)) {
+                for (i, &j) in keep.iter().enumerate() {
+                    chunk[i] = chunk[j];
+                }
+                chunk[kept..len].fill(Default::default());
+            }
+            for chunk in v.chunks_exact_mut((cap * d).max(1)) {
+                for (i, &j) in keep.iter().enumerate() {
+                    chunk.copy_within(j * d..(j + 1) * d, i * d);
+                }
+                chunk[kept * d..len * d].fill(Default::default());
+            }
+        });
+        self.len = kept;
+        let roomy = (2 * kept).max(16);
+        if self.capacity > 2 * roomy {
+            self.grow(roomy);
+        }
     }
 
     /// Keys and values as contiguous `[batch, heads, len, dim]` f32 vectors.
@@ -236,18 +335,50 @@ fn widen_filled<E: KvElem>(
 }
 
 /// `chunks` chunks of `from` (each `sizes.0` long, the first `filled`
-/// entries kept) moved into chunks of `sizes.1`, the rest zero.
+/// entries kept) moved into chunks of `sizes.1`, at offset `at` of each,
+/// the rest zero.
 fn moved<E: KvElem>(
     from: &[E],
     chunks: usize,
     (old, new): (usize, usize),
     filled: usize,
+    at: usize,
 ) -> Vec<E> {
     let mut to = vec![E::default(); chunks * new];
-    for (to, from) in to.chunks_exact_mut(new).zip(from.chunks_exact(old.max(1))) {
-        to[..filled].copy_from_slice(&from[..filled]);
+    for (to, from) in to
+        .chunks_exact_mut(new.max(1))
+        .zip(from.chunks_exact(old.max(1)))
+    {
+        to[at..at + filled].copy_from_slice(&from[..filled]);
     }
     to
+}
+
+/// [`HostKv::append_rows`] on the store's vectors: `own` and `theirs` are
+/// (rows, capacity, filled slots) of the two sides, `shape` (heads, dim,
+/// capacity, filled slots) of the result. Each side's filled slots end at
+/// the result's last filled slot; the vectors are rebuilt only where they
+/// change.
+fn append_relaid<E: KvElem>(
+    (k_t, v): (&mut Vec<E>, &mut Vec<E>),
+    (their_k, their_v): (&[E], &[E]),
+    own: (usize, usize, usize),
+    theirs: (usize, usize, usize),
+    (h, d, capacity, len): (usize, usize, usize, usize),
+) {
+    let relaid = |(k, v): (&[E], &[E]), (rows, cap, filled): (usize, usize, usize)| {
+        let pad = len - filled;
+        (
+            moved(k, rows * h * d, (cap, capacity), filled, pad),
+            moved(v, rows * h, (cap * d, capacity * d), filled * d, pad * d),
+        )
+    };
+    if (own.1, own.2) != (capacity, len) {
+        (*k_t, *v) = relaid((&k_t[..], &v[..]), own);
+    }
+    let (k_new, v_new) = relaid((their_k, their_v), theirs);
+    k_t.extend_from_slice(&k_new);
+    v.extend_from_slice(&v_new);
 }
 
 /// Writes one row's new keys and values, `[s, heads, dim]` each, into its
@@ -1093,6 +1224,30 @@ mod tests {
         }
     }
 
+    /// Keeping few of many slots gives back the room past four times
+    /// them; appends after it grow again as usual.
+    #[test]
+    fn keep_slots_shrinks_roomy_buffers() {
+        for precision in [KvPrecision::F32, KvPrecision::F16] {
+            let mut kv = HostKv::new(2, 1, 4, precision);
+            let k: Vec<f32> = (0..2 * 40 * 4).map(|i| (i % 50) as f32).collect();
+            kv.append(&k, &k, 40);
+            assert_eq!(kv.capacity, 80);
+            kv.keep_slots(&[1, 39]);
+            assert_eq!((kv.len(), kv.capacity), (2, 16));
+            let (keys, _) = kv.contiguous();
+            let slot = |row: usize, j: usize| &k[(row * 40 + j) * 4..][..4];
+            assert_eq!(
+                keys,
+                [slot(0, 1), slot(0, 39), slot(1, 1), slot(1, 39)].concat()
+            );
+            kv.keep_slots(&[0, 1]);
+            assert_eq!((kv.len(), kv.capacity), (2, 16));
+            kv.append(&k[..2 * 30 * 4], &k[..2 * 30 * 4], 30);
+            assert_eq!((kv.len(), kv.capacity), (32, 64));
+        }
+    }
+
     #[test]
     fn select_rows_keeps_the_named_rows() {
         for precision in [KvPrecision::F32, KvPrecision::F16] {
@@ -1106,6 +1261,67 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Rows joined into one layer (the shorter side padded at the
+        /// front with zero slots that no query sees) attend bit for bit as
+        /// in their own layer; dropping the other side's rows and the slots
+        /// no row holds gives back their own layer, attention included.
+        #[test]
+        fn joined_rows_attend_as_in_their_own_layer(
+            sizes in (1usize..4, 1usize..4),
+            kvh in 1usize..3,
+            rep in 1usize..4,
+            d in prop::sample::select(vec![4usize, 16, 20]),
+            steps in (
+                prop::collection::vec(1usize..24, 1..4),
+                prop::collection::vec(1usize..24, 1..4),
+            ),
+            precision in prop::sample::select(vec![KvPrecision::F32, KvPrecision::F16]),
+            seed in any::<u64>(),
+        ) {
+            let mut next = draws(seed, 1);
+            let mut build = |b: usize, steps: &[usize]| {
+                let mut kv = HostKv::new(b, kvh, d, precision);
+                for &n in steps {
+                    let k: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
+                    let v: Vec<f32> = (0..b * n * kvh * d).map(|_| next()).collect();
+                    kv.append(&k, &v, n);
+                }
+                kv
+            };
+            let parts = [build(sizes.0, &steps.0), build(sizes.1, &steps.1)];
+            let mut joined = parts[0].clone();
+            joined.append_rows(&parts[1]).unwrap();
+            let t = joined.len();
+            prop_assert_eq!((joined.batch, t), (sizes.0 + sizes.1, parts[0].len.max(parts[1].len)));
+            let sc = HostScoring { heads: kvh * rep, scale: 0.3, softcap: None };
+            let per_row = sc.heads * d;
+            let q: Vec<f32> = (0..joined.batch * per_row).map(|_| 3.0 * next()).collect();
+            // Each part's own mask: some slots hidden, the last always seen.
+            let own = |row: usize, j: usize, len: usize| j + 1 == len || !(row + j).is_multiple_of(3);
+            let got = attend(&q, 1, &joined, sc, &|row, _, j| {
+                let (row, kv) = if row < sizes.0 { (row, &parts[0]) } else { (row - sizes.0, &parts[1]) };
+                let pad = t - kv.len;
+                j >= pad && own(row, j - pad, kv.len)
+            });
+            let mut first = 0;
+            for kv in &parts {
+                let q = &q[first * per_row..(first + kv.batch) * per_row];
+                let want = attend(q, 1, kv, sc, &|row, _, j| own(row, j, kv.len));
+                let got = &got[first * per_row..(first + kv.batch) * per_row];
+                prop_assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()));
+                first += kv.batch;
+            }
+            // The second part alone again: its rows, then its slots.
+            let mut second = joined.clone();
+            second.select_rows(&(sizes.0..sizes.0 + sizes.1).collect::<Vec<_>>());
+            second.keep_slots(&(t - parts[1].len..t).collect::<Vec<_>>());
+            prop_assert_eq!(second.contiguous(), parts[1].contiguous());
+            let q = &q[sizes.0 * per_row..];
+            let visible = |row: usize, _: usize, j: usize| own(row, j, parts[1].len);
+            let (a, b) = (attend(q, 1, &second, sc, &visible), attend(q, 1, &parts[1], sc, &visible));
+            prop_assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        }
 
         /// An f16 cache holds each key and value rounded to the nearest f16
         /// (in half the memory) and answers exactly, bit for bit, what an

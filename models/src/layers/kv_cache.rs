@@ -9,6 +9,8 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
+#[cfg(feature = "flex")]
+use super::host_kv::HostKv;
 use super::rope::RopeAngles;
 use crate::error::ModelError;
 
@@ -383,7 +385,8 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// Keeps only the rows `keep` (in that order), e.g. to drop finished rows
-    /// between decode steps.
+    /// between decode steps. Slots then masked in every row stay until
+    /// [`KvCache::compact`].
     pub fn select_rows(&mut self, keep: &[usize]) -> Result<(), ModelError> {
         if let Some(&bad) = keep.iter().find(|&&r| r >= self.rows.len()) {
             return Err(ModelError::bad_input(format!(
@@ -392,6 +395,11 @@ impl<B: Backend> KvCache<B> {
             )));
         }
         self.rows = keep.iter().map(|&r| self.rows[r].clone()).collect();
+        if keep.is_empty() {
+            // No rows hold no keys: layers of zero rows are not kept.
+            self.layers.fill(Layer::Empty);
+            return Ok(());
+        }
         for entry in &mut self.layers {
             match entry {
                 Layer::Empty => {}
@@ -410,6 +418,276 @@ impl<B: Backend> KvCache<B> {
         }
         Ok(())
     }
+}
+
+/// What a layer holds: its representation and
+/// `[rows, kv_heads, slots, head_dim]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LayerShape {
+    /// Host vectors (plain burn-flex) rather than tensors.
+    host: bool,
+    rows: usize,
+    kv_heads: usize,
+    slots: usize,
+    head_dim: usize,
+}
+
+impl<B: Backend> Layer<B> {
+    /// The layer's shape, `None` while it is empty.
+    fn shape(&self) -> Option<LayerShape> {
+        match self {
+            Layer::Empty => None,
+            Layer::Tensors(k, _) => {
+                let [rows, kv_heads, slots, head_dim] = k.dims();
+                Some(LayerShape {
+                    host: false,
+                    rows,
+                    kv_heads,
+                    slots,
+                    head_dim,
+                })
+            }
+            #[cfg(feature = "flex")]
+            Layer::Host(kv) => Some(LayerShape {
+                host: true,
+                rows: kv.batch(),
+                kv_heads: kv.heads(),
+                slots: kv.len(),
+                head_dim: kv.dim(),
+            }),
+        }
+    }
+}
+
+impl<B: Backend> KvCache<B> {
+    /// Adds the rows of `other` after this cache's rows, e.g. to decode a
+    /// newly prefilled sequence in the same batch as running ones.
+    ///
+    /// Rows are aligned at their last slot: the cache with fewer slots gets
+    /// masked padding slots at the front of each of its rows (zero keys and
+    /// values, invalid, at position 0), so both hold as many slots. Padding
+    /// is attended by no query and moves no position, so every row keeps
+    /// the keys, values, positions (RoPE indices, window distances) and
+    /// visible slots it had, and decodes as it would alone. On the host
+    /// path (plain burn-flex) masked slots get probability exactly 0 and
+    /// are skipped, so a row's attention is the same bit for bit; burn's
+    /// tensor ops may sum the longer rows in another order.
+    ///
+    /// Works for every representation (burn tensors, moved to this cache's
+    /// device where `other`'s lie elsewhere; host vectors on plain
+    /// burn-flex), for f32 and f16 caches and for caches that hold no keys
+    /// yet. [`ModelError::CacheMismatch`], with this cache unchanged, where
+    /// the two differ in layer count, precision, key/value heads or head
+    /// width, hold one layer as tensors and the other as host vectors, or
+    /// where either's layers disagree with its rows (left by a failed
+    /// step).
+    pub fn append_rows(&mut self, mut other: KvCache<B>) -> Result<(), ModelError> {
+        if self.layers.len() != other.layers.len() {
+            return Err(ModelError::CacheMismatch(format!(
+                "{} layers and {} layers",
+                self.layers.len(),
+                other.layers.len()
+            )));
+        }
+        if self.precision != other.precision {
+            return Err(ModelError::CacheMismatch(format!(
+                "keys and values held in {:?} and in {:?}",
+                self.precision, other.precision
+            )));
+        }
+        let (own, theirs) = (self.layer_shapes()?, other.layer_shapes()?);
+        for (i, (a, b)) in own.iter().zip(&theirs).enumerate() {
+            if let (Some(a), Some(b)) = (a, b)
+                && (a.host, a.kv_heads, a.head_dim) != (b.host, b.kv_heads, b.head_dim)
+            {
+                let form = |s: &LayerShape| if s.host { "host vectors" } else { "tensors" };
+                return Err(ModelError::CacheMismatch(format!(
+                    "layer {i} holds {} heads of width {} as {} in one cache, \
+                     {} heads of width {} as {} in the other",
+                    a.kv_heads,
+                    a.head_dim,
+                    form(a),
+                    b.kv_heads,
+                    b.head_dim,
+                    form(b)
+                )));
+            }
+        }
+        if other.rows.is_empty() {
+            return Ok(());
+        }
+        if self.rows.is_empty() {
+            *self = other;
+            return Ok(());
+        }
+        let slots = self.slots().max(other.slots());
+        let (pad_own, pad_theirs) = (slots - self.slots(), slots - other.slots());
+        let (rows_own, rows_theirs) = (self.rows.len(), other.rows.len());
+        #[cfg(feature = "flex")]
+        let precision = self.precision;
+        for (i, theirs) in other.layers.into_iter().enumerate() {
+            let own = std::mem::replace(&mut self.layers[i], Layer::Empty);
+            // The shapes were checked above: both sides of one representation,
+            // heads and width, and an empty side holds no slots.
+            self.layers[i] = match (own, theirs) {
+                (Layer::Empty, Layer::Empty) => Layer::Empty,
+                (Layer::Tensors(k, v), Layer::Tensors(k2, v2)) => {
+                    let device = k.device();
+                    joined_tensors(
+                        (front_padded(k, pad_own), front_padded(v, pad_own)),
+                        (
+                            front_padded(k2.to_device(&device), pad_theirs),
+                            front_padded(v2.to_device(&device), pad_theirs),
+                        ),
+                    )
+                }
+                (Layer::Tensors(k, v), Layer::Empty) => {
+                    let zeros = (
+                        zero_rows(&k, rows_theirs, slots),
+                        zero_rows(&v, rows_theirs, slots),
+                    );
+                    joined_tensors((front_padded(k, pad_own), front_padded(v, pad_own)), zeros)
+                }
+                (Layer::Empty, Layer::Tensors(k2, v2)) => {
+                    let zeros = (
+                        zero_rows(&k2, rows_own, slots),
+                        zero_rows(&v2, rows_own, slots),
+                    );
+                    joined_tensors(
+                        zeros,
+                        (front_padded(k2, pad_theirs), front_padded(v2, pad_theirs)),
+                    )
+                }
+                #[cfg(feature = "flex")]
+                (Layer::Host(mut kv), Layer::Host(kv2)) => {
+                    kv.append_rows(&kv2)?;
+                    Layer::Host(kv)
+                }
+                #[cfg(feature = "flex")]
+                (Layer::Host(mut kv), Layer::Empty) => {
+                    let empty = HostKv::new(rows_theirs, kv.heads(), kv.dim(), precision);
+                    kv.append_rows(&empty)?;
+                    Layer::Host(kv)
+                }
+                #[cfg(feature = "flex")]
+                (Layer::Empty, Layer::Host(kv2)) => {
+                    let mut kv = HostKv::new(rows_own, kv2.heads(), kv2.dim(), precision);
+                    kv.append_rows(&kv2)?;
+                    Layer::Host(kv)
+                }
+                #[cfg(feature = "flex")]
+                (Layer::Host(_), Layer::Tensors(..)) | (Layer::Tensors(..), Layer::Host(_)) => {
+                    unreachable!("layers of two representations are refused above")
+                }
+            };
+        }
+        for (rows, pad) in [(&mut self.rows, pad_own), (&mut other.rows, pad_theirs)] {
+            for row in rows.iter_mut() {
+                row.valid.splice(0..0, std::iter::repeat_n(false, pad));
+                row.position.splice(0..0, std::iter::repeat_n(0, pad));
+            }
+        }
+        self.rows.append(&mut other.rows);
+        Ok(())
+    }
+
+    /// Every layer's shape, checked against the rows' bookkeeping: a
+    /// non-empty layer holds every row's every slot, an empty one no slots.
+    /// A cache of no rows has no keys to join (`None` throughout).
+    fn layer_shapes(&self) -> Result<Vec<Option<LayerShape>>, ModelError> {
+        let (rows, slots) = (self.rows.len(), self.slots());
+        if rows == 0 {
+            return Ok(vec![None; self.layers.len()]);
+        }
+        self.layers
+            .iter()
+            .enumerate()
+            .map(|(i, layer)| match layer.shape() {
+                Some(s) if (s.rows, s.slots) != (rows, slots) => {
+                    Err(ModelError::CacheMismatch(format!(
+                        "layer {i} holds {} rows of {} slots, the cache's rows are {rows} of {slots}",
+                        s.rows, s.slots
+                    )))
+                }
+                None if slots > 0 => Err(ModelError::CacheMismatch(format!(
+                    "layer {i} holds no keys for the {slots} slots of its rows"
+                ))),
+                shape => Ok(shape),
+            })
+            .collect()
+    }
+
+    /// Drops the slots that are masked in every row (padding that rows
+    /// dropped by [`KvCache::select_rows`] or joined by
+    /// [`KvCache::append_rows`] left behind) and returns how many. Every
+    /// row keeps its real slots in order with their positions, so it
+    /// attends as before; a batch whose rows come and go then holds no
+    /// more slots than its rows need. Host-held layers also give back room
+    /// beyond four times the slots kept.
+    pub fn compact(&mut self) -> usize {
+        let slots = self.slots();
+        let keep: Vec<usize> = (0..slots)
+            .filter(|&j| self.rows.iter().any(|r| r.valid[j]))
+            .collect();
+        let dropped = slots - keep.len();
+        if dropped == 0 {
+            return 0;
+        }
+        for row in &mut self.rows {
+            row.valid = keep.iter().map(|&j| row.valid[j]).collect();
+            row.position = keep.iter().map(|&j| row.position[j]).collect();
+        }
+        if keep.is_empty() {
+            self.layers.fill(Layer::Empty);
+            return dropped;
+        }
+        for entry in &mut self.layers {
+            match entry {
+                Layer::Empty => {}
+                Layer::Tensors(k, v) => {
+                    let idx: Vec<i64> = keep.iter().map(|&j| j as i64).collect();
+                    let idx = Tensor::<B, 1, burn::tensor::Int>::from_data(
+                        TensorData::new(idx, [keep.len()]),
+                        &k.device(),
+                    );
+                    *entry =
+                        Layer::Tensors(k.clone().select(2, idx.clone()), v.clone().select(2, idx));
+                }
+                #[cfg(feature = "flex")]
+                Layer::Host(kv) => kv.keep_slots(&keep),
+            }
+        }
+        dropped
+    }
+}
+
+/// `x: [rows, heads, slots, dim]` with `pad` zero slots in front of each
+/// row's.
+fn front_padded<B: Backend>(x: Tensor<B, 4>, pad: usize) -> Tensor<B, 4> {
+    if pad == 0 {
+        return x;
+    }
+    let [rows, heads, _, dim] = x.dims();
+    let zeros = Tensor::zeros([rows, heads, pad, dim], &x.device());
+    Tensor::cat(vec![zeros, x], 2)
+}
+
+/// Zero keys or values, `[rows, heads, slots, dim]` with `like`'s heads
+/// and width, on its device.
+fn zero_rows<B: Backend>(like: &Tensor<B, 4>, rows: usize, slots: usize) -> Tensor<B, 4> {
+    let [_, heads, _, dim] = like.dims();
+    Tensor::zeros([rows, heads, slots, dim], &like.device())
+}
+
+/// A tensor-held layer of `first`'s rows then `second`'s (keys, values).
+fn joined_tensors<B: Backend>(
+    first: (Tensor<B, 4>, Tensor<B, 4>),
+    second: (Tensor<B, 4>, Tensor<B, 4>),
+) -> Layer<B> {
+    Layer::Tensors(
+        Tensor::cat(vec![first.0, second.0], 0),
+        Tensor::cat(vec![first.1, second.1], 0),
+    )
 }
 
 /// `x` with each entry rounded to the nearest f16, kept in f32.
@@ -468,5 +746,338 @@ mod tests {
             .unwrap();
         assert_eq!(&w[0..3], &[true, false, false]);
         assert!(cache.push_step(&[vec![true]]).is_err());
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod join_tests {
+    //! [`KvCache::append_rows`] and [`KvCache::compact`] on caches built
+    //! by hand: each representation, precision and empty form, and the
+    //! typed errors.
+
+    use super::*;
+    use burn::backend::Flex;
+
+    /// How a test cache holds its layer.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Form {
+        Tensors,
+        Host,
+    }
+
+    const DIM: usize = 4;
+
+    /// Entry `c` of head `h` of slot `slot` of row `row` (exact in f16).
+    fn entry(seed: f32, (rows, heads, slots): (usize, usize, usize), i: [usize; 4]) -> f32 {
+        let [row, h, slot, c] = i;
+        seed + (((row * heads + h) * slots + slot) * DIM + c) as f32 * 0.5
+            - ((rows * heads * slots * DIM) as f32 * 0.25)
+    }
+
+    /// Keys (values: the keys plus 1000 · sign) of a one-layer cache of
+    /// `rows` rows of `slots` real slots, `heads` heads of width `DIM`,
+    /// `[rows, heads, slots, DIM]`.
+    fn entries(seed: f32, rows: usize, heads: usize, slots: usize) -> (Vec<f32>, Vec<f32>) {
+        let mut k = Vec::new();
+        for row in 0..rows {
+            for h in 0..heads {
+                for slot in 0..slots {
+                    for c in 0..DIM {
+                        k.push(entry(seed, (rows, heads, slots), [row, h, slot, c]));
+                    }
+                }
+            }
+        }
+        let v = k.iter().map(|x| -x + 0.5).collect();
+        (k, v)
+    }
+
+    fn filled(
+        form: Form,
+        precision: KvPrecision,
+        (rows, heads, slots): (usize, usize, usize),
+        seed: f32,
+    ) -> KvCache<Flex> {
+        let mut cache = KvCache::<Flex>::with_precision(1, rows, precision);
+        cache.push_step(&vec![vec![true; slots]; rows]).unwrap();
+        let (k, v) = entries(seed, rows, heads, slots);
+        cache.layers[0] = match form {
+            Form::Tensors => {
+                let t = |x: Vec<f32>| {
+                    Tensor::from_data(
+                        TensorData::new(x, [rows, heads, slots, DIM]),
+                        &Default::default(),
+                    )
+                };
+                Layer::Tensors(t(k), t(v))
+            }
+            Form::Host => {
+                // `[rows, slots, heads, DIM]`, the layout appends take.
+                let seq_major = |x: &[f32]| {
+                    let mut out = Vec::with_capacity(x.len());
+                    for row in 0..rows {
+                        for slot in 0..slots {
+                            for h in 0..heads {
+                                let at = ((row * heads + h) * slots + slot) * DIM;
+                                out.extend_from_slice(&x[at..at + DIM]);
+                            }
+                        }
+                    }
+                    out
+                };
+                let mut kv = HostKv::new(rows, heads, DIM, precision);
+                kv.append(&seq_major(&k), &seq_major(&v), slots);
+                Layer::Host(kv)
+            }
+        };
+        cache
+    }
+
+    /// Registers a step of `flags` in a two-head cache and appends keys and
+    /// values all equal to `value` to layer 0.
+    fn append_step(cache: &mut KvCache<Flex>, flags: &[Vec<bool>], value: f32) {
+        cache.push_step(flags).unwrap();
+        let (rows, s) = (flags.len(), flags[0].len());
+        match &mut cache.layers[0] {
+            Layer::Tensors(k, v) => {
+                let new = Tensor::<Flex, 4>::full([rows, 2, s, DIM], value, &Default::default());
+                *k = Tensor::cat(vec![k.clone(), new.clone()], 2);
+                *v = Tensor::cat(vec![v.clone(), new], 2);
+            }
+            Layer::Host(kv) => {
+                let new = vec![value; rows * s * 2 * DIM];
+                kv.append(&new, &new, s);
+            }
+            Layer::Empty => unreachable!("filled caches hold keys"),
+        }
+    }
+
+    /// Layer 0's keys and values, `[rows, heads, slots, DIM]` each.
+    fn held(cache: &KvCache<Flex>) -> (Vec<f32>, Vec<f32>) {
+        match &cache.layers[0] {
+            Layer::Empty => (vec![], vec![]),
+            Layer::Tensors(k, v) => (
+                crate::runtime::to_vec(k.clone()).unwrap(),
+                crate::runtime::to_vec(v.clone()).unwrap(),
+            ),
+            Layer::Host(kv) => kv.contiguous(),
+        }
+    }
+
+    /// `entries` of `rows` rows with `pad` zero slots in front of each.
+    fn padded(
+        seed: f32,
+        (rows, heads, slots): (usize, usize, usize),
+        pad: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let (k, v) = entries(seed, rows, heads, slots);
+        let put = |x: Vec<f32>| {
+            let mut out = Vec::new();
+            for run in x.chunks(slots * DIM) {
+                out.extend(std::iter::repeat_n(0.0, pad * DIM));
+                out.extend_from_slice(run);
+            }
+            out
+        };
+        (put(k), put(v))
+    }
+
+    fn bookkeeping(cache: &KvCache<Flex>) -> Vec<(Vec<bool>, Vec<usize>, usize)> {
+        cache
+            .rows
+            .iter()
+            .map(|r| (r.valid.clone(), r.position.clone(), r.next_position))
+            .collect()
+    }
+
+    const FORMS: [(Form, KvPrecision); 4] = [
+        (Form::Tensors, KvPrecision::F32),
+        (Form::Tensors, KvPrecision::F16),
+        (Form::Host, KvPrecision::F32),
+        (Form::Host, KvPrecision::F16),
+    ];
+
+    #[test]
+    fn the_shorter_cache_is_padded_at_the_front_with_masked_slots() {
+        for (form, precision) in FORMS {
+            let short = filled(form, precision, (2, 2, 3), 0.0);
+            let long = filled(form, precision, (1, 2, 5), 100.0);
+            // Short first, then long first.
+            let mut a = short.clone();
+            a.append_rows(long.clone()).unwrap();
+            let mut b = long.clone();
+            b.append_rows(short.clone()).unwrap();
+            let (short_k, short_v) = padded(0.0, (2, 2, 3), 2);
+            let (long_k, long_v) = entries(100.0, 1, 2, 5);
+            assert_eq!(
+                held(&a),
+                (
+                    [&short_k[..], &long_k].concat(),
+                    [&short_v[..], &long_v].concat()
+                )
+            );
+            assert_eq!(
+                held(&b),
+                (
+                    [&long_k[..], &short_k].concat(),
+                    [&long_v[..], &short_v].concat()
+                )
+            );
+            for (cache, short_rows) in [(&a, 0..2), (&b, 1..3)] {
+                assert_eq!((cache.batch_size(), cache.slots()), (3, 5));
+                for (r, (valid, position, next)) in bookkeeping(cache).into_iter().enumerate() {
+                    if short_rows.contains(&r) {
+                        assert_eq!(valid, [false, false, true, true, true]);
+                        assert_eq!(position, [0, 0, 0, 1, 2]);
+                        assert_eq!(next, 3);
+                    } else {
+                        assert_eq!(
+                            (valid, position, next),
+                            (vec![true; 5], vec![0, 1, 2, 3, 4], 5)
+                        );
+                    }
+                }
+            }
+            // A short row's next query sees its own three slots only.
+            a.push_step(&[vec![true], vec![true], vec![true]]).unwrap();
+            let mask = a
+                .mask(1, None, &Default::default())
+                .into_data()
+                .to_vec::<bool>()
+                .unwrap();
+            assert_eq!(&mask[..6], &[true, true, false, false, false, false]);
+            assert_eq!(&mask[12..18], &[false; 6]);
+        }
+    }
+
+    #[test]
+    fn caches_without_rows_or_slots_join_either_way() {
+        for (form, precision) in FORMS {
+            let full = filled(form, precision, (2, 2, 3), 7.0);
+            // No rows: the other cache as it is.
+            let mut none = KvCache::<Flex>::with_precision(1, 0, precision);
+            none.append_rows(full.clone()).unwrap();
+            assert_eq!(
+                (held(&none), bookkeeping(&none)),
+                (held(&full), bookkeeping(&full))
+            );
+            let mut same = full.clone();
+            same.append_rows(KvCache::with_precision(1, 0, precision))
+                .unwrap();
+            assert_eq!(
+                (held(&same), bookkeeping(&same)),
+                (held(&full), bookkeeping(&full))
+            );
+            // Rows that hold no slots yet: masked zero slots.
+            let (k, v) = entries(7.0, 2, 2, 3);
+            let zeros = vec![0.0; 2 * 2 * 3 * DIM];
+            let mut after = full.clone();
+            after
+                .append_rows(KvCache::with_precision(1, 2, precision))
+                .unwrap();
+            assert_eq!(
+                held(&after),
+                ([&k[..], &zeros].concat(), [&v[..], &zeros].concat())
+            );
+            let mut before = KvCache::<Flex>::with_precision(1, 2, precision);
+            before.append_rows(full.clone()).unwrap();
+            assert_eq!(
+                held(&before),
+                ([&zeros[..], &k].concat(), [&zeros[..], &v].concat())
+            );
+            assert_eq!(
+                bookkeeping(&before)[..2],
+                [
+                    (vec![false; 3], vec![0; 3], 0),
+                    (vec![false; 3], vec![0; 3], 0)
+                ]
+            );
+            // Two fresh caches.
+            let mut fresh = KvCache::<Flex>::with_precision(1, 1, precision);
+            fresh
+                .append_rows(KvCache::with_precision(1, 2, precision))
+                .unwrap();
+            assert_eq!((fresh.batch_size(), fresh.slots()), (3, 0));
+            assert!(matches!(fresh.layers[0], Layer::Empty));
+        }
+    }
+
+    #[test]
+    fn mismatched_caches_are_refused_and_left_unchanged() {
+        let base = filled(Form::Host, KvPrecision::F32, (2, 2, 3), 0.0);
+        let refused = [
+            KvCache::<Flex>::new(2, 1),
+            filled(Form::Host, KvPrecision::F16, (1, 2, 3), 0.0),
+            filled(Form::Host, KvPrecision::F32, (1, 1, 3), 0.0),
+            filled(Form::Tensors, KvPrecision::F32, (1, 2, 3), 0.0),
+            // Rows with slots but a layer without keys (a failed step).
+            {
+                let mut c = KvCache::<Flex>::new(1, 1);
+                c.push_step(&[vec![true]]).unwrap();
+                c
+            },
+        ];
+        for other in refused {
+            let mut cache = base.clone();
+            let e = cache.append_rows(other).unwrap_err();
+            assert!(matches!(e, ModelError::CacheMismatch(_)), "{e}");
+            assert_eq!(
+                (held(&cache), bookkeeping(&cache)),
+                (held(&base), bookkeeping(&base))
+            );
+        }
+        // Tensors of other head widths.
+        let mut t = filled(Form::Tensors, KvPrecision::F32, (1, 2, 3), 0.0);
+        let Layer::Tensors(k, v) = &t.layers[0] else {
+            unreachable!()
+        };
+        let (k, v) = (
+            k.clone().slice([0..1, 0..2, 0..3, 0..2]),
+            v.clone().slice([0..1, 0..2, 0..3, 0..2]),
+        );
+        let mut narrow = t.clone();
+        narrow.layers[0] = Layer::Tensors(k, v);
+        assert!(matches!(
+            t.append_rows(narrow),
+            Err(ModelError::CacheMismatch(_))
+        ));
+    }
+
+    #[test]
+    fn compact_drops_the_slots_no_row_holds() {
+        for (form, precision) in FORMS {
+            let short = filled(form, precision, (2, 2, 3), 0.0);
+            let mut joined = short.clone();
+            joined
+                .append_rows(filled(form, precision, (1, 2, 5), 100.0))
+                .unwrap();
+            assert_eq!(joined.compact(), 0);
+            // The long row leaves: its first two slots are no row's.
+            joined.select_rows(&[1, 0]).unwrap();
+            assert_eq!(joined.slots(), 5);
+            assert_eq!(joined.compact(), 2);
+            let mut want = short.clone();
+            want.select_rows(&[1, 0]).unwrap();
+            assert_eq!(
+                (held(&joined), bookkeeping(&joined)),
+                (held(&want), bookkeeping(&want))
+            );
+            // Slots masked in every row between real ones go too.
+            append_step(&mut joined, &[vec![false, true], vec![false, false]], 9.0);
+            assert_eq!(joined.compact(), 1);
+            assert_eq!(bookkeeping(&joined)[0].0, [true; 4]);
+            assert_eq!(bookkeeping(&joined)[1].0, [true, true, true, false]);
+            let with_nines = |x: Vec<f32>| -> Vec<f32> {
+                x.chunks(3 * DIM)
+                    .flat_map(|run| run.iter().copied().chain([9.0; DIM]))
+                    .collect()
+            };
+            let (k, v) = held(&want);
+            assert_eq!(held(&joined), (with_nines(k), with_nines(v)));
+            // No rows, no slots.
+            joined.select_rows(&[]).unwrap();
+            assert_eq!((joined.batch_size(), joined.compact()), (0, 0));
+            assert!(matches!(joined.layers[0], Layer::Empty));
+        }
     }
 }
