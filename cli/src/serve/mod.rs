@@ -1,14 +1,252 @@
-//! `privmix serve`: an OpenAI-compatible private endpoint (work in progress).
+//! `privmix serve`: private completions over an OpenAI-compatible HTTP API.
+//!
+//! - `POST /v1/completions`, `POST /v1/chat/completions` (streamed as server-sent
+//!   events or not), `GET /v1/models`, `GET /health`.
+//! - Every request is answered by the configured mechanism over the base model and
+//!   its members; concurrent requests are decoded together in one batched forward
+//!   (requests × rows), joining and leaving at step boundaries (`engine.rs`).
+//! - Every token is charged to the ledger store before it is sent: the embedded file
+//!   ledger, or PostgreSQL (`--ledger postgres://…`) shared by several replicas.
+//! - API keys (`--api-keys`) name tenants, each with an optional budget of its own
+//!   besides the members' total; a spent budget answers 429.
+//!
+//! Timing: how long a step takes depends on the private data (solver evaluations,
+//! screening, fallbacks), and a client sees when each token arrives. The ledger does
+//! not charge for that channel; `privmix generate --step-time-ms` closes it for one
+//! prompt, the server does not yet.
+
+mod api;
+mod engine;
+mod http;
+mod keys;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use clap::Args;
+use tokio::sync::Semaphore;
 
+use privmix_models::ChatTemplate;
+use privmix_models::gguf::GgufFile;
+
+use crate::args::ModelArgs;
 use crate::error::CliError;
+
+pub use api::Limits;
 
 /// `privmix serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {}
+pub struct ServeArgs {
+    /// Model, members and mechanism.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The ledger every token is charged to: a file (created if absent, with --epsilon)
+    /// or a PostgreSQL URL (`postgres://user@host/db`) that several replicas share.
+    #[arg(long)]
+    pub ledger: String,
+    /// Budget ε of a new ledger (required to create one); for an existing ledger it may
+    /// only repeat the recorded budget.
+    #[arg(long)]
+    pub epsilon: Option<f64>,
+    /// Budget δ of a new ledger (default 1e-5).
+    #[arg(long)]
+    pub delta: Option<f64>,
+    /// ε (at the ledger's δ) one request of --max-tokens tokens is calibrated to: fixes
+    /// PMixED's and SubMix's radius and AdaPMixED's filter, data-independently.
+    #[arg(long, default_value_t = 1.0)]
+    pub request_epsilon: f64,
+    /// Largest `max_tokens` a request may ask for (and its default).
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: u64,
+    /// Largest prompt, in tokens.
+    #[arg(long, default_value_t = 2048)]
+    pub max_prompt_tokens: usize,
+    /// Most requests decoded together in one batched forward.
+    #[arg(long, default_value_t = 8)]
+    pub max_batch: usize,
+    /// Most requests in flight (decoding or queued); more get 503.
+    #[arg(long, default_value_t = 64)]
+    pub max_concurrent: usize,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// The API keys file (JSON: {"keys": [{"key", "tenant", "epsilon"?, "delta"?}]}).
+    #[arg(long, required_unless_present = "no_auth")]
+    pub api_keys: Option<PathBuf>,
+    /// Serve without API keys: anyone who can reach the port spends the budget.
+    #[arg(long, conflicts_with = "api_keys")]
+    pub no_auth: bool,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    /// The model id clients name (default: the model file's stem).
+    #[arg(long)]
+    pub model_name: Option<String>,
+}
 
-/// Runs `privmix serve`.
-pub fn run(_args: &ServeArgs) -> Result<(), CliError> {
-    Err(CliError::arg("serve", "not built yet"))
+/// Runs `privmix serve` until SIGINT or SIGTERM, then drains in-flight requests.
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    if args.max_batch == 0 || args.max_concurrent == 0 || args.max_tokens == 0 {
+        return Err(CliError::arg(
+            "--max-batch/--max-concurrent/--max-tokens",
+            "must be at least 1",
+        ));
+    }
+    if !(args.request_epsilon.is_finite() && args.request_epsilon > 0.0) {
+        return Err(CliError::arg("--request-epsilon", "must be finite and > 0"));
+    }
+    if args.model.mechanism == crate::args::MechanismKind::Ensemble {
+        return Err(CliError::arg(
+            "--mechanism",
+            "the non-private ensemble cannot be served: every served token is charged",
+        ));
+    }
+    let keys = match &args.api_keys {
+        Some(path) => Some(keys::ApiKeys::load(path)?),
+        None => None,
+    };
+    let protected = crate::protected::protected_set(&args.model.adapters)?;
+    let mut store =
+        crate::ledger_store::open_store(&args.ledger, &protected, args.epsilon, args.delta)
+            .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
+    let delta = store.budget().map_or(crate::ledger_open::DEFAULT_DELTA, |b| b.delta());
+
+    let runner = crate::setup::load_runner(&args.model)?;
+    let tokenizer = crate::setup::load_tokenizer(&args.model)?.ok_or(CliError::NoTokenizer)?;
+    crate::setup::check_vocab(&tokenizer, &runner, &args.model.model)?;
+    let chat = load_chat_template(&args.model)?;
+    let stop_ids = tokenizer.stop_ids().to_vec();
+    let model_name = args.model_name.clone().unwrap_or_else(|| {
+        args.model
+            .model
+            .file_stem()
+            .map_or_else(|| "privmix".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let limits = Limits {
+        model: model_name,
+        max_tokens: args.max_tokens,
+        max_prompt_tokens: args.max_prompt_tokens,
+    };
+    let config = engine::EngineConfig {
+        mechanism: args.model.mechanism,
+        params: args.model.params.clone(),
+        request_epsilon: args.request_epsilon,
+        max_tokens: args.max_tokens,
+        max_batch: args.max_batch,
+        stop_ids,
+        delta,
+    };
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|source| CliError::Io {
+            what: "starting the async runtime".into(),
+            source,
+        })?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(args.listen))
+        .map_err(|source| CliError::Io {
+            what: format!("listening on {}", args.listen),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| CliError::Io {
+        what: "reading the listening address".into(),
+        source,
+    })?;
+
+    let (jobs, queue) = std::sync::mpsc::channel();
+    let tokenizer = Arc::new(tokenizer);
+    let state = Arc::new(http::AppState {
+        jobs,
+        tokenizer: Arc::clone(&tokenizer),
+        chat,
+        keys,
+        limits,
+        slots: Arc::new(Semaphore::new(args.max_concurrent)),
+        mechanism: args.model.mechanism.name(),
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        counter: AtomicU64::new(0),
+    });
+    let app = http::router(state, args.max_body_bytes);
+    eprintln!(
+        "privmix: serving {} with {} over {} members on http://{local} (ledger {})",
+        args.model.model.display(),
+        args.model.mechanism.name(),
+        runner.num_members(),
+        store.describe()
+    );
+
+    std::thread::scope(|scope| {
+        let (runner, tokenizer, config, store) = (&runner, &*tokenizer, &config, store.as_mut());
+        let engine = scope.spawn(move || engine::run(runner, tokenizer, store, config, &queue));
+        let served = runtime.block_on(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+        });
+        // The router (and with it the queue's sender) is gone: the engine finishes the
+        // requests it holds, then returns.
+        let engine = engine
+            .join()
+            .map_err(|_| CliError::arg("serve", "the decode engine panicked"))?;
+        served.map_err(|source| CliError::Io {
+            what: "serving HTTP".into(),
+            source,
+        })?;
+        engine?;
+        eprintln!("privmix: stopped; every released token is in the ledger");
+        Ok(())
+    })
+}
+
+/// The model's chat template: `tokenizer_config.json` (or `chat_template.jinja`) in an
+/// HF folder, `tokenizer.chat_template` in a GGUF file; `None` when it has none.
+fn load_chat_template(args: &ModelArgs) -> Result<Option<ChatTemplate>, CliError> {
+    let model_err = |source| CliError::Model {
+        path: args.model.clone(),
+        source,
+    };
+    if args.model.is_dir() {
+        let has = args.model.join("chat_template.jinja").is_file()
+            || std::fs::read_to_string(args.model.join("tokenizer_config.json"))
+                .is_ok_and(|t| t.contains("\"chat_template\""));
+        if !has {
+            return Ok(None);
+        }
+        return ChatTemplate::from_hf_folder(&args.model).map(Some).map_err(model_err);
+    }
+    let gguf = GgufFile::open(&args.model).map_err(|e| model_err(e.into()))?;
+    if gguf.metadata_value("tokenizer.chat_template").is_none() {
+        return Ok(None);
+    }
+    ChatTemplate::from_gguf(&gguf).map(Some).map_err(model_err)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    eprintln!("privmix: shutting down: draining in-flight requests");
 }

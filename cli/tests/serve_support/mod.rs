@@ -1,0 +1,195 @@
+//! Helpers of the `privmix serve` tests: a running server on loopback, a model folder
+//! with a chat template, members, keys and the ledger's charges.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use burn::backend::Flex;
+use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
+use privmix_models::Model;
+use serde_json::Value;
+
+/// A fresh empty folder under the system temp dir (removed at drop).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static COUNT: AtomicU32 = AtomicU32::new(0);
+        let n = COUNT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("privmix-serve-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The tiny Llama fixture with the byte-level tokenizer and a ChatML chat template
+/// (`tokenizer_config.json`), copied into `dir/model`.
+pub fn model_folder(dir: &TempDir) -> PathBuf {
+    let out = dir.join("model");
+    std::fs::create_dir_all(&out).unwrap();
+    let llama = fixture("../models/tests/fixtures/hf/llama");
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(llama.join(f), out.join(f)).unwrap();
+    }
+    std::fs::copy(
+        fixture("tests/fixtures/tokenizer/tokenizer.json"),
+        out.join("tokenizer.json"),
+    )
+    .unwrap();
+    let template = "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}";
+    std::fs::write(
+        out.join("tokenizer_config.json"),
+        serde_json::json!({"chat_template": template}).to_string(),
+    )
+    .unwrap();
+    out
+}
+
+/// `n` random rank-2 PEFT members (fixed seeds) for the model at `model`.
+pub fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
+    let device = Default::default();
+    let m = Model::<Flex>::load(model, &device).unwrap();
+    let base = m.base_shapes().unwrap();
+    (0..n)
+        .map(|i| {
+            let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
+            let a =
+                LoraAdapter::<Flex>::random(config, &base, 0.3, 100 + i as u64, &device).unwrap();
+            let path = dir.join(&format!("adapter{i}"));
+            a.save_peft(&path).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// Writes an API keys file.
+pub fn write_keys(dir: &TempDir, keys: &Value) -> PathBuf {
+    let path = dir.join("keys.json");
+    std::fs::write(&path, keys.to_string()).unwrap();
+    path
+}
+
+/// Every charge in a ledger (file path or PostgreSQL URL), read with `privmix ledger
+/// export`, as `tenant=<name>;<label>` (or the bare label without a tenant).
+pub fn ledger_charges(ledger: &Path) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_privmix"))
+        .args(["ledger", "export", ledger.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["kind"] == "charge")
+        .map(|v| {
+            let label = v["label"].as_str().unwrap_or_default();
+            match v["tenant"].as_str() {
+                Some(t) => format!("tenant={t};{label}"),
+                None => label.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// A `privmix serve` child process and its base URL.
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Starts `privmix <args> --listen 127.0.0.1:0` and waits for its address.
+    pub fn start(args: &[String]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_privmix"))
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("privmix serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[server] {line}");
+                if !sent && let Some(i) = line.find("http://") {
+                    let url: String = line[i..].split_whitespace().next().unwrap().to_string();
+                    let _ = tx.send(url);
+                    sent = true;
+                }
+            }
+        });
+        let base = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the server prints its address");
+        Self { child, base }
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM (graceful shutdown).
+    pub fn terminate(&self) {
+        signal(self.child.id(), "-TERM");
+    }
+
+    /// Sends SIGKILL.
+    pub fn kill(&self) {
+        signal(self.child.id(), "-KILL");
+    }
+
+    /// Waits for the child to exit (killing it after `timeout`).
+    pub fn wait(mut self, timeout: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                return self.child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then waits.
+    pub fn stop(self, timeout: Duration) -> ExitStatus {
+        self.terminate();
+        self.wait(timeout)
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
