@@ -134,6 +134,9 @@ pub enum CliError {
     /// The ensemble runner failed.
     #[error("ensemble: {0}")]
     Ensemble(#[from] EnsembleError),
+    /// `privmix train` failed (bad data, a training error, a mismatched run to resume).
+    #[error(transparent)]
+    Train(#[from] crate::train::TrainCmdError),
     /// Reading an input or writing the output failed.
     #[error("{what}: {source}")]
     Io {
