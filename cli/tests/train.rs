@@ -425,34 +425,53 @@ fn an_interrupted_run_continues_from_its_checkpoint() {
 fn dp_sgd_reports_an_epsilon_within_the_target() {
     let dir = TempDir::new("dp");
     let out = dir.join("out");
-    let (model, tok) = (llama(), tokenizer());
-    let o = privmix(&[
-        "train",
-        "--data",
-        s(&users_jsonl()),
-        "--model",
-        s(&model),
-        "--tokenizer",
-        s(&tok),
-        "--out",
-        s(&out),
-        "--dp-sgd",
-        "--epsilon",
-        "8",
-        "--delta",
-        "1e-5",
-        "--rank",
-        "2",
-        "--steps",
-        "4",
-        "--batch",
-        "4",
-        "--block-size",
-        "16",
-        "--holdout",
-        "0.1",
-    ]);
+    let (model, tok, data) = (llama(), tokenizer(), users_jsonl());
+    let dp = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--data",
+            s(&data),
+            "--model",
+            s(&model),
+            "--tokenizer",
+            s(&tok),
+            "--out",
+            s(&out),
+            "--dp-sgd",
+            "--epsilon",
+            "8",
+            "--delta",
+            "1e-5",
+            "--rank",
+            "2",
+            "--steps",
+            "4",
+            "--batch",
+            "4",
+            "--block-size",
+            "16",
+            "--holdout",
+            "0.1",
+        ];
+        args.extend(extra);
+        privmix(&args)
+    };
+    // Interrupted after 2 of 4 steps, then continued from the checkpoint.
+    let first = dp(&["--stop-at-step", "2"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains("stopped at step 2 of 4"),
+        "{}",
+        stderr(&first)
+    );
+    assert!(!out.join("manifest.json").exists());
+    let o = dp(&[]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("dp-sgd: resuming from the checkpoint at step 2 of 4"),
+        "{}",
+        stderr(&o)
+    );
     let m = read_json(&out.join("manifest.json"));
     assert_eq!(m["kind"], "dp_sgd");
     assert!(m["members"].as_array().unwrap().is_empty());
