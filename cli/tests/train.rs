@@ -421,38 +421,93 @@ fn an_interrupted_run_continues_from_its_checkpoint() {
     assert_eq!(a["members"], b["members"]);
 }
 
+/// A learning rate far too high makes the held-out loss rise after the first
+/// steps: `--patience 2` stops each member two evaluations after its best one
+/// and writes that best adapter.
+#[test]
+fn early_stopping_keeps_the_best_adapter() {
+    let dir = TempDir::new("patience");
+    let out = dir.join("out");
+    let o = train(
+        &users_jsonl(),
+        &out,
+        &[
+            "--lr",
+            "0.5",
+            "--steps",
+            "40",
+            "--eval-every",
+            "1",
+            "--patience",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = read_json(&out.join("manifest.json"));
+    assert_eq!(m["config"]["patience"], 2);
+    for rec in m["members"].as_array().unwrap() {
+        let steps = rec["steps"].as_u64().unwrap();
+        assert_eq!(rec["stopped_early"], true, "{rec}");
+        assert!(steps < 40, "{rec}");
+        assert_eq!(rec["adapter_step"].as_u64().unwrap() + 2, steps, "{rec}");
+        let card =
+            std::fs::read_to_string(out.join(rec["path"].as_str().unwrap()).join("README.md"))
+                .unwrap();
+        assert!(card.contains("(early stopping)"), "{card}");
+    }
+}
+
 #[test]
 fn dp_sgd_reports_an_epsilon_within_the_target() {
     let dir = TempDir::new("dp");
     let out = dir.join("out");
-    let (model, tok) = (llama(), tokenizer());
-    let o = privmix(&[
-        "train",
-        "--data",
-        s(&users_jsonl()),
-        "--model",
-        s(&model),
-        "--tokenizer",
-        s(&tok),
-        "--out",
-        s(&out),
-        "--dp-sgd",
-        "--epsilon",
-        "8",
-        "--delta",
-        "1e-5",
-        "--rank",
-        "2",
-        "--steps",
-        "4",
-        "--batch",
-        "4",
-        "--block-size",
-        "16",
-        "--holdout",
-        "0.1",
-    ]);
+    let (model, tok, data) = (llama(), tokenizer(), users_jsonl());
+    let dp = |extra: &[&str]| {
+        let mut args = vec![
+            "train",
+            "--data",
+            s(&data),
+            "--model",
+            s(&model),
+            "--tokenizer",
+            s(&tok),
+            "--out",
+            s(&out),
+            "--dp-sgd",
+            "--epsilon",
+            "8",
+            "--delta",
+            "1e-5",
+            "--rank",
+            "2",
+            "--steps",
+            "4",
+            "--batch",
+            "4",
+            "--block-size",
+            "16",
+            "--holdout",
+            "0.1",
+        ];
+        args.extend(extra);
+        privmix(&args)
+    };
+    // Interrupted after 2 of 4 steps, then continued from the checkpoint.
+    let first = dp(&["--stop-at-step", "2"]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains("stopped at step 2 of 4"),
+        "{}",
+        stderr(&first)
+    );
+    assert!(!out.join("manifest.json").exists());
+    let o = dp(&[]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("dp-sgd: resuming from the checkpoint at step 2 of 4"),
+        "{}",
+        stderr(&o)
+    );
     let m = read_json(&out.join("manifest.json"));
     assert_eq!(m["kind"], "dp_sgd");
     assert!(m["members"].as_array().unwrap().is_empty());

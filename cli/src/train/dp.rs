@@ -6,9 +6,11 @@
 //! over the planned steps. Sampling and noise come from the operating system's
 //! entropy, never from `--seed` (a known seed would make the noise computable).
 //!
-//! The unit of the guarantee is one training block (add/remove). A DP-SGD run
-//! is not resumable: an interrupted one starts again from step 0 (nothing of
-//! the interrupted run was released, so it costs no privacy).
+//! The unit of the guarantee is one training block (add/remove). The run is
+//! checkpointed under `checkpoints/dp-sgd/` and a rerun continues it, the
+//! remaining steps drawing fresh coins from the operating system (see
+//! `privmix_ensemble::train::DpSgdTrainer::resume`: the accounting is that of
+//! one run of the planned steps).
 
 use std::io::IsTerminal;
 
@@ -28,7 +30,7 @@ use super::manifest::{
     write_json_atomic,
 };
 use super::members::{fmt_loss, lora_config};
-use super::{Prepared, TrainBackend, shard_blocks, split_holdout};
+use super::{CHECKPOINTS, LATEST_FILE, Prepared, TrainBackend, shard_blocks, split_holdout};
 use crate::error::CliError;
 use crate::protected::adapter_identity;
 
@@ -41,9 +43,15 @@ const DP_DIR: &str = "dp-sgd";
 /// What ε protects, for the manifest.
 const UNIT: &str = "one training block (add/remove)";
 
-/// Trains the DP-SGD adapter and writes it, its card and the manifest.
-/// Always finishes (returns `true`).
-pub(crate) fn train(p: &Prepared, model: &Model<TrainBackend>) -> Result<bool, CliError> {
+/// Trains the DP-SGD adapter (from its checkpoint when there is one) and
+/// writes it, its card and the manifest; returns `false` when `stop_at_step`
+/// stopped it first (a checkpoint is left).
+pub(crate) fn train(
+    p: &Prepared,
+    model: &Model<TrainBackend>,
+    checkpoint_every: Option<usize>,
+    stop_at_step: Option<usize>,
+) -> Result<bool, CliError> {
     let c = &p.config;
     let Some(dp) = &c.dp_sgd else {
         return Err(CliError::arg("--dp-sgd", "no DP-SGD parameters were set"));
@@ -52,9 +60,6 @@ pub(crate) fn train(p: &Prepared, model: &Model<TrainBackend>) -> Result<bool, C
         member: DP_DIR.into(),
         source,
     };
-    if p.resuming {
-        eprintln!("{DP_DIR}: a DP-SGD run does not resume; starting again from step 0");
-    }
     let mut users: Vec<String> = p.corpus.users().iter().map(|u| u.id.clone()).collect();
     users.sort();
     let shard = shard_blocks(p, &users, DP_DIR)?;
@@ -86,14 +91,41 @@ pub(crate) fn train(p: &Prepared, model: &Model<TrainBackend>) -> Result<bool, C
         "{DP_DIR}: {n} training blocks, q = {q}, {steps} steps, noise multiplier σ = {sigma:.4} for ε = {} at δ = {}",
         dp.epsilon, dp.delta
     );
-    let mut trainer = DpSgdTrainer::<TrainBackend, _>::new(model, train, config).map_err(fail)?;
+    let checkpoints = p.out.join(CHECKPOINTS).join(DP_DIR);
+    let mut trainer = if checkpoints.join(LATEST_FILE).is_file() {
+        let t = DpSgdTrainer::<TrainBackend, _>::resume(model, train, config, &checkpoints)
+            .map_err(fail)?;
+        eprintln!(
+            "{DP_DIR}: resuming from the checkpoint at step {} of {steps}",
+            t.step_count()
+        );
+        t
+    } else {
+        DpSgdTrainer::<TrainBackend, _>::new(model, train, config).map_err(fail)?
+    };
+    let every = checkpoint_every.unwrap_or(steps.div_ceil(10).max(1));
+    let until = stop_at_step.unwrap_or(steps).min(steps);
     let bar = progress_bar(steps as u64);
-    for _ in 0..steps {
+    bar.set_position(trainer.step_count() as u64);
+    while trainer.step_count() < until {
         let s = trainer.step().map_err(fail)?;
         bar.inc(1);
         bar.set_message(format!("batch {} loss {:.4}", s.batch, s.mean_loss));
+        if trainer.step_count().is_multiple_of(every) && trainer.step_count() < until {
+            trainer.save_checkpoint(&checkpoints).map_err(fail)?;
+        }
     }
     bar.finish_and_clear();
+    if trainer.step_count() < steps {
+        trainer.save_checkpoint(&checkpoints).map_err(fail)?;
+        eprintln!(
+            "{DP_DIR}: stopped at step {} of {steps} (--stop-at-step); checkpoint in {}",
+            trainer.step_count(),
+            checkpoints.display()
+        );
+        eprintln!("privmix: rerun the same command without --stop-at-step to continue");
+        return Ok(false);
+    }
     let spent = trainer.epsilon().map_err(fail)?;
 
     // The held-out loss is for the provider: it reads the held-out data

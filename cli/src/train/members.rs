@@ -16,15 +16,15 @@ use super::manifest::{
     DataSummary, MANIFEST_FILE, MANIFEST_FORMAT, MemberRecord, PartitionRecord, RunKind,
     TrainManifest, data_hash, derive_seed, read_json, write_json_atomic,
 };
-use super::{CHECKPOINTS, Prepared, TrainArgs, TrainBackend, shard_blocks, split_holdout};
+use super::{
+    CHECKPOINTS, LATEST_FILE, Prepared, TrainArgs, TrainBackend, shard_blocks, split_holdout,
+};
 use crate::error::CliError;
 use crate::protected::adapter_identity;
 
 /// Written into a member's checkpoint folder once its PEFT folder and card are
 /// complete: its record, so that a rerun skips it.
 const DONE_FILE: &str = "done.json";
-/// Written by the trainer into a checkpoint folder that holds a checkpoint.
-const LATEST_FILE: &str = "latest";
 
 /// The users of `corpus` by member: `sha256(seed ‖ user) mod members`.
 pub(crate) fn partition(

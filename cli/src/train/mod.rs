@@ -52,6 +52,8 @@ type TrainBackend = Autodiff<Flex>;
 
 /// Folder of the run's checkpoints inside `--out`.
 const CHECKPOINTS: &str = "checkpoints";
+/// Written by the trainers into a checkpoint folder that holds a checkpoint.
+const LATEST_FILE: &str = "latest";
 /// The run's fingerprint inside [`CHECKPOINTS`].
 const RUN_FILE: &str = "run.json";
 /// Format tag of [`RUN_FILE`].
@@ -139,11 +141,12 @@ pub struct TrainArgs {
     /// and keep the best adapter.
     #[arg(long)]
     pub patience: Option<usize>,
-    /// Save a checkpoint every N steps (default: at every evaluation).
+    /// Save a checkpoint every N steps (default: at every evaluation, or every tenth of the
+    /// run without one).
     #[arg(long, value_name = "N")]
     pub checkpoint_every: Option<usize>,
-    /// Stop every unfinished member at step N and leave its checkpoint (an interrupted
-    /// run); rerun without it to continue.
+    /// Stop every unfinished member (or the DP-SGD run) at step N and leave its checkpoint
+    /// (an interrupted run); rerun without it to continue.
     #[arg(long, value_name = "N")]
     pub stop_at_step: Option<usize>,
     /// Train the DP-SGD baseline instead of members: one adapter on all the data, with
@@ -189,7 +192,6 @@ pub(crate) struct Prepared {
     pub tokenizer_identity: Identity,
     pub data_sha256: String,
     pub out: PathBuf,
-    pub resuming: bool,
 }
 
 /// Runs `privmix train`.
@@ -258,11 +260,10 @@ pub fn run(args: &TrainArgs) -> Result<(), CliError> {
         tokenizer_identity,
         data_sha256,
         out: args.out.clone(),
-        resuming: state == OutState::Resume,
     };
     let finished = match shards {
         Some(shards) => members::train(&prepared, &model, &shards, args)?,
-        None => dp::train(&prepared, &model)?,
+        None => dp::train(&prepared, &model, args.checkpoint_every, args.stop_at_step)?,
     };
     if finished {
         let checkpoints = args.out.join(CHECKPOINTS);
@@ -377,12 +378,6 @@ fn check_flags(a: &TrainArgs) -> Result<(), CliError> {
             return Err(CliError::arg(
                 "--grad-accum",
                 "not with --dp-sgd: each DP-SGD step is one Poisson batch",
-            ));
-        }
-        if a.stop_at_step.is_some() {
-            return Err(CliError::arg(
-                "--stop-at-step",
-                "not with --dp-sgd: a DP-SGD run is not resumable (an interrupted one restarts)",
             ));
         }
         let epsilon = a.epsilon.unwrap_or(f64::NAN);
