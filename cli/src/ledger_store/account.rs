@@ -11,8 +11,8 @@ use super::{LedgerStore, StoreError, StoreReceipt, Tenant};
 /// A budget refusal is [`MechanismError::ChargeRefused`] (the token is not released
 /// and the mechanism stops as at the end of a budget). Any other failure is a
 /// [`MechanismError::Ledger`], never a refusal: the file store's own ledger error, or,
-/// for PostgreSQL, an I/O error on the ledger carrying the [`StoreError`] (also kept
-/// in [`Self::last_error`]).
+/// for PostgreSQL, an I/O error on the ledger carrying the [`StoreError`] (its message
+/// also kept in [`Self::last_error`]).
 pub struct StoreAccount<'a> {
     store: &'a mut dyn LedgerStore,
     tenant: Option<&'a Tenant>,

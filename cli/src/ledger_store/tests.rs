@@ -644,6 +644,44 @@ fn pg_a_replica_dying_inside_a_charge_leaves_the_ledger_consistent() {
     assert_eq!((v.records, v.charges), (2, 2));
 }
 
+#[test]
+fn pg_a_serialization_failure_is_retried() {
+    let schema = TestSchema::new("retry");
+    let o = orders();
+    let mut store = PostgresStore::create(
+        &schema.url,
+        o.clone(),
+        Some(budget(10.0)),
+        Some(set(&["m"])),
+    )
+    .unwrap();
+    let step = gaussian(&o, 10.0);
+    // Another session writes the total's row without the ledger's table lock (a no-op
+    // update) and holds it: the charge takes its snapshot, then waits for that row; when
+    // the other session commits, SERIALIZABLE must fail the charge's transaction with
+    // SQLSTATE 40001 ("could not serialize access due to concurrent update"). The
+    // charge succeeds only if that failure is retried.
+    let mut other = ::postgres::Client::connect(&schema.url, ::postgres::NoTls).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let mut t = other.transaction().unwrap();
+        t.execute(
+            "UPDATE privmix_spent SET charges = charges WHERE tenant = '*'",
+            &[],
+        )
+        .unwrap();
+        tx.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        t.commit().unwrap();
+    });
+    rx.recv().unwrap();
+    let r = store.charge_receipt(None, &step, "retried").unwrap();
+    holder.join().unwrap();
+    assert_eq!(r.sequence, 0);
+    assert_eq!(store.spent(None).unwrap(), step);
+    store.verify().unwrap();
+}
+
 /// Run only by `pg_a_killed_process_leaves_the_ledger_consistent`, in a child process
 /// it kills: charges the ledger at `PRIVMIX_CRASH_CHILD_URL` forever, printing
 /// `ack <label>` after each acknowledged charge.
