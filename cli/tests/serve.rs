@@ -80,7 +80,7 @@ async fn serves_completions_and_charges_every_token() {
     assert_eq!(body["object"], "text_completion");
     let usage = &body["usage"];
     let completed = usage["completion_tokens"].as_u64().unwrap();
-    assert!(completed >= 1 && completed <= 5, "{body}");
+    assert!((1..=5).contains(&completed), "{body}");
     assert!(usage["privacy"]["epsilon_spent"].as_f64().unwrap() > 0.0, "{body}");
     let left = usage["privacy"]["total_epsilon_left"].as_f64().unwrap();
     assert!(left < 40.0 && left > 0.0, "{body}");

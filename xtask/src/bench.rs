@@ -8,7 +8,8 @@
 //!
 //! After the benches, `speed.rs` measures SmolLM2's prefill and decode
 //! tokens/s beside llama.cpp's on the same file (`--speed-only`: that step
-//! alone, written to `speed.md`).
+//! alone, written to `speed.md`). Then `serve_load.rs` measures `privmix serve`
+//! under concurrent clients beside llama.cpp's server (`--serve-only`: `serve.md`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,6 +37,8 @@ pub(crate) struct Options {
     pub speed_only: bool,
     /// Only the privacy–utility experiment.
     pub experiment_only: bool,
+    /// Only the serving load test.
+    pub serve_only: bool,
     /// Extra arguments for the experiment binary.
     pub experiment_args: Vec<String>,
 }
@@ -45,6 +48,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         quick,
         speed_only,
         experiment_only,
+        serve_only,
         experiment_args,
     } = options;
     let out = crate::from_root(out);
@@ -53,6 +57,10 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         let section = experiment(&out, quick, &experiment_args)?;
         let report = format!("# privmix privacy–utility report\n\n{section}");
         return write_report(&out.join("experiment.md"), &report);
+    }
+    if serve_only {
+        let report = format!("# privmix serving report\n\n{}", crate::serve_load::section(quick));
+        return write_report(&out.join("serve.md"), &report);
     }
     if speed_only {
         // The speed step alone, in its own file: the criterion report stays.
@@ -80,6 +88,8 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
     // SmolLM2 beside llama.cpp: separate processes, after the criterion
     // benches so that they do not share the cores with them.
     report.push_str(&crate::speed::section(quick));
+    // `privmix serve` under concurrent clients beside llama.cpp's server.
+    report.push_str(&crate::serve_load::section(quick));
     // Last, the privacy–utility experiment on SmolLM2 and Shakespeare.
     report.push_str(&experiment(&out, quick, &experiment_args)?);
     write_report(&out.join("README.md"), &report)

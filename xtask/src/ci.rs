@@ -175,6 +175,7 @@ pub(crate) fn bench_smoke() -> Result<(), String> {
             quick: true,
             speed_only: false,
             experiment_only: true,
+            serve_only: false,
             experiment_args: args,
         },
     )?;

@@ -23,6 +23,7 @@ mod fetch;
 mod fetch_folder;
 mod fuzz;
 mod llama_cpp;
+mod serve_load;
 mod speed;
 mod wordnet;
 
@@ -62,6 +63,9 @@ enum Task {
         /// Only the privacy–utility experiment (written to experiment.md and privacy-utility/).
         #[arg(long)]
         experiment_only: bool,
+        /// Only the serving load test: `privmix serve` beside llama.cpp's server (serve.md).
+        #[arg(long)]
+        serve_only: bool,
         /// Extra arguments for the experiment binary, after `--` (e.g. `-- --members 16`;
         /// `cargo run -p privmix-bench --bin privacy-utility -- --help` lists them).
         #[arg(last = true)]
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
             quick,
             speed_only,
             experiment_only,
+            serve_only,
             experiment_args,
         } => bench::run(
             &out,
@@ -108,6 +113,7 @@ fn main() -> ExitCode {
                 quick,
                 speed_only,
                 experiment_only,
+                serve_only,
                 experiment_args,
             },
         ),

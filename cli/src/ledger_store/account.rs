@@ -42,16 +42,19 @@ impl<'a> StoreAccount<'a> {
     }
 
     /// How many charges this account recorded.
+    #[cfg(test)]
     pub fn charges(&self) -> u64 {
         self.charges
     }
 
     /// The receipt of the last charge recorded.
+    #[cfg(test)]
     pub fn last_receipt(&self) -> Option<&StoreReceipt> {
         self.last_receipt.as_ref()
     }
 
     /// The message of the last failure (refusals included), if any.
+    #[cfg(test)]
     pub fn last_error(&self) -> Option<&str> {
         self.last_error.as_deref()
     }

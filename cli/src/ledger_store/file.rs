@@ -100,6 +100,7 @@ impl FileStore {
     }
 
     /// The ledger underneath.
+    #[cfg(test)]
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }

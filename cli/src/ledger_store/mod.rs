@@ -23,7 +23,6 @@
 // `privmix serve` (cli/src/serve) opens, charges and reports stores through this module;
 // until its request path is wired in, the binary's other commands use only the part the
 // `privmix ledger` commands need. The tests use all of it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 pub mod account;
 pub mod file;
@@ -42,12 +41,8 @@ use privmix_accountant::{
 };
 
 // What `privmix serve` uses (see the allowance above).
-#[cfg_attr(not(test), allow(unused_imports))]
 pub use account::StoreAccount;
-#[cfg_attr(not(test), allow(unused_imports))]
-pub use file::FileStore;
 pub use file::split_label;
-#[cfg_attr(not(test), allow(unused_imports))]
 pub use open::open_store;
 pub use open::{StoreSpec, open_existing};
 pub use postgres::PostgresStore;
@@ -306,6 +301,7 @@ impl StoreError {
 
     /// Whether this is a budget refusal (nothing recorded because a budget could not
     /// pay), as opposed to a failure.
+    #[cfg(test)]
     pub fn is_refusal(&self) -> bool {
         matches!(self, Self::Refused { .. })
     }
@@ -372,6 +368,7 @@ pub trait LedgerStore: Send {
     fn snapshot(&mut self) -> Result<Snapshot, StoreError>;
 
     /// [`Self::charge_receipt`] without the receipt.
+    #[cfg(test)]
     fn charge(
         &mut self,
         tenant: Option<&Tenant>,

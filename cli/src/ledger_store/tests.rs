@@ -12,6 +12,7 @@ use std::sync::{Arc, Barrier};
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 use privmix_mechanisms::{Account, MechanismError};
 
+use super::file::FileStore;
 use super::postgres::{describe_config, parse_url, test_hooks};
 use super::test_cluster::{TestSchema, server_url};
 use super::*;

@@ -27,6 +27,7 @@ use crate::args::MechanismParams;
 use crate::error::CliError;
 use crate::ledger_store::{LedgerStore, StoreAccount, StoreError, Tenant};
 use crate::setup::{MechanismPlan, build_mechanism};
+use crate::temper::temper_log_probs;
 
 /// A request the engine decodes.
 #[derive(Debug)]
@@ -281,6 +282,7 @@ where
         params: &config.params,
         members: runner.num_members(),
         epsilon: config.request_epsilon,
+        spent: None,
         delta: config.delta,
         queries: config.max_tokens,
         orders: &orders,
@@ -334,11 +336,11 @@ fn step_request<B: Backend, M>(
     let vocab = a.current.vocab();
     let start = a.current_first * vocab;
     let flat = &a.current.as_flat()[start..start + a.rows * vocab];
-    let tempered;
+    let mut tempered = Vec::new();
     let flat = if a.job.temperature == 1.0 {
         flat
     } else {
-        tempered = temper(flat, vocab, a.job.temperature);
+        temper_log_probs(flat, vocab, a.job.temperature, &mut tempered);
         &tempered[..]
     };
     let ensemble = Ensemble::renew_or_new(
@@ -461,40 +463,9 @@ fn finish<B: Backend, M>(
     Ok(())
 }
 
-/// Each row of natural-log probabilities divided by `t` and renormalised (in f64): the
-/// tempered distribution of each model separately, before any mixing.
-pub fn temper(rows: &[f32], vocab: usize, t: f64) -> Vec<f32> {
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows.chunks(vocab) {
-        let max = row
-            .iter()
-            .map(|&x| f64::from(x) / t)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let sum: f64 = row.iter().map(|&x| (f64::from(x) / t - max).exp()).sum();
-        let log_z = max + sum.ln();
-        out.extend(row.iter().map(|&x| (f64::from(x) / t - log_z) as f32));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tempering_each_row_renormalises_it() {
-        let p: [f64; 3] = [0.7, 0.2, 0.1];
-        let rows: Vec<f32> = p.iter().chain(p.iter().rev()).map(|x| x.ln() as f32).collect();
-        let t = temper(&rows, 3, 2.0);
-        for (r, row) in t.chunks(3).enumerate() {
-            let s: f64 = row.iter().map(|&x| f64::from(x).exp()).sum();
-            assert!((s - 1.0).abs() < 1e-6);
-            // p^(1/2) / Σ p^(1/2): the closed form.
-            let z: f64 = p.iter().map(|x| x.sqrt()).sum();
-            let want = if r == 0 { p[0].sqrt() / z } else { p[2].sqrt() / z };
-            assert!((f64::from(row[0]).exp() - want).abs() < 1e-6);
-        }
-    }
 
     #[test]
     fn stop_strings_hold_back_only_possible_prefixes() {

@@ -40,8 +40,8 @@ pub struct AppState {
     pub jobs: Sender<Job>,
     /// Encodes prompts.
     pub tokenizer: Arc<Tokenizer>,
-    /// Renders chat prompts.
-    pub chat: Option<ChatTemplate>,
+    /// Renders chat prompts, or why the model has no chat template.
+    pub chat: Result<ChatTemplate, String>,
     /// Accepted keys; `None` with `--no-auth`.
     pub keys: Option<ApiKeys>,
     /// Request limits and the model's id.
@@ -174,8 +174,11 @@ async fn chat_completions(
         .into_iter()
         .map(|(role, content)| ChatMessage::new(role, content))
         .collect();
-    let template = s.chat.as_ref().ok_or_else(|| {
-        ApiError::invalid("messages", "this model has no chat template: use /v1/completions")
+    let template = s.chat.as_ref().map_err(|why| {
+        ApiError::invalid(
+            "messages",
+            format!("this model has no usable chat template ({why}): use /v1/completions"),
+        )
     })?;
     let text = template
         .render(&messages, true)

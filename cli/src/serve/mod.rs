@@ -28,10 +28,12 @@ use std::sync::atomic::AtomicU64;
 use clap::Args;
 use tokio::sync::Semaphore;
 
-use privmix_models::ChatTemplate;
-use privmix_models::gguf::GgufFile;
+use burn::tensor::backend::Backend;
+use privmix_models::{ChatTemplate, Tokenizer};
 
 use crate::args::ModelArgs;
+use crate::ledger_store::LedgerStore;
+use crate::setup::{BackendFn, Runner, check_vocab, load_chat_template, load_runner, load_tokenizer, with_backend};
 use crate::error::CliError;
 
 pub use api::Limits;
@@ -108,37 +110,80 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         None => None,
     };
     let protected = crate::protected::protected_set(&args.model.adapters)?;
-    let mut store =
+    let store =
         crate::ledger_store::open_store(&args.ledger, &protected, args.epsilon, args.delta)
             .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
     let delta = store.budget().map_or(crate::ledger_open::DEFAULT_DELTA, |b| b.delta());
 
-    let runner = crate::setup::load_runner(&args.model)?;
-    let tokenizer = crate::setup::load_tokenizer(&args.model)?.ok_or(CliError::NoTokenizer)?;
-    crate::setup::check_vocab(&tokenizer, &runner, &args.model.model)?;
-    let chat = load_chat_template(&args.model)?;
-    let stop_ids = tokenizer.stop_ids().to_vec();
-    let model_name = args.model_name.clone().unwrap_or_else(|| {
-        args.model
-            .model
-            .file_stem()
-            .map_or_else(|| "privmix".into(), |s| s.to_string_lossy().into_owned())
-    });
-    let limits = Limits {
-        model: model_name,
-        max_tokens: args.max_tokens,
-        max_prompt_tokens: args.max_prompt_tokens,
-    };
-    let config = engine::EngineConfig {
-        mechanism: args.model.mechanism,
-        params: args.model.params.clone(),
-        request_epsilon: args.request_epsilon,
-        max_tokens: args.max_tokens,
-        max_batch: args.max_batch,
-        stop_ids,
-        delta,
-    };
+    with_backend(
+        args.model.backend,
+        Serving {
+            args,
+            keys,
+            store,
+            delta,
+        },
+    )
+}
 
+/// Everything `serve` prepared before the model loads, run on the chosen backend.
+struct Serving<'a> {
+    args: &'a ServeArgs,
+    keys: Option<keys::ApiKeys>,
+    store: Box<dyn LedgerStore>,
+    delta: f64,
+}
+
+impl BackendFn<()> for Serving<'_> {
+    fn run<B: Backend>(self, device: B::Device) -> Result<(), CliError> {
+        let Serving {
+            args,
+            keys,
+            mut store,
+            delta,
+        } = self;
+        let runner = load_runner::<B>(&args.model, &device)?;
+        let tokenizer = load_tokenizer(&args.model)?.ok_or(CliError::NoTokenizer)?;
+        check_vocab(&tokenizer, &runner, &args.model.model)?;
+        // A model without a chat template still serves /v1/completions.
+        let chat = load_chat_template(&args.model).map_err(|e| e.to_string());
+        let stop_ids = tokenizer.stop_ids().to_vec();
+        let model_name = args.model_name.clone().unwrap_or_else(|| {
+            args.model
+                .model
+                .file_stem()
+                .map_or_else(|| "privmix".into(), |s| s.to_string_lossy().into_owned())
+        });
+        let limits = Limits {
+            model: model_name,
+            max_tokens: args.max_tokens,
+            max_prompt_tokens: args.max_prompt_tokens,
+        };
+        let config = engine::EngineConfig {
+            mechanism: args.model.mechanism,
+            params: args.model.params.clone(),
+            request_epsilon: args.request_epsilon,
+            max_tokens: args.max_tokens,
+            max_batch: args.max_batch,
+            stop_ids,
+            delta,
+        };
+        serve(args, keys, store.as_mut(), &runner, tokenizer, chat, limits, &config)
+    }
+}
+
+/// Listens, runs the engine beside the HTTP server, and drains on shutdown.
+#[allow(clippy::too_many_arguments)]
+fn serve<B: Backend>(
+    args: &ServeArgs,
+    keys: Option<keys::ApiKeys>,
+    store: &mut dyn LedgerStore,
+    runner: &Runner<B>,
+    tokenizer: Tokenizer,
+    chat: Result<ChatTemplate, String>,
+    limits: Limits,
+    config: &engine::EngineConfig,
+) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -183,7 +228,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     );
 
     std::thread::scope(|scope| {
-        let (runner, tokenizer, config, store) = (&runner, &*tokenizer, &config, store.as_mut());
+        let tokenizer = &*tokenizer;
         let engine = scope.spawn(move || engine::run(runner, tokenizer, store, config, &queue));
         let served = runtime.block_on(async move {
             axum::serve(listener, app)
@@ -203,29 +248,6 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         eprintln!("privmix: stopped; every released token is in the ledger");
         Ok(())
     })
-}
-
-/// The model's chat template: `tokenizer_config.json` (or `chat_template.jinja`) in an
-/// HF folder, `tokenizer.chat_template` in a GGUF file; `None` when it has none.
-fn load_chat_template(args: &ModelArgs) -> Result<Option<ChatTemplate>, CliError> {
-    let model_err = |source| CliError::Model {
-        path: args.model.clone(),
-        source,
-    };
-    if args.model.is_dir() {
-        let has = args.model.join("chat_template.jinja").is_file()
-            || std::fs::read_to_string(args.model.join("tokenizer_config.json"))
-                .is_ok_and(|t| t.contains("\"chat_template\""));
-        if !has {
-            return Ok(None);
-        }
-        return ChatTemplate::from_hf_folder(&args.model).map(Some).map_err(model_err);
-    }
-    let gguf = GgufFile::open(&args.model).map_err(|e| model_err(e.into()))?;
-    if gguf.metadata_value("tokenizer.chat_template").is_none() {
-        return Ok(None);
-    }
-    ChatTemplate::from_gguf(&gguf).map(Some).map_err(model_err)
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -1,0 +1,302 @@
+//! The serving step of `cargo xtask bench` (`--serve-only` alone): `privmix serve`
+//! (PMixED over SmolLM2 with 8 LoRA members, release build, 2 threads) under 1, 8 and
+//! 32 concurrent streaming clients, beside llama.cpp's own `llama-server` on the same
+//! GGUF without privacy (2 threads, continuous batching with 32 slots), both driven by
+//! one client script (`xtask/scripts/serve_load.py`, standard library only) on
+//! loopback: tokens/s and p50/p99 time per token and to the first token.
+//!
+//! The two do different work per token: privmix runs the public row and 8 member rows
+//! of every request and mixes them, llama.cpp one row. The table is the throughput
+//! anchor a provider compares against, not a like-for-like kernel race.
+//!
+//! `llama-server` is built once from the llama.cpp sources inside PyPI's
+//! `llama-cpp-python` sdist (pinned by version and sha256, the version of the
+//! repository's llama.cpp fixtures) with CMake from PyPI, into
+//! `models-cache/llama-server`. Every figure comes from a process run here; where one
+//! cannot be had the section says why, never a number.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{cargo, workspace_root};
+
+/// The llama.cpp sources: PyPI `llama-cpp-python` 0.3.36's sdist.
+const SDIST: &str = "llama_cpp_python-0.3.36.tar.gz";
+const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
+/// Members of the served ensemble.
+const MEMBERS: usize = 8;
+/// Concurrent clients measured.
+const CLIENTS: &str = "1,8,32";
+
+/// Runs the step and returns its Markdown section.
+pub(crate) fn section(quick: bool) -> String {
+    let mut s = String::from("## Serving: `privmix serve` beside llama.cpp's server\n\n");
+    match measure(quick) {
+        Ok(body) => s.push_str(&body),
+        Err(e) => {
+            let _ = writeln!(s, "Not measured: {e}\n");
+        }
+    }
+    s
+}
+
+fn measure(quick: bool) -> Result<String, String> {
+    let root = workspace_root();
+    let cache = root.join("models-cache");
+    crate::fetch::run(Path::new("models-cache"), Some("smollm2"))?;
+    let gguf = cache.join("smollm2.gguf");
+    let seconds = if quick { "10" } else { "30" };
+    let python = std::env::var("PRIVMIX_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = root.join("xtask").join("scripts").join("serve_load.py");
+
+    cargo(&["build", "--release", "-p", "privmix-cli"])?;
+    let members = cache.join("serve-bench-members");
+    cargo(&[
+        "run",
+        "--release",
+        "-p",
+        "privmix-ensemble",
+        "--example",
+        "random_members",
+        "--",
+        &gguf.to_string_lossy(),
+        &members.to_string_lossy(),
+        &MEMBERS.to_string(),
+    ])?;
+    let tmp = std::env::temp_dir().join(format!("privmix-serve-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--model".into(),
+        gguf.display().to_string(),
+        "--ledger".into(),
+        tmp.join("ledger").display().to_string(),
+        "--epsilon".into(),
+        "1000000".into(),
+        "--no-auth".into(),
+        "--max-batch".into(),
+        "32".into(),
+        "--max-tokens".into(),
+        "32".into(),
+        "--model-name".into(),
+        "smollm2".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+    ];
+    for i in 0..MEMBERS {
+        args.push("--adapter".into());
+        args.push(members.join(format!("member-{i}")).display().to_string());
+    }
+    let privmix = root.join("target").join("release").join("privmix");
+    let mut rows = Vec::new();
+    let server = Server::start(Command::new(&privmix).args(&args), "http://")?;
+    rows.extend(load(&python, &script, &server.url, "smollm2", "privmix PMixED, 8 members", seconds)?);
+    drop(server);
+
+    match llama_server(&cache, &python) {
+        Ok(bin) => {
+            let port = free_port()?;
+            let mut cmd = Command::new(bin);
+            cmd.args(["--model", &gguf.to_string_lossy(), "--threads", "2", "--parallel", "32"])
+                .args(["--ctx-size", "8192", "--host", "127.0.0.1", "--port", &port.to_string()]);
+            let server = Server::start(&mut cmd, "server is listening")?;
+            let url = format!("http://127.0.0.1:{port}");
+            rows.extend(load(&python, &script, &url, "smollm2", "llama.cpp llama-server, no privacy", seconds)?);
+            drop(server);
+        }
+        Err(e) => rows.push(Value::String(format!("llama.cpp not measured: {e}"))),
+    }
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    let mut s = String::new();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "SmolLM2-135M-Instruct Q4_1, streamed `/v1/completions` of up to 32 tokens, {seconds} s per \
+         level, loopback, 2 threads each; load average before: {}.\n",
+        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    );
+    s.push_str("| server | clients | tokens/s | p50 ms/token | p99 ms/token | p50 ms to first token | p99 ms to first token | requests |\n|---|---|---|---|---|---|---|---|\n");
+    for r in &rows {
+        match r {
+            Value::String(note) => {
+                let _ = writeln!(s, "\n{note}\n");
+            }
+            r => {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r["label"].as_str().unwrap_or("?"),
+                    r["clients"],
+                    r["tokens_per_s"],
+                    r["p50_ms_per_token"],
+                    r["p99_ms_per_token"],
+                    r["p50_ms_first_token"],
+                    r["p99_ms_first_token"],
+                    r["requests"]
+                );
+            }
+        }
+    }
+    s.push_str(
+        "\nprivmix computes the public row and 8 member rows per request and mixes them under \
+         PMixED (every token charged to the ledger before it is sent); llama.cpp computes one row \
+         with no privacy.\n\n",
+    );
+    Ok(s)
+}
+
+fn load(
+    python: &str,
+    script: &Path,
+    url: &str,
+    model: &str,
+    label: &str,
+    seconds: &str,
+) -> Result<Vec<Value>, String> {
+    let out = Command::new(python)
+        .arg(script)
+        .args(["--url", url, "--model", model, "--label", label, "--clients", CLIENTS])
+        .args(["--seconds", seconds])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("bad load output {l}: {e}")))
+        .collect()
+}
+
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    /// Starts `cmd` and waits (up to 5 minutes) for a stderr line containing `ready`;
+    /// a `http://…` address on that line is the URL.
+    fn start(cmd: &mut Command, ready: &str) -> Result<Self, String> {
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let ready = ready.to_string();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent && line.contains(&ready) {
+                    let url = line
+                        .find("http://")
+                        .map(|i| line[i..].split_whitespace().next().unwrap_or("").to_string())
+                        .unwrap_or_default();
+                    let _ = tx.send(url);
+                    sent = true;
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(300)) {
+            Ok(url) => Ok(Self { child, url }),
+            Err(_) => {
+                let _ = child.kill();
+                Err(format!("{cmd:?} did not become ready"))
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+/// `models-cache/llama-server/llama-server`, built if absent.
+fn llama_server(cache: &Path, python: &str) -> Result<PathBuf, String> {
+    let dir = cache.join("llama-server");
+    let bin = dir.join("llama-server");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let fetch = r##"
+import hashlib, re, sys, urllib.request
+name, sha, out = sys.argv[1], sys.argv[2], sys.argv[3]
+html = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/").read().decode()
+url = re.search(r'href="([^"]*' + re.escape(name) + r'[^"]*)"', html).group(1).split("#")[0]
+data = urllib.request.urlopen(url).read()
+if hashlib.sha256(data).hexdigest() != sha:
+    sys.exit("sha256 mismatch for " + name)
+open(out, "wb").write(data)
+"##;
+    let sdist = dir.join(SDIST);
+    run(Command::new(python).args(["-c", fetch, SDIST, SDIST_SHA256]).arg(&sdist))?;
+    run(Command::new("tar").arg("xzf").arg(&sdist).arg("-C").arg(&dir))?;
+    let cmake_dir = dir.join("cmake");
+    run(Command::new(python)
+        .args(["-m", "pip", "install", "--target"])
+        .arg(&cmake_dir)
+        .arg("cmake"))?;
+    let src = dir.join("llama_cpp_python-0.3.36").join("vendor").join("llama.cpp");
+    let build = dir.join("build");
+    let cmake = |args: &[&str]| {
+        run(Command::new(python)
+            .env("PYTHONPATH", &cmake_dir)
+            .args(["-c", "import sys; from cmake import cmake; sys.argv[0] = 'cmake'; cmake()"])
+            .args(args))
+    };
+    cmake(&[
+        "-S",
+        &src.to_string_lossy(),
+        "-B",
+        &build.to_string_lossy(),
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DBUILD_SHARED_LIBS=OFF",
+    ])?;
+    cmake(&["--build", &build.to_string_lossy(), "--target", "llama-server", "-j", "2"])?;
+    std::fs::copy(build.join("bin").join("llama-server"), &bin)
+        .map_err(|e| format!("llama-server was not built: {e}"))?;
+    Ok(bin)
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let status = cmd.status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed ({status})"))
+    }
+}
