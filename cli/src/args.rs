@@ -44,33 +44,39 @@ pub enum Command {
     Serve(crate::serve::ServeArgs),
 }
 
-/// `privmix ledger …`.
+/// `privmix ledger …`. LEDGER is a ledger file, or a PostgreSQL ledger as a
+/// `postgres://user@host/db` URL (its password, if any, is never printed).
 #[derive(Debug, Subcommand)]
 pub enum LedgerAction {
-    /// Budget, number of charges and ε spent.
+    /// Budget, number of charges, ε spent (in total and by tenant), protected set.
     Show {
-        /// The ledger file.
-        path: PathBuf,
+        /// The ledger: a file path or a postgres:// URL.
+        ledger: String,
         /// δ at which to report ε (default: the budget's δ, else 1e-5).
         #[arg(long)]
         delta: Option<f64>,
+        /// Print one JSON object (budget, spent ε at δ, charges, per-tenant spending,
+        /// protected set, format) instead of text.
+        #[arg(long)]
+        json: bool,
     },
-    /// Check every record's checksum and sequence without changing the file.
+    /// Check every record without changing anything: a file's checksums and sequence;
+    /// a PostgreSQL ledger's sequence, counters and totals against its charges.
     Verify {
-        /// The ledger file.
-        path: PathBuf,
+        /// The ledger: a file path or a postgres:// URL.
+        ledger: String,
     },
     /// Every record as one JSON object a line on stdout (the header first).
     Export {
-        /// The ledger file.
-        path: PathBuf,
+        /// The ledger: a file path or a postgres:// URL.
+        ledger: String,
     },
     /// Set a new budget, recorded in the ledger with the time (the budget's history
     /// is kept); the only way a budget changes. A budget below what is already spent
     /// is refused.
     Raise {
-        /// The ledger file.
-        path: PathBuf,
+        /// The ledger: a file path or a postgres:// URL.
+        ledger: String,
         /// The new budget's ε.
         #[arg(long)]
         epsilon: f64,

@@ -121,6 +121,10 @@ pub enum CliError {
         #[source]
         source: LedgerError,
     },
+    /// A ledger store (a file or PostgreSQL, see `ledger_store`) could not be opened,
+    /// read or written, or refused; the message names the store.
+    #[error(transparent)]
+    Store(#[from] crate::ledger_store::StoreError),
     /// An accounting computation failed.
     #[error(transparent)]
     Accountant(#[from] AccountantError),

@@ -1,35 +1,56 @@
-//! `privmix ledger show|verify|export|raise`. `show`, `verify` and `export` are read-only
-//! views (no lock taken, nothing written; a torn final write is reported, not removed);
-//! `raise` is the one way to change a budget, and it is recorded with its time.
+//! `privmix ledger show|verify|export|raise`, for a ledger file or a PostgreSQL ledger
+//! (`postgres://…`). `show`, `verify` and `export` are read-only views (a file is read
+//! without its lock and nothing is written: a torn final write is reported, not
+//! removed; PostgreSQL is read in one read-only snapshot); `raise` is the one way to
+//! change a budget, and it is recorded with its time.
 
-use std::path::Path;
+use std::io::Write;
 
-use privmix_accountant::{EntryKind, Ledger, LedgerReader, PrivacyBudget, verify};
-use serde_json::{Value, json};
+use privmix_accountant::{EntryKind, LedgerReader, PrivacyBudget, RdpCurve, verify};
+use serde_json::{Map, Value, json};
 
 use crate::args::LedgerAction;
 use crate::error::CliError;
 use crate::ledger_open::DEFAULT_DELTA;
+use crate::ledger_store::{
+    PostgresStore, Record, Snapshot, StoreError, StoreFormat, StoreSpec, open_existing,
+    snapshot_of_file, split_label,
+};
 
 /// Runs `privmix ledger …`.
 pub fn run(action: &LedgerAction) -> Result<(), CliError> {
-    match action {
-        LedgerAction::Show { path, delta } => show(path, *delta),
-        LedgerAction::Verify { path } => {
-            let s = verify(path).map_err(|e| CliError::ledger(path, e))?;
-            println!(
-                "ok: {} records ({} charges), {} bytes intact, {} bytes of a torn final write",
-                s.records, s.charges, s.valid_len, s.torn_tail_bytes
-            );
-            Ok(())
-        }
-        LedgerAction::Export { path } => export(path),
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = match action {
+        LedgerAction::Show {
+            ledger,
+            delta,
+            json,
+        } => show(&mut out, ledger, *delta, *json),
+        LedgerAction::Verify { ledger } => verify_cmd(&mut out, ledger),
+        LedgerAction::Export { ledger } => export(&mut out, ledger),
         LedgerAction::Raise {
-            path,
+            ledger,
             epsilon,
             delta,
-        } => raise(path, *epsilon, *delta),
+        } => raise(&mut out, ledger, *epsilon, *delta),
+    };
+    out.flush().map_err(write_failed)?;
+    result
+}
+
+fn write_failed(source: std::io::Error) -> CliError {
+    CliError::Io {
+        what: "writing to stdout".into(),
+        source,
     }
+}
+
+/// `writeln!` onto the output, a failed write a [`CliError::Io`].
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {
+        writeln!($out, $($arg)*).map_err(write_failed)?
+    };
 }
 
 /// A time in ms since the Unix epoch as RFC 3339 UTC (`2026-01-02T03:04:05.678Z`).
@@ -51,74 +72,195 @@ fn budget_text(b: Option<PrivacyBudget>) -> String {
     )
 }
 
-fn show(path: &Path, delta: Option<f64>) -> Result<(), CliError> {
-    let s = verify(path).map_err(|e| CliError::ledger(path, e))?;
-    let reader = LedgerReader::open(path).map_err(|e| CliError::ledger(path, e))?;
-    let header = reader.header().clone();
+/// The snapshot of the ledger `spec`, read without writing.
+fn read_snapshot(spec: &str) -> Result<Snapshot, CliError> {
+    Ok(match StoreSpec::parse(spec)? {
+        StoreSpec::File(path) => snapshot_of_file(&path)?,
+        StoreSpec::Postgres { url, .. } => {
+            use crate::ledger_store::LedgerStore;
+            PostgresStore::open(&url)?.snapshot()?
+        }
+    })
+}
+
+/// `privmix ledger show`: the text report, or with `json` one JSON object.
+pub fn show(
+    out: &mut dyn Write,
+    spec: &str,
+    delta: Option<f64>,
+    json: bool,
+) -> Result<(), CliError> {
+    let s = read_snapshot(spec)?;
     let delta = delta
         .or(s.budget.map(|b| b.delta()))
         .unwrap_or(DEFAULT_DELTA);
+    if json {
+        let value = show_json(&s, delta)?;
+        say!(out, "{value}");
+        return Ok(());
+    }
     let spent = s.spent.epsilon(delta)?;
-    println!("ledger   {}", path.display());
-    println!("format   version {}", s.version);
+    say!(out, "ledger   {}", s.store);
+    match s.format {
+        StoreFormat::File { version, .. } => say!(out, "format   version {version}"),
+        StoreFormat::Postgres { schema_version } => {
+            say!(out, "format   PostgreSQL, schema version {schema_version}")
+        }
+    }
     match s.created_ms {
-        Some(ms) => println!("created  {}", utc(ms)),
-        None => println!("created  (not recorded: format version 1)"),
+        Some(ms) => say!(out, "created  {}", utc(ms)),
+        None => say!(out, "created  (not recorded: format version 1)"),
     }
     match &s.protected_set {
         Some(set) => {
             let n = set.len();
-            println!(
+            say!(
+                out,
                 "protects {n} member adapter{}",
                 if n == 1 { "" } else { "s" }
             );
             for m in set.members() {
-                println!("         {m}");
+                say!(out, "         {m}");
             }
         }
-        None => {
-            println!("protects (no adapter set recorded: cannot be charged by privmix generate)")
-        }
+        None => say!(
+            out,
+            "protects (no adapter set recorded: cannot be charged by privmix generate)"
+        ),
     }
-    match s.budget {
-        Some(b) => println!("budget   ε = {}, δ = {}", b.epsilon(), b.delta()),
-        None => println!("budget   none"),
-    }
-    // The budget's history: the header's, then every budget record in order.
+    say!(out, "budget   {}", budget_text(s.budget));
+    // The budget's history: the one it was created with, then every change in order.
     let created = s.created_ms.map_or_else(|| "creation".into(), utc);
-    println!(
+    say!(
+        out,
         "history  {} (at creation, {created})",
-        budget_text(header.initial_budget)
+        budget_text(s.initial_budget)
     );
-    let mut charges = 0u64;
-    for entry in reader {
-        let entry = entry.map_err(|e| CliError::ledger(path, e))?;
-        match entry.kind {
-            EntryKind::Charge { .. } => charges += 1,
-            EntryKind::Budget(b) => println!(
-                "         {} (record {}, {}, after {charges} charges)",
-                budget_text(b),
-                entry.sequence,
-                utc(entry.time_ms)
-            ),
-            _ => {}
-        }
+    for change in &s.history {
+        say!(
+            out,
+            "         {} (record {}, {}, after {} charges)",
+            budget_text(change.budget),
+            change.sequence,
+            utc(change.time_ms),
+            change.after_charges
+        );
     }
-    println!("charges  {}", s.charges);
-    println!(
+    say!(out, "charges  {}", s.charges);
+    say!(
+        out,
         "spent    ε = {} at δ = {delta} (order {})",
-        spent.epsilon, spent.order
+        spent.epsilon,
+        spent.order
     );
     if let Some(b) = s.budget {
         let left = b.epsilon() - s.spent.epsilon(b.delta())?.epsilon;
-        println!("left     ε ≈ {} at δ = {}", left.max(0.0), b.delta());
+        say!(out, "left     ε ≈ {} at δ = {}", left.max(0.0), b.delta());
     }
-    println!(
+    if !s.tenants.is_empty() {
+        say!(out, "tenants  {}", s.tenants.len());
+        for (name, t) in &s.tenants {
+            let e = t.spent.epsilon(delta)?;
+            say!(
+                out,
+                "         {name}: {} charges, ε = {} at δ = {delta}",
+                t.charges,
+                e.epsilon
+            );
+        }
+    }
+    say!(
+        out,
         "orders   {} (from {} to {})",
         s.orders.len(),
         s.orders.as_slice()[0],
         s.orders.as_slice()[s.orders.len() - 1]
     );
+    Ok(())
+}
+
+/// `ε`, δ and the order that gave it, as JSON.
+fn spent_json(curve: &RdpCurve, delta: f64) -> Result<Value, CliError> {
+    let e = curve.epsilon(delta)?;
+    Ok(json!({ "epsilon": number(e.epsilon), "delta": e.delta, "order": number(e.order) }))
+}
+
+/// The object `privmix ledger show --json` prints.
+fn show_json(s: &Snapshot, delta: f64) -> Result<Value, CliError> {
+    let format = match s.format {
+        StoreFormat::File {
+            version,
+            torn_tail_bytes,
+        } => json!({ "kind": "file", "version": version, "torn_tail_bytes": torn_tail_bytes }),
+        StoreFormat::Postgres { schema_version } => {
+            json!({ "kind": "postgres", "schema_version": schema_version })
+        }
+    };
+    let history: Vec<Value> = s
+        .history
+        .iter()
+        .map(|c| {
+            json!({
+                "sequence": c.sequence,
+                "time_ms": c.time_ms,
+                "budget": budget_json(c.budget),
+                "after_charges": c.after_charges,
+            })
+        })
+        .collect();
+    let mut tenants = Map::new();
+    for (name, t) in &s.tenants {
+        tenants.insert(
+            name.clone(),
+            json!({ "charges": t.charges, "spent": spent_json(&t.spent, delta)? }),
+        );
+    }
+    let left = match s.budget {
+        Some(b) => number((b.epsilon() - s.spent.epsilon(b.delta())?.epsilon).max(0.0)),
+        None => Value::Null,
+    };
+    Ok(json!({
+        "ledger": s.store,
+        "format": format,
+        "created_ms": s.created_ms,
+        "created": s.created_ms.map(utc),
+        "protected_set": s.protected_set.as_ref().map(|p| p.members().to_vec()),
+        "budget": budget_json(s.budget),
+        "initial_budget": budget_json(s.initial_budget),
+        "history": history,
+        "charges": s.charges,
+        "spent": spent_json(&s.spent, delta)?,
+        "left": left,
+        "tenants": tenants,
+        "orders": s.orders.as_slice().iter().map(|&a| number(a)).collect::<Vec<_>>(),
+    }))
+}
+
+/// `privmix ledger verify`: every record checked, nothing changed.
+pub fn verify_cmd(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
+    match StoreSpec::parse(spec)? {
+        StoreSpec::File(path) => {
+            let s = verify(&path).map_err(|e| CliError::ledger(&path, e))?;
+            say!(
+                out,
+                "ok: {} records ({} charges), {} bytes intact, {} bytes of a torn final write",
+                s.records,
+                s.charges,
+                s.valid_len,
+                s.torn_tail_bytes
+            );
+        }
+        StoreSpec::Postgres { url, .. } => {
+            let v = PostgresStore::open(&url)?.verify()?;
+            say!(
+                out,
+                "ok: {} records ({} charges, {} tenants); the totals are the composition of their charges",
+                v.records,
+                v.charges,
+                v.tenants
+            );
+        }
+    }
     Ok(())
 }
 
@@ -134,16 +276,69 @@ fn budget_json(b: Option<PrivacyBudget>) -> Value {
     )
 }
 
-fn export(path: &Path) -> Result<(), CliError> {
+fn epsilons_json(curve: &RdpCurve) -> Vec<Value> {
+    curve.epsilons().iter().map(|&e| number(e)).collect()
+}
+
+/// `privmix ledger export`: the header, then every record, one JSON object a line.
+pub fn export(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
+    match StoreSpec::parse(spec)? {
+        StoreSpec::File(path) => export_file(out, &path),
+        StoreSpec::Postgres { url, .. } => {
+            use crate::ledger_store::LedgerStore;
+            let mut store = PostgresStore::open(&url)?;
+            let s = store.snapshot()?;
+            let header = json!({
+                "kind": "header",
+                "format": "postgres",
+                "schema_version": match s.format {
+                    StoreFormat::Postgres { schema_version } => schema_version,
+                    StoreFormat::File { .. } => 0,
+                },
+                "created_ms": s.created_ms,
+                "protected_set": s.protected_set.as_ref().map(|p| p.members().to_vec()),
+                "budget": budget_json(s.initial_budget),
+                "orders": s.orders.as_slice().iter().map(|&a| number(a)).collect::<Vec<_>>(),
+            });
+            say!(out, "{header}");
+            let mut each = |record: Record| -> Result<(), StoreError> {
+                let line = match record {
+                    Record::Charge {
+                        sequence,
+                        time_ms,
+                        tenant,
+                        label,
+                        curve,
+                    } => json!({
+                        "kind": "charge",
+                        "sequence": sequence,
+                        "time_ms": time_ms,
+                        "tenant": tenant,
+                        "label": label,
+                        "epsilons": epsilons_json(&curve),
+                    }),
+                    Record::Budget(c) => json!({
+                        "kind": "budget",
+                        "sequence": c.sequence,
+                        "time_ms": c.time_ms,
+                        "epsilon": c.budget.map(|b| b.epsilon()),
+                        "delta": c.budget.map(|b| b.delta()),
+                    }),
+                };
+                writeln!(out, "{line}")
+                    .map_err(|e| StoreError::Backend(format!("writing to stdout: {e}")))
+            };
+            store.for_each_record(&mut each)?;
+            Ok(())
+        }
+    }
+}
+
+fn export_file(out: &mut dyn Write, path: &std::path::Path) -> Result<(), CliError> {
     let reader = LedgerReader::open(path).map_err(|e| CliError::ledger(path, e))?;
     let header = reader.header();
-    let orders: Vec<Value> = header
-        .orders
-        .as_slice()
-        .iter()
-        .map(|&a| number(a))
-        .collect();
-    println!(
+    say!(
+        out,
         "{}",
         json!({
             "kind": "header",
@@ -151,19 +346,23 @@ fn export(path: &Path) -> Result<(), CliError> {
             "created_ms": header.created_ms,
             "protected_set": header.protected_set.as_ref().map(|s| s.members().to_vec()),
             "budget": budget_json(header.initial_budget),
-            "orders": orders,
+            "orders": header.orders.as_slice().iter().map(|&a| number(a)).collect::<Vec<_>>(),
         })
     );
     for entry in reader {
         let entry = entry.map_err(|e| CliError::ledger(path, e))?;
         let line = match &entry.kind {
-            EntryKind::Charge { curve, label } => json!({
-                "kind": "charge",
-                "sequence": entry.sequence,
-                "time_ms": entry.time_ms,
-                "label": label,
-                "epsilons": curve.epsilons().iter().map(|&e| number(e)).collect::<Vec<_>>(),
-            }),
+            EntryKind::Charge { curve, label } => {
+                let (tenant, label) = split_label(label);
+                json!({
+                    "kind": "charge",
+                    "sequence": entry.sequence,
+                    "time_ms": entry.time_ms,
+                    "tenant": tenant,
+                    "label": label,
+                    "epsilons": epsilons_json(curve),
+                })
+            }
             EntryKind::Budget(b) => json!({
                 "kind": "budget",
                 "sequence": entry.sequence,
@@ -173,35 +372,39 @@ fn export(path: &Path) -> Result<(), CliError> {
             }),
             _ => json!({ "kind": "unknown", "sequence": entry.sequence }),
         };
-        println!("{line}");
+        say!(out, "{line}");
     }
     Ok(())
 }
 
-/// Sets the budget of an existing ledger, as a timestamped record. The ledger
-/// refuses a budget below what it has already spent (a typed error); the same
-/// budget again writes nothing.
-fn raise(path: &Path, epsilon: f64, delta: Option<f64>) -> Result<(), CliError> {
-    let mut ledger = Ledger::open(path).map_err(|e| CliError::ledger(path, e))?;
-    let old = ledger.budget();
+/// `privmix ledger raise`: sets the budget of an existing ledger, as a timestamped
+/// record. The store refuses a budget below what it has already spent (a typed
+/// error); the same budget again writes nothing.
+pub fn raise(
+    out: &mut dyn Write,
+    spec: &str,
+    epsilon: f64,
+    delta: Option<f64>,
+) -> Result<(), CliError> {
+    let mut store = open_existing(spec)?;
+    let old = store.budget();
     let delta = delta.or(old.map(|b| b.delta())).unwrap_or(DEFAULT_DELTA);
     let new = PrivacyBudget::new(epsilon, delta)
         .map_err(|e| CliError::arg("--epsilon/--delta", e.to_string()))?;
     if old == Some(new) {
-        println!(
+        say!(
+            out,
             "ledger {}: the budget is already {}; nothing written",
-            path.display(),
+            store.describe(),
             budget_text(old)
         );
         return Ok(());
     }
-    let sequence = ledger.next_sequence();
-    ledger
-        .set_budget(Some(new))
-        .map_err(|e| CliError::ledger(path, e))?;
-    println!(
+    let sequence = store.raise(new)?;
+    say!(
+        out,
         "ledger {}: budget {} -> {} (record {sequence})",
-        path.display(),
+        store.describe(),
         budget_text(old),
         budget_text(Some(new))
     );

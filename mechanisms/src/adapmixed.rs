@@ -211,7 +211,35 @@ impl AdapmixedConfig {
     /// converts to at most ε at δ: the whole run, however long, then fits (ε, δ).
     /// Bisection keeping a checked-feasible lower end, to a relative 1e-9.
     pub fn with_calibrated_filter(
+        self,
+        epsilon: f64,
+        delta: f64,
+        members: usize,
+        orders: &Orders,
+    ) -> Result<Self, MechanismError> {
+        self.calibrate_filter_within(None, epsilon, delta, members, orders)
+    }
+
+    /// [`AdapmixedConfig::with_calibrated_filter`] for a run after what an account
+    /// has already spent (its curve `spent`, whose orders the run is charged at):
+    /// the largest filter budget whose changed-member curve, composed after
+    /// `spent` (RDP adds order by order, Mironov 2017, "Rényi Differential
+    /// Privacy", arXiv:1702.07476, Prop. 1), converts to at most ε at δ. Errors as
+    /// `with_calibrated_filter` does, and when `spent` alone converts to ε or more.
+    pub fn with_calibrated_filter_after(
+        self,
+        spent: &RdpCurve,
+        epsilon: f64,
+        delta: f64,
+        members: usize,
+    ) -> Result<Self, MechanismError> {
+        let orders = spent.orders().clone();
+        self.calibrate_filter_within(Some(spent), epsilon, delta, members, &orders)
+    }
+
+    fn calibrate_filter_within(
         mut self,
+        spent: Option<&RdpCurve>,
         epsilon: f64,
         delta: f64,
         members: usize,
@@ -225,14 +253,16 @@ impl AdapmixedConfig {
                 reason: "the target ε must be finite and > 0",
             });
         }
+        crate::pmixed::check_spent(spent, epsilon, delta)?;
         let unit = self.worst_query_loss(members)?;
         let feasible = |s: f64| -> Result<bool, MechanismError> {
             let g: Vec<f64> = unit.iter().map(|&u| mul_up(u, s)).collect();
-            Ok(self
-                .changed_member_curve(&g, orders)?
-                .epsilon(delta)?
-                .epsilon
-                <= epsilon)
+            let run = self.changed_member_curve(&g, orders)?;
+            let curve = match spent {
+                Some(spent) => spent.compose(&run)?,
+                None => run,
+            };
+            Ok(curve.epsilon(delta)?.epsilon <= epsilon)
         };
         let (mut good, mut bad) = (0.0, 1.0);
         let mut doublings = 0;

@@ -83,6 +83,55 @@ impl PmixedConfig {
         alpha_c: f64,
         orders: &Orders,
     ) -> Result<Self, MechanismError> {
+        Self::calibrate_within(None, epsilon, delta, queries, q, n_members, alpha_c, orders)
+    }
+
+    /// [`PmixedConfig::calibrate`] for a run that follows what an account has
+    /// already spent (its curve `spent`, over the orders the run is charged at):
+    /// the largest radius b such that `spent` composed with `queries` PMixED
+    /// queries converts to at most ε at δ.
+    ///
+    /// RDP composes order by order (Mironov 2017, "Rényi Differential Privacy",
+    /// arXiv:1702.07476, Prop. 1) and the conversion to (ε, δ) is a minimum over
+    /// orders, so what is left of a budget is not ε minus the spent ε: the run is
+    /// fitted to the composed curve, with the same rounded-up arithmetic that
+    /// charges it. Errors as [`PmixedConfig::calibrate`] does, and when `spent`
+    /// alone already converts to ε or more at δ.
+    pub fn calibrate_after(
+        spent: &RdpCurve,
+        epsilon: f64,
+        delta: f64,
+        queries: u64,
+        q: f64,
+        n_members: u64,
+        alpha_c: f64,
+    ) -> Result<Self, MechanismError> {
+        Self::calibrate_within(
+            Some(spent),
+            epsilon,
+            delta,
+            queries,
+            q,
+            n_members,
+            alpha_c,
+            spent.orders(),
+        )
+    }
+
+    /// The bisection of [`PmixedConfig::calibrate`] and
+    /// [`PmixedConfig::calibrate_after`]: a run's curve composed after `spent`
+    /// (nothing spent when `None`).
+    #[allow(clippy::too_many_arguments)]
+    fn calibrate_within(
+        spent: Option<&RdpCurve>,
+        epsilon: f64,
+        delta: f64,
+        queries: u64,
+        q: f64,
+        n_members: u64,
+        alpha_c: f64,
+        orders: &Orders,
+    ) -> Result<Self, MechanismError> {
         check_enforcement_order(alpha_c)?;
         check_probability("q", q)?;
         if !(epsilon.is_finite() && epsilon > 0.0) {
@@ -113,8 +162,13 @@ impl PmixedConfig {
                 reason: "no order of the account is ≤ α_c²/(2α_c − 1): every charge would be +∞",
             });
         }
+        check_spent(spent, epsilon, delta)?;
         let feasible = |b: f64| -> Result<bool, MechanismError> {
-            let curve = pmixed_curve(orders, alpha_c, b, n_members, q)?.self_compose(queries);
+            let run = pmixed_curve(orders, alpha_c, b, n_members, q)?.self_compose(queries);
+            let curve = match spent {
+                Some(spent) => spent.compose(&run)?,
+                None => run,
+            };
             Ok(curve.epsilon(delta)?.epsilon <= epsilon)
         };
         let mut good = 0.0;
@@ -477,6 +531,25 @@ impl EnsembleMechanism for Pmixed {
     }
 }
 
+/// Refuses a run after `spent` when `spent` alone converts to at least ε at δ:
+/// no radius leaves room for a query.
+pub(crate) fn check_spent(
+    spent: Option<&RdpCurve>,
+    epsilon: f64,
+    delta: f64,
+) -> Result<(), MechanismError> {
+    if let Some(spent) = spent
+        && spent.epsilon(delta)?.epsilon >= epsilon
+    {
+        return Err(MechanismError::InvalidParameter {
+            name: "epsilon",
+            value: epsilon,
+            reason: "what is already spent converts to at least this ε at δ: nothing is left for a run",
+        });
+    }
+    Ok(())
+}
+
 /// Every distribution of `ensemble` (public and members) raised to the power
 /// 1/`temperature` and renormalised, in log space (zeros stay zero).
 ///
@@ -578,6 +651,45 @@ mod tests {
         assert!(PmixedConfig::calibrate(1.0, 1.0, 10, 0.2, 10, 36.0, &orders).is_err());
         assert!(PmixedConfig::calibrate(1.0, 1e-5, 0, 0.2, 10, 36.0, &orders).is_err());
         assert!(PmixedConfig::calibrate(1.0, 1e-5, 10, 1.2, 10, 36.0, &orders).is_err());
+    }
+
+    /// After a spent curve the radius fits the composed curve, not the budget less
+    /// the spent ε: the run plus what was spent stays within ε and a slightly
+    /// larger radius would not; with nothing spent it is `calibrate`'s radius.
+    #[test]
+    fn calibration_after_a_spent_curve_fits_the_composition() {
+        let orders = Orders::dp_accounting_default();
+        let spent_run = |b: f64, k: u64| {
+            pmixed_curve(&orders, 36.0, b, 2, 1.0)
+                .unwrap()
+                .self_compose(k)
+        };
+        // A first run of 5 queries calibrated to ε = 8 spent about 2.5.
+        let first = PmixedConfig::calibrate(2.5, 1e-5, 5, 1.0, 2, 36.0, &orders).unwrap();
+        let spent = spent_run(first.radius(), 5);
+        let e_spent = spent.epsilon(1e-5).unwrap().epsilon;
+        assert!(e_spent > 2.0 && e_spent <= 2.5);
+        let c = PmixedConfig::calibrate_after(&spent, 8.0, 1e-5, 3, 1.0, 2, 36.0).unwrap();
+        let total = |b: f64| {
+            spent
+                .compose(&spent_run(b, 3))
+                .unwrap()
+                .epsilon(1e-5)
+                .unwrap()
+                .epsilon
+        };
+        assert!(total(c.radius()) <= 8.0);
+        assert!(total(c.radius() * (1.0 + 1e-8)) > 8.0);
+        // Larger than the radius for the whole budget, smaller than for nothing spent.
+        let whole = PmixedConfig::calibrate(8.0, 1e-5, 3, 1.0, 2, 36.0, &orders).unwrap();
+        assert!(c.radius() < whole.radius());
+        let zero = RdpCurve::zero(orders.clone());
+        let after_nothing =
+            PmixedConfig::calibrate_after(&zero, 8.0, 1e-5, 3, 1.0, 2, 36.0).unwrap();
+        assert_eq!(after_nothing.radius(), whole.radius());
+        // Nothing left: refused.
+        let all = spent_run(whole.radius(), 10);
+        assert!(PmixedConfig::calibrate_after(&all, 8.0, 1e-5, 1, 1.0, 2, 36.0).is_err());
     }
 
     #[test]

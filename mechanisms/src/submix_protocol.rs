@@ -74,6 +74,33 @@ impl SubmixConfig {
         Self::new(parts, alpha, beta, alpha_c, anchor.radius())
     }
 
+    /// [`SubmixConfig::calibrate`] for a run after what an account has already spent
+    /// (its curve `spent`, whose orders the run is charged at): the radius of
+    /// [`PmixedConfig::calibrate_after`] for k members, so that `spent` composed with
+    /// `queries` responses converts to at most ε at δ.
+    #[allow(clippy::too_many_arguments)]
+    pub fn calibrate_after(
+        spent: &RdpCurve,
+        epsilon: f64,
+        delta: f64,
+        queries: u64,
+        parts: usize,
+        alpha: f64,
+        beta: f64,
+        alpha_c: f64,
+    ) -> Result<Self, MechanismError> {
+        let anchor = PmixedConfig::calibrate_after(
+            spent,
+            epsilon,
+            delta,
+            queries,
+            1.0,
+            parts.max(1) as u64,
+            alpha_c,
+        )?;
+        Self::new(parts, alpha, beta, alpha_c, anchor.radius())
+    }
+
     /// The number of parts k.
     pub fn parts(&self) -> usize {
         self.parts
@@ -213,5 +240,25 @@ mod tests {
             .unwrap()
             .epsilon;
         assert!(c.radius() > 0.0 && spent <= 4.0, "{spent}");
+    }
+
+    #[test]
+    fn calibration_after_a_spent_curve_fits_the_composition() {
+        let orders = Orders::dp_accounting_default();
+        let first = SubmixConfig::calibrate(1.5, 1e-5, 64, 4, 2.0, 0.01, 36.0, &orders).unwrap();
+        let spent = first.curve(&orders).unwrap().self_compose(64);
+        let c = SubmixConfig::calibrate_after(&spent, 4.0, 1e-5, 64, 4, 2.0, 0.01, 36.0).unwrap();
+        let total = |config: &SubmixConfig| {
+            spent
+                .compose(&config.curve(&orders).unwrap().self_compose(64))
+                .unwrap()
+                .epsilon(1e-5)
+                .unwrap()
+                .epsilon
+        };
+        assert!(c.radius() > 0.0 && total(&c) <= 4.0, "{}", total(&c));
+        let larger = SubmixConfig::new(4, 2.0, 0.01, 36.0, c.radius() * (1.0 + 1e-8)).unwrap();
+        assert!(total(&larger) > 4.0);
+        assert!(SubmixConfig::calibrate_after(&spent, 1.0, 1e-5, 64, 4, 2.0, 0.01, 36.0).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! AdaPMixED steps: decisions, reproducibility, refusals and extreme inputs.
 
-use privmix_accountant::{Budget, Orders};
+use privmix_accountant::{Budget, Orders, RdpCurve};
 use privmix_mechanisms::baselines::PublicOnly;
 use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng,
@@ -244,4 +244,47 @@ fn the_filter_bounds_the_whole_run_and_members_far_from_p0_leave() {
     // Member 2 ([.7, .1, .1, .1]) is the farthest from p₀ and leaves first.
     let active = mech.active_members().unwrap().to_vec();
     assert!(!active[2], "{active:?}");
+}
+
+/// After a spent curve the filter fits what is left: the spent curve composed
+/// with the whole run stays within ε at δ, however many queries the run answers;
+/// a filter calibrated to the whole budget, ignoring what was spent, overruns it.
+#[test]
+fn the_filter_after_a_spent_curve_fits_the_composition() {
+    let e = ensemble();
+    // What earlier runs spent: about ε = 1.6 of 2 at δ = 1e-5.
+    let spent = RdpCurve::from_fn(orders(), |a| a / 20.0).unwrap();
+    let before = spent.epsilon(1e-5).unwrap().epsilon;
+    assert!(before > 1.0 && before < 2.0, "{before}");
+    let run = |config: AdapmixedConfig| {
+        let mut mech = Adapmixed::new(config).unwrap();
+        let mut account = Unbudgeted::new(orders());
+        let mut rng = PrivacyRng::from_seed(11);
+        for _ in 0..400 {
+            mech.step(&e, &mut rng, &mut account).unwrap();
+        }
+        spent
+            .compose(account.spent())
+            .unwrap()
+            .epsilon(1e-5)
+            .unwrap()
+            .epsilon
+    };
+    let after = always_private()
+        .with_calibrated_filter_after(&spent, 2.0, 1e-5, 3)
+        .unwrap();
+    let total = run(after);
+    assert!(total <= 2.0 && total > before, "{total}");
+    let whole = always_private()
+        .with_calibrated_filter(2.0, 1e-5, 3, &orders())
+        .unwrap();
+    let overrun = run(whole);
+    assert!(overrun > 2.0, "{overrun}");
+    // The whole budget already spent: refused.
+    let all = spent.self_compose(10);
+    assert!(
+        always_private()
+            .with_calibrated_filter_after(&all, 2.0, 1e-5, 3)
+            .is_err()
+    );
 }

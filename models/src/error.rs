@@ -71,6 +71,10 @@ pub enum ModelError {
     /// A tokenizer could not be loaded or failed on its input.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A chat template could not be found, compiled or rendered (a
+    /// `raise_exception` in the template included: the message is its own).
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
     /// The backend's device failed (a lost device, a failed submission).
     #[error("device: {0}")]
     Device(String),

@@ -15,11 +15,15 @@
 //! - [`layers`]: linear + LoRA hook, RMSNorm, LayerNorm, RoPE, attention, KV cache.
 //! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
 //! - [`model`]: [`Model`], any supported model loaded from a path.
+//! - [`tokenizer`]: [`Tokenizer`], text to ids and back, with the end-of-turn
+//!   stop ids; [`chat_template`]: [`ChatTemplate`], conversations rendered as
+//!   transformers' `apply_chat_template` renders them.
 //!
 //! Numerics follow HF transformers in f32: the tests compare logits with
 //! transformers' own to 1e-4.
 
 pub mod bert;
+pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod gemma;
@@ -36,6 +40,7 @@ pub mod weights;
 pub mod wgpu_device;
 
 pub use bert::{Bert, BertConfig, SentenceEncoder};
+pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::ModelConfig;
 pub use error::ModelError;
 pub use gemma::{Gemma, GemmaConfig, GemmaVersion};

@@ -17,6 +17,13 @@
 //!     which is how the merges are derived here (as HF's
 //!     `SentencePieceExtractor` does).
 //!
+//! End of a turn: [`Tokenizer::stop_ids`] is the set of ids at which generation
+//! stops. In a Hugging Face folder it is `generation_config.json`'s
+//! `eos_token_id` (an id or a list, what transformers' `generate` stops at),
+//! else the id of `tokenizer_config.json`'s `eos_token`; in a GGUF file
+//! `tokenizer.ggml.eos_token_id` with `eot_token_id` and `eom_token_id` where
+//! present (llama.cpp's end-of-generation ids).
+//!
 //! Control tokens (GGUF `token_type` 3) are added as special tokens and
 //! user-defined ones (type 4) as plain added tokens: both are matched in the
 //! input text before BPE, as llama.cpp does with `parse_special = true`.
@@ -37,6 +44,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
+use crate::chat_template::special_token_string;
 use crate::error::ModelError;
 use crate::gguf::{GgufFile, MetadataValue};
 
@@ -61,25 +69,61 @@ pub struct Tokenizer {
     eos_id: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// The end-of-turn ids, sorted, without repeats.
+    stops: Vec<u32>,
 }
 
 impl Tokenizer {
-    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS are taken from the
-    /// vocabulary entries `<s>`/`</s>`, `<bos>`/`<eos>` or `<|endoftext|>`
-    /// when present; `encode(_, true)` applies the file's own post-processor.
+    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS are the
+    /// `bos_token`/`eos_token` of `tokenizer_config.json` beside it when it
+    /// names them (each must be in the vocabulary); otherwise the vocabulary
+    /// entries `<s>`/`</s>`, `<bos>`/`<eos>` or `<|endoftext|>` when present.
+    /// The stop ids are `generation_config.json`'s `eos_token_id` beside it
+    /// (an id or a list), else EOS (see the module documentation).
+    /// `encode(_, true)` applies the file's own post-processor.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ModelError> {
         let path = path.as_ref();
         let inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
+        let dir = path.parent().unwrap_or_else(|| Path::new("."));
+        let config_path = dir.join("tokenizer_config.json");
+        let config = read_optional_json(&config_path)?;
+        let named = |key: &str| -> Result<Option<u32>, ModelError> {
+            let Some(config) = &config else {
+                return Ok(None);
+            };
+            match special_token_string(config, key, &config_path)? {
+                None => Ok(None),
+                Some(token) => inner.token_to_id(&token).map(Some).ok_or_else(|| {
+                    tok_err(format!(
+                        "{}: {key} {token:?} is not in the vocabulary of {}",
+                        config_path.display(),
+                        path.display()
+                    ))
+                }),
+            }
+        };
         let find = |names: &[&str]| names.iter().find_map(|n| inner.token_to_id(n));
-        let bos_id = find(&["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>"]);
-        let eos_id = find(&["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>"]);
+        let bos_id = match named("bos_token")? {
+            Some(id) => Some(id),
+            None => find(&["<s>", "<bos>", "<|begin_of_text|>", "<|endoftext|>"]),
+        };
+        let eos_id = match named("eos_token")? {
+            Some(id) => Some(id),
+            None => find(&["</s>", "<eos>", "<|end_of_text|>", "<|endoftext|>"]),
+        };
+        let vocab = inner.get_vocab_size(true);
+        let stops = match generation_eos_ids(&dir.join("generation_config.json"), vocab)? {
+            Some(ids) => ids,
+            None => eos_id.into_iter().collect(),
+        };
         Ok(Self {
             inner,
             bos_id,
             eos_id,
             add_bos: false,
             add_eos: false,
+            stops: sorted_unique(stops),
         })
     }
 
@@ -107,6 +151,7 @@ impl Tokenizer {
             eos_id: eot,
             add_bos: false,
             add_eos: false,
+            stops: eot.into_iter().collect(),
         })
     }
 
@@ -125,6 +170,8 @@ impl Tokenizer {
         let bos_id = meta_id(file, "tokenizer.ggml.bos_token_id", n)?;
         let eos_id = meta_id(file, "tokenizer.ggml.eos_token_id", n)?;
         let unk_id = meta_id(file, "tokenizer.ggml.unknown_token_id", n)?;
+        let eot_id = meta_id(file, "tokenizer.ggml.eot_token_id", n)?;
+        let eom_id = meta_id(file, "tokenizer.ggml.eom_token_id", n)?;
         let mut inner = match model {
             "gpt2" => {
                 let pre = file
@@ -176,6 +223,7 @@ impl Tokenizer {
             eos_id,
             add_bos: meta_bool(file, "tokenizer.ggml.add_bos_token")?.unwrap_or(default_add_bos),
             add_eos: meta_bool(file, "tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            stops: sorted_unique([eos_id, eot_id, eom_id].into_iter().flatten().collect()),
         })
     }
 
@@ -223,9 +271,71 @@ impl Tokenizer {
         self.eos_id
     }
 
+    /// The ids that end a turn, sorted (see the module documentation): where
+    /// generation stops. Empty when the source names none.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stops
+    }
+
+    /// True when `id` ends a turn.
+    pub fn is_stop(&self, id: u32) -> bool {
+        self.stops.binary_search(&id).is_ok()
+    }
+
     /// Number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
+    }
+}
+
+fn sorted_unique(mut ids: Vec<u32>) -> Vec<u32> {
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// A JSON file that may be absent (`Ok(None)`); present but unreadable or
+/// malformed is an error naming it.
+fn read_optional_json(path: &Path) -> Result<Option<serde_json::Value>, ModelError> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| ModelError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| ModelError::ConfigJson {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// `eos_token_id` of a `generation_config.json` (an id or a list of ids, each
+/// below `vocab`); `Ok(None)` when the file or the field is absent or null.
+fn generation_eos_ids(path: &Path, vocab: usize) -> Result<Option<Vec<u32>>, ModelError> {
+    let Some(config) = read_optional_json(path)? else {
+        return Ok(None);
+    };
+    let bad = || ModelError::ConfigJson {
+        path: path.display().to_string(),
+        message: format!(
+            "eos_token_id is not an id or a list of ids below the vocabulary size {vocab}"
+        ),
+    };
+    let id = |v: &serde_json::Value| {
+        v.as_u64()
+            .filter(|&i| i < vocab as u64)
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(bad)
+    };
+    match config.get("eos_token_id") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Array(list)) => {
+            list.iter().map(id).collect::<Result<_, _>>().map(Some)
+        }
+        Some(v) => Ok(Some(vec![id(v)?])),
     }
 }
 

@@ -1,0 +1,234 @@
+//! The embedded store: one `privmix_accountant::Ledger` file, with tenants.
+//!
+//! The file format has no tenant field, so a tenant's charge carries it in its label:
+//! `tenant=<name>;<label>` (tenant names hold no `;`, see `check_tenant_name`). Opening
+//! reads every record back and composes each tenant's charges in file order, the same
+//! order and the same rounded-up composition the ledger uses for its total, and keeps
+//! those curves in memory; the ledger's exclusive lock means no other writer can add a
+//! charge behind this handle's back.
+//!
+//! A tenant charge is checked against the tenant's budget first, then handed to
+//! `Ledger::charge`, which checks the total budget and syncs the record before it
+//! returns: a charge either budget refuses writes nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use privmix_accountant::{
+    EntryKind, Ledger, LedgerError, Orders, PrivacyBudget, ProtectedSet, RdpCurve,
+};
+
+use super::snapshot::{self, Snapshot};
+use super::{LedgerStore, StoreError, StoreReceipt, Tenant, check_budget, check_tenant_name};
+
+/// The label prefix that records a charge's tenant.
+pub const TENANT_PREFIX: &str = "tenant=";
+
+/// The tenant a recorded label names, and the label the caller gave.
+pub fn split_label(label: &str) -> (Option<&str>, &str) {
+    label
+        .strip_prefix(TENANT_PREFIX)
+        .and_then(|rest| rest.split_once(';'))
+        .map_or((None, label), |(tenant, rest)| (Some(tenant), rest))
+}
+
+/// A file ledger with per-tenant spending. See the module docs.
+#[derive(Debug)]
+pub struct FileStore {
+    ledger: Ledger,
+    tenants: BTreeMap<String, RdpCurve>,
+}
+
+impl FileStore {
+    /// Opens the ledger at `path` (taking its lock, dropping a torn final write) and
+    /// rebuilds every tenant's spending from its records.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let ledger = Ledger::open(path).map_err(|e| StoreError::file(path, e))?;
+        Self::from_ledger(ledger)
+    }
+
+    /// Creates a ledger at `path` protecting `protected`, with `budget`; refuses with
+    /// [`StoreError::AlreadyExists`] if `path` exists.
+    pub fn create(
+        path: impl AsRef<Path>,
+        orders: Orders,
+        budget: Option<PrivacyBudget>,
+        protected: ProtectedSet,
+    ) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        match Ledger::create_protecting(path, orders, budget, protected) {
+            Ok(ledger) => Self::from_ledger(ledger),
+            Err(LedgerError::AlreadyExists(_)) => Err(StoreError::AlreadyExists {
+                store: path.display().to_string(),
+            }),
+            Err(e) => Err(StoreError::file(path, e)),
+        }
+    }
+
+    /// Wraps an open ledger, reading its records for the tenants' spending.
+    pub fn from_ledger(ledger: Ledger) -> Result<Self, StoreError> {
+        let path = ledger.path().to_path_buf();
+        let fail = |e| StoreError::file(&path, e);
+        let mut tenants: BTreeMap<String, RdpCurve> = BTreeMap::new();
+        let mut total = RdpCurve::zero(ledger.orders().clone());
+        let mut charges = 0u64;
+        for entry in ledger.entries().map_err(fail)? {
+            if let EntryKind::Charge { curve, label } = entry.map_err(fail)?.kind {
+                total = total.compose(&curve)?;
+                charges += 1;
+                if let (Some(name), _) = split_label(&label) {
+                    let spent = match tenants.remove(name) {
+                        Some(spent) => spent.compose(&curve)?,
+                        None => curve,
+                    };
+                    tenants.insert(name.to_owned(), spent);
+                }
+            }
+        }
+        // The records read must be the ones the ledger counted when it opened.
+        if charges != ledger.charges() || &total != ledger.spent() {
+            return Err(StoreError::Inconsistent {
+                store: path.display().to_string(),
+                reason: format!(
+                    "its records hold {charges} charges, the open ledger counted {}",
+                    ledger.charges()
+                ),
+            });
+        }
+        Ok(Self { ledger, tenants })
+    }
+
+    /// The ledger underneath.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn fail(&self, e: LedgerError) -> StoreError {
+        StoreError::file(self.ledger.path(), e)
+    }
+
+    fn path_buf(&self) -> PathBuf {
+        self.ledger.path().to_path_buf()
+    }
+}
+
+impl LedgerStore for FileStore {
+    fn describe(&self) -> String {
+        self.ledger.path().display().to_string()
+    }
+
+    fn orders(&self) -> &Orders {
+        self.ledger.orders()
+    }
+
+    fn budget(&self) -> Option<PrivacyBudget> {
+        self.ledger.budget()
+    }
+
+    fn protected_set(&self) -> Option<&ProtectedSet> {
+        self.ledger.protected_set()
+    }
+
+    fn spent(&mut self, tenant: Option<&str>) -> Result<RdpCurve, StoreError> {
+        Ok(match tenant {
+            None => self.ledger.spent().clone(),
+            Some(name) => self
+                .tenants
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| RdpCurve::zero(self.ledger.orders().clone())),
+        })
+    }
+
+    fn charge_receipt(
+        &mut self,
+        tenant: Option<&Tenant>,
+        curve: &RdpCurve,
+        label: &str,
+    ) -> Result<StoreReceipt, StoreError> {
+        if curve.orders() != self.ledger.orders() {
+            return Err(privmix_accountant::AccountantError::OrdersDiffer.into());
+        }
+        let (full_label, tenant_check) = match tenant {
+            None => {
+                if label.starts_with(TENANT_PREFIX) {
+                    return Err(StoreError::BadLabel {
+                        reason: format!(
+                            "a label starting with {TENANT_PREFIX:?} would be read back as a tenant's charge"
+                        ),
+                    });
+                }
+                (label.to_owned(), None)
+            }
+            Some(t) => {
+                check_tenant_name(&t.name)?;
+                let zero;
+                let spent = match self.tenants.get(&t.name) {
+                    Some(s) => s,
+                    None => {
+                        zero = RdpCurve::zero(self.ledger.orders().clone());
+                        &zero
+                    }
+                };
+                let (composed, at_delta) =
+                    check_budget(|| format!("tenant {}", t.name), spent, curve, t.budget)?;
+                (
+                    format!("{TENANT_PREFIX}{};{label}", t.name),
+                    Some((t.name.clone(), composed, at_delta)),
+                )
+            }
+        };
+        let receipt = match self.ledger.charge(curve, &full_label) {
+            Ok(r) => r,
+            Err(LedgerError::BudgetExceeded {
+                budget,
+                would_spend,
+            }) => {
+                let spent = self
+                    .ledger
+                    .spent_epsilon(budget.delta())
+                    .map_err(|e| self.fail(e))?;
+                return Err(StoreError::Refused {
+                    budget: "total".into(),
+                    spent: spent.epsilon,
+                    would_spend: would_spend.epsilon,
+                    epsilon: budget.epsilon(),
+                    delta: budget.delta(),
+                });
+            }
+            Err(e) => return Err(StoreError::file(&self.path_buf(), e)),
+        };
+        let tenant_spent = match tenant_check {
+            Some((name, composed, at_delta)) => {
+                self.tenants.insert(name, composed);
+                at_delta
+            }
+            None => None,
+        };
+        Ok(StoreReceipt {
+            sequence: receipt.sequence,
+            spent: receipt.spent,
+            tenant_spent,
+        })
+    }
+
+    fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError> {
+        let sequence = self.ledger.next_sequence();
+        match self.ledger.set_budget(Some(budget)) {
+            Ok(()) => Ok(sequence),
+            Err(LedgerError::BudgetBelowSpent { budget, spent }) => {
+                Err(StoreError::BudgetBelowSpent {
+                    store: self.describe(),
+                    budget,
+                    spent,
+                })
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot, StoreError> {
+        snapshot::of_file(self.ledger.path())
+    }
+}
