@@ -4,15 +4,24 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::setup::BackendKind;
+
 /// Private next-token prediction with LLMs: generate or score text through a private
 /// mechanism over a base model and LoRA members, with every charge in a durable ledger.
 #[derive(Debug, Parser)]
-#[command(name = "privmix", version, about)]
+#[command(name = "privmix", version, about, after_help = EXIT_STATUS)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The exit statuses, shown at the end of `--help`.
+pub const EXIT_STATUS: &str = "Exit status: 0 success; 1 any other error; 2 bad arguments \
+(clap's, and privmix's own: a value out of range, flags that contradict each other, a malformed \
+--prompt-file); 3 privacy budget exhausted before the first token (nothing released); 4 privacy \
+budget exhausted during the run (the text stopped early: what was released and the summary are \
+printed).";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -24,11 +33,18 @@ pub enum Command {
     /// screening, fallbacks to the public model), so the moment each token appears can
     /// leak what the ledger does not charge for. --step-time-ms releases every token at a
     /// fixed, data-independent deadline.
+    ///
+    /// Budget: a mechanism calibrated to the budget (PMixED's and SubMix's radius,
+    /// AdaPMixED's filter) is fitted to what is left of the ledger's budget: what was
+    /// spent composed with this run's --max-tokens (times the number of prompts)
+    /// queries stays within ε at δ.
+    #[command(after_help = EXIT_STATUS)]
     Generate(GenerateArgs),
     /// Perplexity of a mechanism's predictions on a text file (teacher forcing over
     /// fixed-length blocks). No privacy charge covers a perplexity (a mechanism's
     /// guarantee is for tokens sampled from its distributions, not the distributions),
     /// so over private adapters it needs --no-privacy and is marked non-private.
+    #[command(after_help = EXIT_STATUS)]
     Score(ScoreArgs),
     /// Inspect or change a privacy ledger.
     Ledger {
@@ -146,6 +162,18 @@ pub struct ModelArgs {
     /// appended. Default: f32.
     #[arg(long)]
     pub f16_kv: bool,
+    /// Where the models run: flex (the CPU), wgpu (a GPU through Vulkan; privmix built
+    /// with the cargo feature `wgpu`) or cuda (an NVIDIA GPU; cargo feature `cuda`).
+    #[arg(long, value_enum, default_value = "flex")]
+    pub backend: BackendKind,
+    /// Temperature T > 0 of EACH model's next-token distribution, the public model's
+    /// and every member's, applied BEFORE the mechanism: log-probabilities divided by T,
+    /// then renormalised per row. Every guarantee holds unchanged: a member's tempered
+    /// distribution is a function of that member alone, and the mechanisms' charges
+    /// hold for any member distributions. The mechanism's output distribution is not
+    /// tempered (its guarantee is for the distribution it outputs).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
     /// The mechanism.
     #[arg(long, value_enum, default_value = "pmixed")]
     pub mechanism: MechanismKind,
@@ -195,15 +223,34 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The prompt text.
-    #[arg(long, conflicts_with = "prompt_ids")]
+    #[arg(long, conflicts_with_all = ["prompt_ids", "prompt_file"])]
     pub prompt: Option<String>,
     /// The prompt as comma-separated token ids (no tokenizer needed).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', conflicts_with = "prompt_file")]
     pub prompt_ids: Option<Vec<u32>>,
-    /// Maximum number of tokens to generate.
+    /// Read the prompts from a file, or from standard input with `-`: its whole text is
+    /// one prompt, or with --jsonl each line is a JSON object, {"prompt": "…"} or
+    /// {"messages": [{"role": "…", "content": "…"}, …]} (messages need --chat). The
+    /// prompts are answered in turn by the model loaded once; with --json each line
+    /// carries its prompt's index ("prompt", from 0).
+    #[arg(long, value_name = "PATH|-")]
+    pub prompt_file: Option<PathBuf>,
+    /// --prompt-file holds JSON lines, one prompt a line (see --prompt-file).
+    #[arg(long, requires = "prompt_file")]
+    pub jsonl: bool,
+    /// Render each prompt with the tokenizer's chat template (a prompt text as one user
+    /// turn, {"messages": …} as the conversation; the assistant's turn then opened), as
+    /// transformers' apply_chat_template does. The template comes from the folder of
+    /// --tokenizer, else the model folder (chat_template.jinja or tokenizer_config.json),
+    /// else the GGUF's tokenizer.chat_template.
+    #[arg(long)]
+    pub chat: bool,
+    /// Maximum number of tokens to generate per prompt.
     #[arg(long, default_value_t = 64)]
     pub max_tokens: usize,
-    /// Stop at the tokenizer's end-of-sequence token (default on when a tokenizer is loaded).
+    /// Do not stop at the end-of-turn ids. By default, with a tokenizer, generation stops
+    /// at them: generation_config.json's eos_token_id beside the tokenizer, else
+    /// tokenizer_config.json's eos_token; a GGUF's eos, eot and eom ids.
     #[arg(long)]
     pub no_stop: bool,
     /// The privacy ledger file. Created if absent (with --epsilon), recording the
@@ -233,8 +280,8 @@ pub struct GenerateArgs {
     /// misses its deadline ends the run with an error and its (charged) token withheld.
     #[arg(long, value_name = "N")]
     pub step_time_ms: Option<u64>,
-    /// Print JSON lines on stdout: one per token (index, token, text, epsilon, delta,
-    /// private), then a summary.
+    /// Print JSON lines on stdout: one per token (prompt, index, token, text, epsilon,
+    /// delta, private), then a summary per prompt.
     #[arg(long)]
     pub json: bool,
 }
@@ -245,9 +292,18 @@ pub struct ScoreArgs {
     /// Model, members and mechanism.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The text file to score.
-    #[arg(long)]
+    /// The text file to score, or `-` for standard input: its whole text is one text,
+    /// or with --jsonl each line is a JSON object, {"prompt": "…"} or {"messages": […]}
+    /// (messages need --chat), each scored apart and reported with its index ("prompt").
+    #[arg(long, alias = "prompt-file", value_name = "PATH|-")]
     pub text: PathBuf,
+    /// --text holds JSON lines, one text a line (see --text).
+    #[arg(long)]
+    pub jsonl: bool,
+    /// Render each text with the tokenizer's chat template before scoring it (a text as
+    /// one user turn, {"messages": …} as the conversation; no assistant turn opened).
+    #[arg(long)]
+    pub chat: bool,
     /// Tokens per block (perplexity is exp(mean NLL) per block, then the mean over blocks).
     #[arg(long, default_value_t = 512)]
     pub block: usize,
@@ -268,7 +324,7 @@ pub struct ScoreArgs {
     /// --no-privacy.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Print the result as one JSON object.
+    /// Print each text's result as one JSON object a line (with its index, "prompt").
     #[arg(long)]
     pub json: bool,
 }

@@ -58,6 +58,43 @@ pub enum CliError {
     /// The tokenizer could not be loaded, or the text not encoded or decoded.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// `--chat` needs a chat template and none could be found, compiled or rendered.
+    #[error("--chat: {source}")]
+    ChatTemplate {
+        /// Why.
+        #[source]
+        source: ModelError,
+    },
+    /// A prompt of `--prompt-file` (or `score --text`) is malformed.
+    #[error("{input}, line {line}: {reason}")]
+    Prompt {
+        /// The file, or standard input.
+        input: String,
+        /// The line (from 1).
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `--backend` names a backend this binary was built without.
+    #[error(
+        "--backend {backend}: this privmix was built without it; rebuild with `cargo build -p privmix-cli --features {feature}`"
+    )]
+    BackendNotBuilt {
+        /// The backend asked for.
+        backend: &'static str,
+        /// The cargo feature of privmix-cli that builds it in.
+        feature: &'static str,
+    },
+    /// The backend's device could not be opened.
+    #[error("--backend {backend}: {source}")]
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    Device {
+        /// The backend.
+        backend: &'static str,
+        /// Why.
+        #[source]
+        source: ModelError,
+    },
     /// No way to turn the prompt into token ids.
     #[error(
         "no tokenizer: the model folder has no tokenizer.json; pass --tokenizer <tokenizer.json> or --prompt-ids"
@@ -134,6 +171,9 @@ pub enum CliError {
     /// The ensemble runner failed.
     #[error("ensemble: {0}")]
     Ensemble(#[from] EnsembleError),
+    /// `privmix train` failed (bad data, a training error, a mismatched run to resume).
+    #[error(transparent)]
+    Train(#[from] crate::train::TrainCmdError),
     /// Reading an input or writing the output failed.
     #[error("{what}: {source}")]
     Io {
@@ -145,7 +185,34 @@ pub enum CliError {
     },
 }
 
+/// Exit status of a run that worked.
+pub const EXIT_OK: i32 = 0;
+/// Exit status of any error without a status of its own.
+pub const EXIT_ERROR: i32 = 1;
+/// Exit status of bad arguments: clap's (unknown flag, missing value) and ours
+/// (a value out of range, contradicting flags, a malformed prompt file).
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status when the budget is exhausted before any token was released.
+pub const EXIT_BUDGET_EXHAUSTED: i32 = 3;
+/// Exit status when the budget ran out during the run: the text stopped early
+/// (what was released and the summary are printed).
+pub const EXIT_BUDGET_STOPPED: i32 = 4;
+
 impl CliError {
+    /// The process exit status this error ends the run with.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Self::Argument { .. }
+            | Self::NoTokenizer
+            | Self::BudgetRaiseNeeded { .. }
+            | Self::Prompt { .. }
+            | Self::BackendNotBuilt { .. } => EXIT_USAGE,
+            Self::Train(e) if e.is_usage() => EXIT_USAGE,
+            Self::BudgetExhausted { .. } => EXIT_BUDGET_EXHAUSTED,
+            _ => EXIT_ERROR,
+        }
+    }
+
     /// An argument error.
     pub fn arg(flag: &'static str, reason: impl Into<String>) -> Self {
         Self::Argument {

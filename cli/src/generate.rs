@@ -9,27 +9,60 @@
 //! the stop reason: never a λ, a data-dependent loss or any other step diagnostic, which
 //! are functions of the private data the ledger does not charge for.
 //!
+//! Prompts come from `--prompt`, `--prompt-ids` or `--prompt-file PATH|-` (one text, or
+//! JSON lines of texts and conversations with `--jsonl`); they are answered in turn by
+//! the model loaded once, under one mechanism (AdaPMixED's member filter spans them
+//! all). `--chat` renders each through the tokenizer's chat template. Generation stops
+//! at the tokenizer's end-of-turn ids (`Tokenizer::stop_ids`) unless `--no-stop`.
+//!
+//! A mechanism calibrated to the budget is fitted to what is left of it: the ledger's
+//! spent curve composed with this run's queries (`--max-tokens` per prompt) converts to
+//! at most the budget's ε at its δ. (RDP composes order by order, so "what is left" is
+//! not the budget's ε less the spent ε.)
+//!
+//! `--temperature` tempers each model's distribution before the mechanism (see
+//! `temper.rs`), never the mechanism's output.
+//!
+//! Exit status: 3 when the budget is exhausted before any token is released, 4 when it
+//! runs out later (what was released and each answered prompt's summary are printed).
+//!
 //! A private run draws its coins from the OS-seeded generator. `--seed` makes every draw
 //! predictable, so a seeded run is an experiment: it needs `--no-privacy`, refuses
 //! `--ledger`, and its output says `"private": false` (the text footer says NOT private).
 
-use std::io::Write;
+use std::io::{StdoutLock, Write};
 use std::time::Instant;
 
+use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use privmix_accountant::{Orders, PrivacyBudget};
-use privmix_mechanisms::{Account, Ensemble, MechanismError, PrivacyRng, Rows, Unbudgeted};
+use privmix_accountant::{Ledger, Orders, PrivacyBudget, ProtectedSet};
+use privmix_ensemble::rows::RowLayout;
+use privmix_mechanisms::{
+    Account, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows, Unbudgeted,
+};
 use privmix_models::{LanguageModel, Tokenizer};
 use serde_json::json;
 
 use crate::args::{GenerateArgs, MechanismKind};
-use crate::error::CliError;
+use crate::error::{CliError, EXIT_BUDGET_STOPPED, EXIT_OK};
 use crate::ledger_open::{DEFAULT_DELTA, LedgerPlan, finish, prepare};
 use crate::pacing::Pacer;
+use crate::prompts::{PromptInput, prompt_ids, read_prompts};
 use crate::protected::protected_set;
-use crate::setup::{MechanismPlan, build_mechanism, check_vocab, load_runner, load_tokenizer};
+use crate::setup::{
+    BackendFn, MechanismPlan, Runner, build_mechanism, check_vocab, load_chat_template,
+    load_runner, load_tokenizer, with_backend,
+};
+use crate::temper::{check_temperature, tempered_rows};
 
-/// Why generation ended.
+/// What is left of a ledger's budget below this fraction of it counts as exhausted.
+/// A run calibrated to the budget stops within a relative 1e-9 of it (the calibrations'
+/// bisection), so a ledger whose budget a run has spent keeps about that much; a run
+/// calibrated to such a remainder would answer with the public model's distribution all
+/// but exactly.
+const NEGLIGIBLE_LEFT: f64 = 1e-6;
+
+/// Why generation of one prompt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     MaxTokens,
@@ -47,16 +80,38 @@ impl Stop {
     }
 }
 
+/// How a run that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Every prompt was answered (to --max-tokens or its end of turn).
+    Completed,
+    /// The budget ran out after something was released: the text stopped early.
+    BudgetStopped,
+}
+
+impl RunEnd {
+    /// The exit status: 0, or 4 when the budget stopped the text early.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Self::Completed => EXIT_OK,
+            Self::BudgetStopped => EXIT_BUDGET_STOPPED,
+        }
+    }
+}
+
 /// Runs `privmix generate`.
-pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
+pub fn run(args: &GenerateArgs) -> Result<RunEnd, CliError> {
     let kind = args.model.mechanism;
     if args.max_tokens == 0 {
         return Err(CliError::arg("--max-tokens", "must be at least 1"));
     }
+    check_temperature(args.model.temperature)?;
     check_privacy_flags(args)?;
     if let Some(ms) = args.step_time_ms {
         Pacer::new(Instant::now(), ms)?;
     }
+    // The prompts are read (standard input included) before anything is loaded.
+    let inputs = prompt_inputs(args)?;
 
     // The ledger first: refuse before loading any model when it protects another
     // adapter set or its budget is spent (hashing the adapters reads only their files).
@@ -70,202 +125,342 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
         let spent = ledger
             .spent_epsilon(budget.delta())
             .map_err(|e| CliError::ledger(ledger.path(), e))?;
-        if kind != MechanismKind::Public && spent.epsilon >= budget.epsilon() {
+        if kind != MechanismKind::Public
+            && spent.epsilon >= budget.epsilon() * (1.0 - NEGLIGIBLE_LEFT)
+        {
             return Err(exhausted(ledger.path(), spent.epsilon, *budget, kind));
         }
     }
+    with_backend(
+        args.model.backend,
+        Generation {
+            args,
+            inputs,
+            protected,
+            plan,
+        },
+    )
+}
 
-    let runner = load_runner(&args.model)?;
-    let tokenizer = load_tokenizer(&args.model)?;
-    if let Some(t) = &tokenizer {
-        check_vocab(t, &runner, &args.model.model)?;
-    }
-    let prompt = prompt_ids(args, tokenizer.as_ref())?;
-    let vocab = runner.model().vocab_size();
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= vocab) {
-        return Err(CliError::arg(
-            "--prompt-ids",
-            format!("token id {bad} is outside the model's vocabulary of {vocab}"),
-        ));
-    }
-    let stop_token = if args.no_stop {
-        None
-    } else {
-        tokenizer.as_ref().and_then(Tokenizer::eos_id)
-    };
-    // Everything loaded: only now is a new ledger created.
-    let mut ledger_and_budget = match (plan, &args.ledger) {
-        (Some(plan), Some(path)) => Some(finish(plan, path, &protected, args.epsilon, args.delta)?),
-        _ => None,
-    };
-    let private = ledger_and_budget.is_some();
+/// The prompts: `--prompt-ids`, `--prompt`, `--prompt-file`, else the BOS alone.
+fn prompt_inputs(args: &GenerateArgs) -> Result<Vec<PromptInput>, CliError> {
+    Ok(match (&args.prompt_ids, &args.prompt, &args.prompt_file) {
+        (Some(ids), _, _) => vec![PromptInput::Ids(ids.clone())],
+        (None, Some(text), _) => vec![PromptInput::Text(text.clone())],
+        (None, None, Some(path)) => read_prompts(path, args.jsonl, args.chat)?,
+        (None, None, None) => vec![PromptInput::Start],
+    })
+}
 
-    let default_orders = Orders::dp_accounting_default();
-    let (epsilon, delta) = match &ledger_and_budget {
-        Some((_, b)) => (b.epsilon(), b.delta()),
-        None => (
-            args.epsilon.unwrap_or(8.0),
-            args.delta.unwrap_or(DEFAULT_DELTA),
-        ),
-    };
-    let orders = match &ledger_and_budget {
-        Some((l, _)) => l.orders().clone(),
-        None => default_orders,
-    };
-    let (mut mechanism, layout) = build_mechanism(&MechanismPlan {
-        kind,
-        params: &args.model.params,
-        members: runner.num_members(),
-        epsilon,
-        delta,
-        queries: args.max_tokens as u64,
-        orders: &orders,
-    })?;
-    let mut rng = match args.seed {
-        Some(seed) => PrivacyRng::from_seed(seed),
-        None => PrivacyRng::from_os()?,
-    };
-    let mut unbudgeted = Unbudgeted::new(orders);
+/// A generate run once its arguments and ledger are checked, generic over the backend.
+struct Generation<'a> {
+    args: &'a GenerateArgs,
+    inputs: Vec<PromptInput>,
+    protected: ProtectedSet,
+    plan: Option<LedgerPlan>,
+}
 
-    let bar = progress_bar(args.max_tokens as u64);
-    let mut out = std::io::stdout().lock();
-    let io = |source| CliError::Io {
-        what: "writing to stdout".into(),
-        source,
-    };
-    let mut decoder = runner.decoder(layout)?;
-    let mut rows = decoder.prefill(&prompt)?;
-    let pacer = match args.step_time_ms {
-        Some(ms) => Some(Pacer::new(Instant::now(), ms)?),
-        None => None,
-    };
-    let mut generated: Vec<u32> = Vec::new();
-    let mut printed = String::new();
-    let mut stop = Stop::MaxTokens;
-    // The last step's ensemble, whose buffers the next one reuses.
-    let mut last: Option<Ensemble> = None;
-    for index in 0..args.max_tokens {
-        let ensemble = Ensemble::renew_or_new(
-            last.take(),
-            Rows::LogProbF32(rows.row(0)),
-            Rows::LogProbF32(rows.member_rows()),
-        )?;
-        let account: &mut dyn Account = match &mut ledger_and_budget {
-            Some((ledger, _)) => ledger,
-            None => &mut unbudgeted,
+impl BackendFn<RunEnd> for Generation<'_> {
+    fn run<B: Backend>(self, device: B::Device) -> Result<RunEnd, CliError> {
+        let Generation {
+            args,
+            inputs,
+            protected,
+            plan,
+        } = self;
+        let kind = args.model.mechanism;
+        let runner = load_runner::<B>(&args.model, &device)?;
+        let tokenizer = load_tokenizer(&args.model)?;
+        if let Some(t) = &tokenizer {
+            check_vocab(t, &runner, &args.model.model)?;
+        }
+        let template = if args.chat {
+            Some(load_chat_template(&args.model)?)
+        } else {
+            None
         };
-        let outcome = match mechanism.step(&ensemble, &mut rng, account) {
-            Ok(outcome) => outcome,
-            Err(MechanismError::ChargeRefused(_)) => {
-                if let Some((ledger, budget)) = &ledger_and_budget
-                    && generated.is_empty()
-                {
-                    let spent = ledger
-                        .spent_epsilon(budget.delta())
-                        .map_err(|e| CliError::ledger(ledger.path(), e))?;
-                    bar.finish_and_clear();
-                    return Err(exhausted(ledger.path(), spent.epsilon, *budget, kind));
-                }
-                // The end of the stream is released on the schedule too.
-                if let Some(pacer) = &pacer
-                    && let Err(e) = pacer.pace(index)
-                {
-                    bar.finish_and_clear();
-                    return Err(e);
-                }
-                stop = Stop::Budget;
-                break;
+        // Every prompt is encoded before anything is charged.
+        let vocab = runner.model().vocab_size();
+        let mut prompts = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            let ids = prompt_ids(input, tokenizer.as_ref(), template.as_ref(), true)?;
+            if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(CliError::arg(
+                    "--prompt-ids",
+                    format!("token id {bad} is outside the model's vocabulary of {vocab}"),
+                ));
             }
-            Err(e) => return Err(e.into()),
+            prompts.push(ids);
+        }
+        let stops: Vec<u32> = match (&tokenizer, args.no_stop) {
+            (Some(t), false) => t.stop_ids().to_vec(),
+            _ => Vec::new(),
         };
-        let token = u32::try_from(outcome.token)
-            .map_err(|_| CliError::arg("--model", "a token index does not fit in u32"))?;
-        generated.push(token);
-        let spent = spent_epsilon(&ledger_and_budget, &unbudgeted, delta)?;
-        let piece = match &tokenizer {
-            Some(t) => {
-                let text = t
-                    .decode(&generated)
-                    .map_err(|e| CliError::Tokenizer(e.to_string()))?;
-                // Print what the new token added; a token that completes a character changes
-                // only the tail, so print from the first byte that differs.
-                let common = common_prefix(&printed, &text);
-                let piece = text[common..].to_string();
-                printed = text;
-                Some(piece)
+        // Everything loaded: only now is a new ledger created.
+        let ledger = match (plan, &args.ledger) {
+            (Some(plan), Some(path)) => {
+                Some(finish(plan, path, &protected, args.epsilon, args.delta)?)
             }
+            _ => None,
+        };
+        let (epsilon, delta) = match &ledger {
+            Some((_, b)) => (b.epsilon(), b.delta()),
+            None => (
+                args.epsilon.unwrap_or(8.0),
+                args.delta.unwrap_or(DEFAULT_DELTA),
+            ),
+        };
+        let orders = match &ledger {
+            Some((l, _)) => l.orders().clone(),
+            None => Orders::dp_accounting_default(),
+        };
+        // Calibrated to what is left: the ledger's spent curve composed with this
+        // run's queries (every prompt's --max-tokens) fits the budget.
+        let spent = ledger.as_ref().map(|(l, _)| l.spent().clone());
+        let (mechanism, layout) = build_mechanism(&MechanismPlan {
+            kind,
+            params: &args.model.params,
+            members: runner.num_members(),
+            epsilon,
+            spent: spent.as_ref(),
+            delta,
+            queries: (args.max_tokens as u64).saturating_mul(prompts.len() as u64),
+            orders: &orders,
+        })?;
+        let rng = match args.seed {
+            Some(seed) => PrivacyRng::from_seed(seed),
+            None => PrivacyRng::from_os()?,
+        };
+        let mut session = Session {
+            args,
+            runner: &runner,
+            tokenizer: tokenizer.as_ref(),
+            mechanism,
+            layout,
+            rng,
+            unbudgeted: Unbudgeted::new(orders),
+            ledger,
+            delta,
+            stops,
+            released: 0,
+            out: std::io::stdout().lock(),
+        };
+        let many = prompts.len() > 1;
+        for (index, prompt) in prompts.iter().enumerate() {
+            let stop = session.answer(index, prompt, many)?;
+            if stop == Stop::Budget {
+                let left = prompts.len() - index - 1;
+                if left > 0 {
+                    eprintln!(
+                        "privmix: the budget is exhausted: the {left} prompt(s) after prompt {index} were not answered"
+                    );
+                }
+                return Ok(RunEnd::BudgetStopped);
+            }
+        }
+        Ok(RunEnd::Completed)
+    }
+}
+
+/// The state one run's prompts share: the model, the mechanism (AdaPMixED's filter
+/// spans the whole run), the coins and the account.
+struct Session<'a, B: Backend> {
+    args: &'a GenerateArgs,
+    runner: &'a Runner<B>,
+    tokenizer: Option<&'a Tokenizer>,
+    mechanism: Box<dyn EnsembleMechanism>,
+    layout: RowLayout,
+    rng: PrivacyRng,
+    unbudgeted: Unbudgeted,
+    ledger: Option<(Ledger, PrivacyBudget)>,
+    delta: f64,
+    stops: Vec<u32>,
+    /// Tokens released so far, over all prompts.
+    released: usize,
+    out: StdoutLock<'static>,
+}
+
+impl<B: Backend> Session<'_, B> {
+    /// Generates the answer to prompt `index` (token ids `prompt`), printing each
+    /// token as it is released and then the prompt's summary; `many`: the run has
+    /// several prompts (the stderr summary names the prompt). A budget exhausted
+    /// before anything at all was released is an error; later it ends this answer.
+    fn answer(&mut self, index: usize, prompt: &[u32], many: bool) -> Result<Stop, CliError> {
+        let args = self.args;
+        let kind = args.model.mechanism;
+        let private = self.ledger.is_some();
+        let delta = self.delta;
+        let io = |source| CliError::Io {
+            what: "writing to stdout".into(),
+            source,
+        };
+        let bar = progress_bar(args.max_tokens as u64);
+        let mut decoder = self.runner.decoder(self.layout.clone())?;
+        let mut rows = decoder.prefill(prompt)?;
+        let pacer = match args.step_time_ms {
+            Some(ms) => Some(Pacer::new(Instant::now(), ms)?),
             None => None,
         };
-        if let Some(pacer) = &pacer
-            && let Err(e) = pacer.pace(index)
-        {
-            bar.finish_and_clear();
-            return Err(e);
+        let mut generated: Vec<u32> = Vec::new();
+        let mut printed = String::new();
+        let mut stop = Stop::MaxTokens;
+        let mut tempered = Vec::new();
+        // The last step's ensemble, whose buffers the next one reuses.
+        let mut last: Option<Ensemble> = None;
+        for step in 0..args.max_tokens {
+            let (public, members) = tempered_rows(&rows, args.model.temperature, &mut tempered);
+            let ensemble = Ensemble::renew_or_new(
+                last.take(),
+                Rows::LogProbF32(public),
+                Rows::LogProbF32(members),
+            )?;
+            let account: &mut dyn Account = match &mut self.ledger {
+                Some((ledger, _)) => ledger,
+                None => &mut self.unbudgeted,
+            };
+            let outcome = match self.mechanism.step(&ensemble, &mut self.rng, account) {
+                Ok(outcome) => outcome,
+                Err(MechanismError::ChargeRefused(_)) => {
+                    if let Some((ledger, budget)) = &self.ledger
+                        && self.released == 0
+                    {
+                        let spent = ledger
+                            .spent_epsilon(budget.delta())
+                            .map_err(|e| CliError::ledger(ledger.path(), e))?;
+                        bar.finish_and_clear();
+                        return Err(exhausted(ledger.path(), spent.epsilon, *budget, kind));
+                    }
+                    // The end of the stream is released on the schedule too.
+                    if let Some(pacer) = &pacer
+                        && let Err(e) = pacer.pace(step)
+                    {
+                        bar.finish_and_clear();
+                        return Err(e);
+                    }
+                    stop = Stop::Budget;
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let token = u32::try_from(outcome.token)
+                .map_err(|_| CliError::arg("--model", "a token index does not fit in u32"))?;
+            generated.push(token);
+            self.released += 1;
+            let spent = self.spent_epsilon()?;
+            let piece = match self.tokenizer {
+                Some(t) => {
+                    let text = t
+                        .decode(&generated)
+                        .map_err(|e| CliError::Tokenizer(e.to_string()))?;
+                    // Print what the new token added; a token that completes a character
+                    // changes only the tail, so print from the first byte that differs.
+                    let common = common_prefix(&printed, &text);
+                    let piece = text[common..].to_string();
+                    printed = text;
+                    Some(piece)
+                }
+                None => None,
+            };
+            if let Some(pacer) = &pacer
+                && let Err(e) = pacer.pace(step)
+            {
+                bar.finish_and_clear();
+                return Err(e);
+            }
+            if args.json {
+                let line = json!({
+                    "prompt": index,
+                    "index": step,
+                    "token": token,
+                    "text": piece,
+                    "epsilon": finite(spent),
+                    "delta": delta,
+                    "private": private,
+                });
+                writeln!(self.out, "{line}").map_err(io)?;
+            } else {
+                match &piece {
+                    Some(p) => write!(self.out, "{p}").map_err(io)?,
+                    None => write!(self.out, "{}{token}", if step == 0 { "" } else { " " })
+                        .map_err(io)?,
+                }
+            }
+            self.out.flush().map_err(io)?;
+            bar.set_position(step as u64 + 1);
+            bar.set_message(format!("ε spent {spent:.6} (δ = {delta:e})"));
+            if self.stops.contains(&token) {
+                stop = Stop::EndOfSequence;
+                break;
+            }
+            if step + 1 < args.max_tokens {
+                rows = decoder.next_log_probs(token)?;
+            }
+            last = Some(ensemble);
         }
+        bar.finish_and_clear();
+        let spent = self.spent_epsilon()?;
+        let budget_epsilon = self.ledger.as_ref().map(|(_, b)| b.epsilon());
         if args.json {
             let line = json!({
-                "index": index,
-                "token": token,
-                "text": piece,
+                "prompt": index,
+                "prompt_tokens": prompt.len(),
+                "done": true,
+                "mechanism": kind.name(),
+                "tokens": generated.len(),
+                "token_ids": generated,
+                "text": self.tokenizer.map(|_| printed.clone()),
+                "stop": stop.name(),
                 "epsilon": finite(spent),
                 "delta": delta,
+                "budget_epsilon": budget_epsilon,
                 "private": private,
             });
-            writeln!(out, "{line}").map_err(io)?;
+            writeln!(self.out, "{line}").map_err(io)?;
         } else {
-            match &piece {
-                Some(p) => write!(out, "{p}").map_err(io)?,
-                None => write!(out, "{}{token}", if index == 0 { "" } else { " " }).map_err(io)?,
+            writeln!(self.out).map_err(io)?;
+        }
+        self.out.flush().map_err(io)?;
+        let which = if many {
+            format!("prompt {index}: ")
+        } else {
+            String::new()
+        };
+        match (&self.ledger, budget_epsilon) {
+            (Some((ledger, _)), Some(b)) => {
+                eprintln!(
+                    "privmix: {which}{} tokens with {}, spent ε = {spent} at δ = {delta} of the budget ε = {b}; stopped: {}",
+                    generated.len(),
+                    kind.name(),
+                    stop.name()
+                );
+                if stop == Stop::Budget {
+                    eprintln!(
+                        "privmix: the privacy budget of ledger {} is exhausted: the text stopped early (a larger budget must be set explicitly: privmix ledger raise {} --epsilon E)",
+                        ledger.path().display(),
+                        ledger.path().display()
+                    );
+                }
             }
+            _ => eprintln!(
+                "privmix: {which}{} tokens with {}; NOT private (--no-privacy: nothing charged to a ledger; these tokens would cost ε = {spent} at δ = {delta}); stopped: {}",
+                generated.len(),
+                kind.name(),
+                stop.name()
+            ),
         }
-        out.flush().map_err(io)?;
-        bar.set_position(index as u64 + 1);
-        bar.set_message(format!("ε spent {spent:.6} (δ = {delta:e})"));
-        if Some(token) == stop_token {
-            stop = Stop::EndOfSequence;
-            break;
+        Ok(stop)
+    }
+
+    /// ε spent so far at δ: the ledger's, or what the unbudgeted account summed.
+    fn spent_epsilon(&self) -> Result<f64, CliError> {
+        match &self.ledger {
+            Some((l, b)) => Ok(l
+                .spent_epsilon(b.delta())
+                .map_err(|e| CliError::ledger(l.path(), e))?
+                .epsilon),
+            None => Ok(self.unbudgeted.spent().epsilon(self.delta)?.epsilon),
         }
-        if index + 1 < args.max_tokens {
-            rows = decoder.next_log_probs(token)?;
-        }
-        last = Some(ensemble);
     }
-    bar.finish_and_clear();
-    let spent = spent_epsilon(&ledger_and_budget, &unbudgeted, delta)?;
-    let budget_epsilon = ledger_and_budget.as_ref().map(|(_, b)| b.epsilon());
-    if args.json {
-        let line = json!({
-            "done": true,
-            "mechanism": kind.name(),
-            "tokens": generated.len(),
-            "token_ids": generated,
-            "text": tokenizer.as_ref().map(|_| printed.clone()),
-            "stop": stop.name(),
-            "epsilon": finite(spent),
-            "delta": delta,
-            "budget_epsilon": budget_epsilon,
-            "private": private,
-        });
-        writeln!(out, "{line}").map_err(io)?;
-    } else {
-        writeln!(out).map_err(io)?;
-    }
-    out.flush().map_err(io)?;
-    match budget_epsilon {
-        Some(b) => eprintln!(
-            "privmix: {} tokens with {}, spent ε = {spent} at δ = {delta} of the budget ε = {b}; stopped: {}",
-            generated.len(),
-            kind.name(),
-            stop.name()
-        ),
-        None => eprintln!(
-            "privmix: {} tokens with {}; NOT private (--no-privacy: nothing charged to a ledger; these tokens would cost ε = {spent} at δ = {delta}); stopped: {}",
-            generated.len(),
-            kind.name(),
-            stop.name()
-        ),
-    }
-    Ok(())
 }
 
 /// The flags that decide whether the run is private: a private run needs a ledger; a
@@ -317,20 +512,6 @@ fn exhausted(
     }
 }
 
-fn spent_epsilon(
-    ledger: &Option<(privmix_accountant::Ledger, PrivacyBudget)>,
-    unbudgeted: &Unbudgeted,
-    delta: f64,
-) -> Result<f64, CliError> {
-    match ledger {
-        Some((l, b)) => Ok(l
-            .spent_epsilon(b.delta())
-            .map_err(|e| CliError::ledger(l.path(), e))?
-            .epsilon),
-        None => Ok(unbudgeted.spent().epsilon(delta)?.epsilon),
-    }
-}
-
 /// ε as JSON: a number, or null for +∞ (JSON has no infinity).
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
@@ -345,25 +526,6 @@ fn common_prefix(a: &str, b: &str) -> usize {
         n = i + ca.len_utf8();
     }
     n
-}
-
-fn prompt_ids(args: &GenerateArgs, tokenizer: Option<&Tokenizer>) -> Result<Vec<u32>, CliError> {
-    let ids = match (&args.prompt_ids, &args.prompt, tokenizer) {
-        (Some(ids), _, _) => ids.clone(),
-        (None, Some(text), Some(t)) => t
-            .encode(text, true)
-            .map_err(|e| CliError::Tokenizer(e.to_string()))?,
-        (None, Some(_), None) => return Err(CliError::NoTokenizer),
-        (None, None, Some(t)) => t.bos_id().into_iter().collect(),
-        (None, None, None) => return Err(CliError::NoTokenizer),
-    };
-    if ids.is_empty() {
-        return Err(CliError::arg(
-            "--prompt",
-            "the prompt is empty and the tokenizer has no BOS token to start from",
-        ));
-    }
-    Ok(ids)
 }
 
 fn progress_bar(len: u64) -> ProgressBar {

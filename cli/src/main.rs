@@ -2,8 +2,11 @@
 //! mechanism (`privmix score`) and the privacy ledger (`privmix ledger
 //! show|verify|export|raise`).
 //!
-//! Errors are printed as one message naming what to fix, with exit status 1 (2 for a
-//! command line clap cannot parse).
+//! Errors are printed as one message naming what to fix. Exit status: 0 success; 1 any
+//! other error; 2 bad arguments (clap's, and our own: a value out of range, flags that
+//! contradict each other, a malformed prompt file); 3 the privacy budget exhausted before
+//! the first token; 4 the budget exhausted during the run (the text stopped early, what was
+//! released and the summary printed).
 
 mod args;
 mod error;
@@ -12,10 +15,12 @@ mod ledger_cmd;
 mod ledger_open;
 mod ledger_store;
 mod pacing;
+mod prompts;
 mod protected;
 mod score;
 mod serve;
 mod setup;
+mod temper;
 mod train;
 
 use clap::Parser;
@@ -24,24 +29,32 @@ use crate::args::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();
+    let ok = |()| error::EXIT_OK;
     let result = match &cli.command {
-        Command::Generate(args) => generate::run(args),
-        Command::Score(args) => score::run(args),
-        Command::Ledger { action } => ledger_cmd::run(action),
-        Command::Train(args) => train::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Generate(args) => generate::run(args).map(generate::RunEnd::exit_code),
+        Command::Score(args) => score::run(args).map(ok),
+        Command::Ledger { action } => ledger_cmd::run(action).map(ok),
+        Command::Train(args) => train::run(args).map(ok),
+        Command::Serve(args) => serve::run(args).map(ok),
     };
-    if let Err(e) = result {
-        let mut message = format!("privmix: error: {e}");
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !message.contains(&text) {
-                message.push_str(&format!("\n  caused by: {text}"));
-            }
-            source = s.source();
-        }
-        eprintln!("{message}");
-        std::process::exit(1);
+    match result {
+        Ok(error::EXIT_OK) => {}
+        Ok(code) => std::process::exit(code),
+        Err(e) => fail(&e),
     }
+}
+
+/// Prints `e` with its causes and exits with its status.
+fn fail(e: &error::CliError) -> ! {
+    let mut message = format!("privmix: error: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !message.contains(&text) {
+            message.push_str(&format!("\n  caused by: {text}"));
+        }
+        source = s.source();
+    }
+    eprintln!("{message}");
+    std::process::exit(e.exit_code());
 }

@@ -18,18 +18,31 @@
 //!
 //! Every position is one query (`EnsembleMechanism::release` gives the distribution a
 //! step would sample), composed into an account without a budget: the ε reported is what
-//! sampling one token per position would cost, a calibration aid, not a guarantee for
-//! the perplexity. Nothing derived from the steps' diagnostics (λ, losses, how many
+//! sampling one token per position of the whole run would cost, a calibration aid, not a
+//! guarantee for the perplexity.
+//!
+//! `--text PATH|-` is one text, or with `--jsonl` one text or conversation a line, each
+//! scored apart (its own blocks and perplexity, reported with its index) under one
+//! mechanism calibrated for all their positions. `--chat` renders each through the chat
+//! template first. `--temperature` tempers each model's distribution before the
+//! mechanism (`temper.rs`). A progress bar on stderr counts the blocks. Nothing derived from the steps' diagnostics (λ, losses, how many
 //! answers fell back to the public model) is printed.
 
+use burn::tensor::backend::Backend;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::Orders;
 use privmix_mechanisms::{Ensemble, PrivacyRng, Rows, Unbudgeted};
 use serde_json::json;
 
 use crate::args::{MechanismKind, ScoreArgs};
 use crate::error::CliError;
+use crate::prompts::{PromptInput, prompt_ids, read_prompts};
 use crate::protected::protected_set;
-use crate::setup::{MechanismPlan, build_mechanism, load_runner, load_tokenizer};
+use crate::setup::{
+    BackendFn, MechanismPlan, build_mechanism, load_chat_template, load_runner, load_tokenizer,
+    with_backend,
+};
+use crate::temper::{check_temperature, tempered_rows};
 
 /// Runs `privmix score`.
 pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
@@ -37,6 +50,7 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
     if args.block < 2 {
         return Err(CliError::arg("--block", "a block needs at least 2 tokens"));
     }
+    check_temperature(args.model.temperature)?;
     if kind != MechanismKind::Public && !args.no_privacy {
         return Err(CliError::arg(
             "--no-privacy",
@@ -52,93 +66,155 @@ pub fn run(args: &ScoreArgs) -> Result<(), CliError> {
             "a seeded run is an experiment with no privacy: pass --no-privacy",
         ));
     }
-    let private = !args.no_privacy;
     // One member's data counted twice is refused here as in generate.
     protected_set(&args.model.adapters)?;
-    let text = std::fs::read_to_string(&args.text).map_err(|source| CliError::Io {
-        what: format!("reading {}", args.text.display()),
-        source,
-    })?;
-    let runner = load_runner(&args.model)?;
-    let tokenizer = load_tokenizer(&args.model)?.ok_or(CliError::NoTokenizer)?;
-    let tokens = tokenizer
-        .encode(&text, false)
-        .map_err(|e| CliError::Tokenizer(e.to_string()))?;
-    let mut blocks: Vec<&[u32]> = tokens.chunks(args.block).filter(|b| b.len() >= 2).collect();
-    if let Some(max) = args.max_blocks {
-        blocks.truncate(max);
-    }
-    if blocks.is_empty() {
-        return Err(CliError::arg(
-            "--text",
-            format!("{} has fewer than 2 tokens", args.text.display()),
-        ));
-    }
-    let queries: u64 = blocks.iter().map(|b| b.len() as u64 - 1).sum();
-    let orders = Orders::dp_accounting_default();
-    let (mut mechanism, layout) = build_mechanism(&MechanismPlan {
-        kind,
-        params: &args.model.params,
-        members: runner.num_members(),
-        epsilon: args.epsilon,
-        delta: args.delta,
-        queries,
-        orders: &orders,
-    })?;
-    let mut rng = match args.seed {
-        Some(seed) => PrivacyRng::from_seed(seed),
-        None => PrivacyRng::from_os()?,
-    };
-    // Every position is one query, charged as if its token were released; the
-    // account has no budget (nothing is written to a ledger).
-    let mut account = Unbudgeted::new(orders);
-    let mut block_perplexities = Vec::with_capacity(blocks.len());
-    for block in &blocks {
-        let steps = runner.score_block_full(&layout, block)?;
-        let mut nll = 0.0f64;
-        for (i, rows) in steps.iter().enumerate() {
-            let members = if layout.len() > 1 {
-                rows.member_rows()
-            } else {
-                &[]
+    let inputs = read_prompts(&args.text, args.jsonl, args.chat)?;
+    with_backend(args.model.backend, Scoring { args, inputs })
+}
+
+/// A score run once its arguments are checked, generic over the backend.
+struct Scoring<'a> {
+    args: &'a ScoreArgs,
+    inputs: Vec<PromptInput>,
+}
+
+impl BackendFn<()> for Scoring<'_> {
+    fn run<B: Backend>(self, device: B::Device) -> Result<(), CliError> {
+        let Scoring { args, inputs } = self;
+        let kind = args.model.mechanism;
+        let private = !args.no_privacy;
+        let runner = load_runner::<B>(&args.model, &device)?;
+        let tokenizer = load_tokenizer(&args.model)?.ok_or(CliError::NoTokenizer)?;
+        let template = if args.chat {
+            Some(load_chat_template(&args.model)?)
+        } else {
+            None
+        };
+        let name = crate::prompts::input_name(&args.text);
+        // Each text's blocks; a text is encoded without special tokens (a chat render
+        // writes its own).
+        let mut texts: Vec<Vec<Vec<u32>>> = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            let tokens = match (input, &template) {
+                (PromptInput::Text(text), None) => tokenizer
+                    .encode(text, false)
+                    .map_err(|e| CliError::Tokenizer(e.to_string()))?,
+                _ => prompt_ids(input, Some(&tokenizer), template.as_ref(), false)?,
             };
-            let ensemble = Ensemble::new(Rows::LogProbF32(rows.row(0)), Rows::LogProbF32(members))?;
-            let release = mechanism.release(&ensemble, &mut rng, &mut account)?;
-            nll -= release.distribution[block[i + 1] as usize].ln();
+            let mut blocks: Vec<Vec<u32>> = tokens
+                .chunks(args.block)
+                .filter(|b| b.len() >= 2)
+                .map(<[u32]>::to_vec)
+                .collect();
+            if let Some(max) = args.max_blocks {
+                blocks.truncate(max);
+            }
+            if blocks.is_empty() {
+                let which = if inputs.len() > 1 {
+                    format!(" (text {i})")
+                } else {
+                    String::new()
+                };
+                return Err(CliError::arg(
+                    "--text",
+                    format!("{name}{which} has fewer than 2 tokens"),
+                ));
+            }
+            texts.push(blocks);
         }
-        block_perplexities.push((nll / steps.len() as f64).exp());
+        let all_blocks: usize = texts.iter().map(Vec::len).sum();
+        let queries: u64 = texts.iter().flatten().map(|b| b.len() as u64 - 1).sum();
+        let orders = Orders::dp_accounting_default();
+        let (mut mechanism, layout) = build_mechanism(&MechanismPlan {
+            kind,
+            params: &args.model.params,
+            members: runner.num_members(),
+            epsilon: args.epsilon,
+            spent: None,
+            delta: args.delta,
+            queries,
+            orders: &orders,
+        })?;
+        let mut rng = match args.seed {
+            Some(seed) => PrivacyRng::from_seed(seed),
+            None => PrivacyRng::from_os()?,
+        };
+        // Every position is one query, charged as if its token were released; the
+        // account has no budget (nothing is written to a ledger).
+        let mut account = Unbudgeted::new(orders);
+        let bar = progress_bar(all_blocks as u64);
+        let mut tempered = Vec::new();
+        let mut results = Vec::with_capacity(texts.len());
+        for blocks in &texts {
+            let mut block_perplexities = Vec::with_capacity(blocks.len());
+            for block in blocks {
+                let steps = runner.score_block_full(&layout, block)?;
+                let mut nll = 0.0f64;
+                for (i, rows) in steps.iter().enumerate() {
+                    let (public, members) =
+                        tempered_rows(rows, args.model.temperature, &mut tempered);
+                    let members = if layout.len() > 1 { members } else { &[] };
+                    let ensemble =
+                        Ensemble::new(Rows::LogProbF32(public), Rows::LogProbF32(members))?;
+                    let release = mechanism.release(&ensemble, &mut rng, &mut account)?;
+                    nll -= release.distribution[block[i + 1] as usize].ln();
+                }
+                block_perplexities.push((nll / steps.len() as f64).exp());
+                bar.inc(1);
+            }
+            let perplexity =
+                block_perplexities.iter().sum::<f64>() / block_perplexities.len() as f64;
+            let text_queries: u64 = blocks.iter().map(|b| b.len() as u64 - 1).sum();
+            results.push((perplexity, blocks.len(), text_queries));
+        }
+        bar.finish_and_clear();
+        // The ε of all the run's queries (every text's), reported with each text.
+        let spent = account.spent().epsilon(args.delta)?;
+        let many = results.len() > 1;
+        for (index, (perplexity, blocks, queries)) in results.into_iter().enumerate() {
+            let which = if many {
+                format!("text {index}: ")
+            } else {
+                String::new()
+            };
+            if args.json {
+                let line = json!({
+                    "prompt": index,
+                    "mechanism": kind.name(),
+                    "perplexity": perplexity.is_finite().then_some(perplexity),
+                    "blocks": blocks,
+                    "queries": queries,
+                    "epsilon": spent.epsilon.is_finite().then_some(spent.epsilon),
+                    "delta": args.delta,
+                    "order": spent.order,
+                    "private": private,
+                });
+                println!("{line}");
+            } else if private {
+                println!(
+                    "{which}{}: perplexity {perplexity:.4} over {blocks} blocks ({queries} queries; \
+                     the public model alone, no private data read)",
+                    kind.name(),
+                );
+            } else {
+                println!(
+                    "{which}{}: perplexity {perplexity:.4} over {blocks} blocks ({queries} queries); \
+                     NOT private (--no-privacy): no charge covers a perplexity; sampling one token \
+                     per query of this run would cost ε = {} at δ = {}",
+                    kind.name(),
+                    spent.epsilon,
+                    args.delta
+                );
+            }
+        }
+        Ok(())
     }
-    let perplexity = block_perplexities.iter().sum::<f64>() / block_perplexities.len() as f64;
-    let spent = account.spent().epsilon(args.delta)?;
-    if args.json {
-        let line = json!({
-            "mechanism": kind.name(),
-            "perplexity": perplexity.is_finite().then_some(perplexity),
-            "blocks": blocks.len(),
-            "queries": queries,
-            "epsilon": spent.epsilon.is_finite().then_some(spent.epsilon),
-            "delta": args.delta,
-            "order": spent.order,
-            "private": private,
-        });
-        println!("{line}");
-    } else if private {
-        println!(
-            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries; the public model \
-             alone, no private data read)",
-            kind.name(),
-            blocks.len(),
-        );
-    } else {
-        println!(
-            "{}: perplexity {perplexity:.4} over {} blocks ({queries} queries); NOT private \
-             (--no-privacy): no charge covers a perplexity; sampling one token per query would \
-             cost ε = {} at δ = {}",
-            kind.name(),
-            blocks.len(),
-            spent.epsilon,
-            args.delta
-        );
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("scoring {bar:30} {pos}/{len} blocks ({eta})") {
+        bar.set_style(style);
     }
-    Ok(())
+    bar
 }

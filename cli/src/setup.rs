@@ -1,9 +1,13 @@
-//! Loading the base model, tokenizer and members, and building the mechanism.
+//! Loading the base model, tokenizer and members, building the mechanism, and
+//! running model code on the burn backend the command line asks for.
 
 use std::path::Path;
 
 use burn::backend::Flex;
-use privmix_accountant::Orders;
+use burn::tensor::backend::Backend;
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use privmix_accountant::{Orders, RdpCurve};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
@@ -13,20 +17,117 @@ use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix, SubmixConfig,
 };
 use privmix_models::gguf::GgufFile;
-use privmix_models::{DecodeProducts, KvPrecision, LanguageModel, Model, Tokenizer};
+use privmix_models::{ChatTemplate, DecodeProducts, KvPrecision, LanguageModel, Model, Tokenizer};
 
 use crate::args::{MechanismKind, MechanismParams, ModelArgs};
 use crate::error::CliError;
 
-/// The CPU backend every command runs on.
-pub type Backend = Flex;
+/// The burn backend that runs the models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// The CPU (burn-flex): always built in.
+    Flex,
+    /// A GPU through wgpu (Vulkan; Mesa lavapipe without one): cargo feature `wgpu`.
+    Wgpu,
+    /// An NVIDIA GPU through CUDA: cargo feature `cuda`.
+    Cuda,
+}
 
-/// The base model with its members.
-pub type Runner = EnsembleRunner<Backend, Model<Backend>>;
+impl BackendKind {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Flex => "flex",
+            Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
+        }
+    }
+}
 
-/// Loads the base model and every adapter (each checked against the model's shapes).
-pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
-    let device = Default::default();
+/// Model code generic over the burn backend, run by [`with_backend`] on the one
+/// picked at run time (a trait because a closure cannot be generic over a type).
+pub trait BackendFn<R> {
+    /// Runs on backend `B`, whose device [`with_backend`] opened.
+    fn run<B: Backend>(self, device: B::Device) -> Result<R, CliError>;
+}
+
+/// Runs `f` on the backend `kind` names, opening its device once: burn-flex on
+/// the CPU, wgpu (the device opened by [`privmix_models::open_wgpu_device`]) or
+/// CUDA's default device. A backend this binary was built without is a
+/// [`CliError::BackendNotBuilt`] naming the cargo feature that builds it in.
+pub fn with_backend<R>(kind: BackendKind, f: impl BackendFn<R>) -> Result<R, CliError> {
+    match kind {
+        BackendKind::Flex => f.run::<Flex>(Default::default()),
+        BackendKind::Wgpu => run_wgpu(f),
+        BackendKind::Cuda => run_cuda(f),
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn run_wgpu<R>(f: impl BackendFn<R>) -> Result<R, CliError> {
+    let device = privmix_models::open_wgpu_device().map_err(|source| CliError::Device {
+        backend: BackendKind::Wgpu.name(),
+        source,
+    })?;
+    f.run::<burn::backend::Wgpu>(device)
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn run_wgpu<R>(_f: impl BackendFn<R>) -> Result<R, CliError> {
+    Err(CliError::BackendNotBuilt {
+        backend: BackendKind::Wgpu.name(),
+        feature: "wgpu",
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda<R>(f: impl BackendFn<R>) -> Result<R, CliError> {
+    f.run::<burn::backend::Cuda>(Default::default())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda<R>(_f: impl BackendFn<R>) -> Result<R, CliError> {
+    Err(CliError::BackendNotBuilt {
+        backend: BackendKind::Cuda.name(),
+        feature: "cuda",
+    })
+}
+
+/// The base model with its members, on backend `B`.
+pub type Runner<B> = EnsembleRunner<B, Model<B>>;
+
+/// A spinner on stderr saying what is loading (drawn only on a terminal).
+fn spinner(message: String) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(message);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+/// Loads the base model and every adapter (each checked against the model's
+/// shapes) on `device`, with a spinner naming what is loading.
+pub fn load_runner<B: Backend>(
+    args: &ModelArgs,
+    device: &B::Device,
+) -> Result<Runner<B>, CliError> {
+    let bar = spinner(format!(
+        "loading {} on {}",
+        args.model.display(),
+        args.backend.name()
+    ));
+    let result = load_runner_inner(args, device, &bar);
+    bar.finish_and_clear();
+    result
+}
+
+fn load_runner_inner<B: Backend>(
+    args: &ModelArgs,
+    device: &B::Device,
+    bar: &ProgressBar,
+) -> Result<Runner<B>, CliError> {
     let model = if args.int8_activations {
         if args.model.is_dir() {
             return Err(CliError::arg(
@@ -34,9 +135,9 @@ pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
                 "applies to GGUF files (quantised weights); the model is a folder",
             ));
         }
-        Model::<Backend>::load_gguf_with(&args.model, DecodeProducts::Int8Activations, &device)
+        Model::<B>::load_gguf_with(&args.model, DecodeProducts::Int8Activations, device)
     } else {
-        Model::<Backend>::load(&args.model, &device)
+        Model::<B>::load(&args.model, device)
     }
     .map_err(|source| CliError::Model {
         path: args.model.clone(),
@@ -47,9 +148,15 @@ pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
         source,
     })?;
     let mut adapters = Vec::with_capacity(args.adapters.len());
-    for path in &args.adapters {
+    for (i, path) in args.adapters.iter().enumerate() {
+        bar.set_message(format!(
+            "loading adapter {}/{}: {}",
+            i + 1,
+            args.adapters.len(),
+            path.display()
+        ));
         let adapter =
-            LoraAdapter::load_peft(path, &base, &device).map_err(|source| CliError::Adapter {
+            LoraAdapter::load_peft(path, &base, device).map_err(|source| CliError::Adapter {
                 path: path.clone(),
                 source,
             })?;
@@ -65,6 +172,7 @@ pub fn load_runner(args: &ModelArgs) -> Result<Runner, CliError> {
     } else {
         KvPrecision::F32
     };
+    bar.set_message("stacking the members' factors");
     Ok(EnsembleRunner::with_precision(model, &adapters, precision)?.with_kv_precision(kv))
 }
 
@@ -89,8 +197,32 @@ pub fn load_tokenizer(args: &ModelArgs) -> Result<Option<Tokenizer>, CliError> {
     Tokenizer::from_gguf(&gguf).map(Some).map_err(tok_err)
 }
 
+/// The chat template for `--chat`, from where the tokenizer comes from: the
+/// folder of `--tokenizer`, else the model folder (`chat_template.jinja` or
+/// `tokenizer_config.json`'s `chat_template`), else the GGUF's
+/// `tokenizer.chat_template`.
+pub fn load_chat_template(args: &ModelArgs) -> Result<ChatTemplate, CliError> {
+    let chat_err = |source| CliError::ChatTemplate { source };
+    if let Some(path) = &args.tokenizer {
+        let dir = path.parent().unwrap_or_else(|| Path::new("."));
+        return ChatTemplate::from_hf_folder(dir).map_err(chat_err);
+    }
+    if args.model.is_dir() {
+        return ChatTemplate::from_hf_folder(&args.model).map_err(chat_err);
+    }
+    let gguf = GgufFile::open(&args.model).map_err(|e| CliError::Model {
+        path: args.model.clone(),
+        source: e.into(),
+    })?;
+    ChatTemplate::from_gguf(&gguf).map_err(chat_err)
+}
+
 /// Checks that the tokenizer's ids fit the model's vocabulary.
-pub fn check_vocab(tokenizer: &Tokenizer, runner: &Runner, path: &Path) -> Result<(), CliError> {
+pub fn check_vocab<B: Backend>(
+    tokenizer: &Tokenizer,
+    runner: &Runner<B>,
+    path: &Path,
+) -> Result<(), CliError> {
     let model_vocab = runner.model().vocab_size();
     if tokenizer.vocab_size() > model_vocab {
         return Err(CliError::Tokenizer(format!(
@@ -112,6 +244,11 @@ pub struct MechanismPlan<'a> {
     pub members: usize,
     /// Budget ε the data-independent parameters are calibrated to.
     pub epsilon: f64,
+    /// What the account has already spent: the run is calibrated so that this
+    /// curve composed with the run's fits (ε, δ), not the whole budget (RDP
+    /// composes order by order, so what is left is not ε minus the spent ε).
+    /// Its orders are the run's. `None`: nothing spent.
+    pub spent: Option<&'a RdpCurve>,
     /// Budget δ.
     pub delta: f64,
     /// Expected number of queries (tokens) the budget must cover.
@@ -150,15 +287,7 @@ pub fn build_mechanism(
             need_members(1)?;
             let config = match p.radius {
                 Some(radius) => PmixedConfig::new(p.alpha_c, radius, p.q)?,
-                None => PmixedConfig::calibrate(
-                    plan.epsilon,
-                    plan.delta,
-                    plan.queries.max(1),
-                    p.q,
-                    n as u64,
-                    p.alpha_c,
-                    plan.orders,
-                )?,
+                None => calibrate_pmixed(plan, p.q)?,
             };
             (Box::new(Pmixed::new(config)), all)
         }
@@ -171,16 +300,7 @@ pub fn build_mechanism(
             // less and answer longer. (The paper's 3.6 spends a filter in one query.)
             let radius = match p.radius {
                 Some(r) => r,
-                None => PmixedConfig::calibrate(
-                    plan.epsilon,
-                    plan.delta,
-                    plan.queries.max(1),
-                    1.0,
-                    n as u64,
-                    p.alpha_c,
-                    plan.orders,
-                )?
-                .radius(),
+                None => calibrate_pmixed(plan, 1.0)?.radius(),
             };
             let config = AdapmixedConfig {
                 alpha_c: p.alpha_c,
@@ -189,8 +309,13 @@ pub fn build_mechanism(
                 threshold: p.threshold,
                 top_k: p.top_k,
                 ..AdapmixedConfig::default()
-            }
-            .with_calibrated_filter(plan.epsilon, plan.delta, n, plan.orders)?;
+            };
+            let config = match plan.spent {
+                Some(spent) => {
+                    config.with_calibrated_filter_after(spent, plan.epsilon, plan.delta, n)?
+                }
+                None => config.with_calibrated_filter(plan.epsilon, plan.delta, n, plan.orders)?,
+            };
             (Box::new(Adapmixed::new(config)?), all)
         }
         MechanismKind::Submix => {
@@ -206,16 +331,28 @@ pub fn build_mechanism(
             let beta = p.beta.unwrap_or(plan.epsilon / plan.queries.max(1) as f64);
             let config = match p.radius {
                 Some(radius) => SubmixConfig::new(n / 2, p.submix_alpha, beta, p.alpha_c, radius)?,
-                None => SubmixConfig::calibrate(
-                    plan.epsilon,
-                    plan.delta,
-                    plan.queries.max(1),
-                    n / 2,
-                    p.submix_alpha,
-                    beta,
-                    p.alpha_c,
-                    plan.orders,
-                )?,
+                None => match plan.spent {
+                    Some(spent) => SubmixConfig::calibrate_after(
+                        spent,
+                        plan.epsilon,
+                        plan.delta,
+                        plan.queries.max(1),
+                        n / 2,
+                        p.submix_alpha,
+                        beta,
+                        p.alpha_c,
+                    )?,
+                    None => SubmixConfig::calibrate(
+                        plan.epsilon,
+                        plan.delta,
+                        plan.queries.max(1),
+                        n / 2,
+                        p.submix_alpha,
+                        beta,
+                        p.alpha_c,
+                        plan.orders,
+                    )?,
+                },
             };
             let pairs: Vec<(usize, usize)> = (0..n / 2).map(|k| (2 * k, 2 * k + 1)).collect();
             (
@@ -223,5 +360,33 @@ pub fn build_mechanism(
                 RowLayout::submix_pairs(&pairs),
             )
         }
+    })
+}
+
+/// PMixED's largest radius for the plan's queries (members Poisson-sampled at
+/// `q`): after the plan's spent curve when there is one.
+fn calibrate_pmixed(plan: &MechanismPlan<'_>, q: f64) -> Result<PmixedConfig, CliError> {
+    let p = plan.params;
+    let members = plan.members as u64;
+    let queries = plan.queries.max(1);
+    Ok(match plan.spent {
+        Some(spent) => PmixedConfig::calibrate_after(
+            spent,
+            plan.epsilon,
+            plan.delta,
+            queries,
+            q,
+            members,
+            p.alpha_c,
+        )?,
+        None => PmixedConfig::calibrate(
+            plan.epsilon,
+            plan.delta,
+            queries,
+            q,
+            members,
+            p.alpha_c,
+            plan.orders,
+        )?,
     })
 }

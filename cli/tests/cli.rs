@@ -220,9 +220,10 @@ fn ledger_refuses_to_overspend_across_invocations() {
         "{}",
         stderr(&first)
     );
-    // The second run would need a fourth query: refused before releasing anything.
+    // The second run would need a fourth query: refused before releasing anything,
+    // with the exit status of a budget exhausted before the first token.
     let second = generate(&adapters, &args);
-    assert!(!second.status.success());
+    assert_eq!(second.status.code(), Some(3), "{}", stderr(&second));
     let msg = stderr(&second);
     assert!(msg.contains("privacy budget exhausted"), "{msg}");
     assert!(msg.contains(s(&ledger)), "{msg}");
@@ -515,20 +516,24 @@ fn keys(v: &Value) -> Vec<String> {
 /// what `score --json` prints: tokens, the ε the ledger recorded, δ, the stop
 /// reason and whether the output is private — never a λ, a loss or any other
 /// step diagnostic (functions of the private data nobody charged for).
-const TOKEN_KEYS: [&str; 6] = ["delta", "epsilon", "index", "private", "text", "token"];
-const SUMMARY_KEYS: [&str; 10] = [
+const TOKEN_KEYS: [&str; 7] = [
+    "delta", "epsilon", "index", "private", "prompt", "text", "token",
+];
+const SUMMARY_KEYS: [&str; 12] = [
     "budget_epsilon",
     "delta",
     "done",
     "epsilon",
     "mechanism",
     "private",
+    "prompt",
+    "prompt_tokens",
     "stop",
     "text",
     "token_ids",
     "tokens",
 ];
-const SCORE_KEYS: [&str; 8] = [
+const SCORE_KEYS: [&str; 9] = [
     "blocks",
     "delta",
     "epsilon",
@@ -536,6 +541,7 @@ const SCORE_KEYS: [&str; 8] = [
     "order",
     "perplexity",
     "private",
+    "prompt",
     "queries",
 ];
 
@@ -952,4 +958,464 @@ fn step_time_pads_every_release_to_its_deadline() {
     );
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--step-time-ms"), "{}", stderr(&out));
+}
+
+/// The chat fixture of privmix-models: a byte-level tokenizer whose ids 1, 2, 3
+/// are <|im_start|>, <|im_end|>, <|endoftext|> (vocabulary 256, the tiny Llama's),
+/// with a chat template and generation_config.json stopping at [2, 3];
+/// `expected.json` holds transformers' renders of its conversations.
+fn chat_tokenizer() -> PathBuf {
+    fixture("../models/tests/fixtures/chat/hf/tokenizer.json")
+}
+
+fn chat_expected() -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(fixture("../models/tests/fixtures/chat/expected.json")).unwrap();
+    let all: Value = serde_json::from_str(&text).unwrap();
+    all["hf"].as_array().unwrap().clone()
+}
+
+/// Token count of a render under the chat fixture's tokenizer: one id per byte,
+/// one per special token.
+fn chat_token_count(text: &str) -> usize {
+    let specials = ["<|im_start|>", "<|im_end|>", "<|endoftext|>"];
+    let mut rest = text.to_string();
+    let mut count = 0;
+    for s in specials {
+        count += rest.matches(s).count();
+        rest = rest.replace(s, "");
+    }
+    count + rest.len()
+}
+
+/// `privmix` with `stdin` written to its standard input.
+fn privmix_with_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_privmix"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("privmix runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Prompts from standard input and from JSON lines: each answered in turn by the
+/// model loaded once, every line carrying its prompt's index; a prompt read from
+/// stdin is the same prompt as --prompt (same seed, same tokens).
+#[test]
+fn prompts_from_stdin_and_json_lines() {
+    let dir = TempDir::new("prompts");
+    let adapters = write_adapters(&llama(), &dir, 2);
+    let model = llama();
+    let tok = tokenizer();
+    let mut base = vec!["generate", "--model", s(&model), "--tokenizer", s(&tok)];
+    for a in &adapters {
+        base.extend(["--adapter", s(a)]);
+    }
+    base.extend([
+        "--no-privacy",
+        "--seed",
+        "9",
+        "--max-tokens",
+        "4",
+        "--no-stop",
+        "--json",
+    ]);
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|a| a.to_string()).collect()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        privmix(&args)
+    };
+    let direct = run(with(&["--prompt", "xy"]));
+    assert!(direct.status.success(), "{}", stderr(&direct));
+    let direct_ids = json_lines(&direct).last().unwrap()["token_ids"].clone();
+
+    let piped_args = with(&["--prompt-file", "-"]);
+    let piped_args: Vec<&str> = piped_args.iter().map(String::as_str).collect();
+    let piped = privmix_with_stdin(&piped_args, "xy");
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let summary = json_lines(&piped).last().unwrap().clone();
+    assert_eq!(summary["token_ids"], direct_ids, "stdin is the same prompt");
+    assert_eq!(summary["prompt_tokens"].as_u64(), Some(2));
+    assert_eq!(summary["prompt"].as_u64(), Some(0));
+
+    let jsonl = dir.join("prompts.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"prompt\": \"xy\"}\n\n{\"prompt\": \"hello\"}\n{\"prompt\": \"a\"}\n",
+    )
+    .unwrap();
+    let out = run(with(&["--prompt-file", s(&jsonl), "--jsonl"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    let summaries: Vec<&Value> = lines.iter().filter(|l| l["done"] == true).collect();
+    assert_eq!(summaries.len(), 3);
+    assert_eq!(lines.len(), 3 * 4 + 3, "4 tokens and a summary per prompt");
+    for (i, summary) in summaries.iter().enumerate() {
+        assert_eq!(summary["prompt"].as_u64(), Some(i as u64));
+        assert_eq!(keys(summary), SUMMARY_KEYS);
+    }
+    let prompt_tokens: Vec<u64> = summaries
+        .iter()
+        .map(|l| l["prompt_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(prompt_tokens, [2, 5, 1]);
+    // The lines come in order: prompt 0's tokens and summary, then prompt 1's, …
+    let order: Vec<u64> = lines
+        .iter()
+        .map(|l| l["prompt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(order, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2]);
+    for t in lines.iter().filter(|l| l["done"] != true) {
+        assert_eq!(keys(t), TOKEN_KEYS);
+    }
+    // One line is the same prompt as --prompt (a run of several prompts is calibrated
+    // for all their tokens, so only a run of one compares).
+    std::fs::write(&jsonl, "{\"prompt\": \"xy\"}\n").unwrap();
+    let out = run(with(&["--prompt-file", s(&jsonl), "--jsonl"]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json_lines(&out).last().unwrap()["token_ids"], direct_ids);
+
+    // A malformed line is a usage error naming the file and line.
+    std::fs::write(&jsonl, "{\"prompt\": \"xy\"}\n{\"prompt\": 3}\n").unwrap();
+    let out = run(with(&["--prompt-file", s(&jsonl), "--jsonl"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+
+    // score reads texts the same ways; the public mechanism is deterministic, so a
+    // text scored among others has the perplexity it has alone.
+    let text = dir.join("text.txt");
+    std::fs::write(&text, "To be, or not to be").unwrap();
+    let alone = score(&[], &text, &["--mechanism", "public"]);
+    assert!(alone.status.success(), "{}", stderr(&alone));
+    let alone = json_lines(&alone).remove(0);
+    let mut args = vec![
+        "score",
+        "--model",
+        s(&model),
+        "--tokenizer",
+        s(&tok),
+        "--mechanism",
+        "public",
+        "--block",
+        "32",
+        "--json",
+        "--text",
+        "-",
+        "--jsonl",
+    ];
+    let many = privmix_with_stdin(
+        &args,
+        "{\"prompt\": \"That is the question\"}\n{\"prompt\": \"To be, or not to be\"}\n",
+    );
+    assert!(many.status.success(), "{}", stderr(&many));
+    let results = json_lines(&many);
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[1]["prompt"].as_u64(), Some(1));
+    assert_eq!(results[1]["perplexity"], alone["perplexity"]);
+    assert_ne!(results[0]["perplexity"], alone["perplexity"]);
+    for r in &results {
+        assert_eq!(keys(r), SCORE_KEYS);
+    }
+    // Plain stdin: one text.
+    args.pop();
+    let one = privmix_with_stdin(&args, "To be, or not to be");
+    assert!(one.status.success(), "{}", stderr(&one));
+    assert_eq!(json_lines(&one)[0]["perplexity"], alone["perplexity"]);
+}
+
+/// Exit statuses: 2 for bad arguments (clap's and ours), 3 for a budget exhausted
+/// before the first token, 4 for one exhausted during the run (what was released
+/// and the summary printed), 1 for other errors.
+#[test]
+fn exit_statuses_tell_failures_apart() {
+    let dir = TempDir::new("exit");
+    let adapters = write_adapters(&llama(), &dir, 2);
+    let public = ["--mechanism", "public", "--no-privacy", "--prompt", "a"];
+    for (extra, flag) in [
+        (&["--no-such-flag"][..], "--no-such-flag"),
+        (&["--max-tokens", "0"][..], "--max-tokens"),
+        (&["--temperature", "0"][..], "--temperature"),
+        (&["--temperature=-1"][..], "--temperature"),
+        (&["--backend", "metal"][..], "--backend"),
+    ] {
+        let mut args = public.to_vec();
+        args.extend(extra);
+        let out = generate(&adapters, &args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(flag), "{extra:?}: {}", stderr(&out));
+    }
+    // A backend this binary was built without names the cargo feature.
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let mut args = public.to_vec();
+        args.extend(["--backend", "wgpu"]);
+        let out = generate(&adapters, &args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("--features wgpu"), "{}", stderr(&out));
+    }
+    // Other errors: 1.
+    let out = privmix(&[
+        "generate",
+        "--model",
+        "/no/such/model",
+        "--prompt-ids",
+        "1",
+        "--mechanism",
+        "public",
+        "--no-privacy",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+
+    // A fixed radius whose queries a budget of 1 pays for only a few: the run stops
+    // during the text (4), printing what was released and the summary.
+    let ledger = dir.join("ledger");
+    let args = [
+        "--prompt",
+        "ab",
+        "--max-tokens",
+        "200",
+        "--radius",
+        "0.05",
+        "--ledger",
+        s(&ledger),
+        "--epsilon",
+        "1",
+        "--json",
+    ];
+    let out = generate(&adapters, &args);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let lines = json_lines(&out);
+    let (summary, tokens) = lines.split_last().unwrap();
+    assert!(!tokens.is_empty() && tokens.len() < 200, "{}", tokens.len());
+    assert_eq!(summary["stop"], "budget_exhausted");
+    assert_eq!(summary["tokens"].as_u64(), Some(tokens.len() as u64));
+    assert!(summary["epsilon"].as_f64().unwrap() <= 1.0);
+    assert!(stderr(&out).contains("stopped early"), "{}", stderr(&out));
+    // The next run cannot pay for its first token: 3, nothing released.
+    let out = generate(&adapters, &args);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("privacy budget exhausted"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The scenario: ε 2.5 of a budget of 8 already spent, a run of
+/// --max-tokens 3 is calibrated to what is left (the spent curve composed with
+/// the run's), so it releases all 3 tokens and stays within the budget, using
+/// most of what was left.
+#[test]
+fn a_calibrated_run_uses_what_is_left_of_the_budget() {
+    let dir = TempDir::new("left");
+    let adapters = write_adapters(&llama(), &dir, 2);
+    let ledger = dir.join("ledger");
+    let run = |epsilon: &str| {
+        let out = generate(
+            &adapters,
+            &[
+                "--prompt",
+                "ab",
+                "--max-tokens",
+                "3",
+                "--no-stop",
+                "--ledger",
+                s(&ledger),
+                "--epsilon",
+                epsilon,
+                "--json",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        json_lines(&out).last().unwrap().clone()
+    };
+    let first = run("2.5");
+    let spent = first["epsilon"].as_f64().unwrap();
+    assert!(spent > 2.4 && spent <= 2.5, "{spent}");
+    let raised = privmix(&["ledger", "raise", s(&ledger), "--epsilon", "8"]);
+    assert!(raised.status.success(), "{}", stderr(&raised));
+    let second = run("8");
+    assert_eq!(second["tokens"].as_u64(), Some(3), "{second}");
+    assert_eq!(second["stop"], "max_tokens");
+    let total = second["epsilon"].as_f64().unwrap();
+    assert!(total <= 8.0, "{total}");
+    assert!(total > 7.9, "the run used what was left: {total}");
+}
+
+/// --temperature tempers each model's distribution before the mechanism: the
+/// public mechanism's perplexity at T is the one of the public model's
+/// log-probabilities divided by T and renormalised (computed here from the model).
+#[test]
+fn temperature_tempers_each_model_before_the_mechanism() {
+    use privmix_models::LanguageModel;
+
+    let dir = TempDir::new("temperature");
+    let text = dir.join("text.txt");
+    let body = "The quick brown fox";
+    std::fs::write(&text, body).unwrap();
+    let model = Model::<B>::load(llama(), &Default::default()).unwrap();
+    let tokens: Vec<u32> = body.bytes().map(u32::from).collect();
+    let expected = |t: f64| {
+        let mut nll = 0.0;
+        for i in 0..tokens.len() - 1 {
+            let lp = model.log_probs_last(&tokens[..=i]).unwrap();
+            let scaled: Vec<f64> = lp.iter().map(|&l| f64::from(l) / t).collect();
+            let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let log_z = max + scaled.iter().map(|x| (x - max).exp()).sum::<f64>().ln();
+            nll -= scaled[tokens[i + 1] as usize] - log_z;
+        }
+        (nll / (tokens.len() - 1) as f64).exp()
+    };
+    let perplexity = |t: &str| {
+        let out = score(&[], &text, &["--mechanism", "public", "--temperature", t]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json_lines(&out)[0]["perplexity"].as_f64().unwrap()
+    };
+    let mut seen = Vec::new();
+    for (arg, t) in [("1", 1.0), ("0.5", 0.5), ("2.5", 2.5)] {
+        let got = perplexity(arg);
+        let want = expected(t);
+        assert!(
+            (got - want).abs() <= 1e-4 * want,
+            "T = {t}: {got} vs {want}"
+        );
+        seen.push(got);
+    }
+    assert!(seen[0] != seen[1] && seen[0] != seen[2], "{seen:?}");
+}
+
+/// --chat renders the prompt with the tokenizer folder's template (transformers'
+/// render, from expected.json), encodes it without adding special tokens, and stops
+/// at the end-of-turn ids of generation_config.json (2 and 3).
+#[test]
+fn chat_renders_the_template_and_stops_at_the_end_of_turn() {
+    let dir = TempDir::new("chat");
+    let model = llama();
+    let tok = chat_tokenizer();
+    let expected = chat_expected();
+    let chat = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            s(&model),
+            "--tokenizer",
+            s(&tok),
+            "--mechanism",
+            "public",
+            "--no-privacy",
+            "--chat",
+            "--json",
+        ];
+        args.extend(extra);
+        privmix(&args)
+    };
+    // A text is one user turn: transformers' render of [user "Hello"], generation
+    // prompt on, is the prompt.
+    assert_eq!(expected[0]["messages"][0]["content"], "Hello");
+    assert_eq!(expected[0]["add_generation_prompt"], true);
+    let rendered = expected[0]["text"].as_str().unwrap();
+    let out = chat(&["--prompt", "Hello", "--max-tokens", "1", "--seed", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = json_lines(&out).last().unwrap().clone();
+    assert_eq!(
+        summary["prompt_tokens"].as_u64(),
+        Some(chat_token_count(rendered) as u64)
+    );
+
+    // A conversation from JSON lines, and one the template refuses.
+    let jsonl = dir.join("chat.jsonl");
+    let conversation = &expected[2];
+    assert_eq!(conversation["add_generation_prompt"], true);
+    let line = serde_json::json!({ "messages": conversation["messages"] });
+    std::fs::write(&jsonl, format!("{line}\n")).unwrap();
+    let out = chat(&[
+        "--prompt-file",
+        s(&jsonl),
+        "--jsonl",
+        "--max-tokens",
+        "1",
+        "--seed",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = json_lines(&out).last().unwrap().clone();
+    let rendered = conversation["text"].as_str().unwrap();
+    assert_eq!(
+        summary["prompt_tokens"].as_u64(),
+        Some(chat_token_count(rendered) as u64)
+    );
+    let refused = &expected[5];
+    let line = serde_json::json!({ "messages": refused["messages"] });
+    std::fs::write(&jsonl, format!("{line}\n")).unwrap();
+    let out = chat(&["--prompt-file", s(&jsonl), "--jsonl", "--seed", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let error = refused["error"].as_str().unwrap();
+    assert!(stderr(&out).contains(error), "{}", stderr(&out));
+    // Messages without --chat: a usage error.
+    let out = generate_with(
+        &model,
+        &[],
+        &[
+            "--mechanism",
+            "public",
+            "--no-privacy",
+            "--prompt-file",
+            s(&jsonl),
+            "--jsonl",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // Stops: a run ends at its first end-of-turn id, or runs to --max-tokens
+    // without one; over these seeds at least one ends at the end of turn.
+    let mut ended = 0;
+    for seed in 0..12 {
+        let seed = seed.to_string();
+        let out = chat(&["--prompt", "Hi", "--max-tokens", "300", "--seed", &seed]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let summary = json_lines(&out).last().unwrap().clone();
+        let ids: Vec<u64> = summary["token_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        let is_stop = |t: &u64| *t == 2 || *t == 3;
+        let (last, before) = ids.split_last().unwrap();
+        assert!(!before.iter().any(is_stop), "seed {seed}: {ids:?}");
+        if summary["stop"] == "end_of_sequence" {
+            assert!(is_stop(last), "seed {seed}: {ids:?}");
+            ended += 1;
+            // --no-stop goes on past it (the same coins).
+            let out = chat(&[
+                "--prompt",
+                "Hi",
+                "--max-tokens",
+                "300",
+                "--seed",
+                &seed,
+                "--no-stop",
+            ]);
+            let more = json_lines(&out).last().unwrap().clone();
+            assert_eq!(more["tokens"].as_u64(), Some(300), "seed {seed}");
+        } else {
+            assert_eq!(summary["stop"], "max_tokens");
+            assert!(!is_stop(last), "seed {seed}: {ids:?}");
+        }
+    }
+    assert!(ended > 0, "no run reached an end-of-turn id");
 }

@@ -454,11 +454,11 @@ fn write_json(
 /// `repr` (shortest round-trip digits, exponent form below 1e-4 and from 1e16),
 /// `NaN` and `Infinity` as Python writes them.
 fn write_number(out: &mut String, value: &Value) -> Result<(), Error> {
-    if value.is_integer() {
-        if let Ok(i) = i128::try_from(value.clone()) {
-            let _ = write!(out, "{i}");
-            return Ok(());
-        }
+    if value.is_integer()
+        && let Ok(i) = i128::try_from(value.clone())
+    {
+        let _ = write!(out, "{i}");
+        return Ok(());
     }
     let x = f64::try_from(value.clone()).map_err(|_| not_serializable(value))?;
     out.push_str(&python_float_repr(x));

@@ -41,9 +41,15 @@ use privmix_accountant::{
     AccountantError, EpsilonDelta, LedgerError, Orders, PrivacyBudget, ProtectedSet, RdpCurve,
 };
 
+// What `privmix serve` uses (see the allowance above).
+#[cfg_attr(not(test), allow(unused_imports))]
 pub use account::StoreAccount;
-pub use file::{FileStore, split_label};
-pub use open::{StoreSpec, open_existing, open_store};
+#[cfg_attr(not(test), allow(unused_imports))]
+pub use file::FileStore;
+pub use file::split_label;
+#[cfg_attr(not(test), allow(unused_imports))]
+pub use open::open_store;
+pub use open::{StoreSpec, open_existing};
 pub use postgres::PostgresStore;
 pub use snapshot::{Record, Snapshot, StoreFormat, of_file as snapshot_of_file};
 

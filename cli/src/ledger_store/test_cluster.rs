@@ -9,11 +9,6 @@
 //! fail, saying how to provide a server: they never pass without one.
 //!
 //! The server keeps `fsync` and `synchronous_commit` on, which the store requires.
-//!
-//! Self-contained (std and the `postgres` crate), so that integration tests can include
-//! it with `#[path]`.
-
-#![allow(dead_code)]
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -60,7 +60,8 @@ fn orders() -> Orders {
     Orders::integers(32).unwrap()
 }
 
-/// The Gaussian mechanism's curve, ε(α) = α / (2σ²) (Mironov 2017, Prop. 7).
+/// The Gaussian mechanism's curve, ε(α) = α / (2σ²) (Mironov, Rényi Differential Privacy,
+/// arXiv:1702.07476, Prop. 7).
 fn gaussian(orders: &Orders, sigma: f64) -> RdpCurve {
     RdpCurve::from_fn(orders.clone(), |a| a / (2.0 * sigma * sigma)).unwrap()
 }

@@ -49,7 +49,7 @@ pub enum NoiseSource {
 
 impl NoiseSource {
     /// The generator this source gives.
-    fn rng(self) -> Result<ChaCha20Rng, TrainError> {
+    pub(crate) fn rng(self) -> Result<ChaCha20Rng, TrainError> {
         match self {
             Self::Os => ChaCha20Rng::try_from_os_rng().map_err(|e| {
                 TrainError::bad(
@@ -154,16 +154,16 @@ pub struct DpSgdStep {
 /// not hardened against Mironov's attack ("On Significance of the Least
 /// Significant Bits for Differential Privacy", CCS 2012).
 pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
-    model: &'m M,
-    base: BaseShapes,
-    config: DpSgdConfig,
-    data: Vec<Vec<u32>>,
-    params: LoraParams,
-    opt: AdamW,
+    pub(crate) model: &'m M,
+    pub(crate) base: BaseShapes,
+    pub(crate) config: DpSgdConfig,
+    pub(crate) data: Vec<Vec<u32>>,
+    pub(crate) params: LoraParams,
+    pub(crate) opt: AdamW,
     /// Poisson sampling and noise ([`DpSgdConfig::noise`]).
-    private_rng: ChaCha20Rng,
-    step: usize,
-    device: B::Device,
+    pub(crate) private_rng: ChaCha20Rng,
+    pub(crate) step: usize,
+    pub(crate) device: B::Device,
 }
 
 impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B, M> {

@@ -7,6 +7,7 @@ mod adamw;
 mod checkpoint;
 mod config;
 mod dpsgd;
+mod dpsgd_checkpoint;
 mod error;
 mod loss;
 mod params;

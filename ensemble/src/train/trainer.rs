@@ -62,6 +62,7 @@ pub struct Trainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
     pub(crate) bad_evals: usize,
     pub(crate) stopped_early: bool,
     pub(crate) checkpoint_dir: Option<PathBuf>,
+    pub(crate) progress_label: Option<String>,
     pub(crate) device: B::Device,
 }
 
@@ -99,6 +100,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
             bad_evals: 0,
             stopped_early: false,
             checkpoint_dir: None,
+            progress_label: None,
             device: model.device(),
             config,
         })
@@ -108,6 +110,12 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
     /// `checkpoint_every` steps, and at the end).
     pub fn with_checkpoints(mut self, dir: impl Into<PathBuf>) -> Self {
         self.checkpoint_dir = Some(dir.into());
+        self
+    }
+
+    /// Names the run on its progress bar (e.g. the member), shown before the bar.
+    pub fn with_progress_label(mut self, label: impl Into<String>) -> Self {
+        self.progress_label = Some(label.into());
         self
     }
 
@@ -221,8 +229,6 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
         let bar = self.progress_bar();
         while self.step < until && !self.stopped_early {
             let loss = self.step()?;
-            bar.set_position(self.step as u64);
-            bar.set_message(format!("loss {loss:.4}"));
             let c = &self.config;
             if c.eval_every > 0
                 && self.step.is_multiple_of(c.eval_every)
@@ -230,6 +236,11 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
             {
                 self.record_eval(e);
             }
+            bar.set_position(self.step as u64);
+            bar.set_message(match self.history.eval_loss.last() {
+                Some((_, e)) => format!("loss {loss:.4} held-out {e:.4}"),
+                None => format!("loss {loss:.4}"),
+            });
             if let Some(dir) = &self.checkpoint_dir
                 && self.config.checkpoint_every > 0
                 && self.step.is_multiple_of(self.config.checkpoint_every)
@@ -274,9 +285,12 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
         if self.config.progress && std::io::stderr().is_terminal() {
             bar.set_draw_target(ProgressDrawTarget::stderr());
             if let Ok(style) = ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} {elapsed_precise} eta {eta} {msg}",
+                "{prefix}{bar:40} {pos}/{len} {elapsed_precise} eta {eta} {msg}",
             ) {
                 bar.set_style(style);
+            }
+            if let Some(label) = &self.progress_label {
+                bar.set_prefix(format!("{label} "));
             }
         } else {
             bar.set_draw_target(ProgressDrawTarget::hidden());

@@ -1,0 +1,276 @@
+//! Fine-tuning the N members, one after the other, each resumable from its
+//! checkpoint folder `checkpoints/member-NNN/` (the trainer's checkpoints
+//! resume to the bit-identical trajectory), and the manifest once all are done.
+
+use std::collections::BTreeMap;
+
+use burn::backend::Flex;
+use privmix_ensemble::data::{Corpus, HASH_PARTITION_RULE, hash_partition};
+use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
+use privmix_ensemble::train::{AdamWConfig, TrainConfig, TrainError, Trainer};
+use privmix_models::Model;
+
+use super::card::member_card;
+use super::error::TrainCmdError;
+use super::manifest::{
+    DataSummary, MANIFEST_FILE, MANIFEST_FORMAT, MemberRecord, PartitionRecord, RunKind,
+    TrainManifest, data_hash, derive_seed, read_json, write_json_atomic,
+};
+use super::{
+    CHECKPOINTS, LATEST_FILE, Prepared, TrainArgs, TrainBackend, shard_blocks, split_holdout,
+};
+use crate::error::CliError;
+use crate::protected::adapter_identity;
+
+/// Written into a member's checkpoint folder once its PEFT folder and card are
+/// complete: its record, so that a rerun skips it.
+const DONE_FILE: &str = "done.json";
+
+/// The users of `corpus` by member: `sha256(seed ‖ user) mod members`.
+pub(crate) fn partition(
+    corpus: &Corpus,
+    seed: u64,
+    members: usize,
+) -> Result<Vec<Vec<String>>, CliError> {
+    hash_partition(corpus, seed, members).map_err(|source| {
+        TrainCmdError::Data {
+            what: format!(
+                "partitioning {} users into {members} members with --seed {seed} (a member without users needs another --seed or fewer --members)",
+                corpus.len()
+            ),
+            source,
+        }
+        .into()
+    })
+}
+
+/// The adapter's configuration from the flags: PEFT's defaults otherwise,
+/// `fan_in_fan_out` set for GPT-2's `Conv1D` projections as PEFT sets it.
+pub(crate) fn lora_config(p: &Prepared) -> Result<LoraConfig, CliError> {
+    let c = &p.config;
+    let targets: Vec<&str> = c.target_modules.iter().map(String::as_str).collect();
+    let mut lora = LoraConfig::new(c.rank, c.alpha, &targets)
+        .map_err(|e| CliError::arg("--target-modules", e.to_string()))?;
+    lora.lora_dropout = c.dropout;
+    lora.base_model_name_or_path = Some(p.base.name.clone());
+    lora.fan_in_fan_out = targets
+        .iter()
+        .any(|t| matches!(*t, "c_attn" | "c_proj" | "c_fc"));
+    lora.validate()
+        .map_err(|e| CliError::arg("--dropout", e.to_string()))?;
+    Ok(lora)
+}
+
+/// The trainer's configuration for member `k` with `train_blocks` training
+/// blocks (the step count from `--epochs` when `--steps` is not given).
+fn train_config(
+    p: &Prepared,
+    args: &TrainArgs,
+    k: usize,
+    train_blocks: usize,
+    held_out: bool,
+) -> Result<TrainConfig, CliError> {
+    let c = &p.config;
+    let per_step = c.batch_size.min(train_blocks) * c.grad_accum;
+    let total = c
+        .steps
+        .unwrap_or_else(|| (c.epochs * train_blocks as f64 / per_step as f64).ceil() as usize)
+        .max(1);
+    let tenth = total.div_ceil(10).max(1);
+    let eval_every = if held_out {
+        c.eval_every.unwrap_or(tenth)
+    } else {
+        0
+    };
+    let mut t = TrainConfig::new(lora_config(p)?, total, derive_seed(c.seed, "train", k));
+    t.learning_rate = c.learning_rate;
+    t.warmup_steps = c.warmup_steps;
+    t.batch_size = c.batch_size;
+    t.grad_accum = c.grad_accum;
+    t.adamw = AdamWConfig {
+        weight_decay: c.weight_decay,
+        ..AdamWConfig::default()
+    };
+    t.eval_every = eval_every;
+    t.eval_blocks = c.eval_blocks;
+    t.patience = c.patience;
+    t.checkpoint_every =
+        args.checkpoint_every
+            .unwrap_or(if eval_every > 0 { eval_every } else { tenth });
+    t.progress = true;
+    Ok(t)
+}
+
+/// Trains every member not yet done; returns whether all are (then the
+/// manifest is written), or `false` when `--stop-at-step` left some unfinished.
+pub(crate) fn train(
+    p: &Prepared,
+    model: &Model<TrainBackend>,
+    shards: &[Vec<String>],
+    args: &TrainArgs,
+) -> Result<bool, CliError> {
+    let mut records = Vec::with_capacity(shards.len());
+    let mut unfinished = 0;
+    for (k, users) in shards.iter().enumerate() {
+        let name = format!("member-{k:03}");
+        let checkpoints = p.out.join(CHECKPOINTS).join(&name);
+        let done = checkpoints.join(DONE_FILE);
+        if done.is_file() {
+            let record: MemberRecord = read_json(&done)?;
+            eprintln!("{name}: trained by an earlier run");
+            records.push(record);
+            continue;
+        }
+        let fail = |source: TrainError| TrainCmdError::Training {
+            member: name.clone(),
+            source,
+        };
+        let shard = shard_blocks(p, users, &name)?;
+        let (train, held) = split_holdout(
+            shard.blocks,
+            p.config.holdout,
+            derive_seed(p.config.seed, "holdout", k),
+        );
+        let (train_blocks, held_out_blocks) = (train.len(), held.len());
+        let config = train_config(p, args, k, train_blocks, held_out_blocks > 0)?;
+        let total = config.total_steps;
+        let train_seed = config.seed;
+        let trainer = if checkpoints.join(LATEST_FILE).is_file() {
+            let t = Trainer::<TrainBackend, _>::resume(model, train, held, config, &checkpoints)
+                .map_err(fail)?;
+            eprintln!(
+                "{name}: resuming from the checkpoint at step {} of {total}",
+                t.step_count()
+            );
+            t
+        } else {
+            Trainer::<TrainBackend, _>::new(model, train, held, config).map_err(fail)?
+        };
+        let mut trainer = trainer
+            .with_checkpoints(&checkpoints)
+            .with_progress_label(&name);
+        let report = trainer
+            .run_until(args.stop_at_step.unwrap_or(total))
+            .map_err(fail)?;
+        if report.steps < total && !report.stopped_early {
+            eprintln!(
+                "{name}: stopped at step {} of {total} (--stop-at-step); checkpoint in {}",
+                report.steps,
+                checkpoints.display()
+            );
+            unfinished += 1;
+            continue;
+        }
+        // After early stopping the best held-out adapter is kept; a run that
+        // went to the end keeps its last adapter.
+        let (adapter, adapter_step, held_out_loss): (LoraAdapter<Flex>, usize, Option<f64>) =
+            match (report.stopped_early, report.best) {
+                (true, Some((step, loss))) => {
+                    (trainer.best_adapter().map_err(fail)?, step, Some(loss))
+                }
+                _ => (
+                    trainer.adapter().map_err(fail)?,
+                    report.steps,
+                    trainer.evaluate().map_err(fail)?,
+                ),
+            };
+        let dir = p.out.join(&name);
+        adapter
+            .save_peft(&dir)
+            .map_err(|source| TrainCmdError::AdapterWrite {
+                path: dir.clone(),
+                source,
+            })?;
+        let record = MemberRecord {
+            index: k,
+            path: name.clone(),
+            adapter_sha256: adapter_identity(&dir)?,
+            users: users.len(),
+            tokens: shard.tokens,
+            train_blocks,
+            held_out_blocks,
+            data_sha256: data_hash(users.iter().map(|u| {
+                let text = p.corpus.get(u).map(|t| t.text.as_str()).unwrap_or_default();
+                (u.as_str(), text)
+            })),
+            train_seed,
+            total_steps: total,
+            steps: report.steps,
+            stopped_early: report.stopped_early,
+            adapter_step,
+            train_loss: report.history.train_loss.last().copied(),
+            held_out_loss,
+        };
+        let readme = dir.join("README.md");
+        std::fs::write(
+            &readme,
+            member_card(&record, shards.len(), &p.config, &p.base),
+        )
+        .map_err(|source| CliError::Io {
+            what: format!("writing {}", readme.display()),
+            source,
+        })?;
+        write_json_atomic(&done, &record)?;
+        eprintln!(
+            "{name}: {} users, {} tokens, {} training / {} held-out blocks; {} of {total} steps{}, training loss {}, held-out loss {}",
+            record.users,
+            record.tokens,
+            train_blocks,
+            held_out_blocks,
+            record.steps,
+            if record.stopped_early {
+                " (early stopping)"
+            } else {
+                ""
+            },
+            fmt_loss(record.train_loss),
+            fmt_loss(record.held_out_loss),
+        );
+        records.push(record);
+    }
+    if unfinished > 0 {
+        eprintln!(
+            "privmix: {unfinished} member(s) unfinished; rerun the same command without --stop-at-step to continue"
+        );
+        return Ok(false);
+    }
+    let mut assignment = BTreeMap::new();
+    for (k, users) in shards.iter().enumerate() {
+        for u in users {
+            assignment.insert(u.clone(), k);
+        }
+    }
+    let manifest = TrainManifest {
+        format: MANIFEST_FORMAT.into(),
+        privmix_version: env!("CARGO_PKG_VERSION").into(),
+        kind: RunKind::Members,
+        base_model: p.base.clone(),
+        tokenizer: p.tokenizer_identity.clone(),
+        data: DataSummary {
+            users: p.corpus.len(),
+            sha256: p.data_sha256.clone(),
+        },
+        partition: Some(PartitionRecord {
+            seed: p.config.seed,
+            members: shards.len(),
+            hash: HASH_PARTITION_RULE.into(),
+            users: assignment,
+        }),
+        config: p.config.clone(),
+        members: records,
+        dp_sgd: None,
+    };
+    let path = p.out.join(MANIFEST_FILE);
+    write_json_atomic(&path, &manifest)?;
+    eprintln!(
+        "privmix: {} members and {} written",
+        shards.len(),
+        path.display()
+    );
+    Ok(true)
+}
+
+/// A loss for messages.
+pub(crate) fn fmt_loss(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.4}"))
+}
