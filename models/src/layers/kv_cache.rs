@@ -396,7 +396,8 @@ impl<B: Backend> KvCache<B> {
         }
         self.rows = keep.iter().map(|&r| self.rows[r].clone()).collect();
         if keep.is_empty() {
-            // No rows hold no keys: layers of zero rows are not kept.
+            // A cache of no rows holds no keys (what `append_rows` expects
+            // of it), not layers of zero rows.
             self.layers.fill(Layer::Empty);
             return Ok(());
         }
