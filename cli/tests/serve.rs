@@ -62,9 +62,22 @@ async fn serves_completions_and_charges_every_token() {
     // Keys.
     let r = http.get(url("/v1/models")).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = http.get(url("/v1/models")).bearer_auth("sk-wrong-0123456789abcdef").send().await.unwrap();
+    let r = http
+        .get(url("/v1/models"))
+        .bearer_auth("sk-wrong-0123456789abcdef")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
-    let models: Value = http.get(url("/v1/models")).bearer_auth(BOB).send().await.unwrap().json().await.unwrap();
+    let models: Value = http
+        .get(url("/v1/models"))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(models["data"][0]["id"], "tiny");
 
     // A completion, not streamed.
@@ -81,7 +94,10 @@ async fn serves_completions_and_charges_every_token() {
     let usage = &body["usage"];
     let completed = usage["completion_tokens"].as_u64().unwrap();
     assert!((1..=5).contains(&completed), "{body}");
-    assert!(usage["privacy"]["epsilon_spent"].as_f64().unwrap() > 0.0, "{body}");
+    assert!(
+        usage["privacy"]["epsilon_spent"].as_f64().unwrap() > 0.0,
+        "{body}"
+    );
     let left = usage["privacy"]["total_epsilon_left"].as_f64().unwrap();
     assert!(left < 40.0 && left > 0.0, "{body}");
 
@@ -89,13 +105,20 @@ async fn serves_completions_and_charges_every_token() {
     let r = http
         .post(url("/v1/chat/completions"))
         .bearer_auth(BOB)
-        .json(&json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}],
-            "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}))
+        .json(
+            &json!({"model": "tiny", "messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}),
+        )
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
     let text = r.text().await.unwrap();
     let data: Vec<&str> = text
         .lines()
@@ -115,21 +138,42 @@ async fn serves_completions_and_charges_every_token() {
 
     // The ledger holds one charge per released token, each under its tenant.
     let charges = ledger_charges(&dir.join("ledger"));
-    assert_eq!(charges.iter().filter(|l| l.contains("tenant=bob")).count() as u64, completed + streamed);
+    assert_eq!(
+        charges.iter().filter(|l| l.contains("tenant=bob")).count() as u64,
+        completed + streamed
+    );
 
     // Bad input: 400 naming the field.
     for (body, field) in [
         (json!({"model": "other", "prompt": "x"}), "model"),
         (json!({"model": "tiny", "prompt": "x", "n": 2}), "n"),
-        (json!({"model": "tiny", "prompt": "x", "logprobs": 2}), "logprobs"),
-        (json!({"model": "tiny", "prompt": "x", "max_tokens": 9}), "max_tokens"),
-        (json!({"model": "tiny", "prompt": "x".repeat(500)}), "prompt"),
+        (
+            json!({"model": "tiny", "prompt": "x", "logprobs": 2}),
+            "logprobs",
+        ),
+        (
+            json!({"model": "tiny", "prompt": "x", "max_tokens": 9}),
+            "max_tokens",
+        ),
+        (
+            json!({"model": "tiny", "prompt": "x".repeat(500)}),
+            "prompt",
+        ),
         (json!({"model": "tiny", "prompt": 3}), "prompt"),
     ] {
-        let r = http.post(url("/v1/completions")).bearer_auth(BOB).json(&body).send().await.unwrap();
+        let r = http
+            .post(url("/v1/completions"))
+            .bearer_auth(BOB)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{body}");
         let e: Value = r.json().await.unwrap();
-        let named = e["error"]["param"].as_str().map(str::to_string).unwrap_or_default()
+        let named = e["error"]["param"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_default()
             + e["error"]["message"].as_str().unwrap();
         assert!(named.contains(field), "{body}: {e}");
     }
@@ -162,7 +206,13 @@ async fn serves_completions_and_charges_every_token() {
         assert_eq!(r.status(), 200);
     }
     let refused = refused.expect("alice's budget of 0.05 runs out");
-    assert!(refused["error"]["message"].as_str().unwrap().contains("alice"), "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("alice"),
+        "{refused}"
+    );
     let before = ledger_charges(&dir.join("ledger")).len();
     let r = http
         .post(url("/v1/completions"))
@@ -229,5 +279,9 @@ async fn concurrent_requests_are_batched_and_shutdown_drains_them() {
         .args(["ledger", "verify", dir.join("ledger").to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

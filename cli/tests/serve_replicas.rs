@@ -14,8 +14,18 @@ use serve_support::{Server, TempDir, model_folder, write_adapters};
 
 fn replica(model: &str, adapters: &[String], ledger: &str, create: bool) -> Server {
     let mut args: Vec<String> = [
-        "serve", "--model", model, "--ledger", ledger, "--no-auth", "--max-tokens", "4",
-        "--model-name", "tiny", "--request-epsilon", "1",
+        "serve",
+        "--model",
+        model,
+        "--ledger",
+        ledger,
+        "--no-auth",
+        "--max-tokens",
+        "4",
+        "--model-name",
+        "tiny",
+        "--request-epsilon",
+        "1",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -34,7 +44,11 @@ fn ledger_json(url: &str) -> Value {
         .args(["ledger", "show", "--json", url])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -106,7 +120,11 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         .args(["ledger", "raise", &schema.url, "--epsilon", "30"])
         .output()
         .unwrap();
-    assert!(raise.status.success(), "{}", String::from_utf8_lossy(&raise.stderr));
+    assert!(
+        raise.status.success(),
+        "{}",
+        String::from_utf8_lossy(&raise.stderr)
+    );
     let before = ledger_json(&schema.url)["charges"].as_u64().unwrap();
     let c = replica(&model, &adapters, &schema.url, false);
     let mut r = http
@@ -124,7 +142,11 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         .args(["ledger", "verify", &schema.url])
         .output()
         .unwrap();
-    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
     let after = ledger_json(&schema.url);
     let charged = after["charges"].as_u64().unwrap() - before;
     // The released token was charged; at most the request's own tokens were.

@@ -59,7 +59,10 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         return write_report(&out.join("experiment.md"), &report);
     }
     if serve_only {
-        let report = format!("# privmix serving report\n\n{}", crate::serve_load::section(quick));
+        let report = format!(
+            "# privmix serving report\n\n{}",
+            crate::serve_load::section(quick)
+        );
         return write_report(&out.join("serve.md"), &report);
     }
     if speed_only {

@@ -97,18 +97,46 @@ fn measure(quick: bool) -> Result<String, String> {
     let privmix = root.join("target").join("release").join("privmix");
     let mut rows = Vec::new();
     let server = Server::start(Command::new(&privmix).args(&args), "http://")?;
-    rows.extend(load(&python, &script, &server.url, "smollm2", "privmix PMixED, 8 members", seconds)?);
+    rows.extend(load(
+        &python,
+        &script,
+        &server.url,
+        "smollm2",
+        "privmix PMixED, 8 members",
+        seconds,
+    )?);
     drop(server);
 
     match llama_server(&cache, &python) {
         Ok(bin) => {
             let port = free_port()?;
             let mut cmd = Command::new(bin);
-            cmd.args(["--model", &gguf.to_string_lossy(), "--threads", "2", "--parallel", "32"])
-                .args(["--ctx-size", "8192", "--host", "127.0.0.1", "--port", &port.to_string()]);
+            cmd.args([
+                "--model",
+                &gguf.to_string_lossy(),
+                "--threads",
+                "2",
+                "--parallel",
+                "32",
+            ])
+            .args([
+                "--ctx-size",
+                "8192",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ]);
             let server = Server::start(&mut cmd, "server is listening")?;
             let url = format!("http://127.0.0.1:{port}");
-            rows.extend(load(&python, &script, &url, "smollm2", "llama.cpp llama-server, no privacy", seconds)?);
+            rows.extend(load(
+                &python,
+                &script,
+                &url,
+                "smollm2",
+                "llama.cpp llama-server, no privacy",
+                seconds,
+            )?);
             drop(server);
         }
         Err(e) => rows.push(Value::String(format!("llama.cpp not measured: {e}"))),
@@ -121,7 +149,10 @@ fn measure(quick: bool) -> Result<String, String> {
         s,
         "SmolLM2-135M-Instruct Q4_1, streamed `/v1/completions` of up to 32 tokens, {seconds} s per \
          level, loopback, 2 threads each; load average before: {}.\n",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     s.push_str("| server | clients | tokens/s | p50 ms/token | p99 ms/token | p50 ms to first token | p99 ms to first token | requests |\n|---|---|---|---|---|---|---|---|\n");
     for r in &rows {
@@ -163,7 +194,16 @@ fn load(
 ) -> Result<Vec<Value>, String> {
     let out = Command::new(python)
         .arg(script)
-        .args(["--url", url, "--model", model, "--label", label, "--clients", CLIENTS])
+        .args([
+            "--url",
+            url,
+            "--model",
+            model,
+            "--label",
+            label,
+            "--clients",
+            CLIENTS,
+        ])
         .args(["--seconds", seconds])
         .output()
         .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
@@ -204,7 +244,13 @@ impl Server {
                 if !sent && line.contains(&ready) {
                     let url = line
                         .find("http://")
-                        .map(|i| line[i..].split_whitespace().next().unwrap_or("").to_string())
+                        .map(|i| {
+                            line[i..]
+                                .split_whitespace()
+                                .next()
+                                .unwrap_or("")
+                                .to_string()
+                        })
                         .unwrap_or_default();
                     let _ = tx.send(url);
                     sent = true;
@@ -258,19 +304,31 @@ if hashlib.sha256(data).hexdigest() != sha:
 open(out, "wb").write(data)
 "##;
     let sdist = dir.join(SDIST);
-    run(Command::new(python).args(["-c", fetch, SDIST, SDIST_SHA256]).arg(&sdist))?;
-    run(Command::new("tar").arg("xzf").arg(&sdist).arg("-C").arg(&dir))?;
+    run(Command::new(python)
+        .args(["-c", fetch, SDIST, SDIST_SHA256])
+        .arg(&sdist))?;
+    run(Command::new("tar")
+        .arg("xzf")
+        .arg(&sdist)
+        .arg("-C")
+        .arg(&dir))?;
     let cmake_dir = dir.join("cmake");
     run(Command::new(python)
         .args(["-m", "pip", "install", "--target"])
         .arg(&cmake_dir)
         .arg("cmake"))?;
-    let src = dir.join("llama_cpp_python-0.3.36").join("vendor").join("llama.cpp");
+    let src = dir
+        .join("llama_cpp_python-0.3.36")
+        .join("vendor")
+        .join("llama.cpp");
     let build = dir.join("build");
     let cmake = |args: &[&str]| {
         run(Command::new(python)
             .env("PYTHONPATH", &cmake_dir)
-            .args(["-c", "import sys; from cmake import cmake; sys.argv[0] = 'cmake'; cmake()"])
+            .args([
+                "-c",
+                "import sys; from cmake import cmake; sys.argv[0] = 'cmake'; cmake()",
+            ])
             .args(args))
     };
     cmake(&[
@@ -286,14 +344,23 @@ open(out, "wb").write(data)
         "-DLLAMA_BUILD_SERVER=ON",
         "-DBUILD_SHARED_LIBS=OFF",
     ])?;
-    cmake(&["--build", &build.to_string_lossy(), "--target", "llama-server", "-j", "2"])?;
+    cmake(&[
+        "--build",
+        &build.to_string_lossy(),
+        "--target",
+        "llama-server",
+        "-j",
+        "2",
+    ])?;
     std::fs::copy(build.join("bin").join("llama-server"), &bin)
         .map_err(|e| format!("llama-server was not built: {e}"))?;
     Ok(bin)
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
-    let status = cmd.status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {

@@ -285,10 +285,14 @@ pub fn check_common(c: &Common, limits: &Limits) -> Result<Checked, ApiError> {
     {
         return Err(ApiError::invalid(
             "n",
-            format!("n = {n}: a private endpoint answers one choice per request (each choice is charged); send separate requests"),
+            format!(
+                "n = {n}: a private endpoint answers one choice per request (each choice is charged); send separate requests"
+            ),
         ));
     }
-    if c.logprobs.as_ref().is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+    if c.logprobs
+        .as_ref()
+        .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
         || c.top_logprobs.as_ref().is_some_and(|v| !v.is_null())
     {
         return Err(ApiError::invalid(
@@ -297,7 +301,10 @@ pub fn check_common(c: &Common, limits: &Limits) -> Result<Checked, ApiError> {
         ));
     }
     if c.logit_bias.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::invalid("logit_bias", "not supported by a private mechanism"));
+        return Err(ApiError::invalid(
+            "logit_bias",
+            "not supported by a private mechanism",
+        ));
     }
     if c.seed.as_ref().is_some_and(|v| !v.is_null()) {
         return Err(ApiError::invalid(
@@ -308,7 +315,10 @@ pub fn check_common(c: &Common, limits: &Limits) -> Result<Checked, ApiError> {
     if let Some(p) = c.top_p
         && p != 1.0
     {
-        return Err(ApiError::invalid("top_p", "only top_p = 1 is supported by a private mechanism"));
+        return Err(ApiError::invalid(
+            "top_p",
+            "only top_p = 1 is supported by a private mechanism",
+        ));
     }
     for (name, v) in [
         ("presence_penalty", c.presence_penalty),
@@ -317,21 +327,29 @@ pub fn check_common(c: &Common, limits: &Limits) -> Result<Checked, ApiError> {
         if let Some(v) = v
             && v != 0.0
         {
-            return Err(ApiError::invalid(name, "penalties are not supported by a private mechanism"));
+            return Err(ApiError::invalid(
+                name,
+                "penalties are not supported by a private mechanism",
+            ));
         }
     }
     let max_tokens = c.max_tokens.unwrap_or(limits.max_tokens);
     if max_tokens == 0 || max_tokens > limits.max_tokens {
         return Err(ApiError::invalid(
             "max_tokens",
-            format!("max_tokens = {max_tokens}: must be between 1 and {}", limits.max_tokens),
+            format!(
+                "max_tokens = {max_tokens}: must be between 1 and {}",
+                limits.max_tokens
+            ),
         ));
     }
     let temperature = c.temperature.unwrap_or(1.0);
     if !(temperature.is_finite() && temperature > 0.0 && temperature <= 100.0) {
         return Err(ApiError::invalid(
             "temperature",
-            format!("temperature = {temperature}: must be in (0, 100] (greedy decoding is not private)"),
+            format!(
+                "temperature = {temperature}: must be in (0, 100] (greedy decoding is not private)"
+            ),
         ));
     }
     let stop = match &c.stop {
@@ -359,10 +377,16 @@ pub fn completion_prompt(r: &CompletionRequest) -> Result<PromptField, ApiError>
     if let Some(b) = r.best_of
         && b != 1
     {
-        return Err(ApiError::invalid("best_of", "only best_of = 1 (each candidate would be charged)"));
+        return Err(ApiError::invalid(
+            "best_of",
+            "only best_of = 1 (each candidate would be charged)",
+        ));
     }
     if r.suffix.is_some() {
-        return Err(ApiError::invalid("suffix", "suffix (infilling) is not supported"));
+        return Err(ApiError::invalid(
+            "suffix",
+            "suffix (infilling) is not supported",
+        ));
     }
     match &r.prompt {
         PromptField::Texts(v) if v.len() != 1 => Err(ApiError::invalid(
@@ -382,7 +406,10 @@ pub fn message_texts(messages: &[Message]) -> Result<Vec<(String, String)>, ApiE
     }
     let mut out = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
-        if !matches!(m.role.as_str(), "system" | "user" | "assistant" | "developer") {
+        if !matches!(
+            m.role.as_str(),
+            "system" | "user" | "assistant" | "developer"
+        ) {
             return Err(ApiError::invalid(
                 &format!("messages[{i}].role"),
                 format!("unknown role `{}` (system, user, assistant)", m.role),
@@ -406,7 +433,11 @@ pub fn message_texts(messages: &[Message]) -> Result<Vec<(String, String)>, ApiE
                 s
             }
         };
-        let role = if m.role == "developer" { "system".to_string() } else { m.role.clone() };
+        let role = if m.role == "developer" {
+            "system".to_string()
+        } else {
+            m.role.clone()
+        };
         out.push((role, text));
     }
     Ok(out)
@@ -440,8 +471,14 @@ mod tests {
             (json!({"model": "m", "temperature": 0.0}), "temperature"),
             (json!({"model": "m", "seed": 3}), "seed"),
             (json!({"model": "m", "top_p": 0.9}), "top_p"),
-            (json!({"model": "m", "presence_penalty": 1.0}), "presence_penalty"),
-            (json!({"model": "m", "stop": ["a", "b", "c", "d", "e"]}), "stop"),
+            (
+                json!({"model": "m", "presence_penalty": 1.0}),
+                "presence_penalty",
+            ),
+            (
+                json!({"model": "m", "stop": ["a", "b", "c", "d", "e"]}),
+                "stop",
+            ),
         ];
         for (body, field) in cases {
             let e = check_common(&common(body.clone()), &limits()).unwrap_err();
@@ -453,8 +490,10 @@ mod tests {
     #[test]
     fn defaults_and_accepted_values() {
         let c = check_common(
-            &common(json!({"model": "m", "n": 1, "logprobs": null, "stop": "\n", "stream": true,
-                "stream_options": {"include_usage": true}, "temperature": 0.7})),
+            &common(
+                json!({"model": "m", "n": 1, "logprobs": null, "stop": "\n", "stream": true,
+                "stream_options": {"include_usage": true}, "temperature": 0.7}),
+            ),
             &limits(),
         )
         .unwrap();
@@ -474,10 +513,16 @@ mod tests {
     fn prompts_and_messages() {
         let r: CompletionRequest =
             serde_json::from_value(json!({"model": "m", "prompt": ["a", "b"]})).unwrap();
-        assert_eq!(completion_prompt(&r).unwrap_err().param.as_deref(), Some("prompt"));
+        assert_eq!(
+            completion_prompt(&r).unwrap_err().param.as_deref(),
+            Some("prompt")
+        );
         let r: CompletionRequest =
             serde_json::from_value(json!({"model": "m", "prompt": [1, 2]})).unwrap();
-        assert!(matches!(completion_prompt(&r).unwrap(), PromptField::Ids(_)));
+        assert!(matches!(
+            completion_prompt(&r).unwrap(),
+            PromptField::Ids(_)
+        ));
         let m: Vec<Message> = serde_json::from_value(json!([
             {"role": "system", "content": "s"},
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
@@ -489,6 +534,9 @@ mod tests {
         );
         let bad: Vec<Message> =
             serde_json::from_value(json!([{"role": "tool", "content": "x"}])).unwrap();
-        assert_eq!(message_texts(&bad).unwrap_err().param.as_deref(), Some("messages[0].role"));
+        assert_eq!(
+            message_texts(&bad).unwrap_err().param.as_deref(),
+            Some("messages[0].role")
+        );
     }
 }

@@ -446,9 +446,11 @@ fn finish<B: Backend, M>(
         Some((b.epsilon() - spent).max(0.0))
     };
     let total_epsilon_left = left(store.spent(None), store.budget());
-    let tenant_epsilon_left = a.job.tenant.as_ref().and_then(|t| {
-        left(store.spent(Some(&t.name)), t.budget)
-    });
+    let tenant_epsilon_left = a
+        .job
+        .tenant
+        .as_ref()
+        .and_then(|t| left(store.spent(Some(&t.name)), t.budget));
     let usage = Usage {
         prompt_tokens: a.job.prompt.len(),
         completion_tokens: a.charged_tokens,

@@ -103,14 +103,16 @@ fn authenticate(s: &AppState, headers: &HeaderMap) -> Result<Option<Tenant>, Api
     let Some(keys) = &s.keys else {
         return Ok(None);
     };
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(|| ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`"))?;
+    let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        ApiError::unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    })?;
     let key = value
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`"))?;
+        .ok_or_else(|| {
+            ApiError::unauthorized("malformed Authorization header: expected `Bearer <key>`")
+        })?;
     keys.tenant(key.trim())
         .cloned()
         .map(Some)
@@ -152,7 +154,10 @@ async fn completions(
         PromptField::Ids(ids) => {
             let vocab = s.tokenizer.vocab_size();
             if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-                return Err(ApiError::invalid("prompt", format!("token id {bad} is outside the vocabulary of {vocab}")));
+                return Err(ApiError::invalid(
+                    "prompt",
+                    format!("token id {bad} is outside the vocabulary of {vocab}"),
+                ));
             }
             ids
         }
@@ -180,9 +185,12 @@ async fn chat_completions(
             format!("this model has no usable chat template ({why}): use /v1/completions"),
         )
     })?;
-    let text = template
-        .render(&messages, true)
-        .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+    let text = template.render(&messages, true).map_err(|e| {
+        ApiError::invalid(
+            "messages",
+            format!("the chat template refused the messages: {e}"),
+        )
+    })?;
     // The template writes the special tokens itself.
     let prompt = encode(&s, &text, false)?;
     start(s, tenant, prompt, checked, Kind::Chat).await
@@ -197,12 +205,19 @@ fn encode(s: &AppState, text: &str, add_special: bool) -> Result<Vec<u32>, ApiEr
         ids.extend(s.tokenizer.bos_id());
     }
     if ids.is_empty() {
-        return Err(ApiError::invalid("prompt", "empty prompt and no BOS token to start from"));
+        return Err(ApiError::invalid(
+            "prompt",
+            "empty prompt and no BOS token to start from",
+        ));
     }
     if ids.len() > s.limits.max_prompt_tokens {
         return Err(ApiError::invalid(
             "prompt",
-            format!("the prompt has {} tokens; this server accepts at most {}", ids.len(), s.limits.max_prompt_tokens),
+            format!(
+                "the prompt has {} tokens; this server accepts at most {}",
+                ids.len(),
+                s.limits.max_prompt_tokens
+            ),
         ));
     }
     Ok(ids)
@@ -236,7 +251,11 @@ async fn start(
         .ok_or_else(|| ApiError::internal("the engine stopped"))?;
     let id = format!(
         "{}-{:x}{:06x}",
-        if kind == Kind::Chat { "chatcmpl" } else { "cmpl" },
+        if kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        },
         s.created,
         s.counter.fetch_add(1, Ordering::Relaxed)
     );
@@ -255,7 +274,9 @@ async fn start(
     }
     if checked.stream {
         let sse = sse_stream(meta, first, rx, checked.include_usage, permit);
-        Ok(Sse::new(sse).keep_alive(KeepAlive::default()).into_response())
+        Ok(Sse::new(sse)
+            .keep_alive(KeepAlive::default())
+            .into_response())
     } else {
         let mut text = String::new();
         let mut event = first;
@@ -404,7 +425,9 @@ fn sse_stream(
                     end = true;
                 }
                 Event::Refused { message } | Event::Failed(message) => {
-                    values.push(json!({"error": {"message": message, "type": "server_error"}}).to_string());
+                    values.push(
+                        json!({"error": {"message": message, "type": "server_error"}}).to_string(),
+                    );
                     end = true;
                 }
             }

@@ -54,9 +54,8 @@ impl ApiKeys {
             what: format!("reading the API keys file {}", path.display()),
             source,
         })?;
-        Self::parse(&text).map_err(|reason| {
-            CliError::arg("--api-keys", format!("{}: {reason}", path.display()))
-        })
+        Self::parse(&text)
+            .map_err(|reason| CliError::arg("--api-keys", format!("{}: {reason}", path.display())))
     }
 
     /// Parses a keys file's text.
@@ -152,8 +151,14 @@ mod tests {
     fn bad_files_are_refused_with_the_entry() {
         for (text, needle) in [
             (r#"{"keys": []}"#, "no keys"),
-            (r#"{"keys": [{"key": "short", "tenant": "a"}]}"#, "keys[0].key"),
-            (r#"{"keys": [{"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "a;b"}]}"#, "keys[0].tenant"),
+            (
+                r#"{"keys": [{"key": "short", "tenant": "a"}]}"#,
+                "keys[0].key",
+            ),
+            (
+                r#"{"keys": [{"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "a;b"}]}"#,
+                "keys[0].tenant",
+            ),
             (
                 r#"{"keys": [{"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "a", "epsilon": -1}]}"#,
                 "keys[0]",
@@ -168,7 +173,10 @@ mod tests {
                              {"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "b"}]}"#,
                 "twice",
             ),
-            (r#"{"keys": [{"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "a", "x": 1}]}"#, "unknown field"),
+            (
+                r#"{"keys": [{"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "a", "x": 1}]}"#,
+                "unknown field",
+            ),
         ] {
             let e = ApiKeys::parse(text).unwrap_err();
             assert!(e.contains(needle), "{text}: {e}");

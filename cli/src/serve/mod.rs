@@ -32,9 +32,11 @@ use burn::tensor::backend::Backend;
 use privmix_models::{ChatTemplate, Tokenizer};
 
 use crate::args::ModelArgs;
-use crate::ledger_store::LedgerStore;
-use crate::setup::{BackendFn, Runner, check_vocab, load_chat_template, load_runner, load_tokenizer, with_backend};
 use crate::error::CliError;
+use crate::ledger_store::LedgerStore;
+use crate::setup::{
+    BackendFn, Runner, check_vocab, load_chat_template, load_runner, load_tokenizer, with_backend,
+};
 
 pub use api::Limits;
 
@@ -110,10 +112,11 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         None => None,
     };
     let protected = crate::protected::protected_set(&args.model.adapters)?;
-    let store =
-        crate::ledger_store::open_store(&args.ledger, &protected, args.epsilon, args.delta)
-            .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
-    let delta = store.budget().map_or(crate::ledger_open::DEFAULT_DELTA, |b| b.delta());
+    let store = crate::ledger_store::open_store(&args.ledger, &protected, args.epsilon, args.delta)
+        .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
+    let delta = store
+        .budget()
+        .map_or(crate::ledger_open::DEFAULT_DELTA, |b| b.delta());
 
     with_backend(
         args.model.backend,
@@ -168,7 +171,16 @@ impl BackendFn<()> for Serving<'_> {
             stop_ids,
             delta,
         };
-        serve(args, keys, store.as_mut(), &runner, tokenizer, chat, limits, &config)
+        serve(
+            args,
+            keys,
+            store.as_mut(),
+            &runner,
+            tokenizer,
+            chat,
+            limits,
+            &config,
+        )
     }
 }
 
