@@ -52,7 +52,7 @@ pub trait BackendFn<R> {
 }
 
 /// Runs `f` on the backend `kind` names, opening its device once: burn-flex on
-/// the CPU, wgpu (the device opened by [`privmix_models::open_wgpu_device`]) or
+/// the CPU, wgpu (the device opened by `privmix_models::open_wgpu_device`) or
 /// CUDA's default device. A backend this binary was built without is a
 /// [`CliError::BackendNotBuilt`] naming the cargo feature that builds it in.
 pub fn with_backend<R>(kind: BackendKind, f: impl BackendFn<R>) -> Result<R, CliError> {

@@ -106,7 +106,7 @@ pub enum StoreError {
         "privacy budget {budget} exhausted: spent ε = {spent} of ε = {epsilon} at δ = {delta}; the charge would take it to ε = {would_spend}"
     )]
     Refused {
-        /// Which budget: "total" or "tenant <name>".
+        /// Which budget: "total" or "tenant `<name>`".
         budget: String,
         /// ε spent on it so far (rounded up), at `delta`.
         spent: f64,
