@@ -127,7 +127,7 @@ fn measure(quick: bool) -> Result<String, String> {
                 "--port",
                 &port.to_string(),
             ]);
-            let server = Server::start(&mut cmd, "server is listening")?;
+            let server = Server::start(&mut cmd, "listening on http://")?;
             let url = format!("http://127.0.0.1:{port}");
             rows.extend(load(
                 &python,
