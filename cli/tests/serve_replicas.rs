@@ -109,6 +109,10 @@ async fn replicas(schema: &test_cluster::TestSchema) {
     let ledger = ledger_json(&schema.url);
     let spent = ledger["spent"]["epsilon"].as_f64().unwrap();
     let budget = ledger["budget"]["epsilon"].as_f64().unwrap();
+    println!(
+        "replicas: clients were told {told} tokens; the ledger holds {} charges, ε spent {spent} of {budget}",
+        ledger["charges"]
+    );
     assert!(spent <= budget, "spent {spent} > budget {budget}: {ledger}");
     assert_eq!(ledger["charges"].as_u64().unwrap(), told, "{ledger}");
     assert!(told > 0);
@@ -149,6 +153,7 @@ async fn replicas(schema: &test_cluster::TestSchema) {
     );
     let after = ledger_json(&schema.url);
     let charged = after["charges"].as_u64().unwrap() - before;
+    println!("kill: {charged} charges recorded for the killed stream, ledger verifies");
     // The released token was charged; at most the request's own tokens were.
     assert!((1..=4).contains(&charged), "{after}");
     assert!(after["spent"]["epsilon"].as_f64().unwrap() <= 30.0);
