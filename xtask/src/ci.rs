@@ -87,7 +87,8 @@ pub(crate) fn wgpu_tests() -> Result<(), String> {
     )
 }
 
-/// `cargo check`s the models with only the CUDA backend enabled.
+/// `cargo check`s the models with only the CUDA backend enabled, and the `privmix`
+/// command line (generate, score, serve) with its `cuda` feature.
 pub(crate) fn cuda_check() -> Result<(), String> {
     crate::cargo(&[
         "check",
@@ -96,7 +97,8 @@ pub(crate) fn cuda_check() -> Result<(), String> {
         "--no-default-features",
         "--features",
         "cuda",
-    ])
+    ])?;
+    crate::cargo(&["check", "-p", "privmix-cli", "--features", "cuda"])
 }
 
 fn lavapipe_present() -> bool {
