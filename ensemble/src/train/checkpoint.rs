@@ -15,6 +15,7 @@ use burn::tensor::backend::AutodiffBackend;
 use privmix_models::LanguageModel;
 use rand_chacha::ChaCha20Rng;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
@@ -60,6 +61,105 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// Writes AdamW's moments to `here/optimizer.safetensors` (F32, one tensor each).
+pub(super) fn write_moments(
+    here: &Path,
+    exp_avg: &[f32],
+    exp_avg_sq: &[f32],
+) -> Result<(), TrainError> {
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let (m, v) = (bytes(exp_avg), bytes(exp_avg_sq));
+    let views = [
+        ("exp_avg", &m, exp_avg.len()),
+        ("exp_avg_sq", &v, exp_avg_sq.len()),
+    ]
+    .into_iter()
+    .map(|(name, b, n)| {
+        TensorView::new(Dtype::F32, vec![n], b)
+            .map(|t| (name.to_string(), t))
+            .map_err(|e| TrainError::checkpoint(here, e))
+    })
+    .collect::<Result<Vec<_>, _>>()?;
+    let opt_path = here.join(OPTIMIZER);
+    safetensors::serialize_to_file(views, Some(HashMap::new()), &opt_path)
+        .map_err(|e| TrainError::checkpoint(&opt_path, e))
+}
+
+/// Reads the moments [`write_moments`] wrote, each checked to be F32 `[len]`.
+pub(super) fn read_moments(here: &Path, len: usize) -> Result<(Vec<f32>, Vec<f32>), TrainError> {
+    let opt_path = here.join(OPTIMIZER);
+    let bytes = std::fs::read(&opt_path).map_err(|e| TrainError::checkpoint(&opt_path, e))?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| TrainError::checkpoint(&opt_path, e))?;
+    let read = |name: &str| -> Result<Vec<f32>, TrainError> {
+        let v = st
+            .tensor(name)
+            .map_err(|e| TrainError::checkpoint(&opt_path, e))?;
+        if v.dtype() != Dtype::F32 || v.shape() != [len] {
+            return Err(TrainError::checkpoint(
+                &opt_path,
+                format!(
+                    "{name}: {:?} {:?}, expected F32 [{len}]",
+                    v.dtype(),
+                    v.shape()
+                ),
+            ));
+        }
+        Ok(v.data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    };
+    Ok((read("exp_avg")?, read("exp_avg_sq")?))
+}
+
+/// Writes `state` as `here/state_file`, then points `dir/latest` at `here` atomically
+/// (write and rename) and removes the older `step-*` folders: a checkpoint counts only
+/// once complete.
+pub(super) fn commit<S: Serialize>(
+    dir: &Path,
+    here: &Path,
+    state_file: &str,
+    state: &S,
+) -> Result<(), TrainError> {
+    let io = |p: &Path, e: std::io::Error| TrainError::checkpoint(p, e);
+    let state_path = here.join(state_file);
+    let text =
+        serde_json::to_string_pretty(state).map_err(|e| TrainError::checkpoint(&state_path, e))?;
+    std::fs::write(&state_path, text).map_err(|e| io(&state_path, e))?;
+    let name = here
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| TrainError::checkpoint(here, "a checkpoint folder has no name"))?;
+    let tmp = dir.join(".latest.tmp");
+    std::fs::write(&tmp, &name).map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, dir.join(LATEST)).map_err(|e| io(dir, e))?;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let f = e.file_name();
+            let f = f.to_string_lossy();
+            if f.starts_with("step-") && f != name.as_str() {
+                std::fs::remove_dir_all(e.path()).ok();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The checkpoint folder `dir/latest` names, its state file's path, and the state.
+pub(super) fn read_latest<S: DeserializeOwned>(
+    dir: &Path,
+    state_file: &str,
+) -> Result<(PathBuf, PathBuf, S), TrainError> {
+    let latest = dir.join(LATEST);
+    let name = std::fs::read_to_string(&latest).map_err(|e| TrainError::checkpoint(&latest, e))?;
+    let here = dir.join(name.trim());
+    let state_path = here.join(state_file);
+    let text =
+        std::fs::read_to_string(&state_path).map_err(|e| TrainError::checkpoint(&state_path, e))?;
+    let state = serde_json::from_str(&text).map_err(|e| TrainError::checkpoint(&state_path, e))?;
+    Ok((here, state_path, state))
+}
+
 impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
     /// Writes a checkpoint of the current state into `dir` (see the module
     /// doc for the layout) and returns the checkpoint's own folder.
@@ -75,20 +175,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
             let best: LoraAdapter<B::InnerBackend> = p.to_adapter(&self.base, &self.device)?;
             best.save_peft(here.join("best"))?;
         }
-        let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-        let (m, v) = (bytes(&self.opt.exp_avg), bytes(&self.opt.exp_avg_sq));
-        let n = self.opt.exp_avg.len();
-        let views = [("exp_avg", &m), ("exp_avg_sq", &v)]
-            .into_iter()
-            .map(|(name, b)| {
-                TensorView::new(Dtype::F32, vec![n], b)
-                    .map(|t| (name.to_string(), t))
-                    .map_err(|e| TrainError::checkpoint(&here, e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let opt_path = here.join(OPTIMIZER);
-        safetensors::serialize_to_file(views, Some(HashMap::new()), &opt_path)
-            .map_err(|e| TrainError::checkpoint(&opt_path, e))?;
+        write_moments(&here, &self.opt.exp_avg, &self.opt.exp_avg_sq)?;
         let state = State {
             format: FORMAT,
             step: self.step,
@@ -103,24 +190,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
             bad_evals: self.bad_evals,
             stopped_early: self.stopped_early,
         };
-        let state_path = here.join(STATE);
-        let text = serde_json::to_string_pretty(&state)
-            .map_err(|e| TrainError::checkpoint(&state_path, e))?;
-        std::fs::write(&state_path, text).map_err(|e| io(&state_path, e))?;
-        // Point `latest` at the new checkpoint atomically, then drop older ones.
-        let tmp = dir.join(".latest.tmp");
-        let name = format!("step-{:08}", self.step);
-        std::fs::write(&tmp, &name).map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, dir.join(LATEST)).map_err(|e| io(dir, e))?;
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for e in entries.flatten() {
-                let f = e.file_name();
-                let f = f.to_string_lossy();
-                if f.starts_with("step-") && f != name.as_str() {
-                    std::fs::remove_dir_all(e.path()).ok();
-                }
-            }
-        }
+        commit(dir, &here, STATE, &state)?;
         Ok(here)
     }
 
@@ -134,16 +204,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
         config: TrainConfig,
         dir: impl AsRef<Path>,
     ) -> Result<Self, TrainError> {
-        let dir = dir.as_ref();
-        let latest = dir.join(LATEST);
-        let name =
-            std::fs::read_to_string(&latest).map_err(|e| TrainError::checkpoint(&latest, e))?;
-        let here = dir.join(name.trim());
-        let state_path = here.join(STATE);
-        let text = std::fs::read_to_string(&state_path)
-            .map_err(|e| TrainError::checkpoint(&state_path, e))?;
-        let state: State =
-            serde_json::from_str(&text).map_err(|e| TrainError::checkpoint(&state_path, e))?;
+        let (here, state_path, state): (_, _, State) = read_latest(dir.as_ref(), STATE)?;
         let bad = |m: String| Err(TrainError::checkpoint(&state_path, m));
         if state.format != FORMAT {
             return bad(format!("format {} (expected {FORMAT})", state.format));
@@ -171,32 +232,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
             (None, None) => None,
             _ => return bad("best step without best loss".into()),
         };
-        let opt_path = here.join(OPTIMIZER);
-        let bytes = std::fs::read(&opt_path).map_err(|e| TrainError::checkpoint(&opt_path, e))?;
-        let st =
-            SafeTensors::deserialize(&bytes).map_err(|e| TrainError::checkpoint(&opt_path, e))?;
-        let read = |name: &str| -> Result<Vec<f32>, TrainError> {
-            let v = st
-                .tensor(name)
-                .map_err(|e| TrainError::checkpoint(&opt_path, e))?;
-            if v.dtype() != Dtype::F32 || v.shape() != [t.params.len()] {
-                return Err(TrainError::checkpoint(
-                    &opt_path,
-                    format!(
-                        "{name}: {:?} {:?}, expected F32 [{}]",
-                        v.dtype(),
-                        v.shape(),
-                        t.params.len()
-                    ),
-                ));
-            }
-            Ok(v.data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect())
-        };
-        t.opt.exp_avg = read("exp_avg")?;
-        t.opt.exp_avg_sq = read("exp_avg_sq")?;
+        (t.opt.exp_avg, t.opt.exp_avg_sq) = read_moments(&here, t.params.len())?;
         t.opt.t = state.adam_t;
         let seed = unhex(&state.rng_seed)
             .ok_or_else(|| TrainError::checkpoint(&state_path, "bad rng_seed"))?;

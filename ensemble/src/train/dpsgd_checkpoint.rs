@@ -18,25 +18,22 @@
 //! Layout: `dir/step-NNNNNNNN/{adapter/, optimizer.safetensors, dpsgd.json}`
 //! and `dir/latest` naming the newest complete one (written last, by rename).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::AutodiffBackend;
 use privmix_models::LanguageModel;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::checkpoint::{commit, read_latest, read_moments, write_moments};
 use super::dpsgd::{DpSgdConfig, DpSgdTrainer, NoiseSource};
 use super::error::TrainError;
 use super::params::LoraParams;
 use crate::lora::{LoraAdapter, LoraBase};
 
 const STATE: &str = "dpsgd.json";
-const OPTIMIZER: &str = "optimizer.safetensors";
-const LATEST: &str = "latest";
 const FORMAT: u32 = 1;
 
 /// `dpsgd.json`.
@@ -72,10 +69,6 @@ impl DpSgdConfig {
     }
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B, M> {
     /// Writes a checkpoint of the current state into `dir` (layout in the
     /// module doc) and returns the checkpoint's own folder; older ones are removed.
@@ -88,44 +81,14 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
         let adapter: LoraAdapter<B::InnerBackend> =
             self.params.to_adapter(&self.base, &self.device)?;
         adapter.save_peft(here.join("adapter"))?;
-        let (m, v) = (
-            f32_bytes(&self.opt.exp_avg),
-            f32_bytes(&self.opt.exp_avg_sq),
-        );
-        let n = self.opt.exp_avg.len();
-        let views = [("exp_avg", &m), ("exp_avg_sq", &v)]
-            .into_iter()
-            .map(|(k, b)| {
-                TensorView::new(Dtype::F32, vec![n], b)
-                    .map(|t| (k.to_string(), t))
-                    .map_err(|e| TrainError::checkpoint(&here, e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let opt_path = here.join(OPTIMIZER);
-        safetensors::serialize_to_file(views, Some(HashMap::new()), &opt_path)
-            .map_err(|e| TrainError::checkpoint(&opt_path, e))?;
+        write_moments(&here, &self.opt.exp_avg, &self.opt.exp_avg_sq)?;
         let state = State {
             format: FORMAT,
             step: self.step,
             adam_t: self.opt.t,
             config: self.config.fingerprint(),
         };
-        let state_path = here.join(STATE);
-        let text = serde_json::to_string_pretty(&state)
-            .map_err(|e| TrainError::checkpoint(&state_path, e))?;
-        std::fs::write(&state_path, text).map_err(|e| io(&state_path, e))?;
-        let tmp = dir.join(".latest.tmp");
-        std::fs::write(&tmp, &name).map_err(|e| io(&tmp, e))?;
-        std::fs::rename(&tmp, dir.join(LATEST)).map_err(|e| io(dir, e))?;
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for e in entries.flatten() {
-                let f = e.file_name();
-                let f = f.to_string_lossy();
-                if f.starts_with("step-") && f != name.as_str() {
-                    std::fs::remove_dir_all(e.path()).ok();
-                }
-            }
-        }
+        commit(dir, &here, STATE, &state)?;
         Ok(here)
     }
 
@@ -139,16 +102,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
         config: DpSgdConfig,
         dir: impl AsRef<Path>,
     ) -> Result<Self, TrainError> {
-        let dir = dir.as_ref();
-        let latest = dir.join(LATEST);
-        let name =
-            std::fs::read_to_string(&latest).map_err(|e| TrainError::checkpoint(&latest, e))?;
-        let here = dir.join(name.trim());
-        let state_path = here.join(STATE);
-        let text = std::fs::read_to_string(&state_path)
-            .map_err(|e| TrainError::checkpoint(&state_path, e))?;
-        let state: State =
-            serde_json::from_str(&text).map_err(|e| TrainError::checkpoint(&state_path, e))?;
+        let (here, state_path, state): (_, _, State) = read_latest(dir.as_ref(), STATE)?;
         let bad = |m: String| Err(TrainError::checkpoint(&state_path, m));
         if state.format != FORMAT {
             return bad(format!("format {} (expected {FORMAT})", state.format));
@@ -170,32 +124,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
         if t.params.config() != &t.config.lora {
             return bad("the adapter's configuration differs from the run's".into());
         }
-        let opt_path = here.join(OPTIMIZER);
-        let bytes = std::fs::read(&opt_path).map_err(|e| TrainError::checkpoint(&opt_path, e))?;
-        let st =
-            SafeTensors::deserialize(&bytes).map_err(|e| TrainError::checkpoint(&opt_path, e))?;
-        let read = |k: &str| -> Result<Vec<f32>, TrainError> {
-            let v = st
-                .tensor(k)
-                .map_err(|e| TrainError::checkpoint(&opt_path, e))?;
-            if v.dtype() != Dtype::F32 || v.shape() != [t.params.len()] {
-                return Err(TrainError::checkpoint(
-                    &opt_path,
-                    format!(
-                        "{k}: {:?} {:?}, expected F32 [{}]",
-                        v.dtype(),
-                        v.shape(),
-                        t.params.len()
-                    ),
-                ));
-            }
-            Ok(v.data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect())
-        };
-        t.opt.exp_avg = read("exp_avg")?;
-        t.opt.exp_avg_sq = read("exp_avg_sq")?;
+        (t.opt.exp_avg, t.opt.exp_avg_sq) = read_moments(&here, t.params.len())?;
         t.opt.t = state.adam_t;
         t.step = state.step;
         t.private_rng = match noise {
