@@ -111,7 +111,7 @@ pub enum LedgerError {
     /// budget.
     #[error(
         "ledger {path} protects a different set of private members: it records {recorded}, this run loads {loaded}{}",
-        set_difference(recorded, loaded)
+        recorded.difference_text(loaded)
     )]
     ProtectedSetDiffers {
         /// The ledger file.
@@ -144,23 +144,6 @@ fn budget_text(b: &Option<PrivacyBudget>) -> String {
         Some(b) => format!("ε = {}, δ = {}", b.epsilon(), b.delta()),
         None => "none".into(),
     }
-}
-
-/// `; only in the ledger: […]; only in this run: […]` (the parts that apply).
-fn set_difference(recorded: &ProtectedSet, loaded: &ProtectedSet) -> String {
-    let mut out = String::new();
-    let only_recorded = recorded.missing_from(loaded);
-    if !only_recorded.is_empty() {
-        out.push_str(&format!(
-            "; only in the ledger: [{}]",
-            only_recorded.join(", ")
-        ));
-    }
-    let only_loaded = loaded.missing_from(recorded);
-    if !only_loaded.is_empty() {
-        out.push_str(&format!("; only in this run: [{}]", only_loaded.join(", ")));
-    }
-    out
 }
 
 impl LedgerError {

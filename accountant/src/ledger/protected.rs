@@ -78,6 +78,24 @@ impl ProtectedSet {
         self.members.is_empty()
     }
 
+    /// `; only in the ledger: […]; only in this run: […]` (the parts that apply), for
+    /// messages about a ledger recording `self` opened for the members `loaded`.
+    pub fn difference_text(&self, loaded: &Self) -> String {
+        let mut out = String::new();
+        let only_recorded = self.missing_from(loaded);
+        if !only_recorded.is_empty() {
+            out.push_str(&format!(
+                "; only in the ledger: [{}]",
+                only_recorded.join(", ")
+            ));
+        }
+        let only_loaded = loaded.missing_from(self);
+        if !only_loaded.is_empty() {
+            out.push_str(&format!("; only in this run: [{}]", only_loaded.join(", ")));
+        }
+        out
+    }
+
     /// The members of `self` that `other` lacks (counting repeats).
     pub fn missing_from(&self, other: &Self) -> Vec<String> {
         let mut rest: Vec<&String> = other.members.iter().collect();

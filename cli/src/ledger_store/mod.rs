@@ -210,7 +210,7 @@ pub enum StoreError {
     /// The ledger accounts for other private members than the caller loads.
     #[error(
         "ledger {store} protects a different set of private members: it records {recorded}, this run loads {loaded}{}",
-        set_difference(recorded, loaded)
+        recorded.difference_text(loaded)
     )]
     ProtectedSetDiffers {
         /// The store.
@@ -313,23 +313,6 @@ fn pg_text(e: &::postgres::Error) -> String {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
         None => e.to_string(),
     }
-}
-
-/// `; only in the ledger: […]; only in this run: […]` (the parts that apply).
-fn set_difference(recorded: &ProtectedSet, loaded: &ProtectedSet) -> String {
-    let mut out = String::new();
-    let only_recorded = recorded.missing_from(loaded);
-    if !only_recorded.is_empty() {
-        out.push_str(&format!(
-            "; only in the ledger: [{}]",
-            only_recorded.join(", ")
-        ));
-    }
-    let only_loaded = loaded.missing_from(recorded);
-    if !only_loaded.is_empty() {
-        out.push_str(&format!("; only in this run: [{}]", only_loaded.join(", ")));
-    }
-    out
 }
 
 /// What a store holds and how it charges. Object safe: the server holds a
