@@ -263,7 +263,7 @@ pub(crate) fn train(
     let path = p.out.join(MANIFEST_FILE);
     write_json_atomic(&path, &manifest)?;
     eprintln!(
-        "privmix: {} members and {} written",
+        "privmix: {} members and {} written; they and the figures above (users, tokens, losses) are computed from the private data and are NOT private: release only through a private mechanism (privmix generate/serve)",
         shards.len(),
         path.display()
     );
