@@ -162,6 +162,11 @@ pub struct ModelArgs {
     /// appended. Default: f32.
     #[arg(long)]
     pub f16_kv: bool,
+    /// Print the execution plan after loading (to stderr): which block operations run
+    /// decode and prefill steps, which CPU kernels compute the products, where the KV
+    /// cache lives, and the precision of the cache and of the LoRA factors.
+    #[arg(long)]
+    pub verbose: bool,
     /// Where the models run: flex (the CPU), wgpu (a GPU through Vulkan; privmix built
     /// with the cargo feature `wgpu`) or cuda (an NVIDIA GPU; cargo feature `cuda`).
     #[arg(long, value_enum, default_value = "flex")]

@@ -143,6 +143,16 @@ fn load_runner_inner<B: Backend>(
         path: args.model.clone(),
         source,
     })?;
+    if args.verbose {
+        bar.suspend(|| {
+            eprintln!("{}", model.plan());
+            eprintln!(
+                "  KV cache entries: {}; LoRA factors: {}",
+                if args.f16_kv { "f16" } else { "f32" },
+                if args.f16_factors { "f16" } else { "f32" },
+            );
+        });
+    }
     let base = model.base_shapes().map_err(|source| CliError::Adapter {
         path: args.model.clone(),
         source,

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use privmix_models::runtime::{is_plain_flex, to_vec};
+use privmix_models::plan::BackendKind;
+use privmix_models::runtime::to_vec;
 use privmix_models::{LinearDelta, Site};
 
 use crate::host_factors::{HostFactors, HostSite, add_shared};
@@ -125,7 +126,7 @@ impl<B: Backend> StackedAdapters<B> {
                 }
             }
         }
-        let host = is_plain_flex::<B>();
+        let host = BackendKind::of::<B>().is_host_memory();
         let mut sites = HashMap::with_capacity(used.len());
         let mut host_sites = HostFactors::with_capacity(used.len());
         for site in used {
@@ -247,7 +248,7 @@ impl<B: Backend> StackedAdapters<B> {
                 i + o
             })
             .sum();
-        let (slots, width) = if !is_plain_flex::<B>() {
+        let (slots, width) = if !BackendKind::of::<B>().is_host_memory() {
             (members + 1, 4)
         } else if precision == FactorPrecision::F16 {
             (members, 2)

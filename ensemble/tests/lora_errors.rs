@@ -238,7 +238,7 @@ fn memory_of_100_rank4_adapters_over_smollm2() {
         StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F32)
     );
     // On plain flex the factors are host-held, without the tensors' zero slot.
-    assert!(privmix_models::runtime::is_plain_flex::<B>());
+    assert!(privmix_models::plan::BackendKind::of::<B>().is_host_memory());
     assert_eq!(stacked.bytes(), 4 * 5 * members[0].num_parameters());
     // Held in f16 there, half of it.
     let half =

@@ -205,6 +205,7 @@ fn run<B: Backend>(
     Ok(serde_json::json!({
         "engine": "privmix",
         "backend": backend,
+        "plan": model.plan().to_string(),
         "threads": std::env::var("RAYON_NUM_THREADS").ok(),
         "load_s": load_s,
         "prompt_tokens": prompt_len,

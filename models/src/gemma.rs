@@ -14,14 +14,16 @@ mod config;
 
 pub use config::{GemmaConfig, GemmaVersion};
 
-use burn::tensor::{Tensor, backend::Backend, module::embedding};
+use burn::tensor::{Tensor, backend::Backend};
 
 use crate::error::ModelError;
-use crate::layers::activation::{gelu, gelu_tanh, soft_cap};
+use crate::layers::activation::soft_cap;
 use crate::layers::{
-    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Projection, RmsNorm, Rope,
-    RopeScaling, RopeStyle, Site,
+    Attention, AttentionConfig, KvCache, KvPrecision, Linear, LinearDelta, Projection, RmsNorm,
+    Rope, RopeScaling, RopeStyle, Site,
 };
+use crate::ops::{BlockOps, GateActivation};
+use crate::plan::{ExecutionPlan, ProjectionKernel, Route};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -56,6 +58,7 @@ pub struct Gemma<B: Backend> {
     lm_head: Linear<B>,
     rope_global: Rope,
     rope_local: Rope,
+    plan: ExecutionPlan,
     device: B::Device,
 }
 
@@ -67,7 +70,18 @@ impl<B: Backend> Gemma<B> {
         weights: &WeightSource,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
+        Self::load_routed(config, weights, Route::Fastest, device)
+    }
+
+    /// [`Gemma::load`] with the execution plan `route` allows.
+    pub fn load_routed(
+        config: &GemmaConfig,
+        weights: &WeightSource,
+        route: Route,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
         let c = config;
+        let plan = ExecutionPlan::for_backend::<B>(route);
         let (h, hd, eps) = (c.hidden_size, c.head_dim, c.rms_norm_eps);
         let v2plus = c.version != GemmaVersion::V1;
         let norm = |name: &str, dim| weights.rms_norm::<B>(name, dim, eps, true, device);
@@ -77,7 +91,8 @@ impl<B: Backend> Gemma<B> {
         for (i, &sliding) in c.sliding_layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
             let lin = |name: &str, i_f, o_f| {
-                weights.linear::<B>(&format!("{p}.{name}"), i_f, o_f, false, device)
+                let l = weights.linear::<B>(&format!("{p}.{name}"), i_f, o_f, false, device)?;
+                Ok::<_, ModelError>(l.with_product_plan(plan.products))
             };
             let qk_norm = c.version == GemmaVersion::V3;
             let attn = Attention {
@@ -121,7 +136,19 @@ impl<B: Backend> Gemma<B> {
             weights.tied_head(&embed_tokens)?
         } else {
             weights.linear("lm_head", h, c.vocab_size, false, device)?
-        };
+        }
+        .with_product_plan(plan.products);
+        let plan = plan.with_projections(
+            layers
+                .iter()
+                .flat_map(Block::projections)
+                .map(|p| ProjectionKernel {
+                    host: p.is_quantized(),
+                    int8_activations: p.takes_int8_activations(),
+                    kernel: p.kernel_name(),
+                }),
+            None,
+        );
         Ok(Self {
             config: c.clone(),
             embed_tokens,
@@ -135,12 +162,28 @@ impl<B: Backend> Gemma<B> {
                 RopeScaling::None,
                 RopeStyle::RotateHalf,
             ),
+            plan,
             device: device.clone(),
         })
     }
 }
 
+impl<B: Backend> Block<B> {
+    /// The block's seven projections.
+    fn projections(&self) -> [&Linear<B>; 7] {
+        let (a, m) = (&self.attn, &self.mlp);
+        [
+            &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &m.gate, &m.up, &m.down,
+        ]
+    }
+}
+
 impl<B: Backend> Gemma<B> {
+    /// Which implementations run the forward pass.
+    pub fn plan(&self) -> &ExecutionPlan {
+        &self.plan
+    }
+
     /// The token embedding matrix, `[vocab, hidden]`.
     pub fn embed_tokens(&self) -> &Tensor<B, 2> {
         &self.embed_tokens
@@ -165,72 +208,102 @@ impl<B: Backend> LanguageModel<B> for Gemma<B> {
         self.device.clone()
     }
 
+    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
+        KvCache::with_storage(self.num_layers(), rows, precision, self.plan.host_kv)
+    }
+
     fn forward_hidden(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
-        let c = &self.config;
-        let Step { ids, positions } = start_step(self, batch, cache)?;
-        let global = (
-            self.rope_global.angles::<B>(&positions, &self.device),
-            cache.step_mask(batch.len(), None, &self.device),
-        );
-        let local = (
-            self.rope_local.angles::<B>(&positions, &self.device),
-            cache.step_mask(batch.len(), c.sliding_window, &self.device),
-        );
-        // HF: embeddings · √hidden, the scale cast to the weights' dtype (f32).
-        let scale = (c.hidden_size as f64).sqrt() as f32;
-        let mut x = embedding(self.embed_tokens.clone(), ids) * scale;
-        for (i, block) in self.layers.iter().enumerate() {
-            let site = |module| Site { layer: i, module };
-            let (angles, mask) = if block.sliding { &local } else { &global };
-            let a = block.attn.forward(
-                block.input_layernorm.forward(x.clone()),
-                i,
-                angles,
-                mask,
-                cache,
-                delta,
-            );
-            // Gemma 2/3: norm the attention output, then pre-norm the MLP input;
-            // Gemma 1: the post-attention norm is the MLP's pre-norm.
-            let n = if let Some(pre) = &block.pre_feedforward_layernorm {
-                x = x + block.post_attention_layernorm.forward(a);
-                pre.forward(x.clone())
-            } else {
-                x = x + a;
-                block.post_attention_layernorm.forward(x.clone())
-            };
-            let act = if c.gelu_tanh { gelu_tanh } else { gelu };
-            let [gate, up] = Linear::forward_shared(
-                [
-                    (&block.mlp.gate, site(Projection::Gate)),
-                    (&block.mlp.up, site(Projection::Up)),
-                ],
-                n,
-                delta,
-            );
-            let gate = act(gate);
-            let m = block
-                .mlp
-                .down
-                .forward(gate * up, site(Projection::Down), delta);
-            x = x + match &block.post_feedforward_layernorm {
-                Some(post) => post.forward(m),
-                None => m,
-            };
-        }
-        Ok(self.norm.forward(x))
+        self.plan.run(|| {
+            let step = start_step(self, batch, cache)?;
+            crate::ops::dispatch!(self.plan, batch, delta, &self.device, |ops| self
+                .blocks(ops, step, cache))
+        })
     }
 
     fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        let logits = self.lm_head.forward_base(hidden);
-        match self.config.final_logit_softcapping {
-            Some(cap) => soft_cap(logits, cap),
-            None => logits,
+        self.plan.run(|| {
+            let logits = self.lm_head.forward_base(hidden);
+            match self.config.final_logit_softcapping {
+                Some(cap) => soft_cap(logits, cap),
+                None => logits,
+            }
+        })
+    }
+}
+
+impl<B: Backend> Gemma<B> {
+    /// The decoder blocks and the final norm, in the block operations `ops`.
+    fn blocks<O: BlockOps<B>>(
+        &self,
+        mut ops: O,
+        Step { ids, positions }: Step<B>,
+        cache: &mut KvCache<B>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        let c = &self.config;
+        let new_tokens = positions.first().map_or(0, Vec::len);
+        let global = (
+            self.rope_global.angles::<B>(&positions, &self.device),
+            cache.step_mask(new_tokens, None, &self.device),
+        );
+        let local = (
+            self.rope_local.angles::<B>(&positions, &self.device),
+            cache.step_mask(new_tokens, c.sliding_window, &self.device),
+        );
+        let act = if c.gelu_tanh {
+            GateActivation::GeluTanh
+        } else {
+            GateActivation::Gelu
+        };
+        // HF: embeddings · √hidden, the scale cast to the weights' dtype (f32).
+        let scale = (c.hidden_size as f64).sqrt() as f32;
+        let mut x = ops.embed(&self.embed_tokens, ids, Some(scale))?;
+        let first = self.layers.first();
+        let mut n = ops.norm(first.map_or(&self.norm, |b| &b.input_layernorm), &x);
+        for (i, block) in self.layers.iter().enumerate() {
+            let site = |module| Site { layer: i, module };
+            let (attn, mlp) = (&block.attn, &block.mlp);
+            let (angles, mask) = if block.sliding { &local } else { &global };
+            let qkv = ops.project(
+                &n,
+                [
+                    (&attn.q_proj, site(Projection::Q)),
+                    (&attn.k_proj, site(Projection::K)),
+                    (&attn.v_proj, site(Projection::V)),
+                ],
+            );
+            let heads = ops.attend(attn, i, qkv, angles, mask, cache);
+            let [o] = ops.project(&heads, [(&attn.o_proj, site(Projection::O))]);
+            // Gemma 2/3: norm the attention output, then pre-norm the MLP
+            // input; Gemma 1: the post-attention norm is the MLP's pre-norm.
+            (x, n) = match &block.pre_feedforward_layernorm {
+                Some(pre) => ops.residual(x, o, Some(&block.post_attention_layernorm), pre),
+                None => ops.residual(x, o, None, &block.post_attention_layernorm),
+            };
+            let [gate, up] = ops.project(
+                &n,
+                [
+                    (&mlp.gate, site(Projection::Gate)),
+                    (&mlp.up, site(Projection::Up)),
+                ],
+            );
+            let hidden = ops.gated(act, gate, up);
+            let [down] = ops.project(&hidden, [(&mlp.down, site(Projection::Down))]);
+            // The residual add (Gemma 2/3: of the normed MLP output), then
+            // the next block's input norm (the final norm after the last).
+            let next = self.layers.get(i + 1);
+            (x, n) = ops.residual(
+                x,
+                down,
+                block.post_feedforward_layernorm.as_ref(),
+                next.map_or(&self.norm, |b| &b.input_layernorm),
+            );
         }
+        drop(x);
+        ops.finish(n)
     }
 }

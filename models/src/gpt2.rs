@@ -25,7 +25,10 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding}
 
 use crate::error::ModelError;
 use crate::layers::activation::{gelu, gelu_tanh};
-use crate::layers::{KvCache, LayerNorm, Linear, LinearDelta, Projection, Scoring, Site, StepMask};
+use crate::layers::{
+    KvCache, KvPrecision, LayerNorm, Linear, LinearDelta, Projection, Scoring, Site, StepMask,
+};
+use crate::plan::{ExecutionPlan, ProjectionKernel, Route};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -62,6 +65,7 @@ pub struct Gpt2<B: Backend> {
     layers: Vec<Block<B>>,
     ln_f: LayerNorm<B>,
     lm_head: Linear<B>,
+    plan: ExecutionPlan,
     device: B::Device,
 }
 
@@ -75,7 +79,20 @@ impl<B: Backend> Gpt2<B> {
         weights: &WeightSource,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
+        Self::load_routed(config, weights, Route::Fastest, device)
+    }
+
+    /// [`Gpt2::load`] with the execution plan `route` allows. GPT-2's
+    /// forward runs the tensor block operations only (its LayerNorm, fused
+    /// attention projection and biases have no host form).
+    pub fn load_routed(
+        config: &Gpt2Config,
+        weights: &WeightSource,
+        route: Route,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
         let c = config;
+        let plan = ExecutionPlan::for_backend::<B>(route);
         let (h, inner) = (c.n_embd, c.n_inner);
         let root = if !weights.contains("transformer.wte.weight") && weights.contains("wte.weight")
         {
@@ -95,7 +112,8 @@ impl<B: Backend> Gpt2<B> {
             Ok(Linear::from_in_out(
                 weights.tensor2::<B>(&format!("{root}{prefix}.weight"), i_f, o_f, device)?,
                 Some(weights.tensor1::<B>(&format!("{root}{prefix}.bias"), o_f, device)?),
-            ))
+            )
+            .with_product_plan(plan.products))
         };
         let wte = weights.tensor2::<B>(&format!("{root}wte.weight"), c.vocab_size, h, device)?;
         let wpe = weights.tensor2::<B>(&format!("{root}wpe.weight"), c.n_positions, h, device)?;
@@ -118,7 +136,20 @@ impl<B: Backend> Gpt2<B> {
             Linear::new(wte.clone(), None)
         } else {
             weights.linear("lm_head", h, c.vocab_size, false, device)?
-        };
+        }
+        .with_product_plan(plan.products);
+        let plan = plan.with_projections(
+            layers.iter().flat_map(|b| {
+                [&b.attn.c_attn, &b.attn.c_proj, &b.mlp.c_fc, &b.mlp.c_proj].map(|p| {
+                    ProjectionKernel {
+                        host: p.is_quantized(),
+                        int8_activations: p.takes_int8_activations(),
+                        kernel: p.kernel_name(),
+                    }
+                })
+            }),
+            Some("LayerNorm and GPT-2's fused attention projection"),
+        );
         Ok(Self {
             config: c.clone(),
             wte,
@@ -126,8 +157,14 @@ impl<B: Backend> Gpt2<B> {
             layers,
             ln_f: norm("ln_f")?,
             lm_head,
+            plan,
             device: device.clone(),
         })
+    }
+
+    /// Which implementations run the forward pass.
+    pub fn plan(&self) -> &ExecutionPlan {
+        &self.plan
     }
 
     /// The token embedding matrix, `[vocab, n_embd]`.
@@ -213,7 +250,27 @@ impl<B: Backend> LanguageModel<B> for Gpt2<B> {
         self.device.clone()
     }
 
+    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
+        KvCache::with_storage(self.num_layers(), rows, precision, self.plan.host_kv)
+    }
+
     fn forward_hidden(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        self.plan.run(|| self.forward_blocks(batch, cache, delta))
+    }
+
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.plan.run(|| self.lm_head.forward_base(hidden))
+    }
+}
+
+impl<B: Backend> Gpt2<B> {
+    /// The embeddings, the decoder blocks and the final LayerNorm.
+    fn forward_blocks(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
@@ -264,9 +321,5 @@ impl<B: Backend> LanguageModel<B> for Gpt2<B> {
                 .forward(up, site(Projection::MlpCProj), delta);
         }
         Ok(self.ln_f.forward(x))
-    }
-
-    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.lm_head.forward_base(hidden)
     }
 }

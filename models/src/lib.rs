@@ -13,6 +13,9 @@
 //!   mapped, llama.cpp's Q/K permutation and Gemma `1 + w` norms undone).
 //! - [`config`], [`gpt2`], [`llama`], [`gemma`]: configurations and forwards.
 //! - [`layers`]: linear + LoRA hook, RMSNorm, LayerNorm, RoPE, attention, KV cache.
+//! - [`ops`]: the block operations each forward is written in, with a tensor
+//!   and a host implementation; [`plan`]: [`ExecutionPlan`], which of them
+//!   (and which CPU kernels) run, chosen once at load and printable.
 //! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
 //! - [`model`]: [`Model`], any supported model loaded from a path.
 //! - [`tokenizer`]: [`Tokenizer`], text to ids and back, with the end-of-turn
@@ -25,6 +28,7 @@
 pub mod bert;
 pub mod chat_template;
 pub mod config;
+pub mod config_fields;
 pub mod error;
 pub mod gemma;
 pub mod gguf;
@@ -32,6 +36,8 @@ pub mod gpt2;
 pub mod layers;
 pub mod llama;
 pub mod model;
+pub mod ops;
+pub mod plan;
 pub mod runtime;
 pub mod safetensors;
 pub mod tokenizer;
@@ -48,6 +54,7 @@ pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
 pub use layers::{KvCache, KvPrecision, LinearDelta, Projection, Site};
 pub use llama::{Llama, LlamaConfig};
 pub use model::Model;
+pub use plan::{ExecutionPlan, Route};
 pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};
 pub use tokenizer::Tokenizer;
 pub use weights::{DecodeProducts, WeightSource};

@@ -2,145 +2,21 @@
 //! decoder blocks with RMSNorm, rotary embeddings, grouped-query attention
 //! and a SwiGLU MLP. Follows HF transformers' `modeling_llama.py`.
 
-use burn::tensor::{Tensor, backend::Backend, module::embedding};
-use serde_json::Value;
+use burn::tensor::{Tensor, backend::Backend};
 
-use crate::config::{
-    check_dims, gguf_f64_opt, gguf_rope_scaling, gguf_usize, gguf_usize_opt, gguf_vocab_size,
-    hf_rope, json_bool_opt, json_f64_opt, json_usize, json_usize_opt,
-};
 use crate::error::ModelError;
-use crate::gguf::GgufFile;
-use crate::layers::activation::silu;
 use crate::layers::{
-    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Projection, RmsNorm, Rope,
-    RopeScaling, RopeStyle, Site,
+    Attention, AttentionConfig, KvCache, KvPrecision, Linear, LinearDelta, Projection, RmsNorm,
+    Rope, Site,
 };
+use crate::ops::{BlockOps, GateActivation};
+use crate::plan::{ExecutionPlan, ProjectionKernel, Route};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
-#[cfg(feature = "flex")]
-mod host_step;
+mod config;
 
-/// Hyper-parameters of a Llama model (HF `LlamaConfig` names).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LlamaConfig {
-    /// Vocabulary size.
-    pub vocab_size: usize,
-    /// Residual stream width.
-    pub hidden_size: usize,
-    /// MLP inner width.
-    pub intermediate_size: usize,
-    /// Number of decoder blocks.
-    pub num_hidden_layers: usize,
-    /// Query heads.
-    pub num_attention_heads: usize,
-    /// Key/value heads.
-    pub num_key_value_heads: usize,
-    /// Head width.
-    pub head_dim: usize,
-    /// RMSNorm epsilon.
-    pub rms_norm_eps: f64,
-    /// RoPE base.
-    pub rope_theta: f64,
-    /// RoPE frequency scaling.
-    pub rope_scaling: RopeScaling,
-    /// RoPE pairing: HF's rotate-half for HF weights and for GGUF weights
-    /// loaded with their Q/K permutation undone (the default);
-    /// [`RopeStyle::Interleaved`] for GGUF Q/K rows kept in llama.cpp's order
-    /// ([`WeightSource::keep_gguf_qk_permutation`]).
-    pub rope_style: RopeStyle,
-    /// Output head shares the embedding matrix.
-    pub tie_word_embeddings: bool,
-    /// Q/K/V/O projections carry biases.
-    pub attention_bias: bool,
-    /// MLP projections carry biases.
-    pub mlp_bias: bool,
-}
-
-impl LlamaConfig {
-    /// From an HF `config.json` document.
-    pub fn from_hf(doc: &Value) -> Result<Self, ModelError> {
-        if let Some(act) = doc.get("hidden_act").and_then(Value::as_str)
-            && act != "silu"
-        {
-            return Err(ModelError::bad_config(
-                "hidden_act",
-                format!("{act:?}: only \"silu\" is supported"),
-            ));
-        }
-        let hidden_size = json_usize(doc, "hidden_size")?;
-        let num_attention_heads = json_usize(doc, "num_attention_heads")?;
-        let (theta, rope_scaling) = hf_rope(doc)?;
-        let c = Self {
-            vocab_size: json_usize(doc, "vocab_size")?,
-            hidden_size,
-            intermediate_size: json_usize(doc, "intermediate_size")?,
-            num_hidden_layers: json_usize(doc, "num_hidden_layers")?,
-            num_attention_heads,
-            num_key_value_heads: json_usize_opt(doc, "num_key_value_heads")?
-                .unwrap_or(num_attention_heads),
-            head_dim: json_usize_opt(doc, "head_dim")?
-                .unwrap_or(hidden_size / num_attention_heads.max(1)),
-            rms_norm_eps: json_f64_opt(doc, "rms_norm_eps")?.unwrap_or(1e-6),
-            rope_theta: theta.unwrap_or(10_000.0),
-            rope_scaling,
-            rope_style: RopeStyle::RotateHalf,
-            tie_word_embeddings: json_bool_opt(doc, "tie_word_embeddings")?.unwrap_or(false),
-            attention_bias: json_bool_opt(doc, "attention_bias")?.unwrap_or(false),
-            mlp_bias: json_bool_opt(doc, "mlp_bias")?.unwrap_or(false),
-        };
-        c.check()?;
-        Ok(c)
-    }
-
-    /// From GGUF metadata (`llama.*` keys); the head is tied when the file
-    /// has no `output.weight`.
-    pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
-        let k = |s: &str| format!("llama.{s}");
-        let hidden_size = gguf_usize(file, &k("embedding_length"))?;
-        let num_attention_heads = gguf_usize(file, &k("attention.head_count"))?;
-        let c = Self {
-            vocab_size: gguf_vocab_size(file, "llama")?,
-            hidden_size,
-            intermediate_size: gguf_usize(file, &k("feed_forward_length"))?,
-            num_hidden_layers: gguf_usize(file, &k("block_count"))?,
-            num_attention_heads,
-            num_key_value_heads: gguf_usize_opt(file, &k("attention.head_count_kv"))?
-                .unwrap_or(num_attention_heads),
-            head_dim: gguf_usize_opt(file, &k("attention.key_length"))?
-                .unwrap_or(hidden_size / num_attention_heads.max(1)),
-            rms_norm_eps: gguf_f64_opt(file, &k("attention.layer_norm_rms_epsilon"))?
-                .unwrap_or(1e-5),
-            rope_theta: gguf_f64_opt(file, &k("rope.freq_base"))?.unwrap_or(10_000.0),
-            rope_scaling: gguf_rope_scaling(file, "llama")?,
-            rope_style: RopeStyle::RotateHalf,
-            tie_word_embeddings: file.tensor_info("output.weight").is_none(),
-            attention_bias: file.tensor_info("blk.0.attn_q.bias").is_some(),
-            mlp_bias: file.tensor_info("blk.0.ffn_up.bias").is_some(),
-        };
-        c.check()?;
-        Ok(c)
-    }
-
-    fn check(&self) -> Result<(), ModelError> {
-        check_dims(
-            self.hidden_size,
-            self.num_attention_heads,
-            self.num_key_value_heads,
-            self.head_dim,
-            self.num_hidden_layers,
-            self.vocab_size,
-        )?;
-        if !(self.rms_norm_eps > 0.0 && self.rope_theta > 0.0) {
-            return Err(ModelError::bad_config(
-                "rms_norm_eps/rope_theta",
-                "must be positive",
-            ));
-        }
-        Ok(())
-    }
-}
+pub use config::LlamaConfig;
 
 /// The SwiGLU MLP: `down(silu(gate(x)) · up(x))`.
 #[derive(Debug, Clone)]
@@ -169,18 +45,31 @@ pub struct Llama<B: Backend> {
     norm: RmsNorm<B>,
     lm_head: Linear<B>,
     rope: Rope,
+    plan: ExecutionPlan,
     device: B::Device,
 }
 
 impl<B: Backend> Llama<B> {
     /// Builds the model from `weights` (HF names; see [`WeightSource`]),
-    /// checking every tensor's shape against `config`.
+    /// checking every tensor's shape against `config`, with the fastest
+    /// execution plan the backend allows.
     pub fn load(
         config: &LlamaConfig,
         weights: &WeightSource,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
+        Self::load_routed(config, weights, Route::Fastest, device)
+    }
+
+    /// [`Llama::load`] with the execution plan `route` allows.
+    pub fn load_routed(
+        config: &LlamaConfig,
+        weights: &WeightSource,
+        route: Route,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
         let c = config;
+        let plan = ExecutionPlan::for_backend::<B>(route);
         let (h, hd) = (c.hidden_size, c.head_dim);
         let eps = c.rms_norm_eps;
         let embed_tokens =
@@ -189,7 +78,8 @@ impl<B: Backend> Llama<B> {
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let lin = |name: &str, i_f, o_f, bias| {
-                weights.linear::<B>(&format!("{p}.{name}"), i_f, o_f, bias, device)
+                let l = weights.linear::<B>(&format!("{p}.{name}"), i_f, o_f, bias, device)?;
+                Ok::<_, ModelError>(l.with_product_plan(plan.products))
             };
             let attn = Attention {
                 config: AttentionConfig {
@@ -254,7 +144,19 @@ impl<B: Backend> Llama<B> {
             weights.tied_head(&embed_tokens)?
         } else {
             weights.linear("lm_head", h, c.vocab_size, false, device)?
-        };
+        }
+        .with_product_plan(plan.products);
+        let plan = plan.with_projections(
+            layers
+                .iter()
+                .flat_map(Block::projections)
+                .map(|p| ProjectionKernel {
+                    host: p.is_quantized(),
+                    int8_activations: p.takes_int8_activations(),
+                    kernel: p.kernel_name(),
+                }),
+            None,
+        );
         Ok(Self {
             config: c.clone(),
             embed_tokens,
@@ -262,12 +164,28 @@ impl<B: Backend> Llama<B> {
             norm: weights.rms_norm("model.norm.weight", h, eps, false, device)?,
             lm_head,
             rope: Rope::new(c.rope_theta, hd, c.rope_scaling, c.rope_style),
+            plan,
             device: device.clone(),
         })
     }
 }
 
+impl<B: Backend> Block<B> {
+    /// The block's seven projections.
+    fn projections(&self) -> [&Linear<B>; 7] {
+        let (a, m) = (&self.attn, &self.mlp);
+        [
+            &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &m.gate, &m.up, &m.down,
+        ]
+    }
+}
+
 impl<B: Backend> Llama<B> {
+    /// Which implementations run the forward pass.
+    pub fn plan(&self) -> &ExecutionPlan {
+        &self.plan
+    }
+
     /// The token embedding matrix, `[vocab, hidden]`.
     pub fn embed_tokens(&self) -> &Tensor<B, 2> {
         &self.embed_tokens
@@ -292,50 +210,76 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
         self.device.clone()
     }
 
+    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
+        KvCache::with_storage(self.num_layers(), rows, precision, self.plan.host_kv)
+    }
+
     fn forward_hidden(
         &self,
         batch: &Batch,
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
-        #[cfg(feature = "flex")]
-        if let Some(hidden) = self.forward_hidden_host(batch, cache, delta) {
-            return hidden;
-        }
-        let Step { ids, positions } = start_step(self, batch, cache)?;
-        let angles = self.rope.angles::<B>(&positions, &self.device);
-        let mask = cache.step_mask(batch.len(), None, &self.device);
-        let mut x = embedding(self.embed_tokens.clone(), ids);
-        for (i, block) in self.layers.iter().enumerate() {
-            let site = |module| Site { layer: i, module };
-            let a = block.attn.forward(
-                block.input_layernorm.forward(x.clone()),
-                i,
-                &angles,
-                &mask,
-                cache,
-                delta,
-            );
-            x = x + a;
-            let n = block.post_attention_layernorm.forward(x.clone());
-            let [gate, up] = Linear::forward_shared(
-                [
-                    (&block.mlp.gate, site(Projection::Gate)),
-                    (&block.mlp.up, site(Projection::Up)),
-                ],
-                n,
-                delta,
-            );
-            let gate = silu(gate);
-            x = x + block
-                .mlp
-                .down
-                .forward(gate * up, site(Projection::Down), delta);
-        }
-        Ok(self.norm.forward(x))
+        self.plan.run(|| {
+            let step = start_step(self, batch, cache)?;
+            crate::ops::dispatch!(self.plan, batch, delta, &self.device, |ops| self
+                .blocks(ops, step, cache))
+        })
     }
 
     fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.lm_head.forward_base(hidden)
+        self.plan.run(|| self.lm_head.forward_base(hidden))
+    }
+}
+
+impl<B: Backend> Llama<B> {
+    /// The decoder blocks and the final norm, in the block operations `ops`.
+    fn blocks<O: BlockOps<B>>(
+        &self,
+        mut ops: O,
+        Step { ids, positions }: Step<B>,
+        cache: &mut KvCache<B>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        let new_tokens = positions.first().map_or(0, Vec::len);
+        let angles = self.rope.angles::<B>(&positions, &self.device);
+        let mask = cache.step_mask(new_tokens, None, &self.device);
+        let mut x = ops.embed(&self.embed_tokens, ids, None)?;
+        let first = self.layers.first();
+        let mut n = ops.norm(first.map_or(&self.norm, |b| &b.input_layernorm), &x);
+        for (i, block) in self.layers.iter().enumerate() {
+            let site = |module| Site { layer: i, module };
+            let (attn, mlp) = (&block.attn, &block.mlp);
+            let qkv = ops.project(
+                &n,
+                [
+                    (&attn.q_proj, site(Projection::Q)),
+                    (&attn.k_proj, site(Projection::K)),
+                    (&attn.v_proj, site(Projection::V)),
+                ],
+            );
+            let heads = ops.attend(attn, i, qkv, &angles, &mask, cache);
+            let [o] = ops.project(&heads, [(&attn.o_proj, site(Projection::O))]);
+            (x, n) = ops.residual(x, o, None, &block.post_attention_layernorm);
+            let [gate, up] = ops.project(
+                &n,
+                [
+                    (&mlp.gate, site(Projection::Gate)),
+                    (&mlp.up, site(Projection::Up)),
+                ],
+            );
+            let act = ops.gated(GateActivation::Silu, gate, up);
+            let [down] = ops.project(&act, [(&mlp.down, site(Projection::Down))]);
+            // The residual add, then the next block's input norm (the final
+            // norm after the last block).
+            let next = self.layers.get(i + 1);
+            (x, n) = ops.residual(
+                x,
+                down,
+                None,
+                next.map_or(&self.norm, |b| &b.input_layernorm),
+            );
+        }
+        drop(x);
+        ops.finish(n)
     }
 }

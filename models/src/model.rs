@@ -9,8 +9,9 @@ use crate::error::ModelError;
 use crate::gemma::Gemma;
 use crate::gguf::GgufFile;
 use crate::gpt2::Gpt2;
-use crate::layers::{KvCache, LinearDelta};
+use crate::layers::{KvCache, KvPrecision, LinearDelta};
 use crate::llama::Llama;
+use crate::plan::{ExecutionPlan, Route};
 use crate::runtime::{Batch, LanguageModel};
 use crate::weights::{DecodeProducts, WeightSource};
 
@@ -51,10 +52,22 @@ impl<B: Backend> Model<B> {
         products: DecodeProducts,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
+        Self::load_gguf_routed(path, products, Route::Fastest, device)
+    }
+
+    /// [`Model::load_gguf_with`] with the execution plan `route` allows (a
+    /// test picks the tensor block operations, or burn's ops only, on
+    /// burn-flex this way).
+    pub fn load_gguf_routed(
+        path: impl AsRef<Path>,
+        products: DecodeProducts,
+        route: Route,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
         let file = GgufFile::open(path)?;
         let config = ModelConfig::from_gguf(&file)?;
         let weights = WeightSource::from_gguf(file)?.with_decode_products(products);
-        Self::from_weights(&config, &weights, device)
+        Self::from_weights_routed(&config, &weights, route, device)
     }
 
     /// Builds the model `config` describes from `weights`.
@@ -63,11 +76,21 @@ impl<B: Backend> Model<B> {
         weights: &WeightSource,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
-        match config {
-            ModelConfig::Gpt2(c) => Ok(Self::Gpt2(Gpt2::load(c, weights, device)?)),
-            ModelConfig::Llama(c) => Ok(Self::Llama(Llama::load(c, weights, device)?)),
-            ModelConfig::Gemma(c) => Ok(Self::Gemma(Gemma::load(c, weights, device)?)),
-        }
+        Self::from_weights_routed(config, weights, Route::Fastest, device)
+    }
+
+    /// [`Model::from_weights`] with the execution plan `route` allows.
+    pub fn from_weights_routed(
+        config: &ModelConfig,
+        weights: &WeightSource,
+        route: Route,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
+        Ok(match config {
+            ModelConfig::Gpt2(c) => Self::Gpt2(Gpt2::load_routed(c, weights, route, device)?),
+            ModelConfig::Llama(c) => Self::Llama(Llama::load_routed(c, weights, route, device)?),
+            ModelConfig::Gemma(c) => Self::Gemma(Gemma::load_routed(c, weights, route, device)?),
+        })
     }
 }
 
@@ -81,14 +104,19 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// Runs `f` on rayon's hot pool on plain burn-flex (see
-    /// [`crate::runtime::on_hot_pool`]), directly elsewhere.
-    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        if crate::runtime::is_plain_flex::<B>() {
-            crate::runtime::on_hot_pool(f)
-        } else {
-            f()
+    /// Which implementations run the forward pass.
+    pub fn plan(&self) -> &ExecutionPlan {
+        match self {
+            Self::Gpt2(m) => m.plan(),
+            Self::Llama(m) => m.plan(),
+            Self::Gemma(m) => m.plan(),
         }
+    }
+
+    /// Runs `f` as the plan says (on rayon's hot pool where the CPU kernels
+    /// split products over its threads).
+    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        self.plan().run(f)
     }
 }
 
@@ -103,6 +131,10 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
 
     fn device(&self) -> B::Device {
         self.inner().device()
+    }
+
+    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
+        self.inner().new_cache_with(rows, precision)
     }
 
     fn forward_hidden(

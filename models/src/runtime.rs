@@ -173,10 +173,11 @@ pub trait LanguageModel<B: Backend> {
 
     /// An empty cache for `rows` rows.
     fn new_cache(&self, rows: usize) -> KvCache<B> {
-        KvCache::new(self.num_layers(), rows)
+        self.new_cache_with(rows, KvPrecision::F32)
     }
 
-    /// An empty cache for `rows` rows holding keys and values in `precision`.
+    /// An empty cache for `rows` rows holding keys and values in `precision`
+    /// (where the model's execution plan keeps them).
     fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
         KvCache::with_precision(self.num_layers(), rows, precision)
     }
@@ -243,7 +244,7 @@ pub fn log_softmax_to_vec<B: Backend, const D: usize>(
     logits: Tensor<B, D>,
 ) -> Result<Vec<f32>, ModelError> {
     #[cfg(feature = "flex")]
-    if is_plain_flex::<B>() {
+    if crate::plan::BackendKind::of::<B>().is_host_memory() {
         let width = logits.dims()[D - 1];
         let mut v = to_vec(logits)?;
         crate::layers::vexp::log_softmax_rows_in_place(&mut v, width);
@@ -281,22 +282,30 @@ pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, M
 /// Runs `f` on one of rayon's threads (in place when already on one) while
 /// the pool's other threads wait for work spinning instead of sleeping.
 ///
-/// Why: a decode step on plain burn-flex splits each product over the pool
-/// (see [`crate::layers::quantized`]). From outside the pool every split
-/// injects its halves and sleeps until they finish; inside, it is a local
-/// `join`, but a worker that has gone to sleep between two products takes
-/// tens of µs to wake on the 2-core test machine. Measured there with
-/// `cargo bench -p privmix-models --bench forward`
-/// (`quantized_q4_1_1536x576/rows1_*`: 69 µs on the calling thread alone,
-/// 34 µs split) and in the ensemble step, whose products split 1.3× faster
-/// in place than alone without this.
+/// Why: a decode step on the CPU kernels splits each product over the pool.
+/// From outside the pool every split injects its halves and sleeps until
+/// they finish; inside, it is a local `join`, but a worker that has gone to
+/// sleep between two products takes tens of µs to wake, as long as a small
+/// product itself (`cargo bench -p privmix-models --bench forward`, group
+/// `quantized_q4_1_1536x576`, compares the pool with one thread).
+///
+/// Nested calls on the thread running `f` run in place: a forward pass's
+/// head inside the whole pass keeps the same spinners.
 ///
 /// The spinners are scoped jobs that run pending work through
 /// [`rayon::yield_now`] until `f` returns; one that lands on `f`'s own
 /// thread (while `f` waits in a `join`) returns at once, so `f` never
 /// waits on a spinner.
 pub fn on_hot_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    use std::cell::Cell;
     use std::sync::atomic::{AtomicBool, Ordering};
+    thread_local! {
+        /// Whether this thread runs inside `on_hot_pool` already.
+        static HOT: Cell<bool> = const { Cell::new(false) };
+    }
+    if HOT.get() {
+        return f();
+    }
     let done = AtomicBool::new(false);
     rayon::scope(|scope| {
         let home = rayon::current_thread_index();
@@ -313,7 +322,17 @@ pub fn on_hot_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
                 }
             });
         }
+        /// Clears the flag when `f` returns or unwinds.
+        struct Cool;
+        impl Drop for Cool {
+            fn drop(&mut self) {
+                HOT.set(false);
+            }
+        }
+        HOT.set(true);
+        let cool = Cool;
         let out = f();
+        drop(cool);
         done.store(true, Ordering::Release);
         out
     })
@@ -326,9 +345,9 @@ pub fn on_hot_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// own, spins (running the second itself if no thread took it) instead of
 /// waiting in rayon's `join`. Why: a waiting rayon worker calls
 /// `sched_yield` between its looks for work and sleeps after a few dozen,
-/// and a decode step ends ~270 such splits; measured with `perf` on the
-/// N = 8 SmolLM2 step, the joining thread spent about a tenth of the step
-/// in the scheduler. Other counts go through rayon's parallel iterator.
+/// and a decode step ends a few hundred such splits, each of which would
+/// pay a trip through the scheduler. Other counts go through rayon's
+/// parallel iterator.
 pub fn for_each_task<T: Send>(tasks: Vec<T>, f: impl Fn(usize, T) + Sync) {
     use rayon::prelude::*;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -362,10 +381,8 @@ pub fn for_each_task<T: Send>(tasks: Vec<T>, f: impl Fn(usize, T) + Sync) {
 ///
 /// Why runs and not a task per row: the per-row passes of a decode step (the
 /// ensemble's LoRA update, host attention) have a few rows of small work each,
-/// mostly waiting on memory, and rayon's splitting into a task per row cost
-/// more than it gained. Measured on the LoRA pass of a SmolLM2 step at N = 8:
-/// 1.41 ms with a task per row, 1.09 ms with a run per thread, 1.56 ms on one
-/// thread; host attention 0.89 → 0.85 ms.
+/// mostly waiting on memory, and rayon's splitting into a task per row costs
+/// more than it gains.
 pub fn rows_per_task(rows: usize, parallel: bool) -> usize {
     let tasks = if parallel {
         rayon::current_num_threads().clamp(1, rows.max(1))
@@ -373,20 +390,6 @@ pub fn rows_per_task(rows: usize, parallel: bool) -> usize {
         1
     };
     rows.div_ceil(tasks).max(1)
-}
-
-/// Whether `B` is exactly burn-flex (the CPU backend without autodiff):
-/// the backend whose decode paths run in host memory.
-#[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
-pub fn is_plain_flex<B: Backend>() -> bool {
-    #[cfg(feature = "flex")]
-    {
-        core::any::TypeId::of::<B>() == core::any::TypeId::of::<burn::backend::Flex>()
-    }
-    #[cfg(not(feature = "flex"))]
-    {
-        false
-    }
 }
 
 /// One forward step's inputs on the device, made by [`start_step`].

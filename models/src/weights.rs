@@ -111,9 +111,10 @@ impl WeightSource {
 
     /// The weights of a parsed GGUF file (head counts read from its metadata).
     pub fn from_gguf(file: GgufFile) -> Result<Self, ModelError> {
-        let arch = crate::config::gguf_str(&file, "general.architecture")?.to_string();
-        let num_heads = crate::config::gguf_usize(&file, &format!("{arch}.attention.head_count"))?;
-        let num_kv_heads = crate::config::gguf_usize_or(
+        let arch = crate::config_fields::gguf_str(&file, "general.architecture")?.to_string();
+        let num_heads =
+            crate::config_fields::gguf_usize(&file, &format!("{arch}.attention.head_count"))?;
+        let num_kv_heads = crate::config_fields::gguf_usize_or(
             &file,
             &format!("{arch}.attention.head_count_kv"),
             num_heads,
@@ -298,10 +299,9 @@ impl WeightSource {
         // Off burn-flex the upload is only queued, its data held in a
         // staging copy until the queue runs. Waiting for each weight frees
         // its staging copy before the next is made, instead of letting the
-        // copies pile up until the queue runs (SmolLM2 on wgpu/lavapipe: the
-        // load's own peak fell from 750–763 MiB to 676 MiB, and the whole
-        // run's peak, which varied from run to run, is the same in every run).
-        if !crate::runtime::is_plain_flex::<B>() {
+        // copies pile up until the queue runs, which raised the load's peak
+        // memory and made the run's peak vary from run to run.
+        if !crate::plan::BackendKind::of::<B>().is_host_memory() {
             B::sync(device).map_err(|e| ModelError::Device(format!("uploading {name}: {e:?}")))?;
         }
         Ok(t)
@@ -331,7 +331,7 @@ impl WeightSource {
         // Only plain burn-flex reads the blocks: elsewhere reading them would
         // be a transient copy of every weight for nothing.
         #[cfg(feature = "flex")]
-        if crate::runtime::is_plain_flex::<B>()
+        if crate::plan::BackendKind::of::<B>().is_host_memory()
             && let Some(q) =
                 self.quantized(&format!("{prefix}.weight"), out_features, in_features)?
         {
@@ -348,7 +348,7 @@ impl WeightSource {
     ) -> Result<Linear<B>, ModelError> {
         let head = Linear::new(embed_tokens.clone(), None);
         #[cfg(feature = "flex")]
-        if crate::runtime::is_plain_flex::<B>() {
+        if crate::plan::BackendKind::of::<B>().is_host_memory() {
             let [vocab, hidden] = embed_tokens.dims();
             if let Some(q) = self.quantized("model.embed_tokens.weight", vocab, hidden)? {
                 return Ok(self.decode_form(head.with_quantized(q)));

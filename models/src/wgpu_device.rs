@@ -7,10 +7,8 @@
 //! (the staging copy of every upload, the per-dispatch uniforms) share those
 //! blocks. On a software driver such as Mesa lavapipe, device memory is
 //! process memory, and a block that transient buffers have written stays
-//! resident after they are freed. heaptrack over a SmolLM2 run on lavapipe
-//! found about 656 MiB of live driver allocations (nearly all of them
-//! gpu-allocator's blocks) for cubecl's 560 MiB of pages, and the process's
-//! resident size about equal to everything allocated.
+//! resident after they are freed, so the process keeps about everything
+//! ever allocated resident.
 //!
 //! [`open_wgpu_device`] opens the same adapter with the same features and
 //! limits as cubecl, but with fixed blocks (`MemoryHints::Manual`): 16 MiB for
@@ -20,19 +18,10 @@
 //! transient buffers. (gpu-allocator rounds block sizes up to multiples of
 //! 4 MiB and gives anything larger than a block an allocation of its own.)
 //!
-//! Peak resident size of `models/examples/speed` (SmolLM2 Q4_1 → f32,
-//! 128-token prompt, 16 decode steps) over the f32 weights, by the block size
-//! asked for, and what it becomes on lavapipe (MiB):
-//!
-//! | asked (device) | 4 | 8 | 12 | 16 | 20 | 24 | 32 | 64 | cubecl: 8→64 | 128 | 256 |
-//! |---|---|---|---|---|---|---|---|---|---|---|---|
-//! | lavapipe (host) | 4 | 4 | 8 | 8 | 12 | 12 | 16 | 32 | 4→32 | 64 | 128 |
-//! | peak ÷ weights | 1.71–1.82 | 1.80 | 1.38 | 1.39 | 1.44 | 1.45 | 1.46 | 1.50 | 1.52 | 1.61 | 1.70 |
-//!
-//! With 4 MiB blocks each 8 MiB page is an allocation of its own, which was
-//! far worse; from 8 MiB up the peak grows with the block size, as more block
-//! space is left written. (The 4 MiB column was measured with 64 decode
-//! steps.) Nothing is computed differently: only how device memory is carved.
+//! Larger blocks leave more block space written; 4 MiB blocks make each of
+//! cubecl's 8 MiB pages an allocation of its own. Nothing is computed
+//! differently: only how device memory is carved. The peak memory measured
+//! for each block size is on the performance page (`docs/performance.md`).
 //! On a discrete GPU, 16 MiB blocks are still far below Vulkan's
 //! allocation-count limits for a model of this size.
 

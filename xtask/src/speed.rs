@@ -319,6 +319,15 @@ fn render(s: &mut String, rows: &[Row], prompt: usize, decode: usize, load: &str
             }
         }
     }
+    // Which implementations and kernels privmix ran, as its models print them.
+    for row in rows {
+        if let Some(plan) = row.result.as_ref().ok().and_then(|v| v["plan"].as_str()) {
+            notes.push(format!(
+                "- {} execution plan:\n\n```text\n{plan}\n```",
+                row.label
+            ));
+        }
+    }
     notes.push(
         "- llama.cpp runs with `use_extra_bufts = false`: the wheel's AMX tile kernels fault \
          (SIGILL) where the kernel grants no AMX state; its plain AVX2/AVX-512 kernels remain."

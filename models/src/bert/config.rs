@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::config::{json_f64_opt, json_usize, json_usize_opt};
+use crate::config_fields::{json_f64_opt, json_usize, json_usize_opt};
 use crate::error::ModelError;
 
 /// Hyper-parameters of a BERT encoder.

@@ -66,7 +66,7 @@ impl<B: Backend> SentenceEncoder<B> {
 
         let config = BertConfig::from_hf(&read_json(&dir.join("config.json"))?)?;
         let max_seq_length = match read_json(&dir.join("sentence_bert_config.json")) {
-            Ok(doc) => crate::config::json_usize_opt(&doc, "max_seq_length")?,
+            Ok(doc) => crate::config_fields::json_usize_opt(&doc, "max_seq_length")?,
             Err(ModelError::Io { .. }) => None,
             Err(e) => return Err(e),
         }

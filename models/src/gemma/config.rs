@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::config::{
+use crate::config_fields::{
     check_dims, gguf_f64_opt, gguf_rope_scaling, gguf_str, gguf_usize, gguf_usize_opt,
     gguf_vocab_size, hf_rope, json_f64_opt, json_usize, json_usize_opt, rope_scaling,
 };
@@ -178,7 +178,7 @@ impl GemmaConfig {
             },
             sliding_layers,
             gelu_tanh,
-            tie_word_embeddings: crate::config::json_bool_opt(doc, "tie_word_embeddings")?
+            tie_word_embeddings: crate::config_fields::json_bool_opt(doc, "tie_word_embeddings")?
                 .unwrap_or(true),
         };
         c.check()?;

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::config::{
+use crate::config_fields::{
     gguf_f64_opt, gguf_usize, gguf_usize_opt, gguf_vocab_size, json_bool_opt, json_f64_opt,
     json_usize, json_usize_opt,
 };

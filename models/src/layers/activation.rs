@@ -5,16 +5,6 @@ use burn::tensor::{Tensor, backend::Backend};
 
 /// SiLU (swish): `x · σ(x)`, Llama's MLP gate (HF `"silu"`).
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    // On plain burn-flex, vectorised in host memory (see `vexp`): burn-flex
-    // takes each exponential through libm, one element at a time.
-    #[cfg(feature = "flex")]
-    if crate::runtime::is_plain_flex::<B>() {
-        let (dims, device) = (x.shape(), x.device());
-        if let Ok(mut v) = crate::runtime::to_vec(x.clone()) {
-            super::vexp::silu_in_place(&mut v);
-            return Tensor::from_data(burn::tensor::TensorData::new(v, dims), &device);
-        }
-    }
     burn::tensor::activation::silu(x)
 }
 

@@ -25,7 +25,7 @@
 
 use pulp::{Simd, WithSimd};
 
-use super::kv_cache::KvPrecision;
+use super::kv_precision::KvPrecision;
 use crate::error::ModelError;
 
 /// Keys and values of one layer, of which the first `len` slots of every

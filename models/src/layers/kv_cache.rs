@@ -9,15 +9,21 @@
 
 use burn::tensor::{Bool, Tensor, TensorData, backend::Backend};
 
+pub use super::eager::Scoring;
 #[cfg(feature = "flex")]
 use super::host_kv::HostKv;
+pub use super::kv_precision::KvPrecision;
 use super::rope::RopeAngles;
 use crate::error::ModelError;
 
 /// Steps of at most this many new tokens per row are attended on the host
-/// (plain burn-flex); longer ones (prefill) use gemm through burn's ops.
-#[cfg(feature = "flex")]
+/// (where the cache keeps keys and values in host memory); longer ones
+/// (prefill) use gemm through burn's ops.
 pub(crate) const HOST_QUERIES_MAX: usize = 8;
+
+/// `prepare(first_row, q, k, v)` of [`KvCache::append_and_attend_host`].
+#[cfg(feature = "flex")]
+pub(crate) type PrepareRows<'a> = super::host_kv::PrepareRows<'a>;
 
 /// The shape of one step's queries, keys and values in host memory.
 #[cfg(feature = "flex")]
@@ -33,25 +39,6 @@ pub(crate) struct HostShape {
     pub kv_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
-}
-
-/// How a [`KvCache`] holds keys and values.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KvPrecision {
-    /// As the projections make them (f32).
-    #[default]
-    F32,
-    /// Each key and value entry rounded to the nearest f16 when it is
-    /// appended (llama.cpp's default cache type); attention then runs in
-    /// f32 exactly as for [`KvPrecision::F32`] over those values (widening
-    /// an f16 is exact). Host-held caches (plain burn-flex) keep the f16
-    /// bits: half the memory, and half the bytes a decode step reads from
-    /// its cache. Tensor-held caches keep the rounded values in f32 (burn's
-    /// cast to f16 and back). An entry beyond f16's range (|x| ≥ 65520)
-    /// becomes infinite and the step's outputs NaN, which the mechanisms
-    /// reject with a typed error (non-finite probabilities), never used.
-    F16,
 }
 
 /// One row's slot bookkeeping.
@@ -87,16 +74,6 @@ pub struct StepMask<B: Backend> {
     pub window: Option<usize>,
 }
 
-/// How attention scores are formed: `q·k · scale`, then, with a cap `c`,
-/// `c·tanh(score / c)` (Gemma 2's soft-capping).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Scoring {
-    /// Multiplier of `q·k` (usually `head_dim^-1/2`).
-    pub scale: f64,
-    /// Soft-cap of the scores, if any.
-    pub softcap: Option<f64>,
-}
-
 /// Per-layer keys and values plus per-row slot validity and positions.
 ///
 /// Cloning copies host-held keys and values (plain burn-flex), so a clone
@@ -106,6 +83,9 @@ pub struct KvCache<B: Backend> {
     layers: Vec<Layer<B>>,
     rows: Vec<RowSlots>,
     precision: KvPrecision,
+    /// Keys and values kept in host memory and decode steps attended there
+    /// (the execution plan's `host_kv`).
+    host: bool,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -115,13 +95,33 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// An empty cache for `num_layers` layers and `batch` rows, holding
-    /// keys and values as `precision` says.
+    /// keys and values as `precision` says: in host memory where the
+    /// backend's tensors live there, else in tensors.
     pub fn with_precision(num_layers: usize, batch: usize, precision: KvPrecision) -> Self {
+        let host = crate::plan::BackendKind::of::<B>().is_host_memory();
+        Self::with_storage(num_layers, batch, precision, host)
+    }
+
+    /// [`KvCache::with_precision`] with keys and values in host memory
+    /// (`host`, only where the backend's tensors live there) or in tensors,
+    /// as a model's [`crate::plan::ExecutionPlan`] says.
+    pub fn with_storage(
+        num_layers: usize,
+        batch: usize,
+        precision: KvPrecision,
+        host: bool,
+    ) -> Self {
         Self {
             layers: vec![Layer::Empty; num_layers],
             rows: vec![RowSlots::default(); batch],
             precision,
+            host: host && crate::plan::BackendKind::of::<B>().is_host_memory(),
         }
+    }
+
+    /// Whether keys and values are kept in host memory.
+    pub fn is_host(&self) -> bool {
+        self.host
     }
 
     /// How this cache holds keys and values.
@@ -225,10 +225,10 @@ impl<B: Backend> KvCache<B> {
     /// `layer < num_layers()` (checked once per step by
     /// [`crate::runtime::start_step`]); a larger index panics.
     ///
-    /// On plain burn-flex the keys and values are kept in host memory and a
-    /// step of at most `HOST_QUERIES_MAX` queries (decoding) is answered
-    /// there (`layers::host_kv`); other backends, autodiff and longer steps
-    /// use burn's tensor ops.
+    /// Where the cache keeps keys and values in host memory a step of at
+    /// most `HOST_QUERIES_MAX` queries (decoding) is answered there
+    /// (`layers::host_kv`); tensor-held caches and longer steps use burn's
+    /// tensor ops.
     #[allow(clippy::too_many_arguments)]
     pub fn attend(
         &mut self,
@@ -241,7 +241,7 @@ impl<B: Backend> KvCache<B> {
         scoring: Scoring,
     ) -> Tensor<B, 3> {
         #[cfg(feature = "flex")]
-        if crate::runtime::is_plain_flex::<B>() {
+        if self.host {
             return self.attend_host(layer, q, k, v, rope, mask, scoring);
         }
         let (q, k) = match rope {
@@ -249,7 +249,7 @@ impl<B: Backend> KvCache<B> {
             None => (q, k),
         };
         let (k, v) = self.append_tensors(layer, k.swap_dims(1, 2), v.swap_dims(1, 2));
-        super::attention::eager(q, k, v, &mask.keys, scoring)
+        super::eager::eager(q, k, v, &mask.keys, scoring)
     }
 
     /// Appends `[batch, kv_heads, new, head_dim]` keys and values to a
@@ -327,7 +327,7 @@ impl<B: Backend> KvCache<B> {
             tensor(kc, [b, kv_heads, t, d]),
             tensor(vc, [b, kv_heads, t, d]),
         );
-        super::attention::eager(q, kc, vc, &mask.keys, scoring)
+        super::eager::eager(q, kc, vc, &mask.keys, scoring)
     }
 
     /// Appends rotated keys and values `[batch, seq, kv_heads, head_dim]`

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::host_weight::HostWeight;
 #[cfg(feature = "flex")]
 use super::int8_activations::QuantizedRows;
-use crate::runtime::is_plain_flex;
+use crate::plan::ProductPlan;
 
 /// Which projection of a layer (the modules a LoRA may target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,6 +126,11 @@ pub struct Linear<B: Backend> {
     /// burn-flex (see [`super::quantized`]); `weight_t` serves everything else.
     #[cfg(feature = "flex")]
     quantized: Option<std::sync::Arc<HostWeight>>,
+    /// The bias in host memory, read once for the host block operations.
+    #[cfg(feature = "flex")]
+    host_bias: std::sync::Arc<std::sync::OnceLock<Option<Vec<f32>>>>,
+    /// Which kernels compute the products (chosen at load).
+    plan: ProductPlan,
 }
 
 impl<B: Backend> Linear<B> {
@@ -136,6 +141,9 @@ impl<B: Backend> Linear<B> {
             bias,
             #[cfg(feature = "flex")]
             quantized: None,
+            #[cfg(feature = "flex")]
+            host_bias: Default::default(),
+            plan: ProductPlan::for_backend::<B>(),
         }
     }
 
@@ -146,18 +154,38 @@ impl<B: Backend> Linear<B> {
             bias,
             #[cfg(feature = "flex")]
             quantized: None,
+            #[cfg(feature = "flex")]
+            host_bias: Default::default(),
+            plan: ProductPlan::for_backend::<B>(),
         }
     }
 
+    /// The projection computing its products as `plan` says (the CPU
+    /// kernels, or burn's matmul only); without the CPU kernels a quantised
+    /// copy is dropped.
+    pub fn with_product_plan(mut self, plan: ProductPlan) -> Self {
+        self.plan = plan;
+        #[cfg(feature = "flex")]
+        if !plan.cpu_kernels {
+            self.quantized = None;
+        }
+        self
+    }
+
+    /// How this projection computes its products.
+    pub fn product_plan(&self) -> ProductPlan {
+        self.plan
+    }
+
     /// Keeps `quantized` (the same `[out, in]` weight in GGUF blocks) for
-    /// products with at most `FEW_ROWS_MAX` rows on plain burn-flex: a decode
-    /// step then reads 0.6–1.1 bytes per weight instead of 4. Declined (the
-    /// projection is returned unchanged) when the shapes differ or the backend
-    /// is not plain burn-flex.
+    /// products of a few rows (the plan's `few_rows_max`) through the CPU
+    /// kernels: a decode step then reads the blocks' 0.6–1.1 bytes per weight
+    /// instead of 4. Declined (the projection is returned unchanged) when
+    /// the shapes differ or the plan has no CPU kernels (elsewhere it would
+    /// be memory spent for nothing).
     #[cfg(feature = "flex")]
     pub fn with_quantized(mut self, quantized: super::quantized::QuantizedWeight) -> Self {
-        // Only plain burn-flex reads it: elsewhere it would be memory spent for nothing.
-        if is_plain_flex::<B>()
+        if self.plan.cpu_kernels
             && quantized.in_features() == self.in_features()
             && quantized.out_features() == self.out_features()
         {
@@ -236,9 +264,8 @@ impl<B: Backend> Linear<B> {
     /// [`Linear::forward`] of several projections of one `x` (a block's
     /// query, key and value, or an MLP's gate and up): the same results, but
     /// on the host path `x` is read out of its tensor once, and with 8-bit
-    /// activations quantised once, for all of them (an ensemble step's
-    /// 9-row `x` costs about 1.3 µs to quantise, 90 times per SmolLM2 step
-    /// without this).
+    /// activations quantised once, for all of them (rather than once per
+    /// projection).
     pub fn forward_shared<const N: usize>(
         projections: [(&Self, Site); N],
         x: Tensor<B, 3>,
@@ -263,7 +290,10 @@ impl<B: Backend> Linear<B> {
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Option<[Tensor<B, 3>; N]> {
         let [b, s, i] = x.dims();
-        if !projections.iter().all(|(p, _)| p.host_ready(b * s, i)) {
+        if !projections
+            .iter()
+            .all(|(p, _)| p.bias.is_none() && p.host_ready(b * s, i))
+        {
             return None;
         }
         let xs = crate::runtime::to_vec(x.clone().reshape([b * s, i])).ok()?;
@@ -278,11 +308,49 @@ impl<B: Backend> Linear<B> {
         Some(std::array::from_fn(|_| outs.next().expect("N outputs")))
     }
 
-    /// Whether [`Linear::host_products`] serves this projection for `rows`
-    /// rows of width `k`: a quantised copy that takes them and no bias.
+    /// Whether [`Linear::host_base_products`] serves this projection for
+    /// `rows` rows of width `k`: a quantised copy that takes them.
     #[cfg(feature = "flex")]
     pub(crate) fn host_ready(&self, rows: usize, k: usize) -> bool {
-        self.bias.is_none() && self.host_weight(rows, k).is_some()
+        self.host_weight(rows, k).is_some()
+    }
+
+    /// The bias in host memory, if any (read from its tensor once).
+    #[cfg(feature = "flex")]
+    pub(crate) fn host_bias(&self) -> Option<&[f32]> {
+        self.host_bias
+            .get_or_init(|| {
+                self.bias
+                    .clone()
+                    .map(|b| crate::runtime::to_vec(b).expect("f32 bias in host memory"))
+            })
+            .as_deref()
+    }
+
+    /// The name of the kernel that computes this projection's decode
+    /// products (for the execution plan).
+    pub fn kernel_name(&self) -> String {
+        #[cfg(feature = "flex")]
+        if let Some(q) = self.quantized.as_deref() {
+            return host_kernel_name(q);
+        }
+        if self.plan.cpu_kernels {
+            "f32 weight rows × f32 activations (few_rows)".to_string()
+        } else {
+            "burn matmul".to_string()
+        }
+    }
+
+    /// Whether this projection's quantised copy takes 8-bit activations.
+    pub fn takes_int8_activations(&self) -> bool {
+        #[cfg(feature = "flex")]
+        {
+            self.host_takes_int8()
+        }
+        #[cfg(not(feature = "flex"))]
+        {
+            false
+        }
     }
 
     /// `x Wᵀ` (+ the delta at each site) of several projections of one
@@ -390,19 +458,22 @@ impl<B: Backend> Linear<B> {
         y.reshape([b, s, self.out_features()])
     }
 
-    /// `x Wᵀ` by [`super::few_rows`] when `x` has at most `FEW_ROWS_MAX`
+    /// `x Wᵀ` by [`super::few_rows`] when `x` has at most the plan's `few_rows_max`
     /// rows and the weight is a plain burn-flex f32 `[out, in]` tensor.
     fn few_rows(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         #[cfg(feature = "flex")]
         {
             let [rows, _] = x.dims();
+            if !self.plan.cpu_kernels {
+                return None;
+            }
             if let Some(y) = self.quantized_product(x) {
                 return Some(Tensor::from_data(
                     burn::tensor::TensorData::new(y, [rows, self.out_features()]),
                     &x.device(),
                 ));
             }
-            if rows <= FEW_ROWS_MAX {
+            if rows <= self.plan.few_rows_max {
                 return super::few_rows::few_rows_matmul(x, &self.weight_t);
             }
         }
@@ -412,7 +483,7 @@ impl<B: Backend> Linear<B> {
 
     /// `x` read into host memory and `x Wᵀ` by the quantised kernel, both
     /// row-major, when the weight has a quantised copy, the backend is plain
-    /// burn-flex, and `x: [rows, in]` has at most `FEW_ROWS_MAX` rows, or
+    /// burn-flex, and `x: [rows, in]` has at most the plan's `few_rows_max` rows, or
     /// any number of rows with 8-bit activations: then every product takes
     /// them, so that a row's result never depends on how many rows share its
     /// batch (a prefill of several rows and a decode step of one agree).
@@ -425,14 +496,13 @@ impl<B: Backend> Linear<B> {
     }
 
     /// The quantised copy, where it serves a product of `rows` rows of
-    /// width `k`: on plain burn-flex, for at most `FEW_ROWS_MAX` rows, or any
+    /// width `k`: on plain burn-flex, for at most the plan's `few_rows_max` rows, or any
     /// number with 8-bit activations.
     #[cfg(feature = "flex")]
     fn host_weight(&self, rows: usize, k: usize) -> Option<&HostWeight> {
         let q = self.quantized.as_deref()?;
         let any_rows = matches!(q, HostWeight::Int8Activations(_));
-        ((rows <= FEW_ROWS_MAX || any_rows) && k == q.in_features() && is_plain_flex::<B>())
-            .then_some(q)
+        ((rows <= self.plan.few_rows_max || any_rows) && k == q.in_features()).then_some(q)
     }
 
     /// How many column chunks to compute in parallel for an `x` of `rows`
@@ -446,7 +516,7 @@ impl<B: Backend> Linear<B> {
     /// every core. Only on plain [`burn::backend::Flex`] (CPU, no autodiff):
     /// elsewhere the backend schedules its own kernels.
     fn parallel_chunks(&self, rows: usize) -> Option<usize> {
-        if rows > SPLIT_MAX_ROWS || !is_plain_flex::<B>() {
+        if rows > self.plan.split_max_rows || !self.plan.cpu_kernels {
             return None;
         }
         let [i, o] = self.weight_t.dims();
@@ -479,20 +549,23 @@ impl<B: Backend> Linear<B> {
     }
 }
 
-/// Products with at most this many rows read the weight once with
-/// [`super::few_rows`] (decoding: one row per sequence or ensemble member).
-/// From ~32 rows (prefill) gemm's packed kernels win (measured with
-/// `cargo bench -p privmix-models --bench forward`).
-#[cfg(feature = "flex")]
-const FEW_ROWS_MAX: usize = 24;
-
-/// Products with more rows than this use one matmul (`gemm` parallelises
-/// larger products itself).
-const SPLIT_MAX_ROWS: usize = 8;
 /// Weights smaller than this (elements) are not worth a parallel split.
 const SPLIT_MIN_WEIGHTS: usize = 1 << 16;
 /// Column chunks start at multiples of this.
 const SPLIT_COLUMN_ALIGN: usize = 64;
+
+/// The name of the CPU kernel family that multiplies by `w`.
+#[cfg(feature = "flex")]
+fn host_kernel_name(w: &HostWeight) -> String {
+    use super::quantized::QuantizedBlocks;
+    match w {
+        HostWeight::F32Activations(q, _) => match q.blocks() {
+            QuantizedBlocks::Q4_1 { .. } => "q4_1 blocks × f32 activations".to_string(),
+            QuantizedBlocks::Q8_0 { .. } => "q8_0 blocks × f32 activations".to_string(),
+        },
+        HostWeight::Int8Activations(_) => "16-row tiles × 8-bit activations".to_string(),
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -4,6 +4,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod eager;
 #[cfg(feature = "flex")]
 pub mod f32_tiles;
 #[cfg(feature = "flex")]
@@ -15,6 +16,7 @@ mod host_weight;
 #[cfg(feature = "flex")]
 pub mod int8_activations;
 pub mod kv_cache;
+pub mod kv_precision;
 pub mod layer_norm;
 pub mod linear;
 #[cfg(feature = "flex")]
@@ -27,7 +29,9 @@ pub mod simd;
 pub mod vexp;
 
 pub use attention::{Attention, AttentionConfig};
-pub use kv_cache::{KvCache, KvPrecision, Scoring, StepMask};
+pub use eager::Scoring;
+pub use kv_cache::{KvCache, StepMask};
+pub use kv_precision::KvPrecision;
 pub use layer_norm::LayerNorm;
 pub use linear::{Linear, LinearDelta, Projection, Site};
 pub use rms_norm::RmsNorm;

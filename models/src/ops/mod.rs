@@ -1,0 +1,124 @@
+//! The block-level operations a decoder forward is written in, and their two
+//! implementations: [`tensor`] (burn's tensor ops, every backend) and
+//! [`host`] (fused per-row passes in host memory, plain burn-flex with
+//! quantised weights). Each architecture writes its forward once, generic
+//! over [`BlockOps`]; the model's [`crate::plan::ExecutionPlan`] picks the
+//! implementation for each step.
+//!
+//! Why operations this coarse: the host implementation fuses what follows a
+//! product (its LoRA update, the residual add, the next norm, the 8-bit
+//! quantisation of the next products' input) into one parallel pass over
+//! the rows, so a product's result stays pending until the operation that
+//! consumes it ([`BlockOps::attend`], [`BlockOps::gated`],
+//! [`BlockOps::residual`]) adds what is owed to it row by row.
+
+use burn::tensor::{Int, Tensor, backend::Backend};
+
+use crate::error::ModelError;
+use crate::layers::{Attention, KvCache, Linear, RmsNorm, RopeAngles, Site, StepMask};
+
+#[cfg(feature = "flex")]
+pub mod host;
+pub mod tensor;
+
+/// Evaluates `$body` with `$ops` bound to the block operations `$plan`
+/// picks for a step of `$batch` ([`crate::plan::ExecutionPlan::block_ops`]):
+/// a forward written once, generic over [`BlockOps`], run by either
+/// implementation.
+macro_rules! dispatch {
+    ($plan:expr, $batch:expr, $delta:expr, $device:expr, |$ops:ident| $body:expr) => {{
+        let (rows, new_tokens) = ($batch.rows(), $batch.len());
+        match $plan.block_ops(rows, new_tokens) {
+            #[cfg(feature = "flex")]
+            $crate::plan::BlockOpsKind::Host => {
+                let $ops = $crate::ops::host::HostOps::new(
+                    $delta,
+                    [rows, new_tokens],
+                    $plan.host_int8,
+                    $device,
+                );
+                $body
+            }
+            _ => {
+                let $ops = $crate::ops::tensor::TensorOps::new($delta, $plan.products.cpu_kernels);
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use dispatch;
+
+/// The gate activation of a gated MLP, `act(gate) · up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateActivation {
+    /// SiLU (Llama's SwiGLU).
+    Silu,
+    /// GELU, tanh approximation (Gemma's GeGLU, `gelu_pytorch_tanh`).
+    GeluTanh,
+    /// Exact GELU.
+    Gelu,
+}
+
+/// The operations of a pre-norm decoder block, on activations of
+/// `[batch, seq, width]` rows.
+pub trait BlockOps<B: Backend> {
+    /// Rows of activations (the residual stream, a normed stream, an
+    /// attention or MLP output).
+    type Rows;
+    /// A projection's output, its bias and LoRA update added or owed (then
+    /// added by the operation that consumes it).
+    type Product;
+
+    /// The token embeddings of `ids` (`[batch, seq]`), times `scale` if
+    /// given (Gemma's `√hidden`, in f32).
+    fn embed(
+        &mut self,
+        table: &Tensor<B, 2>,
+        ids: Tensor<B, 2, Int>,
+        scale: Option<f32>,
+    ) -> Result<Self::Rows, ModelError>;
+
+    /// `norm(x)`.
+    fn norm(&mut self, norm: &RmsNorm<B>, x: &Self::Rows) -> Self::Rows;
+
+    /// The projections of one `x` (a block's query, key and value, or an
+    /// MLP's gate and up), each with the adapter's update at its site.
+    fn project<const N: usize>(
+        &mut self,
+        x: &Self::Rows,
+        projections: [(&Linear<B>, Site); N],
+    ) -> [Self::Product; N];
+
+    /// Attention of this step's queries over the cache of `layer` and this
+    /// step's keys and values (appended to the cache): the per-head q/k
+    /// norms if `attn` has them, rotation by `angles`, `mask`'s causal,
+    /// padding and window mask, scores scaled and soft-capped as `attn`
+    /// says. `[batch, seq, heads · head_dim]`.
+    fn attend(
+        &mut self,
+        attn: &Attention<B>,
+        layer: usize,
+        qkv: [Self::Product; 3],
+        angles: &RopeAngles<B>,
+        mask: &StepMask<B>,
+        cache: &mut KvCache<B>,
+    ) -> Self::Rows;
+
+    /// `act(gate) · up`.
+    fn gated(&mut self, act: GateActivation, gate: Self::Product, up: Self::Product) -> Self::Rows;
+
+    /// The residual add `x + post(y)` (`post`, where given, norms the
+    /// branch's output first: Gemma 2/3's sandwich norms), and `norm` of
+    /// that sum: `(x + post(y), norm(x + post(y)))`.
+    fn residual(
+        &mut self,
+        x: Self::Rows,
+        y: Self::Product,
+        post: Option<&RmsNorm<B>>,
+        norm: &RmsNorm<B>,
+    ) -> (Self::Rows, Self::Rows);
+
+    /// The final hidden states, `[batch, seq, hidden]`, from the last norm's
+    /// output.
+    fn finish(self, normed: Self::Rows) -> Result<Tensor<B, 3>, ModelError>;
+}

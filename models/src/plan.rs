@@ -1,0 +1,369 @@
+//! The execution plan: which implementation runs each part of a forward
+//! pass, chosen once when a model is loaded and stored in it.
+//!
+//! A forward step is written once per architecture, against the block
+//! operations of [`crate::ops`] (projections with their LoRA deltas,
+//! attention with the cache, the gated MLP, residual + norm). Two
+//! implementations carry them out:
+//!
+//! - [`BlockOpsKind::Host`]: the activations stay in host memory from the
+//!   embedding to the final norm and each block is a few parallel passes
+//!   over the rows, every product read from the weight's quantised copy.
+//!   Only where tensors live in host memory ([`BackendKind::HostMemory`])
+//!   and every projection of the model has a quantised copy.
+//! - [`BlockOpsKind::Tensor`]: burn's tensor ops. Where tensors live in host
+//!   memory, products of a few rows and attention of a few queries still read
+//!   host memory through the CPU kernels ([`ProductPlan`], the KV cache's
+//!   host storage); elsewhere (wgpu, cuda, autodiff) burn's ops only.
+//!
+//! The plan is printable (`privmix … --verbose`, the speed report) and can be
+//! chosen in tests through [`Route`] without changing the backend type.
+//! [`BackendKind::of`] is the only place the backend's type is inspected.
+
+use std::fmt;
+
+use burn::tensor::backend::Backend;
+
+/// What the forwards need to know about a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// burn-flex without autodiff: tensors are host memory that the CPU
+    /// kernels may read and write directly.
+    HostMemory,
+    /// Any other backend (wgpu, cuda, autodiff): burn's tensor ops only.
+    Device,
+}
+
+impl BackendKind {
+    /// The kind of `B`: [`BackendKind::HostMemory`] exactly for plain
+    /// burn-flex.
+    #[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
+    pub fn of<B: Backend>() -> Self {
+        #[cfg(feature = "flex")]
+        if core::any::TypeId::of::<B>() == core::any::TypeId::of::<burn::backend::Flex>() {
+            return Self::HostMemory;
+        }
+        Self::Device
+    }
+
+    /// Whether the CPU kernels may read this backend's tensors in place.
+    pub fn is_host_memory(self) -> bool {
+        self == Self::HostMemory
+    }
+}
+
+/// Which implementations a plan may use: the default takes the fastest the
+/// backend allows; tests pick the others to compare paths on one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Route {
+    /// Host block operations for decode steps where the model allows them,
+    /// tensor block operations with CPU kernels for the rest.
+    #[default]
+    Fastest,
+    /// Tensor block operations for every step; the CPU kernels still serve
+    /// products and attention where tensors live in host memory.
+    TensorBlocks,
+    /// burn's ops only, as on a device backend: no quantised copies, no CPU
+    /// kernels, the KV cache held in tensors.
+    BurnOpsOnly,
+}
+
+/// How the block operations of one step run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockOpsKind {
+    /// In host memory, fused per-row passes ([`crate::ops::host`]).
+    Host,
+    /// burn's tensor ops ([`crate::ops::tensor`]).
+    Tensor,
+}
+
+/// How a [`crate::layers::Linear`] computes its products: stored in every
+/// projection when the model is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProductPlan {
+    /// Products may read the weight's quantised copy and the f32 weight in
+    /// host memory through the CPU kernels.
+    pub cpu_kernels: bool,
+    /// Products of at most this many rows read an f32 weight row by row
+    /// (`few_rows`), or its quantised copy with f32 activations; from there
+    /// on burn's matmul (gemm's packed kernels) is faster. Products whose
+    /// quantised copy takes 8-bit activations take it for any number of rows.
+    pub few_rows_max: usize,
+    /// Products of at most this many rows whose weight the row kernel cannot
+    /// read (GPT-2's `[in, out]` layout) split their output columns over the
+    /// threads; larger products are one matmul, which gemm parallelises.
+    pub split_max_rows: usize,
+}
+
+impl ProductPlan {
+    /// Products of plain burn-flex read host memory; others use burn's matmul.
+    pub fn for_backend<B: Backend>() -> Self {
+        Self::with_cpu_kernels(BackendKind::of::<B>().is_host_memory())
+    }
+
+    /// The thresholds with or without the CPU kernels.
+    pub fn with_cpu_kernels(cpu_kernels: bool) -> Self {
+        Self {
+            cpu_kernels,
+            few_rows_max: 24,
+            split_max_rows: 8,
+        }
+    }
+}
+
+/// When a step's block operations run in host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostSteps {
+    /// Steps of at most this many new tokens per row (decoding; the host
+    /// attention answers at most this many queries at once).
+    pub max_new_tokens: usize,
+    /// Steps of at most this many rows × new tokens, or any number (`None`)
+    /// when every product takes 8-bit activations: f32 activations read the
+    /// quantised copies only up to [`ProductPlan::few_rows_max`] rows.
+    pub max_rows: Option<usize>,
+}
+
+/// Products of the model, counted by the kernel that computes them (for
+/// printing the plan).
+pub type KernelCounts = Vec<(String, usize)>;
+
+/// Which implementation runs each part of a model's forward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecutionPlan {
+    /// The backend's kind.
+    pub backend: BackendKind,
+    /// What the plan was asked for.
+    pub route: Route,
+    /// When steps run the host block operations (`None`: never).
+    pub host_steps: Option<HostSteps>,
+    /// Why steps never run the host block operations, where they do not.
+    pub host_steps_declined: Option<String>,
+    /// How the projections compute their products.
+    pub products: ProductPlan,
+    /// Whether the host block operations quantise the products' inputs to
+    /// 8 bits (some projection's quantised copy takes them).
+    pub host_int8: bool,
+    /// Whether a forward pass runs on rayon's pool with its threads kept
+    /// spinning between parallel regions ([`crate::runtime::on_hot_pool`]).
+    pub hot_pool: bool,
+    /// Whether the KV cache keeps keys and values in host memory, where
+    /// the host attention answers steps of at most
+    /// [`crate::layers::kv_cache::HOST_QUERIES_MAX`] queries.
+    pub host_kv: bool,
+    /// The decoder blocks' projections by product kernel.
+    pub kernels: KernelCounts,
+}
+
+impl ExecutionPlan {
+    /// The plan's parts that do not depend on the weights: which
+    /// implementations `route` allows on backend `B`. A model completes it
+    /// with [`ExecutionPlan::with_projections`].
+    pub fn for_backend<B: Backend>(route: Route) -> Self {
+        let backend = BackendKind::of::<B>();
+        let host = backend.is_host_memory() && route != Route::BurnOpsOnly;
+        Self {
+            backend,
+            route,
+            host_steps: None,
+            host_steps_declined: Some(if host {
+                "not decided yet".into()
+            } else {
+                "tensors do not live in host memory on this route".into()
+            }),
+            products: ProductPlan::with_cpu_kernels(host),
+            host_int8: false,
+            hot_pool: host,
+            host_kv: host,
+            kernels: Vec::new(),
+        }
+    }
+
+    /// Decides the host steps from the decoder blocks' projections:
+    /// `projections` gives, for each, whether it has a quantised copy the
+    /// host products read, whether that copy takes 8-bit activations, and
+    /// the kernel's name. `declined`: a part of the architecture the host
+    /// block operations lack (then never host steps).
+    pub fn with_projections(
+        mut self,
+        projections: impl IntoIterator<Item = ProjectionKernel>,
+        declined: Option<&str>,
+    ) -> Self {
+        let mut all_host = true;
+        let mut all_int8 = true;
+        let mut any_int8 = false;
+        let mut counts: KernelCounts = Vec::new();
+        for p in projections {
+            all_host &= p.host;
+            all_int8 &= p.int8_activations;
+            any_int8 |= p.int8_activations;
+            match counts.iter_mut().find(|(name, _)| *name == p.kernel) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((p.kernel, 1)),
+            }
+        }
+        self.kernels = counts;
+        self.host_int8 = any_int8;
+        let reason = if !self.products.cpu_kernels {
+            Some("tensors do not live in host memory on this route".to_string())
+        } else if self.route == Route::TensorBlocks {
+            Some("tensor block operations were asked for".to_string())
+        } else if let Some(part) = declined {
+            Some(format!("the host block operations lack {part}"))
+        } else if !all_host {
+            Some("a projection has no quantised copy".to_string())
+        } else {
+            None
+        };
+        self.host_steps = reason.is_none().then_some(HostSteps {
+            max_new_tokens: crate::layers::kv_cache::HOST_QUERIES_MAX,
+            max_rows: (!all_int8).then_some(self.products.few_rows_max),
+        });
+        self.host_steps_declined = reason;
+        self
+    }
+
+    /// How a step of `rows` rows with `new_tokens` new tokens each runs.
+    pub fn block_ops(&self, rows: usize, new_tokens: usize) -> BlockOpsKind {
+        match self.host_steps {
+            Some(h)
+                if new_tokens <= h.max_new_tokens
+                    && h.max_rows.is_none_or(|m| rows * new_tokens <= m) =>
+            {
+                BlockOpsKind::Host
+            }
+            _ => BlockOpsKind::Tensor,
+        }
+    }
+
+    /// Runs a forward pass `f` as the plan says: on rayon's hot pool where
+    /// the CPU kernels split products over its threads, directly elsewhere.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        if self.hot_pool {
+            crate::runtime::on_hot_pool(f)
+        } else {
+            f()
+        }
+    }
+}
+
+/// One projection as [`ExecutionPlan::with_projections`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectionKernel {
+    /// It has a quantised copy that host products read.
+    pub host: bool,
+    /// That copy takes 8-bit activations.
+    pub int8_activations: bool,
+    /// The kernel that computes its decode products.
+    pub kernel: String,
+}
+
+impl fmt::Display for ExecutionPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match self.backend {
+            BackendKind::HostMemory => "burn-flex (tensors in host memory)",
+            BackendKind::Device => "a device backend or autodiff (burn's ops)",
+        };
+        writeln!(f, "execution plan ({:?} route) on {backend}", self.route)?;
+        match (self.host_steps, &self.host_steps_declined) {
+            (Some(h), _) => {
+                let rows = match h.max_rows {
+                    Some(m) => format!("at most {m} rows × new tokens"),
+                    None => "any number of rows".to_string(),
+                };
+                writeln!(
+                    f,
+                    "  steps of ≤ {} new tokens per row, {rows}: host block operations (fused per-row passes)",
+                    h.max_new_tokens
+                )?;
+                writeln!(f, "  other steps: tensor block operations")?;
+            }
+            (None, Some(why)) => {
+                writeln!(f, "  every step: tensor block operations ({why})")?;
+            }
+            (None, None) => writeln!(f, "  every step: tensor block operations")?,
+        }
+        if self.products.cpu_kernels {
+            writeln!(
+                f,
+                "  tensor-op products: CPU kernels up to {} rows (8-bit activations: any rows), column split up to {} rows, else burn's matmul",
+                self.products.few_rows_max, self.products.split_max_rows
+            )?;
+        } else {
+            writeln!(f, "  products: burn's matmul")?;
+        }
+        let kernels: Vec<String> = self
+            .kernels
+            .iter()
+            .map(|(name, n)| format!("{n} × {name}"))
+            .collect();
+        if !kernels.is_empty() {
+            writeln!(f, "  block projections: {}", kernels.join(", "))?;
+        }
+        writeln!(
+            f,
+            "  attention: {}",
+            if self.host_kv {
+                "KV cache in host memory, host attention for decode steps"
+            } else {
+                "KV cache in tensors, burn's eager attention"
+            }
+        )?;
+        write!(
+            f,
+            "  threads: {}",
+            if self.hot_pool {
+                "rayon's pool kept hot during each forward"
+            } else {
+                "the backend's own scheduling"
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(host: bool, int8: bool) -> ProjectionKernel {
+        ProjectionKernel {
+            host,
+            int8_activations: int8,
+            kernel: format!("k{host}{int8}"),
+        }
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn host_steps_need_host_memory_and_every_projection_quantised() {
+        use burn::backend::{Autodiff, Flex};
+        let flex = ExecutionPlan::for_backend::<Flex>(Route::Fastest);
+        let all = flex
+            .clone()
+            .with_projections(vec![kernel(true, true); 3], None);
+        assert_eq!(all.block_ops(100, 1), BlockOpsKind::Host);
+        assert_eq!(all.block_ops(1, 9), BlockOpsKind::Tensor);
+        let f32_acts = flex
+            .clone()
+            .with_projections(vec![kernel(true, true), kernel(true, false)], None);
+        assert_eq!(f32_acts.block_ops(24, 1), BlockOpsKind::Host);
+        assert_eq!(f32_acts.block_ops(25, 1), BlockOpsKind::Tensor);
+        let missing = flex
+            .clone()
+            .with_projections(vec![kernel(true, true), kernel(false, false)], None);
+        assert_eq!(missing.block_ops(1, 1), BlockOpsKind::Tensor);
+        assert!(missing.to_string().contains("no quantised copy"));
+        let lacking = flex.with_projections(vec![kernel(true, true)], Some("LayerNorm"));
+        assert_eq!(lacking.block_ops(1, 1), BlockOpsKind::Tensor);
+        for route in [Route::TensorBlocks, Route::BurnOpsOnly] {
+            let p = ExecutionPlan::for_backend::<Flex>(route)
+                .with_projections(vec![kernel(true, true)], None);
+            assert_eq!(p.block_ops(1, 1), BlockOpsKind::Tensor, "{route:?}");
+            assert_eq!(p.products.cpu_kernels, route == Route::TensorBlocks);
+        }
+        let autodiff = ExecutionPlan::for_backend::<Autodiff<Flex>>(Route::Fastest)
+            .with_projections(vec![kernel(true, true)], None);
+        assert_eq!(autodiff.backend, BackendKind::Device);
+        assert_eq!(autodiff.block_ops(1, 1), BlockOpsKind::Tensor);
+        assert!(!autodiff.hot_pool && !autodiff.host_kv);
+    }
+}
