@@ -7,9 +7,8 @@
 mod runtime_support;
 
 use burn::backend::{Autodiff, Flex};
-use privmix_models::plan::BlockOpsKind;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, DecodeProducts, LanguageModel, Model, Route};
+use privmix_models::{Batch, LanguageModel, Model};
 use runtime_support::{fixture, max_abs_diff};
 
 /// Logits of a left-padded prefill of `count` rows (≤ 8 tokens: a host
@@ -53,40 +52,5 @@ fn host_step_equals_the_tensor_path() {
         assert!(worst <= 1e-4, "{count} rows: {worst}");
         // The comparison can fail: the steps' logits move.
         assert!(max_abs_diff(&got[1], &got[2]) > 1e-3);
-    }
-}
-
-/// The same comparison on one backend type: burn-flex with the plan's
-/// routes chosen at load. The host block operations (fastest route) against
-/// the tensor block operations with the CPU kernels, and against burn's ops
-/// alone; the plans say what they run.
-#[test]
-fn routes_on_one_backend_agree() {
-    let path = fixture("gguf/llama_q8_0.gguf");
-    let dev = Default::default();
-    let load = |route| {
-        Model::<Flex>::load_gguf_routed(&path, DecodeProducts::default(), route, &dev).unwrap()
-    };
-    let fastest = load(Route::Fastest);
-    println!("{}", fastest.plan());
-    assert_eq!(fastest.plan().block_ops(3, 1), BlockOpsKind::Host);
-    for route in [Route::TensorBlocks, Route::BurnOpsOnly] {
-        let other = load(route);
-        println!("{}", other.plan());
-        assert_eq!(other.plan().block_ops(3, 1), BlockOpsKind::Tensor);
-        assert_eq!(
-            other.plan().products.cpu_kernels,
-            route == Route::TensorBlocks
-        );
-        for count in [3, 9] {
-            let (got, want) = (steps(&fastest, count), steps(&other, count));
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(g, w)| max_abs_diff(g, w))
-                .fold(0.0f32, f32::max);
-            println!("{count} rows, fastest vs {route:?}: max |Δ logit| {worst:e}");
-            assert!(worst <= 1e-4, "{route:?}, {count} rows: {worst}");
-        }
     }
 }
