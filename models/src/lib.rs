@@ -40,6 +40,8 @@ pub mod ops;
 pub mod plan;
 pub mod runtime;
 pub mod safetensors;
+pub mod threads;
+pub mod to_host;
 pub mod tokenizer;
 pub mod weights;
 #[cfg(feature = "wgpu")]

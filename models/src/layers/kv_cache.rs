@@ -16,10 +16,7 @@ pub use super::kv_precision::KvPrecision;
 use super::rope::RopeAngles;
 use crate::error::ModelError;
 
-/// Steps of at most this many new tokens per row are attended on the host
-/// (where the cache keeps keys and values in host memory); longer ones
-/// (prefill) use gemm through burn's ops.
-pub(crate) const HOST_QUERIES_MAX: usize = 8;
+use crate::plan::HOST_QUERIES_MAX;
 
 /// `prepare(first_row, q, k, v)` of [`KvCache::append_and_attend_host`].
 #[cfg(feature = "flex")]
