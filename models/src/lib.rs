@@ -13,6 +13,8 @@
 //!   mapped, llama.cpp's Q/K permutation and Gemma `1 + w` norms undone).
 //! - [`config`], [`gpt2`], [`llama`], [`gemma`]: configurations and forwards.
 //! - [`layers`]: linear + LoRA hook, RMSNorm, LayerNorm, RoPE, attention, KV cache.
+//! - `cpu` (feature `flex`): the CPU kernels of the host-memory decode path
+//!   (quantised products, attention, activations) and their dispatch table.
 //! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
 //! - [`model`]: [`Model`], any supported model loaded from a path.
 //! - [`tokenizer`]: [`Tokenizer`], text to ids and back, with the end-of-turn
@@ -25,6 +27,8 @@
 pub mod bert;
 pub mod chat_template;
 pub mod config;
+#[cfg(feature = "flex")]
+pub mod cpu;
 pub mod error;
 pub mod gemma;
 pub mod gguf;

@@ -238,7 +238,7 @@ pub trait LanguageModel<B: Backend> {
 
 /// Log-softmax over the last dimension, read into host memory (row-major).
 /// On plain burn-flex computed there, vectorised and rows in parallel
-/// ([`crate::layers::vexp`]); elsewhere by [`log_softmax`] on the device.
+/// ([`crate::cpu::vexp`]); elsewhere by [`log_softmax`] on the device.
 pub fn log_softmax_to_vec<B: Backend, const D: usize>(
     logits: Tensor<B, D>,
 ) -> Result<Vec<f32>, ModelError> {
@@ -246,7 +246,7 @@ pub fn log_softmax_to_vec<B: Backend, const D: usize>(
     if is_plain_flex::<B>() {
         let width = logits.dims()[D - 1];
         let mut v = to_vec(logits)?;
-        crate::layers::vexp::log_softmax_rows_in_place(&mut v, width);
+        crate::cpu::vexp::log_softmax_rows_in_place(&mut v, width);
         return Ok(v);
     }
     to_vec(log_softmax(logits))
@@ -282,7 +282,7 @@ pub fn to_vec<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>, M
 /// the pool's other threads wait for work spinning instead of sleeping.
 ///
 /// Why: a decode step on plain burn-flex splits each product over the pool
-/// (see [`crate::layers::quantized`]). From outside the pool every split
+/// (see [`crate::cpu::blocks_f32`]). From outside the pool every split
 /// injects its halves and sleeps until they finish; inside, it is a local
 /// `join`, but a worker that has gone to sleep between two products takes
 /// tens of µs to wake on the 2-core test machine. Measured there with

@@ -11,7 +11,7 @@ pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     if crate::runtime::is_plain_flex::<B>() {
         let (dims, device) = (x.shape(), x.device());
         if let Ok(mut v) = crate::runtime::to_vec(x.clone()) {
-            super::vexp::silu_in_place(&mut v);
+            crate::cpu::vexp::silu_in_place(&mut v);
             return Tensor::from_data(burn::tensor::TensorData::new(v, dims), &device);
         }
     }

@@ -355,9 +355,10 @@ impl<B: Backend> KvCache<B> {
         rope: Option<&RopeAngles<B>>,
         window: Option<usize>,
         scoring: Scoring,
-        prepare: Option<&super::host_kv::PrepareRows<'_>>,
+        prepare: Option<&crate::cpu::attention::PrepareRows<'_>>,
     ) -> Vec<f32> {
-        use super::host_kv::{HostScoring, append_and_attend};
+        use super::host_kv::append_and_attend;
+        use crate::cpu::attention::HostScoring;
         let s = shape.seq;
         debug_assert!(s <= HOST_QUERIES_MAX);
         let kv = host_layer(&mut self.layers[layer], shape, self.precision);

@@ -8,9 +8,9 @@ use burn::tensor::{Tensor, backend::Backend};
 use rayon::prelude::*;
 
 #[cfg(feature = "flex")]
-use super::host_weight::HostWeight;
+use crate::cpu::CpuWeight;
 #[cfg(feature = "flex")]
-use super::int8_activations::QuantizedRows;
+use crate::cpu::Q8Rows;
 use crate::runtime::is_plain_flex;
 
 /// Which projection of a layer (the modules a LoRA may target).
@@ -123,9 +123,9 @@ pub struct Linear<B: Backend> {
     weight_t: Tensor<B, 2>,
     bias: Option<Tensor<B, 1>>,
     /// The same weight in its GGUF blocks, for decode products on plain
-    /// burn-flex (see [`super::quantized`]); `weight_t` serves everything else.
+    /// burn-flex (see [`crate::cpu::blocks_f32`]); `weight_t` serves everything else.
     #[cfg(feature = "flex")]
-    quantized: Option<std::sync::Arc<HostWeight>>,
+    quantized: Option<std::sync::Arc<CpuWeight>>,
 }
 
 impl<B: Backend> Linear<B> {
@@ -155,28 +155,28 @@ impl<B: Backend> Linear<B> {
     /// projection is returned unchanged) when the shapes differ or the backend
     /// is not plain burn-flex.
     #[cfg(feature = "flex")]
-    pub fn with_quantized(mut self, quantized: super::quantized::QuantizedWeight) -> Self {
+    pub fn with_quantized(mut self, quantized: crate::cpu::BlockWeight) -> Self {
         // Only plain burn-flex reads it: elsewhere it would be memory spent for nothing.
         if is_plain_flex::<B>()
             && quantized.in_features() == self.in_features()
             && quantized.out_features() == self.out_features()
         {
-            self.quantized = Some(std::sync::Arc::new(HostWeight::f32_activations(quantized)));
+            self.quantized = Some(std::sync::Arc::new(CpuWeight::blocks(quantized)));
         }
         self
     }
 
     /// Products with the quantised copy take 8-bit activations, llama.cpp's
-    /// way (see [`super::int8_activations`]), for any number of rows: the
+    /// way (see [`crate::cpu::tiles_q8`]), for any number of rows: the
     /// copy is rearranged into 16-row tiles, replacing the blocks. No change
     /// without a quantised copy, or when the output width is not a multiple
     /// of 16.
     #[cfg(feature = "flex")]
     pub fn with_int8_activations(mut self) -> Self {
-        if let Some(HostWeight::F32Activations(q, _)) = self.quantized.as_deref()
-            && let Some(w) = super::int8_activations::Int8Weight::from_quantized(q)
+        if let Some(CpuWeight::Blocks(q, _)) = self.quantized.as_deref()
+            && let Some(w) = crate::cpu::TiledWeight::from_blocks(q)
         {
-            self.quantized = Some(std::sync::Arc::new(HostWeight::Int8Activations(w)));
+            self.quantized = Some(std::sync::Arc::new(CpuWeight::Tiles(w)));
         }
         self
     }
@@ -322,14 +322,14 @@ impl<B: Backend> Linear<B> {
         projections: [&Self; N],
         xs: &[f32],
         rows: usize,
-        quantized: Option<&QuantizedRows>,
+        quantized: Option<&Q8Rows>,
     ) -> Option<[Vec<f32>; N]> {
         let i = xs.len() / rows.max(1);
         if !projections.iter().all(|p| p.host_ready(rows, i)) {
             return None;
         }
         let weights = projections.map(|p| p.host_weight(rows, i).expect("checked above"));
-        let mut ys = HostWeight::matmul_many(&weights, xs, rows, quantized).into_iter();
+        let mut ys = CpuWeight::matmul_many(&weights, xs, rows, quantized).into_iter();
         Some(std::array::from_fn(|_| ys.next().expect("N products")))
     }
 
@@ -337,9 +337,7 @@ impl<B: Backend> Linear<B> {
     /// products read `x` quantised).
     #[cfg(feature = "flex")]
     pub(crate) fn host_takes_int8(&self) -> bool {
-        self.quantized
-            .as_deref()
-            .is_some_and(HostWeight::takes_int8)
+        self.quantized.as_deref().is_some_and(CpuWeight::takes_q8)
     }
 
     /// Adds `delta`'s update at `sites[i]` to `ys[i]` for the host-held `x`
@@ -390,7 +388,7 @@ impl<B: Backend> Linear<B> {
         y.reshape([b, s, self.out_features()])
     }
 
-    /// `x Wᵀ` by [`super::few_rows`] when `x` has at most `FEW_ROWS_MAX`
+    /// `x Wᵀ` by [`crate::cpu::dense`] when `x` has at most `FEW_ROWS_MAX`
     /// rows and the weight is a plain burn-flex f32 `[out, in]` tensor.
     fn few_rows(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         #[cfg(feature = "flex")]
@@ -403,7 +401,7 @@ impl<B: Backend> Linear<B> {
                 ));
             }
             if rows <= FEW_ROWS_MAX {
-                return super::few_rows::few_rows_matmul(x, &self.weight_t);
+                return crate::cpu::gemm::few_rows_matmul(x, &self.weight_t);
             }
         }
         let _ = x;
@@ -428,9 +426,9 @@ impl<B: Backend> Linear<B> {
     /// width `k`: on plain burn-flex, for at most `FEW_ROWS_MAX` rows, or any
     /// number with 8-bit activations.
     #[cfg(feature = "flex")]
-    fn host_weight(&self, rows: usize, k: usize) -> Option<&HostWeight> {
+    fn host_weight(&self, rows: usize, k: usize) -> Option<&CpuWeight> {
         let q = self.quantized.as_deref()?;
-        let any_rows = matches!(q, HostWeight::Int8Activations(_));
+        let any_rows = matches!(q, CpuWeight::Tiles(_));
         ((rows <= FEW_ROWS_MAX || any_rows) && k == q.in_features() && is_plain_flex::<B>())
             .then_some(q)
     }
@@ -480,7 +478,7 @@ impl<B: Backend> Linear<B> {
 }
 
 /// Products with at most this many rows read the weight once with
-/// [`super::few_rows`] (decoding: one row per sequence or ensemble member).
+/// [`crate::cpu::dense`] (decoding: one row per sequence or ensemble member).
 /// From ~32 rows (prefill) gemm's packed kernels win (measured with
 /// `cargo bench -p privmix-models --bench forward`).
 #[cfg(feature = "flex")]
@@ -589,7 +587,7 @@ mod tests {
             raw.extend(half::f16::from_f32(0.01 * (1 + blk % 5) as f32).to_le_bytes());
             raw.extend((0..32).map(|j| ((blk * 31 + j * 7) % 255) as u8));
         }
-        let q = super::super::quantized::QuantizedWeight::from_ggml(GgmlType::Q8_0, &raw, o, i)
+        let q = crate::cpu::BlockWeight::from_ggml(GgmlType::Q8_0, &raw, o, i)
             .unwrap()
             .unwrap();
         let dense: Vec<f32> = (0..o).flat_map(|r| q.row(r)).collect();

@@ -35,8 +35,8 @@
 use burn::tensor::{Tensor, TensorData, backend::Backend, module::embedding};
 
 use super::Llama;
+use crate::cpu::{Q8Row, Q8Rows};
 use crate::error::ModelError;
-use crate::layers::int8_activations::{QuantizedRow, QuantizedRows};
 use crate::layers::kv_cache::{HOST_QUERIES_MAX, HostShape};
 use crate::layers::{KvCache, Linear, LinearDelta, Projection, RmsNorm, Scoring, Site};
 use crate::runtime::{Batch, Step, is_plain_flex, start_step, to_vec};
@@ -159,7 +159,7 @@ impl<B: Backend> Llama<B> {
             let hq = attn
                 .o_proj
                 .host_takes_int8()
-                .then(|| QuantizedRows::new(&heads, rows, heads_width));
+                .then(|| Q8Rows::new(&heads, rows, heads_width));
             let mut o = base_products([&attn.o_proj], &heads, rows, hq.as_ref());
             add_at_once(&[site(Projection::O)], &heads, &mut o);
             let [mut o] = o;
@@ -186,7 +186,7 @@ impl<B: Backend> Llama<B> {
                     d.add_host_row(gu_sites[0], row / s, x, g);
                     d.add_host_row(gu_sites[1], row / s, x, u);
                 }
-                crate::layers::vexp::silu_in_place(g);
+                crate::cpu::vexp::silu_in_place(g);
                 g.iter_mut().zip(u.iter()).for_each(|(g, u)| *g *= u);
                 if let Some(q) = q {
                     q.fill(g);
@@ -232,7 +232,7 @@ fn residual_pass<B: Backend>(
     [seq, rows]: [usize; 2],
     buffers: [&mut [f32]; 3],
     norm: &RmsNorm<B>,
-    nq: Option<&mut QuantizedRows>,
+    nq: Option<&mut Q8Rows>,
 ) {
     let width = input.len() / rows.max(1);
     per_row(rows, buffers, nq, |row, [x, y, n], q| {
@@ -253,7 +253,7 @@ fn base_products<B: Backend, const N: usize>(
     projections: [&Linear<B>; N],
     x: &[f32],
     rows: usize,
-    quantized: Option<&QuantizedRows>,
+    quantized: Option<&Q8Rows>,
 ) -> [Vec<f32>; N] {
     Linear::host_base_products(projections, x, rows, quantized)
         .expect("host_ready checked by forward_hidden_host")
@@ -270,15 +270,15 @@ fn quantized_for<B: Backend>(
     projections: &[&Linear<B>],
     rows: usize,
     width: usize,
-) -> Option<QuantizedRows> {
+) -> Option<Q8Rows> {
     projections
         .iter()
         .any(|p| p.host_takes_int8())
-        .then(|| QuantizedRows::zeroed(rows, width))
+        .then(|| Q8Rows::zeroed(rows, width))
 }
 
 /// A row of each of `K` buffers, and of the quantised rows if any.
-type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<QuantizedRow<'a>>);
+type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<Q8Row<'a>>);
 
 /// Runs `f(row, [row of each buffer], row of quantized)` for every row, in
 /// one run of consecutive rows per thread: the decode
@@ -287,8 +287,8 @@ type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<Quantized
 fn per_row<const K: usize>(
     rows: usize,
     buffers: [&mut [f32]; K],
-    quantized: Option<&mut QuantizedRows>,
-    f: impl Fn(usize, [&mut [f32]; K], Option<&mut QuantizedRow<'_>>) + Sync,
+    quantized: Option<&mut Q8Rows>,
+    f: impl Fn(usize, [&mut [f32]; K], Option<&mut Q8Row<'_>>) + Sync,
 ) {
     let mut parts: Vec<_> = buffers
         .into_iter()
