@@ -18,7 +18,7 @@
 //!
 //! SIMD: one kernel on pulp's vectors, run at AVX-512, AVX2+FMA or scalar
 //! width as [`super::dispatch`] chooses (as `gemm` itself does); no
-//! `unsafe` here. The product itself is [`super::gemm`]'s
+//! `unsafe` here. The product itself is `cpu::gemm`'s
 //! `few_rows_matmul`.
 
 use burn_flex::FlexTensor;

@@ -11,9 +11,9 @@
 //!   fallback where no instruction set below has a kernel);
 //! - `arch`: one file per instruction set (`arch/x86/avx512.rs`,
 //!   `avx512_vnni.rs`, `avx2.rs`);
-//! - `blocks_f32`, `tiles_f32`, `tiles_q8`: blocks × f32, tiles × f32 and
-//!   tiles × 8-bit activations; `dense`: f32 burn-flex weights × a few
-//!   rows (`blocks_f32` and `dense` are generic over pulp's vectors, run
+//! - [`blocks_f32`], [`tiles_f32`], [`tiles_q8`]: blocks × f32, tiles ×
+//!   f32 and tiles × 8-bit activations; [`dense`]: f32 burn-flex weights ×
+//!   a few rows (`blocks_f32` and `dense` are generic over pulp's vectors, run
 //!   at each instruction set's width); `gemm`: each product split over
 //!   threads and handed to its kernel;
 //! - `attention`: attention of a few queries over keys and values held in
@@ -29,16 +29,16 @@
 //! kernels, not the reverse.
 
 pub(crate) mod attention;
-pub(crate) mod blocks_f32;
-pub(crate) mod dense;
+pub mod blocks_f32;
+pub mod dense;
 pub mod dispatch;
 pub(crate) mod gemm;
 pub mod quants;
 pub(crate) mod reference;
 pub mod repack;
 pub mod simd;
-pub(crate) mod tiles_f32;
-pub(crate) mod tiles_q8;
+pub mod tiles_f32;
+pub mod tiles_q8;
 pub mod vexp;
 pub(crate) mod weight;
 

@@ -1,7 +1,7 @@
 //! The quantised formats the kernels read: GGUF's Q4_1 and Q8_0 weight
 //! blocks ([`BlockQ4_1`], [`BlockQ8_0`]), a weight kept in them
 //! ([`BlockWeight`]), and rows of `x` quantised to 8 bits per block
-//! ([`Q8Rows`], llama.cpp's Q8_1 as its SIMD code rounds: ties to even).
+//! (`Q8Rows`, llama.cpp's Q8_1 as its SIMD code rounds: ties to even).
 //!
 //! Exactness: a block is dequantised with the same f32 expression as
 //! [`crate::gguf`]'s dequantiser (`d·q + m` for Q4_1, `d·q` for Q8_0, each
@@ -86,7 +86,7 @@ pub enum ActivationFormat {
     /// f32 values.
     F32,
     /// 8 bits per value, a scale and a scaled sum per block of 32
-    /// (llama.cpp's Q8_1; see [`Q8Rows`]).
+    /// (llama.cpp's Q8_1; see the [module documentation](self)).
     Q8_1,
 }
 

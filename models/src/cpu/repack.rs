@@ -13,7 +13,7 @@
 //! bound by their size).
 //!
 //! The kernels read the records as bytes at the offsets these structs
-//! define ([`BlockQ4_1x16::D_AT`], …), loading each register straight from
+//! define (`BlockQ4_1x16::D_AT`, …), loading each register straight from
 //! memory.
 
 use bytemuck::{Pod, Zeroable};

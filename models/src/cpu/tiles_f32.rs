@@ -10,7 +10,7 @@
 //! broadcast: no horizontal sums; the records are prefetched ahead, as
 //! [`super::tiles_q8`]'s kernels do. With few rows the dequantisation
 //! dominates, so the decode products take this kernel from
-//! [`TILES_F32_MIN_ROWS`] rows only.
+//! `TILES_F32_MIN_ROWS` rows only.
 //!
 //! Exactness: the same weights as the f32 path: the dequantiser's `d·q`,
 //! then `+ m` (Q4_1), or `d·q` (Q8_0), from the f16 scales the records keep

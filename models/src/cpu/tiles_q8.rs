@@ -1,6 +1,6 @@
 //! `x Wᵀ` for rows of `x` the way llama.cpp's CPU kernels take it for a
 //! Q4_1 or Q8_0 weight: each row of `x` is first quantised to 8 bits per
-//! block of 32 values ([`Q8Rows`]), and every block's dot product is an
+//! block of 32 values (`Q8Rows`), and every block's dot product is an
 //! exact integer sum, scaled once in f32, over the weight's 16-row tiles
 //! ([`TiledWeight`]).
 //!
@@ -23,7 +23,7 @@
 //! Kernels ([`super::dispatch`]): AVX-512 with VNNI, whose `vpdpbusd` does
 //! the 8-bit multiply and both sums in one instruction; AVX-512 without it
 //! (16 outputs per register); AVX2 (two halves of 8); and the portable
-//! definition ([`super::reference`]).
+//! definition (`cpu::reference`).
 //!
 //! The arithmetic, exactly (output `o`, row `r`, blocks `b`, in order):
 //! `acc = fma(m_ob, s_rb, acc)` (Q4_1 only; `s_rb = dₓ,rb · Σ_k q_rbk`, as
