@@ -167,9 +167,9 @@ fn matmul_layout(c: &mut Criterion) {
 /// model and 8 members), on the calling thread alone and with rayon's pool:
 /// f32 activations (`rows*`) and 8-bit activations (`int8_rows*`).
 fn quantized(c: &mut Criterion) {
+    use privmix_models::cpu::BlockWeight;
+    use privmix_models::cpu::TiledWeight;
     use privmix_models::gguf::GgmlType;
-    use privmix_models::layers::int8_activations::Int8Weight;
-    use privmix_models::layers::quantized::QuantizedWeight;
     let mut group = c.benchmark_group("quantized_q4_1_1536x576");
     group
         .sample_size(20)
@@ -181,10 +181,10 @@ fn quantized(c: &mut Criterion) {
         raw.extend(half::f16::from_f32(-0.05).to_le_bytes());
         raw.extend((0..16).map(|j| ((blk * 31 + j * 7) % 256) as u8));
     }
-    let w = QuantizedWeight::from_ggml(GgmlType::Q4_1, &raw, o, i)
+    let w = BlockWeight::from_ggml(GgmlType::Q4_1, &raw, o, i)
         .unwrap()
         .unwrap();
-    let int8 = Int8Weight::from_quantized(&w).unwrap();
+    let int8 = TiledWeight::from_blocks(&w).unwrap();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()

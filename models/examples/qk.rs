@@ -1,5 +1,5 @@
-//! Throughput of the quantised decode kernels (`layers::quantized`, and
-//! `layers::f32_tiles` and `layers::int8_activations` over the same weights
+//! Throughput of the quantised decode kernels (`cpu::blocks_f32`, and
+//! `cpu::tiles_f32` and `cpu::tiles_q8` over the same weights
 //! in 16-row tiles; `matmul_f32` runs on the calling thread) on
 //! SmolLM2's three product shapes, for 1, 9 and 17 rows of `x` (a decode
 //! step, the public model + 8 members, + 16 members), in multiply-adds per
@@ -13,9 +13,9 @@
 //! Weights are synthetic blocks (the kernel's speed does not depend on the
 //! values).
 
+use privmix_models::cpu::BlockWeight;
+use privmix_models::cpu::TiledWeight;
 use privmix_models::gguf::GgmlType;
-use privmix_models::layers::int8_activations::Int8Weight;
-use privmix_models::layers::quantized::QuantizedWeight;
 
 /// Synthetic GGUF bytes of an `[out, inp]` weight in `ty` (Q4_1 or Q8_0).
 fn blocks(ty: GgmlType, out: usize, inp: usize) -> Vec<u8> {
@@ -49,10 +49,10 @@ fn main() {
         (GgmlType::Q8_0, 49152, 576),
     ];
     for (ty, out, inp) in shapes {
-        let w = QuantizedWeight::from_ggml(ty, &blocks(ty, out, inp), out, inp)
+        let w = BlockWeight::from_ggml(ty, &blocks(ty, out, inp), out, inp)
             .expect("well-formed blocks")
             .expect("a quantised type");
-        let int8 = Int8Weight::from_quantized(&w).expect("whole 16-row tiles");
+        let int8 = TiledWeight::from_blocks(&w).expect("whole 16-row tiles");
         for rows in [1usize, 9, 17] {
             let x: Vec<f32> = (0..rows * inp)
                 .map(|j| (j % 17) as f32 / 8.0 - 1.0)

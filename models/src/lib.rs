@@ -16,6 +16,8 @@
 //! - [`ops`]: the block operations each forward is written in, with a tensor
 //!   and a host implementation; [`plan`]: [`ExecutionPlan`], which of them
 //!   (and which CPU kernels) run, chosen once at load and printable.
+//! - `cpu` (feature `flex`): the CPU kernels of the host-memory decode path
+//!   (quantised products, attention, activations) and their dispatch table.
 //! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
 //! - [`model`]: [`Model`], any supported model loaded from a path.
 //! - [`tokenizer`]: [`Tokenizer`], text to ids and back, with the end-of-turn
@@ -29,6 +31,8 @@ pub mod bert;
 pub mod chat_template;
 pub mod config;
 pub mod config_fields;
+#[cfg(feature = "flex")]
+pub mod cpu;
 pub mod error;
 pub mod gemma;
 pub mod gguf;

@@ -241,7 +241,7 @@ pub trait LanguageModel<B: Backend> {
 
 /// Log-softmax over the last dimension, read into host memory (row-major).
 /// On plain burn-flex computed there, vectorised and rows in parallel
-/// ([`crate::layers::vexp`]); elsewhere by [`log_softmax`] on the device.
+/// ([`crate::cpu::vexp`]); elsewhere by [`log_softmax`] on the device.
 pub fn log_softmax_to_vec<B: Backend, const D: usize>(
     logits: Tensor<B, D>,
 ) -> Result<Vec<f32>, ModelError> {
@@ -249,7 +249,7 @@ pub fn log_softmax_to_vec<B: Backend, const D: usize>(
     if crate::plan::BackendKind::of::<B>().is_host_memory() {
         let width = logits.dims()[D - 1];
         let mut v = to_vec(logits)?;
-        crate::layers::vexp::log_softmax_rows_in_place(&mut v, width);
+        crate::cpu::vexp::log_softmax_rows_in_place(&mut v, width);
         return Ok(v);
     }
     to_vec(log_softmax(logits))

@@ -67,21 +67,21 @@ pub enum WeightSource {
 pub enum DecodeProducts {
     /// Products of a few rows (decode steps) read the blocks with f32
     /// activations, multiplying exactly the dequantised weights (see
-    /// [`crate::layers::quantized`]); longer ones (prefill) multiply the f32
+    /// [`crate::cpu::blocks_f32`]); longer ones (prefill) multiply the f32
     /// dequantised weight. Both agree with the f32 forward (transformers) to
     /// summation order. Products of 8 rows or more (batch rows × new
     /// tokens: an ensemble step of 7 members or more, or a decode-path
     /// prefill of 8 tokens) on an AVX-512 CPU read a second copy of the
     /// blocks in 16-row tiles, made at the first such product: as much
     /// memory again as the quantised projections (see
-    /// [`crate::layers::f32_tiles`]).
+    /// [`crate::cpu::tiles_f32`]).
     #[default]
     F32Activations,
     /// Every product, whatever its number of rows (so a row's logits do
     /// not depend on its batch), rounds each row of activations to 8 bits
     /// per block of 32 first, as llama.cpp's CPU kernels do, and takes the
     /// blocks' dot products as integer sums (see
-    /// [`crate::layers::int8_activations`]): about 3×
+    /// [`crate::cpu::tiles_q8`]): about 3×
     /// the multiply-adds per second, so a step with many rows (an ensemble)
     /// costs much less. The logits move by about as much as llama.cpp's
     /// differ from an f32 forward (see `tests/llama_cpp_agreement.rs`).
@@ -377,7 +377,7 @@ impl WeightSource {
         name: &str,
         out: usize,
         inp: usize,
-    ) -> Result<Option<crate::layers::quantized::QuantizedWeight>, ModelError> {
+    ) -> Result<Option<crate::cpu::BlockWeight>, ModelError> {
         let Self::Gguf {
             file,
             arch,
@@ -402,7 +402,7 @@ impl WeightSource {
         if dims != [out, inp] {
             return Ok(None);
         }
-        let Some(q) = crate::layers::quantized::QuantizedWeight::from_ggml(
+        let Some(q) = crate::cpu::BlockWeight::from_ggml(
             info.ggml_type,
             &file.tensor_bytes(&gname)?,
             out,

@@ -32,8 +32,8 @@ fn steps<B: burn::tensor::backend::Backend>(model: &Model<B>, count: u32) -> Vec
     out
 }
 
-/// Three rows and nine. On an AVX-512 CPU the products of `f32_tiles::
-/// MIN_ROWS` rows or more (each prefill, the nine rows' steps) take the tile
+/// Three rows and nine. On an AVX-512 CPU the products of `cpu::tiles_f32::
+/// TILES_F32_MIN_ROWS` rows or more (each prefill, the nine rows' steps) take the tile
 /// kernel and the three rows' steps the lane-split one.
 #[test]
 fn host_step_equals_the_tensor_path() {

@@ -1,31 +1,13 @@
-//! Keys and values held in host memory, with attention for a few queries
-//! computed straight from them (plain burn-flex only).
-//!
-//! Why: with burn's tensor ops a decode step copies the whole cache to
-//! append one slot (`cat`; burn-flex's `slice_assign` copies too), and its
-//! attention is two tiny `gemm` calls per (row, key/value head), each paying
-//! gemm's packing and dispatch. For the ensemble's N + 1 rows that was a
-//! third of a decode step. Here a layer's keys and values live in two `Vec`s
-//! with spare capacity, a step writes only its own slots, and the few
-//! queries of a decode step are answered by one pass over the visible slots.
-//!
-//! The query heads that share a key/value head (grouped-query attention) are
-//! answered together, so each key and value vector is loaded once for all of
-//! them, and the next key/value head's slots are prefetched while one is in
-//! use: an ensemble step reads 9 rows' caches from memory at every layer.
-//! Measured on SmolLM2 (3 query heads per key/value head), 9 rows after a
-//! 32-token context: attention 1.05 → 0.67 ms per step.
-//!
-//! Semantics are those of the tensor path (HF eager attention): scores
-//! `q·k · scale`, optional soft-capping `cap·tanh(s/cap)`, masked scores set
-//! to `f32::MIN`, softmax in f32, then the probability-weighted sum of
-//! values. Masked slots get probability exactly 0 there too (`exp(f32::MIN −
-//! max)` underflows), except when every slot is masked, where both give the
-//! uniform average. Only the order of the f32 sums differs.
-
-use pulp::{Simd, WithSimd};
+//! Keys and values held in host memory (plain burn-flex only): a layer's
+//! keys and values live in two `Vec`s with spare capacity, and a step
+//! writes only its own slots. The attention over them is
+//! [`crate::cpu::attention`]'s kernel.
 
 use super::kv_precision::KvPrecision;
+#[cfg(test)]
+use crate::cpu::attention::KvRows;
+use crate::cpu::attention::{self, HostScoring, KvElem, KvRowsMut, PrepareRows};
+use crate::cpu::attention::{widen_filled, write_slots};
 use crate::error::ModelError;
 
 /// Keys and values of one layer, of which the first `len` slots of every
@@ -68,52 +50,6 @@ macro_rules! with_store {
             Store::F16 { k_t: $k, v: $v } => $body,
         }
     };
-}
-
-/// An element of a [`HostKv`]'s vectors: an f32, or the bits of an f16.
-pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
-    /// `x` as held (rounded to the nearest f16 for f16).
-    fn hold(x: f32) -> Self;
-    /// `src` widened into `dst` (exact), of the same length.
-    fn widen(src: &[Self], dst: &mut [f32]);
-    /// `src` itself, where it holds f32 values.
-    fn as_f32(src: &[Self]) -> Option<&[f32]>;
-    /// `src` itself, where it holds the bits of f16 values.
-    fn as_f16_bits(src: &[Self]) -> Option<&[u16]>;
-}
-
-impl KvElem for f32 {
-    #[inline(always)]
-    fn hold(x: f32) -> Self {
-        x
-    }
-    fn widen(src: &[Self], dst: &mut [f32]) {
-        dst.copy_from_slice(src);
-    }
-    fn as_f32(src: &[Self]) -> Option<&[f32]> {
-        Some(src)
-    }
-    fn as_f16_bits(_: &[Self]) -> Option<&[u16]> {
-        None
-    }
-}
-
-impl KvElem for u16 {
-    #[inline(always)]
-    fn hold(x: f32) -> Self {
-        half::f16::from_f32(x).to_bits()
-    }
-    fn widen(src: &[Self], dst: &mut [f32]) {
-        use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-        src.reinterpret_cast::<half::f16>()
-            .convert_to_f32_slice(dst);
-    }
-    fn as_f32(_: &[Self]) -> Option<&[f32]> {
-        None
-    }
-    fn as_f16_bits(src: &[Self]) -> Option<&[u16]> {
-        Some(src)
-    }
 }
 
 impl HostKv {
@@ -321,19 +257,6 @@ impl HostKv {
     }
 }
 
-/// One (row, head)'s filled slots widened to f32: `k_all: [dim, capacity]`
-/// into `k_t: [dim, t]`, and `v_all: [t, dim]` (or more) into `v`.
-fn widen_filled<E: KvElem>(
-    (k_all, v_all): (&[E], &[E]),
-    (capacity, t, d): (usize, usize, usize),
-    (k_t, v): (&mut [f32], &mut [f32]),
-) {
-    for (c, wide) in k_t.chunks_exact_mut(t.max(1)).enumerate() {
-        E::widen(&k_all[c * capacity..][..t], wide);
-    }
-    E::widen(&v_all[..t * d], &mut v[..t * d]);
-}
-
 /// `chunks` chunks of `from` (each `sizes.0` long, the first `filled`
 /// entries kept) moved into chunks of `sizes.1`, at offset `at` of each,
 /// the rest zero.
@@ -381,79 +304,6 @@ fn append_relaid<E: KvElem>(
     v.extend_from_slice(&v_new);
 }
 
-/// Writes one row's new keys and values, `[s, heads, dim]` each, into its
-/// slots `len..len + s` of `k_t: [heads, dim, capacity]` and `v: [heads,
-/// capacity, dim]`, each entry as held.
-fn write_slots<E: KvElem>(
-    (k_t, v): (&mut [E], &mut [E]),
-    (k_new, v_new): (&[f32], &[f32]),
-    (heads, d, cap, len): (usize, usize, usize, usize),
-) {
-    for (i, (k_tok, v_tok)) in k_new
-        .chunks_exact(heads * d)
-        .zip(v_new.chunks_exact(heads * d))
-        .enumerate()
-    {
-        let slot = len + i;
-        for head in 0..heads {
-            let to = (head * cap + slot) * d;
-            for (to, x) in v[to..to + d].iter_mut().zip(&v_tok[head * d..][..d]) {
-                *to = E::hold(*x);
-            }
-            let kt = &mut k_t[head * d * cap..][..d * cap];
-            for (c, x) in k_tok[head * d..][..d].iter().enumerate() {
-                kt[c * cap + slot] = E::hold(*x);
-            }
-        }
-    }
-}
-
-/// The filled slots of consecutive rows of a [`HostKv`] (all of them, or
-/// one thread's share), read-only: what attention reads.
-#[derive(Debug, Clone, Copy)]
-struct KvRows<'a, E> {
-    batch: usize,
-    heads: usize,
-    dim: usize,
-    capacity: usize,
-    len: usize,
-    k_t: &'a [E],
-    v: &'a [E],
-}
-
-impl<E: KvElem> KvRows<'_, E> {
-    /// Prefetches parts `share` of `parts` equal parts of the filled slots
-    /// of (row, head) `group` (`row · heads + head`; nothing past the last
-    /// one): the lines of each key coordinate's filled slots, then of the
-    /// values.
-    fn prefetch_share(
-        &self,
-        prefetch: super::simd::Prefetch,
-        group: usize,
-        share: std::ops::Range<usize>,
-        parts: usize,
-    ) {
-        // Entries per cache line.
-        let line = 64 / size_of::<E>();
-        if group >= self.batch * self.heads || parts == 0 {
-            return;
-        }
-        let (d, cap, t) = (self.dim, self.capacity, self.len);
-        let per_dim = t.div_ceil(line);
-        let k_lines = d * per_dim;
-        let total = k_lines + (t * d).div_ceil(line);
-        let k_t = &self.k_t[group * d * cap..][..d * cap];
-        let v = &self.v[group * cap * d..][..t * d];
-        for l in share.start * total / parts..share.end * total / parts {
-            if l < k_lines {
-                prefetch.line(k_t, (l / per_dim) * cap + (l % per_dim) * line);
-            } else {
-                prefetch.line(v, (l - k_lines) * line);
-            }
-        }
-    }
-}
-
 impl HostKv {
     /// The filled slots of every row, read-only, with the store's vectors.
     #[cfg(test)]
@@ -470,17 +320,6 @@ impl HostKv {
     }
 }
 
-/// What an attention call needs besides the queries and the cache.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HostScoring {
-    /// Query heads (a multiple of the cache's key/value heads).
-    pub heads: usize,
-    /// Multiplier of `q·k`.
-    pub scale: f32,
-    /// Soft-cap of the scores, if any.
-    pub softcap: Option<f32>,
-}
-
 /// Attention of `s` new queries per row, `q: [batch, s, heads, dim]`,
 /// against every slot of `kv`; `visible(row, i, slot)` says whether query
 /// `i` of `row` may attend to `slot`. Returns `[batch, s, heads, dim]`.
@@ -494,72 +333,25 @@ pub(crate) fn attend(
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
 ) -> Vec<f32> {
     with_store!(&kv.store, |k_t, v| {
-        attend_grouped(q, s, kv.rows(k_t, v), scoring, visible, GROUP_MAX)
+        attention::attend_grouped(
+            q,
+            s,
+            kv.rows(k_t, v),
+            scoring,
+            visible,
+            attention::GROUP_MAX,
+        )
     })
 }
 
-/// [`attend`] with the query heads of each key/value head taken up to
-/// `group` at a time (1: one query per pass, the plain form the tests
-/// compare with), rows split over threads where there is enough work.
-#[cfg(test)]
-fn attend_grouped<E: KvElem>(
-    q: &[f32],
-    s: usize,
-    kv: KvRows<'_, E>,
-    scoring: HostScoring,
-    visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
-    group: usize,
-) -> Vec<f32> {
-    let mut out = vec![0.0f32; q.len()];
-    let per_row = s * scoring.heads * kv.dim;
-    let per = rows_per_task(kv.batch, q.len() * kv.len);
-    let buf = kv.heads * kv.dim * kv.capacity;
-    let tasks: Vec<&mut [f32]> = out.chunks_mut(per * per_row).collect();
-    crate::runtime::for_each_task(tasks, |task, out| {
-        let (r0, rows) = (task * per, out.len() / per_row);
-        let view = KvRows {
-            batch: rows,
-            k_t: &kv.k_t[r0 * buf..(r0 + rows) * buf],
-            v: &kv.v[r0 * buf..(r0 + rows) * buf],
-            ..kv
-        };
-        let q = &q[r0 * per_row..(r0 + rows) * per_row];
-        attend_rows(
-            q,
-            s,
-            view,
-            scoring,
-            &|r, i, j| visible(r0 + r, i, j),
-            group,
-            out,
-        );
-    });
-    out
-}
-
-/// Rows per thread for attention over `batch` rows with `work` query
-/// entries × slots: all on one thread below [`PARALLEL_MIN_WORK`].
-fn rows_per_task(batch: usize, work: usize) -> usize {
-    crate::runtime::rows_per_task(batch, batch > 1 && work >= PARALLEL_MIN_WORK)
-}
-
-/// `prepare(first_row, q, k, v)` of [`append_and_attend`]: changes a run of
-/// rows' queries, keys and values in place before rotation.
-pub(crate) type PrepareRows<'a> = dyn Fn(usize, &mut [f32], &mut [f32], &mut [f32]) + Sync + 'a;
-
 /// Appends this step's keys and values (`[batch, s, kv_heads, dim]`) to
 /// `kv` and answers this step's queries (`[batch, s, heads, dim]`) as
-/// [`attend`] does; first `prepare(first_row, q, k, v)` may change a run of
-/// rows' queries, keys and values in place (the decode step adds LoRA
-/// updates there) and `rotate(x, first, heads)` rotates the queries and
-/// keys in place (`first`: the index of `x`'s first token among the step's
-/// `batch · s`). Each thread rotates, appends and answers its own run of
-/// rows, so all of it is one parallel pass (the rotation and the append
-/// ran on one thread before). The same values as rotating, [`HostKv::append`]
-/// and [`attend`] (tested bit for bit).
+/// `attend` does, by [`attention::append_and_attend`] (which see for
+/// `visible`, `prepare` and `rotate`). The same values as rotating,
+/// [`HostKv::append`] and `attend` (tested bit for bit).
 pub(crate) fn append_and_attend(
     kv: &mut HostKv,
-    (q, k, v): (&mut [f32], &mut [f32], &mut [f32]),
+    qkv: (&mut [f32], &mut [f32], &mut [f32]),
     s: usize,
     scoring: HostScoring,
     visible: &(dyn Fn(usize, usize, usize) -> bool + Sync),
@@ -567,488 +359,28 @@ pub(crate) fn append_and_attend(
     rotate: &(dyn Fn(&mut [f32], usize, usize) + Sync),
 ) -> Vec<f32> {
     kv.reserve(s);
-    let (b, h, d, cap, len) = (kv.batch, kv.heads, kv.dim, kv.capacity, kv.len);
-    let t = len + s;
-    let per_row = s * scoring.heads * d;
-    let new = s * h * d;
-    let buf = h * d * cap;
-    let per = rows_per_task(b, q.len() * t);
-    let mut out = vec![0.0f32; q.len()];
-    with_store!(&mut kv.store, |k_all, v_all| {
-        let tasks: Vec<_> = out
-            .chunks_mut(per * per_row)
-            .zip(q.chunks_mut(per * per_row))
-            .zip(k.chunks_mut(per * new).zip(v.chunks_mut(per * new)))
-            .zip(k_all.chunks_mut(per * buf).zip(v_all.chunks_mut(per * buf)))
-            .collect();
-        crate::runtime::for_each_task(tasks, |task, (((out, q), (k, v)), (k_t, vs))| {
-            let (r0, rows) = (task * per, out.len() / per_row);
-            prepare(r0, q, k, v);
-            rotate(q, r0 * s, scoring.heads);
-            rotate(k, r0 * s, h);
-            for r in 0..rows {
-                write_slots(
-                    (&mut k_t[r * buf..][..buf], &mut vs[r * buf..][..buf]),
-                    (&k[r * new..][..new], &v[r * new..][..new]),
-                    (h, d, cap, len),
-                );
-            }
-            let view = KvRows {
-                batch: rows,
-                heads: h,
-                dim: d,
-                capacity: cap,
-                len: t,
-                k_t,
-                v: vs,
-            };
-            attend_rows(
-                q,
-                s,
-                view,
-                scoring,
-                &|r, i, j| visible(r0 + r, i, j),
-                GROUP_MAX,
-                out,
-            );
-        });
-    });
-    kv.len = t;
-    out
-}
-
-/// [`attend_grouped`] of the rows of `kv` (row indices from 0 for
-/// `visible`), one after another on the calling thread; `out` and `q`
-/// hold those rows only.
-fn attend_rows<E: KvElem>(
-    q: &[f32],
-    s: usize,
-    kv: KvRows<'_, E>,
-    scoring: HostScoring,
-    visible: &dyn Fn(usize, usize, usize) -> bool,
-    group: usize,
-    out: &mut [f32],
-) {
-    let (d, t) = (kv.dim, kv.len);
-    let per_row = s * scoring.heads * d;
-    let rep = scoring.heads / kv.heads;
-    let prefetch = super::simd::Prefetch::new();
-    // Scratch shared by the rows, which run one after another here.
-    let mut scores = vec![0.0f32; group.min(rep) * t];
-    let mut seen = vec![false; t];
-    // How each (row, head)'s keys and values are read: f32 as held; f16
-    // widened in registers on AVX-512, else widened here first (exactly),
-    // into scratch the f32 passes then read.
-    #[cfg(target_arch = "x86_64")]
-    let half_v4 = E::as_f16_bits(kv.k_t)
-        .zip(E::as_f16_bits(kv.v))
-        .zip(pulp::x86::V4::try_new());
-    #[cfg(all(test, target_arch = "x86_64"))]
-    let half_v4 =
-        half_v4.filter(|_| !tests::WIDEN_FIRST.load(std::sync::atomic::Ordering::Relaxed));
-    let held_f32 = E::as_f32(kv.k_t).zip(E::as_f32(kv.v));
-    let (mut wide_k, mut wide_v) = (Vec::new(), Vec::new());
-    let mut one_row = |row: usize, out: &mut [f32]| {
-        for i in 0..s {
-            for (j, v) in seen.iter_mut().enumerate() {
-                *v = visible(row, i, j);
-            }
-            for g in 0..kv.heads {
-                let base = (row * kv.heads + g) * kv.capacity * d;
-                #[cfg(target_arch = "x86_64")]
-                let half = half_v4.map(|((k_t, v), v4)| {
-                    let kv = half_kv::HalfKv {
-                        k_t: &k_t[base..base + kv.capacity * d],
-                        capacity: kv.capacity,
-                        t,
-                        v: &v[base..base + t * d],
-                        d,
-                    };
-                    Source::Half(v4, kv)
-                });
-                #[cfg(not(target_arch = "x86_64"))]
-                let half: Option<Source<'_>> = None;
-                let source = match (half, held_f32) {
-                    (Some(half), _) => half,
-                    (None, Some((k_t, v))) => {
-                        Source::F32(F32Kv::new(&k_t[base..], kv.capacity, &v[base..], (t, d)))
-                    }
-                    (None, None) => {
-                        wide_k.resize(d * t, 0.0);
-                        wide_v.resize(t * d, 0.0);
-                        let group = (&kv.k_t[base..], &kv.v[base..]);
-                        widen_filled(group, (kv.capacity, t, d), (&mut wide_k, &mut wide_v));
-                        Source::F32(F32Kv::new(&wide_k, t, &wide_v, (t, d)))
-                    }
-                };
-                let mut head = g * rep;
-                while head < (g + 1) * rep {
-                    let n = ((g + 1) * rep - head).min(group);
-                    // The next key/value head's slots (of this row, else of
-                    // the next) are fetched while this one is used: a share
-                    // of them before each pass.
-                    let share = head - g * rep;
-                    kv.prefetch_share(prefetch, row * kv.heads + g + 1, share..share + n, rep);
-                    let at = (i * scoring.heads + head) * d;
-                    let parts = (
-                        &q[row * per_row + at..][..n * d],
-                        &seen[..],
-                        &mut scores[..n * t],
-                        &mut out[at..at + n * d],
-                    );
-                    match n {
-                        1 => answer_group::<1>(source, scoring, parts),
-                        2 => answer_group::<2>(source, scoring, parts),
-                        3 => answer_group::<3>(source, scoring, parts),
-                        _ => answer_group::<4>(source, scoring, parts),
-                    }
-                    head += n;
-                }
-            }
-        }
-    };
-    for (row, out) in out.chunks_mut(per_row).enumerate() {
-        one_row(row, out);
-    }
-}
-
-/// Where one (row, key/value head)'s keys and values are read from.
-#[derive(Clone, Copy)]
-enum Source<'a> {
-    F32(F32Kv<'a>),
-    #[cfg(target_arch = "x86_64")]
-    Half(pulp::x86::V4, half_kv::HalfKv<'a>),
-}
-
-/// `Q` query heads (`q`, with `seen`, `scores` scratch and `out` as in
-/// [`Queries`]) answered over `source`.
-fn answer_group<const Q: usize>(
-    source: Source<'_>,
-    scoring: HostScoring,
-    (q, seen, scores, out): (&[f32], &[bool], &mut [f32], &mut [f32]),
-) {
-    match source {
-        Source::F32(kv) => pulp::Arch::new().dispatch(Group::<Q>(Queries {
-            q,
-            kv,
-            seen,
-            scoring,
-            scores,
-            out,
-        })),
-        #[cfg(target_arch = "x86_64")]
-        Source::Half(v4, kv) => v4.vectorize(half_kv::Group::<Q> {
-            v4,
-            query: Queries {
-                q,
-                kv,
-                seen,
-                scoring,
-                scores,
-                out,
-            },
-        }),
-    }
-}
-
-/// Attention calls with at least this many query entries × slots run rows
-/// in parallel.
-const PARALLEL_MIN_WORK: usize = 1 << 15;
-
-/// Most query heads of one key/value head answered in one pass over its
-/// keys and values (4 queries × [`SWEEP`] score vectors, or 4 queries × 4
-/// output vectors, are 16 accumulators).
-const GROUP_MAX: usize = 4;
-
-/// Vectors of slots scored per pass over a query (independent chains).
-const SWEEP: usize = 4;
-
-/// Output vectors summed per pass over the probabilities.
-const OUT_VECTORS: usize = 4;
-
-/// `Q` consecutive query heads (`q: [Q, dim]`) of one key/value head
-/// against `t` slots of `kv`; `scores` is `[Q, t]` scratch, `out` is
-/// `[Q, dim]`.
-struct Queries<'a, R> {
-    q: &'a [f32],
-    kv: R,
-    seen: &'a [bool],
-    scoring: HostScoring,
-    scores: &'a mut [f32],
-    out: &'a mut [f32],
-}
-
-/// One (row, key/value head)'s keys (`[dim, capacity]`) and values (`[t,
-/// dim]`) as the attention passes read them, widened to f32.
-trait KvRead<S: Simd>: Copy {
-    /// Slots `j..` of key coordinate `c`, one vector: whole lanes while
-    /// they lie inside the row's capacity (slots past `t` are scored and
-    /// dropped), a partial load past it, and zero when `j ≥ t` (the cache
-    /// is read from memory at every step: its unused capacity is not). `t
-    /// ≤ capacity`, so a vector that starts before `t` starts inside the row.
-    fn keys(self, simd: S, c: usize, j: usize) -> S::f32s;
-    /// Vector `i` of slot `j`'s value.
-    fn value(self, simd: S, j: usize, i: usize) -> S::f32s;
-    /// Entry `c` of slot `j`'s value.
-    fn value_at(self, j: usize, c: usize) -> f32;
-}
-
-/// Keys and values held in f32.
-#[derive(Clone, Copy)]
-struct F32Kv<'a> {
-    k_t: &'a [f32],
-    capacity: usize,
-    t: usize,
-    v: &'a [f32],
-    d: usize,
-}
-
-impl<'a> F32Kv<'a> {
-    /// The keys `k_t: [dim, capacity]` and values `v: [t, dim]` at the
-    /// start of the given slices.
-    fn new(k_t: &'a [f32], capacity: usize, v: &'a [f32], (t, d): (usize, usize)) -> Self {
-        Self {
-            k_t: &k_t[..capacity * d],
+    let (batch, heads, dim, capacity, len) = (kv.batch, kv.heads, kv.dim, kv.capacity, kv.len);
+    let out = with_store!(&mut kv.store, |k_t, v| {
+        let layer = KvRowsMut {
+            batch,
+            heads,
+            dim,
             capacity,
-            t,
-            v: &v[..t * d],
-            d,
-        }
-    }
-}
-
-impl<S: Simd> KvRead<S> for F32Kv<'_> {
-    #[inline(always)]
-    fn keys(self, simd: S, c: usize, j: usize) -> S::f32s {
-        let lanes = size_of::<S::f32s>() / size_of::<f32>();
-        let row = &self.k_t[c * self.capacity..(c + 1) * self.capacity];
-        if j >= self.t {
-            simd.splat_f32s(0.0)
-        } else if j + lanes <= row.len() {
-            S::as_simd_f32s(&row[j..j + lanes]).0[0]
-        } else {
-            simd.partial_load_f32s(&row[j..])
-        }
-    }
-    #[inline(always)]
-    fn value(self, _: S, j: usize, i: usize) -> S::f32s {
-        S::as_simd_f32s(&self.v[j * self.d..(j + 1) * self.d]).0[i]
-    }
-    #[inline(always)]
-    fn value_at(self, j: usize, c: usize) -> f32 {
-        self.v[j * self.d + c]
-    }
-}
-
-/// [`Queries`] answered together over f32 keys and values, on whatever
-/// SIMD level the CPU has.
-struct Group<'a, const Q: usize>(Queries<'a, F32Kv<'a>>);
-
-impl<const Q: usize> WithSimd for Group<'_, Q> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, simd: S) {
-        answer::<S, F32Kv<'_>, Q>(simd, self.0);
-    }
-}
-
-/// [`Queries`] answered together: each key and value vector is loaded once
-/// for the `Q` queries (grouped-query attention shares them), and each
-/// query's every sum is formed in the same order as alone, so the result
-/// does not depend on `Q` (nor on how the keys and values are held, as
-/// long as they widen to the same f32 values).
-#[inline(always)]
-fn answer<S: Simd, R: KvRead<S>, const Q: usize>(simd: S, query: Queries<'_, R>) {
-    let Queries {
-        q,
-        kv,
-        seen,
-        scoring,
-        scores,
-        out,
-    } = query;
-    let d = q.len() / Q;
-    let t = scores.len() / Q;
-    // Scores of SWEEP vectors of consecutive keys per pass over the
-    // queries: Σ_c q_c·k_t[c, j..], in Q × SWEEP independent chains of
-    // multiply-adds, c in order.
-    let lanes = size_of::<S::f32s>() / size_of::<f32>();
-    let zero = simd.splat_f32s(0.0);
-    let mut j0 = 0;
-    while j0 < t {
-        let mut acc = [[zero; SWEEP]; Q];
-        for c in 0..d {
-            let mut k = [zero; SWEEP];
-            for (u, ku) in k.iter_mut().enumerate() {
-                *ku = kv.keys(simd, c, j0 + u * lanes);
-            }
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let qc = simd.splat_f32s(q[h * d + c]);
-                for (a, ku) in acc.iter_mut().zip(&k) {
-                    *a = simd.mul_add_e_f32s(qc, *ku, *a);
-                }
-            }
-        }
-        for (h, acc) in acc.iter().enumerate() {
-            let scores = &mut scores[h * t..(h + 1) * t];
-            for (u, a) in acc.iter().enumerate() {
-                let j = j0 + u * lanes;
-                if j < t {
-                    let n = (t - j).min(lanes);
-                    simd.partial_store_f32s(&mut scores[j..j + n], *a);
-                }
-            }
-        }
-        j0 += SWEEP * lanes;
-    }
-    for scores in scores.chunks_exact_mut(t) {
-        let mut max = f32::NEG_INFINITY;
-        for (j, score) in scores.iter_mut().enumerate() {
-            let mut x = *score * scoring.scale;
-            if let Some(cap) = scoring.softcap {
-                x = (x / cap).tanh() * cap;
-            }
-            if !seen[j] {
-                x = f32::MIN;
-            }
-            *score = x;
-            max = max.max(x);
-        }
-        let m = simd.splat_f32s(max);
-        let (sv, st) = S::as_mut_simd_f32s(scores);
-        for v in sv.iter_mut() {
-            *v = super::vexp::exp_f32s(simd, simd.sub_f32s(*v, m));
-        }
-        let e = super::vexp::exp_f32s(simd, simd.sub_f32s(simd.partial_load_f32s(st), m));
-        simd.partial_store_f32s(st, e);
-        let sum: f32 = scores.iter().sum();
-        for p in scores.iter_mut() {
-            *p /= sum;
-        }
-    }
-    // Σ_j p_j·v_j, OUT_VECTORS output vectors of every query at a time
-    // in registers, j in order (zero probabilities skipped).
-    let vectors = d / lanes;
-    let mut i0 = 0;
-    while i0 < vectors {
-        let width = (vectors - i0).min(OUT_VECTORS);
-        let mut acc = [[zero; OUT_VECTORS]; Q];
-        for j in 0..t {
-            let vj: [S::f32s; OUT_VECTORS] = std::array::from_fn(|x| {
-                if x < width {
-                    kv.value(simd, j, i0 + x)
-                } else {
-                    zero
-                }
-            });
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let p = scores[h * t + j];
-                if p != 0.0 {
-                    let p = simd.splat_f32s(p);
-                    for (a, x) in acc[..width].iter_mut().zip(&vj) {
-                        *a = simd.mul_add_e_f32s(p, *x, *a);
-                    }
-                }
-            }
-        }
-        for (h, acc) in acc.iter().enumerate() {
-            let (ov, _) = S::as_mut_simd_f32s(&mut out[h * d..(h + 1) * d]);
-            ov[i0..i0 + width].copy_from_slice(&acc[..width]);
-        }
-        i0 += width;
-    }
-    let done = vectors * lanes;
-    for h in 0..Q {
-        let scores = &scores[h * t..(h + 1) * t];
-        for c in done..d {
-            out[h * d + c] = scores
-                .iter()
-                .enumerate()
-                .filter(|&(_, &p)| p != 0.0)
-                .fold(0.0, |a, (j, &p)| p.mul_add(kv.value_at(j, c), a));
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod half_kv {
-    //! Keys and values held in f16, read on AVX-512: each vector widened
-    //! by `vcvtph2ps` (exact) right where [`super::answer`] uses it, so the
-    //! attention is bit for bit that of an f32 cache holding the same
-    //! values, with half the bytes read.
-
-    use pulp::x86::V4;
-
-    use super::{KvRead, Queries, answer};
-
-    /// Entries of a vector.
-    const LANES: usize = 16;
-
-    /// Keys `[dim, capacity]` and values `[t, dim]` as f16 bits.
-    #[derive(Clone, Copy)]
-    pub(super) struct HalfKv<'a> {
-        pub k_t: &'a [u16],
-        pub capacity: usize,
-        pub t: usize,
-        pub v: &'a [u16],
-        pub d: usize,
-    }
-
-    #[inline(always)]
-    fn widen(simd: V4, h: [u16; LANES]) -> pulp::f32x16 {
-        pulp::bytemuck::cast(simd.avx512f._mm512_cvtph_ps(pulp::bytemuck::cast(h)))
-    }
-
-    impl KvRead<V4> for HalfKv<'_> {
-        #[inline(always)]
-        fn keys(self, simd: V4, c: usize, j: usize) -> pulp::f32x16 {
-            let row = &self.k_t[c * self.capacity..(c + 1) * self.capacity];
-            if j >= self.t {
-                return pulp::bytemuck::cast([0.0f32; LANES]);
-            }
-            let mut h = [0u16; LANES];
-            let n = (row.len() - j).min(LANES);
-            h[..n].copy_from_slice(&row[j..j + n]);
-            widen(simd, h)
-        }
-        #[inline(always)]
-        fn value(self, simd: V4, j: usize, i: usize) -> pulp::f32x16 {
-            let at = j * self.d + i * LANES;
-            widen(simd, self.v[at..at + LANES].try_into().expect("16 entries"))
-        }
-        #[inline(always)]
-        fn value_at(self, j: usize, c: usize) -> f32 {
-            half::f16::from_bits(self.v[j * self.d + c]).to_f32()
-        }
-    }
-
-    /// [`Queries`] of `Q` heads answered over f16 keys and values.
-    pub(super) struct Group<'a, const Q: usize> {
-        pub v4: V4,
-        pub query: Queries<'a, HalfKv<'a>>,
-    }
-
-    impl<const Q: usize> pulp::NullaryFnOnce for Group<'_, Q> {
-        type Output = ();
-
-        #[inline(always)]
-        fn call(self) {
-            answer::<V4, HalfKv<'_>, Q>(self.v4, self.query);
-        }
-    }
+            len,
+            k_t,
+            v,
+        };
+        attention::append_and_attend(layer, qkv, s, scoring, visible, prepare, rotate)
+    });
+    kv.len = len + s;
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::attention::{WIDEN_FIRST, attend_grouped, rows_per_task};
     use proptest::prelude::*;
-
-    /// Makes f16 caches take the widen-first path even on AVX-512 (the
-    /// path of CPUs without it). Other tests may run meanwhile: both paths
-    /// give the same bits, which is what the test that sets it checks.
-    pub(super) static WIDEN_FIRST: std::sync::atomic::AtomicBool =
-        std::sync::atomic::AtomicBool::new(false);
 
     /// Multiples of 10⁻³ in `[-range, range]`, from a xorshift stream.
     fn draws(seed: u64, range: u64) -> impl FnMut() -> f32 {

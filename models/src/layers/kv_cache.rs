@@ -20,7 +20,7 @@ use crate::plan::HOST_QUERIES_MAX;
 
 /// `prepare(first_row, q, k, v)` of [`KvCache::append_and_attend_host`].
 #[cfg(feature = "flex")]
-pub(crate) type PrepareRows<'a> = super::host_kv::PrepareRows<'a>;
+pub(crate) type PrepareRows<'a> = crate::cpu::attention::PrepareRows<'a>;
 
 /// The shape of one step's queries, keys and values in host memory.
 #[cfg(feature = "flex")]
@@ -352,9 +352,10 @@ impl<B: Backend> KvCache<B> {
         rope: Option<&RopeAngles<B>>,
         window: Option<usize>,
         scoring: Scoring,
-        prepare: Option<&super::host_kv::PrepareRows<'_>>,
+        prepare: Option<&crate::cpu::attention::PrepareRows<'_>>,
     ) -> Vec<f32> {
-        use super::host_kv::{HostScoring, append_and_attend};
+        use super::host_kv::append_and_attend;
+        use crate::cpu::attention::HostScoring;
         let s = shape.seq;
         debug_assert!(s <= HOST_QUERIES_MAX);
         let kv = host_layer(&mut self.layers[layer], shape, self.precision);

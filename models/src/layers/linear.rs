@@ -8,9 +8,9 @@ use burn::tensor::{Tensor, backend::Backend};
 use rayon::prelude::*;
 
 #[cfg(feature = "flex")]
-use super::host_weight::HostWeight;
+use crate::cpu::CpuWeight;
 #[cfg(feature = "flex")]
-use super::int8_activations::QuantizedRows;
+use crate::cpu::Q8Rows;
 use crate::plan::ProductPlan;
 
 /// Which projection of a layer (the modules a LoRA may target).
@@ -123,9 +123,9 @@ pub struct Linear<B: Backend> {
     weight_t: Tensor<B, 2>,
     bias: Option<Tensor<B, 1>>,
     /// The same weight in its GGUF blocks, for decode products on plain
-    /// burn-flex (see [`super::quantized`]); `weight_t` serves everything else.
+    /// burn-flex (see [`crate::cpu::blocks_f32`]); `weight_t` serves everything else.
     #[cfg(feature = "flex")]
-    quantized: Option<std::sync::Arc<HostWeight>>,
+    quantized: Option<std::sync::Arc<CpuWeight>>,
     /// The bias in host memory, read once for the host block operations.
     #[cfg(feature = "flex")]
     host_bias: std::sync::Arc<std::sync::OnceLock<Option<Vec<f32>>>>,
@@ -184,27 +184,27 @@ impl<B: Backend> Linear<B> {
     /// the shapes differ or the plan has no CPU kernels (elsewhere it would
     /// be memory spent for nothing).
     #[cfg(feature = "flex")]
-    pub fn with_quantized(mut self, quantized: super::quantized::QuantizedWeight) -> Self {
+    pub fn with_quantized(mut self, quantized: crate::cpu::BlockWeight) -> Self {
         if self.plan.cpu_kernels
             && quantized.in_features() == self.in_features()
             && quantized.out_features() == self.out_features()
         {
-            self.quantized = Some(std::sync::Arc::new(HostWeight::f32_activations(quantized)));
+            self.quantized = Some(std::sync::Arc::new(CpuWeight::blocks(quantized)));
         }
         self
     }
 
     /// Products with the quantised copy take 8-bit activations, llama.cpp's
-    /// way (see [`super::int8_activations`]), for any number of rows: the
+    /// way (see [`crate::cpu::tiles_q8`]), for any number of rows: the
     /// copy is rearranged into 16-row tiles, replacing the blocks. No change
     /// without a quantised copy, or when the output width is not a multiple
     /// of 16.
     #[cfg(feature = "flex")]
     pub fn with_int8_activations(mut self) -> Self {
-        if let Some(HostWeight::F32Activations(q, _)) = self.quantized.as_deref()
-            && let Some(w) = super::int8_activations::Int8Weight::from_quantized(q)
+        if let Some(CpuWeight::Blocks(q, _)) = self.quantized.as_deref()
+            && let Some(w) = crate::cpu::TiledWeight::from_blocks(q)
         {
-            self.quantized = Some(std::sync::Arc::new(HostWeight::Int8Activations(w)));
+            self.quantized = Some(std::sync::Arc::new(CpuWeight::Tiles(w)));
         }
         self
     }
@@ -390,14 +390,14 @@ impl<B: Backend> Linear<B> {
         projections: [&Self; N],
         xs: &[f32],
         rows: usize,
-        quantized: Option<&QuantizedRows>,
+        quantized: Option<&Q8Rows>,
     ) -> Option<[Vec<f32>; N]> {
         let i = xs.len() / rows.max(1);
         if !projections.iter().all(|p| p.host_ready(rows, i)) {
             return None;
         }
         let weights = projections.map(|p| p.host_weight(rows, i).expect("checked above"));
-        let mut ys = HostWeight::matmul_many(&weights, xs, rows, quantized).into_iter();
+        let mut ys = CpuWeight::matmul_many(&weights, xs, rows, quantized).into_iter();
         Some(std::array::from_fn(|_| ys.next().expect("N products")))
     }
 
@@ -405,9 +405,7 @@ impl<B: Backend> Linear<B> {
     /// products read `x` quantised).
     #[cfg(feature = "flex")]
     pub(crate) fn host_takes_int8(&self) -> bool {
-        self.quantized
-            .as_deref()
-            .is_some_and(HostWeight::takes_int8)
+        self.quantized.as_deref().is_some_and(CpuWeight::takes_q8)
     }
 
     /// Adds `delta`'s update at `sites[i]` to `ys[i]` for the host-held `x`
@@ -458,7 +456,7 @@ impl<B: Backend> Linear<B> {
         y.reshape([b, s, self.out_features()])
     }
 
-    /// `x Wᵀ` by [`super::few_rows`] when `x` has at most the plan's `few_rows_max`
+    /// `x Wᵀ` by [`crate::cpu::dense`] when `x` has at most the plan's `few_rows_max`
     /// rows and the weight is a plain burn-flex f32 `[out, in]` tensor.
     fn few_rows(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         #[cfg(feature = "flex")]
@@ -474,7 +472,7 @@ impl<B: Backend> Linear<B> {
                 ));
             }
             if rows <= self.plan.few_rows_max {
-                return super::few_rows::few_rows_matmul(x, &self.weight_t);
+                return crate::cpu::gemm::few_rows_matmul(x, &self.weight_t);
             }
         }
         let _ = x;
@@ -499,9 +497,9 @@ impl<B: Backend> Linear<B> {
     /// width `k`: on plain burn-flex, for at most the plan's `few_rows_max` rows, or any
     /// number with 8-bit activations.
     #[cfg(feature = "flex")]
-    fn host_weight(&self, rows: usize, k: usize) -> Option<&HostWeight> {
+    fn host_weight(&self, rows: usize, k: usize) -> Option<&CpuWeight> {
         let q = self.quantized.as_deref()?;
-        let any_rows = matches!(q, HostWeight::Int8Activations(_));
+        let any_rows = matches!(q, CpuWeight::Tiles(_));
         ((rows <= self.plan.few_rows_max || any_rows) && k == q.in_features()).then_some(q)
     }
 
@@ -554,16 +552,28 @@ const SPLIT_MIN_WEIGHTS: usize = 1 << 16;
 /// Column chunks start at multiples of this.
 const SPLIT_COLUMN_ALIGN: usize = 64;
 
-/// The name of the CPU kernel family that multiplies by `w`.
+/// The kernels of the dispatch table that multiply by `w` (for the
+/// execution plan): by row count where they differ.
 #[cfg(feature = "flex")]
-fn host_kernel_name(w: &HostWeight) -> String {
-    use super::quantized::QuantizedBlocks;
+fn host_kernel_name(w: &CpuWeight) -> String {
+    use crate::cpu::tiles_f32::TILES_F32_MIN_ROWS;
+    use crate::cpu::{ActivationFormat, WeightFormat, kernel_for};
+    let name =
+        |f, a| kernel_for(f, a).map_or_else(|| format!("{f:?} × {a:?}: none"), |k| k.to_string());
     match w {
-        HostWeight::F32Activations(q, _) => match q.blocks() {
-            QuantizedBlocks::Q4_1 { .. } => "q4_1 blocks × f32 activations".to_string(),
-            QuantizedBlocks::Q8_0 { .. } => "q8_0 blocks × f32 activations".to_string(),
-        },
-        HostWeight::Int8Activations(_) => "16-row tiles × 8-bit activations".to_string(),
+        CpuWeight::Blocks(b, _) => {
+            let few = name(b.format(), ActivationFormat::F32);
+            let tiles = match b.format() {
+                WeightFormat::Q4_1 => WeightFormat::Q4_1x16,
+                WeightFormat::Q8_0 => WeightFormat::Q8_0x16,
+                other => other,
+            };
+            match kernel_for(tiles, ActivationFormat::F32) {
+                Some(k) => format!("{few}, from {TILES_F32_MIN_ROWS} rows {k}"),
+                None => few,
+            }
+        }
+        CpuWeight::Tiles(t) => name(t.format(), ActivationFormat::Q8_1),
     }
 }
 
@@ -662,7 +672,7 @@ mod tests {
             raw.extend(half::f16::from_f32(0.01 * (1 + blk % 5) as f32).to_le_bytes());
             raw.extend((0..32).map(|j| ((blk * 31 + j * 7) % 255) as u8));
         }
-        let q = super::super::quantized::QuantizedWeight::from_ggml(GgmlType::Q8_0, &raw, o, i)
+        let q = crate::cpu::BlockWeight::from_ggml(GgmlType::Q8_0, &raw, o, i)
             .unwrap()
             .unwrap();
         let dense: Vec<f32> = (0..o).flat_map(|r| q.row(r)).collect();

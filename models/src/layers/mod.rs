@@ -6,27 +6,17 @@ pub mod activation;
 pub mod attention;
 pub mod eager;
 #[cfg(feature = "flex")]
-pub mod f32_tiles;
-#[cfg(feature = "flex")]
-mod few_rows;
-#[cfg(feature = "flex")]
 mod host_kv;
-#[cfg(feature = "flex")]
-mod host_weight;
-#[cfg(feature = "flex")]
-pub mod int8_activations;
 pub mod kv_cache;
 pub mod kv_precision;
 pub mod layer_norm;
 pub mod linear;
-#[cfg(feature = "flex")]
-pub mod quantized;
 pub mod rms_norm;
 pub mod rope;
+/// The f32 vector loops of [`crate::cpu::simd`], at the path the other
+/// crates of the workspace use.
 #[cfg(feature = "flex")]
-pub mod simd;
-#[cfg(feature = "flex")]
-pub mod vexp;
+pub use crate::cpu::simd;
 
 pub use attention::{Attention, AttentionConfig};
 pub use eager::Scoring;

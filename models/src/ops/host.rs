@@ -30,8 +30,8 @@ use std::sync::Arc;
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding};
 
 use super::{BlockOps, GateActivation};
+use crate::cpu::{Q8Row, Q8Rows};
 use crate::error::ModelError;
-use crate::layers::int8_activations::{QuantizedRow, QuantizedRows};
 use crate::layers::kv_cache::HostShape;
 use crate::layers::{
     Attention, KvCache, Linear, LinearDelta, RmsNorm, RopeAngles, Scoring, Site, StepMask,
@@ -43,7 +43,7 @@ use crate::runtime::to_vec;
 pub struct HostRows {
     data: Vec<f32>,
     width: usize,
-    quantized: Option<QuantizedRows>,
+    quantized: Option<Q8Rows>,
 }
 
 /// A product whose LoRA update may still be owed: added row by row by the
@@ -96,9 +96,8 @@ impl<'d, B: Backend> HostOps<'d, B> {
     }
 
     /// Room for the quantisation of `rows × width` outputs, where needed.
-    fn quantized_room(&self, width: usize) -> Option<QuantizedRows> {
-        self.quantize
-            .then(|| QuantizedRows::zeroed(self.rows(), width))
+    fn quantized_room(&self, width: usize) -> Option<Q8Rows> {
+        self.quantize.then(|| Q8Rows::zeroed(self.rows(), width))
     }
 
     /// Adds `p`'s owed update to its row `row` (`y`: that row's output).
@@ -244,7 +243,7 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         let width = widths[0];
         let quantized = self
             .quantize
-            .then(|| QuantizedRows::new(&heads, self.rows(), width));
+            .then(|| Q8Rows::new(&heads, self.rows(), width));
         Arc::new(HostRows {
             data: heads,
             width,
@@ -264,7 +263,7 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
                 self.settle(&gate.owed, row, g);
                 self.settle(&up.owed, row, u);
                 match act {
-                    GateActivation::Silu => crate::layers::vexp::silu_in_place(g),
+                    GateActivation::Silu => crate::cpu::vexp::silu_in_place(g),
                     GateActivation::GeluTanh => g.iter_mut().for_each(|x| *x = gelu_tanh(*x)),
                     GateActivation::Gelu => g.iter_mut().for_each(|x| *x = gelu(*x)),
                 }
@@ -341,7 +340,7 @@ fn take_rows(rows: Arc<HostRows>) -> HostRows {
 }
 
 /// A row of each of `K` buffers, and of the quantised rows if any.
-type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<QuantizedRow<'a>>);
+type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<Q8Row<'a>>);
 
 /// Runs `f(row, [row of each buffer], row of quantized)` for every row, in
 /// one run of consecutive rows per thread: a product's update, a residual
@@ -349,8 +348,8 @@ type RowParts<'a, const K: usize> = (usize, [&'a mut [f32]; K], Option<Quantized
 fn per_row<const K: usize>(
     rows: usize,
     buffers: [&mut [f32]; K],
-    quantized: Option<&mut QuantizedRows>,
-    f: impl Fn(usize, [&mut [f32]; K], Option<&mut QuantizedRow<'_>>) + Sync,
+    quantized: Option<&mut Q8Rows>,
+    f: impl Fn(usize, [&mut [f32]; K], Option<&mut Q8Row<'_>>) + Sync,
 ) {
     let mut parts: Vec<_> = buffers
         .into_iter()

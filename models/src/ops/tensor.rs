@@ -123,7 +123,7 @@ fn host_silu<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
     {
         let (dims, device) = (x.shape(), x.device());
         if let Ok(mut v) = crate::runtime::to_vec(x.clone()) {
-            crate::layers::vexp::silu_in_place(&mut v);
+            crate::cpu::vexp::silu_in_place(&mut v);
             return Tensor::from_data(burn::tensor::TensorData::new(v, dims), &device);
         }
     }
