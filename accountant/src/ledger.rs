@@ -61,10 +61,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use budget::{PrivacyBudget, Receipt};
+pub use entry::{EntryKind, LedgerEntry, LedgerHeader};
 pub use error::LedgerError;
 pub use format::{MAX_LABEL_BYTES, OLDEST_READABLE_VERSION, VERSION as FORMAT_VERSION};
 pub use protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
-pub use entry::{EntryKind, LedgerEntry, LedgerHeader};
 pub use reader::{LedgerReader, LedgerSummary, verify};
 
 use crate::{AccountantError, EpsilonDelta, Orders, RdpCurve};

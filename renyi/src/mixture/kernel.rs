@@ -16,10 +16,10 @@
 //! left derivative at λ = 1; it is `+∞` when the value is `+∞`, or when the value is
 //! finite at λ = 0 but infinite for every λ > 0.
 
+use crate::Order;
 use crate::kernel::{
     Buf, CHUNK, LANES, PW, ScaledLse, combine, lane_sum, non_negative, pow8, powi_u32,
 };
-use crate::Order;
 
 /// A divergence and its derivative in λ at one point of a path.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -12,8 +12,7 @@
 //! written so that the result is finite or ±∞ and never NaN.
 
 use super::kernel::{
-    Endpoint, EndpointTerms, PathAccumulator, PathChunk, RATIO_PATH_MAX_ORDER, Sums,
-    ValueAndSlope,
+    Endpoint, EndpointTerms, PathAccumulator, PathChunk, RATIO_PATH_MAX_ORDER, Sums, ValueAndSlope,
 };
 use crate::kernel::{CHUNK, ScaledLse, non_negative};
 
