@@ -48,6 +48,7 @@
 //! The file layout is in `ledger/format.rs`.
 
 mod budget;
+mod entry;
 mod error;
 mod format;
 mod protected;
@@ -60,10 +61,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use budget::{PrivacyBudget, Receipt};
+pub use entry::{EntryKind, LedgerEntry, LedgerHeader};
 pub use error::LedgerError;
 pub use format::{MAX_LABEL_BYTES, OLDEST_READABLE_VERSION, VERSION as FORMAT_VERSION};
 pub use protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
-pub use reader::{EntryKind, LedgerEntry, LedgerHeader, LedgerReader, LedgerSummary, verify};
+pub use reader::{LedgerReader, LedgerSummary, verify};
 
 use crate::{AccountantError, EpsilonDelta, Orders, RdpCurve};
 
@@ -449,6 +451,18 @@ impl Ledger {
 }
 
 /// Takes the exclusive lock without waiting.
+impl ProtectedSet {
+    /// A set from member identities. Each must be 1 to
+    /// [`MAX_MEMBER_ID_BYTES`] bytes of printable ASCII other than space
+    /// (so that listings stay one line and unambiguous), and there may be at
+    /// most [`MAX_PROTECTED_MEMBERS`]; anything else is
+    /// [`LedgerError::BadProtectedSet`].
+    pub fn new<S: Into<String>>(members: impl IntoIterator<Item = S>) -> Result<Self, LedgerError> {
+        Self::checked(members.into_iter().map(Into::into).collect())
+            .map_err(LedgerError::BadProtectedSet)
+    }
+}
+
 fn lock(file: &File, path: &Path) -> Result<(), LedgerError> {
     file.try_lock().map_err(|e| match e {
         std::fs::TryLockError::WouldBlock => LedgerError::Locked(path.to_path_buf()),

@@ -173,7 +173,7 @@ pub enum CliError {
     Ensemble(#[from] EnsembleError),
     /// `privmix train` failed (bad data, a training error, a mismatched run to resume).
     #[error(transparent)]
-    Train(#[from] crate::train::TrainCmdError),
+    Train(#[from] crate::train::error::TrainCmdError),
     /// Reading an input or writing the output failed.
     #[error("{what}: {source}")]
     Io {

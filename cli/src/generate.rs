@@ -45,7 +45,8 @@ use serde_json::json;
 
 use crate::args::{GenerateArgs, MechanismKind};
 use crate::error::{CliError, EXIT_BUDGET_STOPPED, EXIT_OK};
-use crate::ledger_open::{DEFAULT_DELTA, LedgerPlan, finish, prepare};
+use crate::ledger_common::DEFAULT_DELTA;
+use crate::ledger_open::{LedgerPlan, finish, prepare};
 use crate::pacing::Pacer;
 use crate::prompts::{PromptInput, prompt_ids, read_prompts};
 use crate::protected::protected_set;

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::LedgerAction;
 use crate::error::CliError;
-use crate::ledger_open::DEFAULT_DELTA;
+use crate::ledger_common::{DEFAULT_DELTA, utc};
 use crate::ledger_store::{
     PostgresStore, Record, Snapshot, StoreError, StoreFormat, StoreSpec, open_existing,
     snapshot_of_file, split_label,
@@ -51,18 +51,6 @@ macro_rules! say {
     ($out:expr, $($arg:tt)*) => {
         writeln!($out, $($arg)*).map_err(write_failed)?
     };
-}
-
-/// A time in ms since the Unix epoch as RFC 3339 UTC (`2026-01-02T03:04:05.678Z`).
-pub fn utc(ms: u64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms} ms after the Unix epoch"))
 }
 
 fn budget_text(b: Option<PrivacyBudget>) -> String {

@@ -15,10 +15,7 @@ use std::path::Path;
 use privmix_accountant::{Ledger, LedgerError, Orders, PrivacyBudget, ProtectedSet};
 
 use crate::error::CliError;
-use crate::ledger_cmd::utc;
-
-/// δ of a new ledger when `--delta` is not given.
-pub const DEFAULT_DELTA: f64 = 1e-5;
+use crate::ledger_common::{DEFAULT_DELTA, utc};
 
 /// The ledger a run will charge: an existing one, opened and checked, or the
 /// budget of one to create once the model and adapters have loaded (so that a

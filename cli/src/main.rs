@@ -9,9 +9,11 @@
 //! released and the summary printed).
 
 mod args;
+mod command;
 mod error;
 mod generate;
 mod ledger_cmd;
+mod ledger_common;
 mod ledger_open;
 mod ledger_store;
 mod pacing;
@@ -25,7 +27,7 @@ mod train;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::command::{Cli, Command};
 
 fn main() {
     let cli = Cli::parse();

@@ -5,7 +5,6 @@ use std::path::Path;
 
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
-use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::{Orders, RdpCurve};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase};
@@ -19,30 +18,8 @@ use privmix_mechanisms::{
 use privmix_models::gguf::GgufFile;
 use privmix_models::{ChatTemplate, DecodeProducts, KvPrecision, LanguageModel, Model, Tokenizer};
 
-use crate::args::{MechanismKind, MechanismParams, ModelArgs};
+use crate::args::{BackendKind, MechanismKind, MechanismParams, ModelArgs};
 use crate::error::CliError;
-
-/// The burn backend that runs the models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendKind {
-    /// The CPU (burn-flex): always built in.
-    Flex,
-    /// A GPU through wgpu (Vulkan; Mesa lavapipe without one): cargo feature `wgpu`.
-    Wgpu,
-    /// An NVIDIA GPU through CUDA: cargo feature `cuda`.
-    Cuda,
-}
-
-impl BackendKind {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Flex => "flex",
-            Self::Wgpu => "wgpu",
-            Self::Cuda => "cuda",
-        }
-    }
-}
 
 /// Model code generic over the burn backend, run by [`with_backend`] on the one
 /// picked at run time (a trait because a closure cannot be generic over a type).

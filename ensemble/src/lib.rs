@@ -13,9 +13,12 @@
 //! parts ([`data`]), and LoRA fine-tuning of a member on its part with
 //! burn autodiff ([`train`]).
 pub mod data;
+mod error;
 mod host_factors;
 pub mod lora;
 pub mod rows;
 pub mod runner;
 pub mod stacked;
 pub mod train;
+
+pub use error::EnsembleError;

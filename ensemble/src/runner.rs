@@ -5,38 +5,12 @@
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use privmix_models::runtime::{log_softmax_to_vec, to_vec};
-use privmix_models::{
-    Batch, KvCache, KvPrecision, LanguageModel, LinearDelta, ModelError, log_softmax,
-};
-use thiserror::Error;
+use privmix_models::{Batch, KvCache, KvPrecision, LanguageModel, LinearDelta, log_softmax};
 
-use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraError};
+pub use crate::error::EnsembleError;
+use crate::lora::{BaseShapes, LoraAdapter, LoraBase};
 use crate::rows::{BlockScores, LogProbRows, RowLayout};
 use crate::stacked::{FactorPrecision, RowAdapters, StackedAdapters};
-
-/// Errors of the ensemble runner.
-#[derive(Debug, Clone, PartialEq, Error)]
-#[non_exhaustive]
-pub enum EnsembleError {
-    /// An adapter does not fit the base model, or could not be read.
-    #[error(transparent)]
-    Lora(#[from] LoraError),
-    /// The model rejected the input or failed.
-    #[error(transparent)]
-    Model(#[from] ModelError),
-    /// A row names a member the runner does not hold.
-    #[error("row names member {member}, the runner holds {members}")]
-    MemberOutOfRange {
-        /// The member index.
-        member: usize,
-        /// Number of members.
-        members: usize,
-    },
-    /// Malformed input (no rows, empty context, a block shorter than two
-    /// tokens, a token count other than the row count, ...).
-    #[error("bad input: {0}")]
-    BadInput(String),
-}
 
 /// A base model and N LoRA members run together (issue #5).
 ///

@@ -12,8 +12,8 @@ use privmix_models::{LinearDelta, Site};
 
 use crate::host_factors::{HostFactors, HostSite, add_shared};
 
+use crate::error::EnsembleError;
 use crate::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError, module_name, module_path};
-use crate::runner::EnsembleError;
 
 /// How [`StackedAdapters`] holds the members' factors.
 ///

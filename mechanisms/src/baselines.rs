@@ -4,6 +4,7 @@
 
 use privmix_accountant::{Orders, RdpCurve, gaussian};
 
+use crate::error::positive;
 use crate::noise::{
     check_granularity, gaussian_on_grid, laplace_on_grid, pure_dp_rdp_at, rounded_l1_sensitivity,
 };
@@ -11,18 +12,6 @@ use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
 };
-
-pub(crate) fn positive(name: &'static str, value: f64) -> Result<(), MechanismError> {
-    if value.is_finite() && value > 0.0 {
-        Ok(())
-    } else {
-        Err(MechanismError::InvalidParameter {
-            name,
-            value,
-            reason: "must be finite and > 0",
-        })
-    }
-}
 
 fn members_average(ensemble: &Ensemble) -> Result<Vec<f64>, MechanismError> {
     if ensemble.is_empty() {

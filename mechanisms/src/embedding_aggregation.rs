@@ -49,8 +49,8 @@
 use privmix_accountant::{Orders, RdpCurve, gaussian};
 
 use crate::account::Account;
-use crate::baselines::positive;
 use crate::error::MechanismError;
+use crate::error::positive;
 use crate::rng::PrivacyRng;
 
 /// The discrete Gaussian mechanism on the mean of N clipped sentence embeddings.

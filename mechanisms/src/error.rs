@@ -85,3 +85,17 @@ pub enum MechanismError {
     #[error("the distribution source failed: {0}")]
     Source(String),
 }
+
+/// `Ok` when `value` is finite and > 0, else [`MechanismError::InvalidParameter`] naming
+/// it: the check of every scale and σ parameter.
+pub(crate) fn positive(name: &'static str, value: f64) -> Result<(), MechanismError> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(MechanismError::InvalidParameter {
+            name,
+            value,
+            reason: "must be finite and > 0",
+        })
+    }
+}

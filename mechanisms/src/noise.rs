@@ -24,7 +24,7 @@ use dashu_int::{IBig, UBig};
 use rand::RngCore;
 
 use crate::MechanismError;
-use crate::baselines::positive;
+use crate::error::positive;
 
 /// A stream of independent uniform bits.
 pub(crate) trait Bits {

@@ -142,7 +142,8 @@ impl Evaluation {
     }
 }
 
-/// The search over `[0, upper]` for `c(λ) ≤ bound`.
+/// The search over `[0, upper]` for `c(λ) ≤ bound`; `Search::run` (in `bracket`, below
+/// this module's types) runs it.
 pub(crate) struct Search {
     /// Upper end `U` of the range (finite, > 0).
     pub upper: f64,
@@ -170,18 +171,6 @@ pub(crate) fn check_upper(upper: f64) -> Result<f64, MixingError> {
         Ok(upper)
     } else {
         Err(MixingError::InvalidUpperEnd(upper))
-    }
-}
-
-impl Search {
-    /// Runs the search. `eval(λ)` evaluates the constraint at λ.
-    pub(crate) fn run<F>(&self, eval: F) -> Result<Solution, MixingError>
-    where
-        F: FnMut(f64) -> Result<Evaluation, MixingError>,
-    {
-        check_upper(self.upper)?;
-        check_bound(self.bound)?;
-        bracket::solve(self, eval)
     }
 }
 

@@ -1,7 +1,7 @@
-//! SIMD building blocks shared by this crate's kernels and by
-//! `privmix-mechanisms`'s fused kernels, for `pulp`'s vector types (used inside
-//! a `pulp::WithSimd` operation, so that they compile for the CPU's widest
-//! vectors).
+//! SIMD building blocks shared by this crate's kernels and by other crates'
+//! kernels (`privmix-mechanisms`'s fused kernels; [`Prefetch`] is the workspace's
+//! one software prefetch), for `pulp`'s vector types (used inside a
+//! `pulp::WithSimd` operation, so that they compile for the CPU's widest vectors).
 
 /// `x^e` (e ≥ 1) for a block of `U` vectors, by binary powering in registers:
 /// `U` independent chains hide the multiplications' latency. The products are
@@ -67,6 +67,26 @@ pub fn warm(row: &[f64]) {
 /// its loads). A hint only: it reads nothing architecturally, never faults, and
 /// changes no result. Through `pulp`'s safe wrapper of SSE's `prefetcht0`
 /// (`pulp::x86::V1`, present on every x86-64 CPU); a no-op elsewhere.
+///
+/// This is the workspace's one definition: other crates' kernels (the mechanisms'
+/// leave-one-out pass, the models' CPU kernels) use it as
+/// `privmix_renyi::simd::Prefetch` rather than keeping a copy. It prefetches from
+/// slices of any element type.
+///
+/// ```
+/// use privmix_renyi::simd::Prefetch;
+///
+/// let row = vec![0.5_f32; 4096];
+/// let prefetch = Prefetch::new();
+/// let mut sum = 0.0;
+/// for (i, x) in row.iter().enumerate() {
+///     if i % 16 == 0 {
+///         prefetch.line(&row, i + 256); // past the end: nothing is asked for
+///     }
+///     sum += x;
+/// }
+/// assert_eq!(sum, 2048.0);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Prefetch {
     #[cfg(target_arch = "x86_64")]
@@ -90,10 +110,10 @@ impl Prefetch {
 
     /// Asks for the cache line holding `row[index]` (nothing past the row's end).
     #[inline(always)]
-    pub fn line(&self, row: &[f64], index: usize) {
+    pub fn line<T>(&self, row: &[T], index: usize) {
         #[cfg(target_arch = "x86_64")]
         if let (Some(v1), Some(x)) = (self.v1, row.get(index)) {
-            let at: *const f64 = x;
+            let at: *const T = x;
             v1.sse
                 ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
         }

@@ -10,6 +10,12 @@
 //! tokens/s beside llama.cpp's on the same file (`--speed-only`: that step
 //! alone, written to `speed.md`). Then `serve_load.rs` measures `privmix serve`
 //! under concurrent clients beside llama.cpp's server (`--serve-only`: `serve.md`).
+//!
+//! The report goes to the output folder (git-ignored); the measured figures also
+//! go to the checked-in performance page, `docs/performance.md`
+//! (`performance.rs`): a run refreshes the sections it measured there (the
+//! criterion benches, the speed and serving steps) and keeps the others.
+//! `--no-page` leaves the page alone.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -18,7 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::{cargo, workspace_root};
+use crate::performance::{self, RunInfo, SECTIONS, with_run_line};
+use crate::workspace::{cargo, workspace_root};
 
 /// One measured benchmark.
 struct Measured {
@@ -41,6 +48,8 @@ pub(crate) struct Options {
     pub serve_only: bool,
     /// Extra arguments for the experiment binary.
     pub experiment_args: Vec<String>,
+    /// Leave `docs/performance.md` as it is.
+    pub no_page: bool,
 }
 
 pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
@@ -50,8 +59,33 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         experiment_only,
         serve_only,
         experiment_args,
+        no_page,
     } = options;
-    let out = crate::from_root(out);
+    let mut command = String::from("cargo xtask bench");
+    for (flag, on) in [
+        (" --quick", quick),
+        (" --speed-only", speed_only),
+        (" --serve-only", serve_only),
+    ] {
+        if on {
+            command.push_str(flag);
+        }
+    }
+    let refresh_page = |fresh: &[(&str, String)]| -> Result<(), String> {
+        if no_page {
+            return Ok(());
+        }
+        let root = workspace_root();
+        let run = RunInfo::collect(command.clone(), &root);
+        let fresh: Vec<(&str, String)> = fresh
+            .iter()
+            .map(|(name, section)| (*name, with_run_line(section, heading(name), &run)))
+            .collect();
+        let path = performance::update(&root, &fresh)?;
+        eprintln!("xtask: performance page refreshed: {}", path.display());
+        Ok(())
+    };
+    let out = crate::workspace::from_root(out);
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     if experiment_only {
         let section = experiment(&out, quick, &experiment_args)?;
@@ -59,16 +93,17 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         return write_report(&out.join("experiment.md"), &report);
     }
     if serve_only {
-        let report = format!(
-            "# privmix serving report\n\n{}",
-            crate::serve_load::section(quick)
-        );
-        return write_report(&out.join("serve.md"), &report);
+        let serve = crate::serve_load::section(quick);
+        let report = format!("# privmix serving report\n\n{serve}");
+        write_report(&out.join("serve.md"), &report)?;
+        return refresh_page(&[("serve", serve)]);
     }
     if speed_only {
         // The speed step alone, in its own file: the criterion report stays.
-        let report = format!("# privmix speed report\n\n{}", crate::speed::section(quick));
-        return write_report(&out.join("speed.md"), &report);
+        let speed = crate::speed::section(quick);
+        let report = format!("# privmix speed report\n\n{speed}");
+        write_report(&out.join("speed.md"), &report)?;
+        return refresh_page(&[("speed", speed)]);
     }
     let criterion_dir = workspace_root().join("target").join("criterion");
     // Old results of benches that no longer exist must not leak into the report.
@@ -90,9 +125,17 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
     let mut report = render(&measured, quick);
     // SmolLM2 beside llama.cpp: separate processes, after the criterion
     // benches so that they do not share the cores with them.
-    report.push_str(&crate::speed::section(quick));
+    let speed = crate::speed::section(quick);
+    report.push_str(&speed);
     // `privmix serve` under concurrent clients beside llama.cpp's server.
-    report.push_str(&crate::serve_load::section(quick));
+    let serve = crate::serve_load::section(quick);
+    report.push_str(&serve);
+    // The measured figures, before the experiment (which may fail) runs.
+    refresh_page(&[
+        ("criterion", criterion_section(&measured)),
+        ("speed", speed),
+        ("serve", serve),
+    ])?;
     // Last, the privacy–utility experiment on SmolLM2 and Shakespeare.
     report.push_str(&experiment(&out, quick, &experiment_args)?);
     write_report(&out.join("README.md"), &report)
@@ -226,25 +269,50 @@ fn human(ns: f64) -> String {
     }
 }
 
+/// What the times and ratios are, for both the report and the page.
+const EXPLAINED: &str = "Times are criterion's mean with its 95% interval; a ratio divides a \
+bench's mean by the mean of one of its group's `baseline…` benches, measured in the same run.";
+
 fn render(measured: &[Measured], quick: bool) -> String {
-    let mut groups: BTreeMap<&str, Vec<&Measured>> = BTreeMap::new();
-    for m in measured {
-        groups.entry(&m.group).or_default().push(m);
-    }
     let mut s = String::new();
     let _ = writeln!(s, "# privmix bench report\n");
     let _ = writeln!(
         s,
-        "Produced by `cargo xtask bench{}` on {} logical CPUs. Times are criterion's mean \
-         with its 95% interval; a ratio divides a bench's mean by the mean of one of its group's \
-         `baseline…` benches, measured in the same run.\n",
+        "Produced by `cargo xtask bench{}` on {} logical CPUs. {EXPLAINED}\n",
         if quick { " --quick" } else { "" },
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
     );
+    render_groups(&mut s, measured, "##");
+    s
+}
+
+/// The criterion section of the performance page: every group's table, under
+/// `###` headings (the run line goes above, see `performance::with_run_line`).
+fn criterion_section(measured: &[Measured]) -> String {
+    let mut s = format!("## {}\n\n{EXPLAINED}\n\n", heading("criterion"));
+    render_groups(&mut s, measured, "###");
+    s
+}
+
+/// The page heading of section `name` of `performance::SECTIONS`.
+fn heading(name: &str) -> &'static str {
+    SECTIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("Measured", |(_, heading)| heading)
+}
+
+/// One table per group (`{level} group` headings): each bench's mean and
+/// interval, and its ratio to every `baseline…` bench of the group.
+fn render_groups(s: &mut String, measured: &[Measured], level: &str) {
+    let mut groups: BTreeMap<&str, Vec<&Measured>> = BTreeMap::new();
+    for m in measured {
+        groups.entry(&m.group).or_default().push(m);
+    }
     for (group, items) in groups {
-        let _ = writeln!(s, "## {group}\n");
+        let _ = writeln!(s, "{level} {group}\n");
         // One ratio column per `baseline…` bench of the group: a group may compare
         // against both a plain pass and a straightforward implementation.
         let bases: Vec<&&Measured> = items
@@ -278,7 +346,6 @@ fn render(measured: &[Measured], quick: bool) -> String {
         }
         let _ = writeln!(s);
     }
-    s
 }
 
 #[cfg(test)]
@@ -310,5 +377,23 @@ mod tests {
         );
         assert!(report.contains("ratio to baseline_pass | ratio to baseline_naive |"));
         assert!(report.contains("| alone | 5.0 ns | 4.5 ns – 5.5 ns |\n"));
+    }
+
+    #[test]
+    fn the_page_section_has_the_same_rows_under_smaller_headings() {
+        let measured = vec![m("g", "baseline_pass", 10.0), m("g", "ours", 20.0)];
+        let section = criterion_section(&measured);
+        assert!(
+            section.starts_with("## Criterion benches\n\nTimes are"),
+            "{section}"
+        );
+        assert!(
+            section.contains("\n### g\n\n| bench | mean | 95% interval | ratio to baseline_pass |")
+        );
+        assert!(section.contains("| ours | 20.0 ns | 18.0 ns – 22.0 ns | 2.00× |\n"));
+        let report = render(&measured, false);
+        for line in report.lines().filter(|l| l.starts_with('|')) {
+            assert!(section.contains(line), "{line}");
+        }
     }
 }

@@ -40,7 +40,7 @@ pub(crate) fn workspace_tests() -> Result<(), String> {
          property test with PROPTEST_RNG_SEED={seed} \
          PROPTEST_RNG_ALGORITHM={PROPTEST_ALGORITHM} cargo test -p <crate> <test>)"
     );
-    crate::cargo_with_env(
+    crate::workspace::cargo_with_env(
         &["test", "--workspace", "--no-fail-fast"],
         &[
             ("PROPTEST_RNG_SEED", OsStr::new(&seed)),
@@ -69,7 +69,7 @@ pub(crate) fn wgpu_tests() -> Result<(), String> {
     std::fs::create_dir_all(&runtime_dir)
         .map_err(|e| format!("cannot create {}: {e}", runtime_dir.display()))?;
     let icd = lavapipe_icd().unwrap_or_default();
-    crate::cargo_with_env(
+    crate::workspace::cargo_with_env(
         &[
             "test",
             "-p",
@@ -90,7 +90,7 @@ pub(crate) fn wgpu_tests() -> Result<(), String> {
 /// `cargo check`s the models with only the CUDA backend enabled, and the `privmix`
 /// command line (generate, score, serve) with its `cuda` feature.
 pub(crate) fn cuda_check() -> Result<(), String> {
-    crate::cargo(&[
+    crate::workspace::cargo(&[
         "check",
         "-p",
         "privmix-models",
@@ -98,7 +98,7 @@ pub(crate) fn cuda_check() -> Result<(), String> {
         "--features",
         "cuda",
     ])?;
-    crate::cargo(&["check", "-p", "privmix-cli", "--features", "cuda"])
+    crate::workspace::cargo(&["check", "-p", "privmix-cli", "--features", "cuda"])
 }
 
 fn lavapipe_present() -> bool {
@@ -120,7 +120,7 @@ fn lavapipe_icd() -> Option<String> {
 /// speed step (criterion and llama.cpp need the real model and a quiet
 /// machine). Checks that the report came back with every contender.
 pub(crate) fn bench_smoke() -> Result<(), String> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::workspace_root();
     let path = |p: &str| root.join(p).to_string_lossy().into_owned();
     let out = root.join("target/ci-bench");
     let cache = path("target/ci-bench-cache");
@@ -179,6 +179,7 @@ pub(crate) fn bench_smoke() -> Result<(), String> {
             experiment_only: true,
             serve_only: false,
             experiment_args: args,
+            no_page: true,
         },
     )?;
     let report = std::fs::read_to_string(out.join("experiment.md"))

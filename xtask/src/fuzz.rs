@@ -33,7 +33,7 @@ const TARGETS: [(&str, &[&str]); 2] = [
 const CARGO_FUZZ: &str = "0.13.2";
 
 pub(crate) fn run(seconds: u32) -> Result<(), String> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::workspace_root();
     ensure_cargo_fuzz()?;
     for (target, seeds) in TARGETS {
         let corpus = root.join("fuzz/corpus").join(target);
@@ -46,7 +46,7 @@ pub(crate) fn run(seconds: u32) -> Result<(), String> {
                 .map_err(|e| format!("cannot copy the seed {}: {e}", from.display()))?;
         }
         eprintln!("xtask: cargo fuzz run {target} for {seconds} s");
-        let status = crate::cargo_command()
+        let status = crate::workspace::cargo_command()
             .env("RUSTC_BOOTSTRAP", "1")
             .args(["fuzz", "run", target, "--sanitizer", "none", "--"])
             .arg(format!("-max_total_time={seconds}"))
@@ -69,7 +69,7 @@ pub(crate) fn run(seconds: u32) -> Result<(), String> {
 }
 
 fn ensure_cargo_fuzz() -> Result<(), String> {
-    let installed = crate::cargo_command()
+    let installed = crate::workspace::cargo_command()
         .args(["fuzz", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
@@ -77,7 +77,7 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
         return Ok(());
     }
     eprintln!("xtask: cargo install cargo-fuzz --locked --version {CARGO_FUZZ}");
-    let status = crate::cargo_command()
+    let status = crate::workspace::cargo_command()
         .args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ])
         .status()
         .map_err(|e| format!("could not start cargo install: {e}"))?;

@@ -8,7 +8,9 @@
 //! * `cargo xtask bench` — the main job. It runs the
 //!   criterion benches of every crate and writes a Markdown report of the
 //!   measured times and of the ratios the issues ask for, each measured in one run,
-//!   then SmolLM2's prefill/decode tokens/s beside llama.cpp's (`speed.rs`), then
+//!   then SmolLM2's prefill/decode tokens/s beside llama.cpp's (`speed.rs`) and the
+//!   serving load test (`serve_load.rs`), refreshes those figures in the checked-in
+//!   performance page `docs/performance.md` (`performance.rs`), then
 //!   the privacy–utility experiment (`privmix-bench`'s `privacy-utility` binary:
 //!   members fine-tuned on Shakespeare, every mechanism's perplexity at each ε).
 //! * `cargo xtask modules` — every crate's module graph, file by file, and its
@@ -26,15 +28,20 @@ mod fetch_folder;
 mod fuzz;
 mod llama_cpp;
 mod modules;
+mod performance;
+mod pip;
 mod serve_load;
 mod speed;
 mod wordnet;
+mod workspace;
 
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use clap::{Parser, Subcommand};
+
+use workspace::{cargo, cargo_command, cargo_with_env};
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "privmix developer tasks")]
@@ -76,6 +83,10 @@ enum Task {
         /// Only the serving load test: `privmix serve` beside llama.cpp's server (serve.md).
         #[arg(long)]
         serve_only: bool,
+        /// Leave the performance page (docs/performance.md) as it is; by default a run
+        /// refreshes the sections it measured there.
+        #[arg(long)]
+        no_page: bool,
         /// Extra arguments for the experiment binary, after `--` (e.g. `-- --members 16`;
         /// `cargo run -p privmix-bench --bin privacy-utility -- --help` lists them).
         #[arg(last = true)]
@@ -116,6 +127,7 @@ fn main() -> ExitCode {
             speed_only,
             experiment_only,
             serve_only,
+            no_page,
             experiment_args,
         } => bench::run(
             &out,
@@ -125,6 +137,7 @@ fn main() -> ExitCode {
                 experiment_only,
                 serve_only,
                 experiment_args,
+                no_page,
             },
         ),
         Task::Modules { verbose } => modules::run(verbose),
@@ -139,51 +152,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Runs `cargo <args>` from the workspace root, failing with the command's name.
-pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
-    cargo_with_env(args, &[])
-}
-
-/// [`cargo`] with extra environment variables for the child (named in the log line).
-pub(crate) fn cargo_with_env(args: &[&str], env: &[(&str, &OsStr)]) -> Result<(), String> {
-    let names: String = env.iter().map(|(k, _)| format!(" (with {k})")).collect();
-    eprintln!("xtask: cargo {}{names}", args.join(" "));
-    let status = cargo_command()
-        .args(args)
-        .envs(env.iter().copied())
-        .status()
-        .map_err(|e| format!("could not start cargo {}: {e}", args.join(" ")))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
-    }
-}
-
-/// The cargo that runs this task (`$CARGO`, else `cargo` on the path), started
-/// in the workspace root.
-pub(crate) fn cargo_command() -> Command {
-    let mut command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    command.current_dir(workspace_root());
-    command
-}
-
-/// `path` itself when absolute, else taken from the workspace root.
-pub(crate) fn from_root(path: &std::path::Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        workspace_root().join(path)
-    }
-}
-
-pub(crate) fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives one level below the workspace root")
-        .to_path_buf()
 }
 
 /// Makes sure rustfmt and clippy are there; rustup installs them from its own

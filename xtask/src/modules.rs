@@ -49,7 +49,7 @@ pub(crate) struct Graph {
 /// Runs the task: prints every crate's files, arrows and cycles; an error
 /// if any crate has a cycle.
 pub(crate) fn run(verbose: bool) -> Result<(), String> {
-    let root = crate::workspace_root();
+    let root = crate::workspace::workspace_root();
     let mut report = String::new();
     let mut cycles = 0;
     for name in CRATES {

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::{cargo, workspace_root};
+use crate::workspace::{cargo, workspace_root};
 
 /// The llama.cpp sources: PyPI `llama-cpp-python` 0.3.36's sdist.
 const SDIST: &str = "llama_cpp_python-0.3.36.tar.gz";

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::{cargo, workspace_root};
+use crate::workspace::{cargo, workspace_root};
 
 /// Threads given to both engines (the CI machine has 2 cores).
 const THREADS: &str = "2";

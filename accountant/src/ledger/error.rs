@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use super::{PrivacyBudget, ProtectedSet};
+use super::budget::PrivacyBudget;
+use super::protected::ProtectedSet;
 use crate::{AccountantError, EpsilonDelta};
 
 /// What went wrong with a ledger.

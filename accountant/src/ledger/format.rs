@@ -30,8 +30,10 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS};
-use super::{EntryKind, LedgerEntry, LedgerError, LedgerHeader, PrivacyBudget, ProtectedSet};
+use super::budget::PrivacyBudget;
+use super::entry::{EntryKind, LedgerEntry, LedgerHeader};
+use super::error::LedgerError;
+use super::protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
 use crate::{Orders, RdpCurve};
 
 /// The first bytes of every ledger file.
@@ -236,7 +238,8 @@ fn decode_protected(bytes: &[u8]) -> Result<Option<ProtectedSet>, String> {
     if at != bytes.len() {
         return Err("bytes after the protected set".into());
     }
-    let set = ProtectedSet::new(members.clone()).map_err(|e| e.to_string())?;
+    let set = ProtectedSet::checked(members.clone())
+        .map_err(|m| LedgerError::BadProtectedSet(m).to_string())?;
     if set.members() != members.as_slice() {
         return Err("protected members are not in canonical order".into());
     }

@@ -15,8 +15,6 @@
 
 use std::fmt;
 
-use super::LedgerError;
-
 /// Most members one protected set may name (bounds what a damaged header
 /// can make a reader allocate).
 pub const MAX_PROTECTED_MEMBERS: usize = 1 << 16;
@@ -33,30 +31,30 @@ pub struct ProtectedSet {
 }
 
 impl ProtectedSet {
-    /// A set from member identities. Each must be 1 to
-    /// [`MAX_MEMBER_ID_BYTES`] bytes of printable ASCII other than space
-    /// (so that listings stay one line and unambiguous), and there may be at
-    /// most [`MAX_PROTECTED_MEMBERS`]; anything else is
-    /// [`LedgerError::BadProtectedSet`].
-    pub fn new<S: Into<String>>(members: impl IntoIterator<Item = S>) -> Result<Self, LedgerError> {
-        let mut members: Vec<String> = members.into_iter().map(Into::into).collect();
+    /// A set from member identities, checked as [`ProtectedSet::new`] describes;
+    /// `Err` is the message of [`LedgerError::BadProtectedSet`]. (`new` itself is
+    /// in `ledger.rs`, above both this module and the error's, so that neither of
+    /// the two imports the other's.)
+    ///
+    /// [`LedgerError::BadProtectedSet`]: super::LedgerError::BadProtectedSet
+    pub(super) fn checked(mut members: Vec<String>) -> Result<Self, String> {
         if members.len() > MAX_PROTECTED_MEMBERS {
-            return Err(LedgerError::BadProtectedSet(format!(
+            return Err(format!(
                 "{} members; at most {MAX_PROTECTED_MEMBERS} may be recorded",
                 members.len()
-            )));
+            ));
         }
         for (i, m) in members.iter().enumerate() {
             if m.is_empty() || m.len() > MAX_MEMBER_ID_BYTES {
-                return Err(LedgerError::BadProtectedSet(format!(
+                return Err(format!(
                     "member {i}'s identity is {} bytes long; it must be 1 to {MAX_MEMBER_ID_BYTES}",
                     m.len()
-                )));
+                ));
             }
             if !m.bytes().all(|b| b.is_ascii_graphic()) {
-                return Err(LedgerError::BadProtectedSet(format!(
+                return Err(format!(
                     "member {i}'s identity {m:?} has a character other than printable ASCII"
-                )));
+                ));
             }
         }
         members.sort_unstable();
@@ -122,43 +120,5 @@ impl fmt::Display for ProtectedSet {
             self.members.len(),
             self.members.join(", ")
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn order_does_not_matter_repeats_do() {
-        let a = ProtectedSet::new(["sha256:bb", "sha256:aa"]).unwrap();
-        let b = ProtectedSet::new(["sha256:aa", "sha256:bb"]).unwrap();
-        assert_eq!(a, b);
-        assert_eq!(a.members(), ["sha256:aa", "sha256:bb"]);
-        let twice = ProtectedSet::new(["sha256:aa", "sha256:aa", "sha256:bb"]).unwrap();
-        assert_ne!(a, twice);
-        assert_eq!(twice.missing_from(&a), ["sha256:aa"]);
-        assert!(a.missing_from(&twice).is_empty());
-        assert_eq!(a.to_string(), "2 members [sha256:aa, sha256:bb]");
-    }
-
-    #[test]
-    fn bad_identities_are_typed_errors() {
-        for bad in ["", "has space", "tab\t", "é"] {
-            assert!(
-                matches!(
-                    ProtectedSet::new([bad]),
-                    Err(LedgerError::BadProtectedSet(_))
-                ),
-                "{bad:?} accepted"
-            );
-        }
-        let long = "x".repeat(MAX_MEMBER_ID_BYTES + 1);
-        assert!(matches!(
-            ProtectedSet::new([long]),
-            Err(LedgerError::BadProtectedSet(_))
-        ));
-        assert!(ProtectedSet::new(["x".repeat(MAX_MEMBER_ID_BYTES)]).is_ok());
-        assert!(ProtectedSet::new(Vec::<String>::new()).unwrap().is_empty());
     }
 }

@@ -308,3 +308,38 @@ fn labels_over_the_limit_are_refused_without_writing() {
     drop(ledger);
     assert_eq!(Ledger::open(&path).unwrap().charges(), 1);
 }
+
+// ProtectedSet (ledger/protected.rs, with `new` in ledger.rs).
+
+#[test]
+fn order_does_not_matter_repeats_do() {
+    let a = ProtectedSet::new(["sha256:bb", "sha256:aa"]).unwrap();
+    let b = ProtectedSet::new(["sha256:aa", "sha256:bb"]).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.members(), ["sha256:aa", "sha256:bb"]);
+    let twice = ProtectedSet::new(["sha256:aa", "sha256:aa", "sha256:bb"]).unwrap();
+    assert_ne!(a, twice);
+    assert_eq!(twice.missing_from(&a), ["sha256:aa"]);
+    assert!(a.missing_from(&twice).is_empty());
+    assert_eq!(a.to_string(), "2 members [sha256:aa, sha256:bb]");
+}
+
+#[test]
+fn bad_identities_are_typed_errors() {
+    for bad in ["", "has space", "tab\t", "é"] {
+        assert!(
+            matches!(
+                ProtectedSet::new([bad]),
+                Err(LedgerError::BadProtectedSet(_))
+            ),
+            "{bad:?} accepted"
+        );
+    }
+    let long = "x".repeat(MAX_MEMBER_ID_BYTES + 1);
+    assert!(matches!(
+        ProtectedSet::new([long]),
+        Err(LedgerError::BadProtectedSet(_))
+    ));
+    assert!(ProtectedSet::new(["x".repeat(MAX_MEMBER_ID_BYTES)]).is_ok());
+    assert!(ProtectedSet::new(Vec::<String>::new()).unwrap().is_empty());
+}

@@ -28,22 +28,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+pub use super::config::CanaryPlan;
+use super::config::ExperimentConfig;
 use super::contenders::contenders;
-use super::{ExperimentConfig, ExperimentData, train_members};
+use super::data::ExperimentData;
+use super::members::train_members;
 use crate::error::BenchError;
-
-/// The audit's settings.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CanaryPlan {
-    /// Number of canaries K.
-    pub canaries: usize,
-    /// Times each canary sentence is repeated in its user's text.
-    pub repeats: usize,
-    /// Fine-tuning steps of each audit member.
-    pub train_steps: usize,
-    /// Peak learning rate of the audit members.
-    pub learning_rate: f64,
-}
 
 /// One mechanism's extraction result.
 #[derive(Debug, Clone, Serialize, Deserialize)]

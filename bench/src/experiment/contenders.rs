@@ -11,9 +11,42 @@ use privmix_mechanisms::{
     PmixedConfig, PrivacyRng, PublicReason, Release, SubMix, SubmixConfig, Unbudgeted,
 };
 
-use super::ExperimentConfig;
-use super::scoring::MechanismResult;
+use serde::{Deserialize, Serialize};
+
+use super::config::ExperimentConfig;
 use crate::error::BenchError;
+
+/// One mechanism at one target ε.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MechanismResult {
+    /// `public`, `ensemble`, `pmixed`, `adapmixed`, `submix` or `dp-sgd`.
+    pub mechanism: String,
+    /// The target ε (None for the public model and the non-private ensemble).
+    pub target_epsilon: Option<f64>,
+    /// Mean over blocks of the per-block perplexity.
+    pub perplexity: f64,
+    /// Each block's perplexity.
+    pub block_perplexities: Vec<f64>,
+    /// Queries scored.
+    pub queries: u64,
+    /// Queries answered with private data mixed in.
+    pub private_answers: u64,
+    /// Queries answered from the public model after noisy screening (AdaPMixED).
+    pub screened: u64,
+    /// Queries answered from the public model because a budget ran out
+    /// (SubMix STOP, or a charge the (ε, δ) budget refused).
+    pub stopped: u64,
+    /// ε spent at δ after all queries, rounded up (None: no finite guarantee).
+    pub spent_epsilon: Option<f64>,
+    /// ε spent after each query (empty where it is constant).
+    pub spent_trace: Vec<f64>,
+    /// Mean λ of each query (0 when answered from the public model).
+    pub lambda_trace: Vec<f64>,
+    /// Describes the parameters the mechanism was run with.
+    pub parameters: String,
+    /// Seconds spent in this mechanism's steps (model forwards excluded).
+    pub seconds: f64,
+}
 
 /// Where a contender's ε is read from.
 enum Accounting {

@@ -6,7 +6,7 @@ use privmix_ensemble::data::{
 };
 use privmix_models::Tokenizer;
 
-use super::ExperimentConfig;
+use super::config::ExperimentConfig;
 use crate::error::BenchError;
 
 /// The blocks every stage reads.

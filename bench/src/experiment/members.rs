@@ -13,31 +13,15 @@ use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, TrainConfig, Trainer, dp_sgd_epsilon, dp_sgd_sigma,
 };
 use privmix_models::Model;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{ExperimentConfig, ExperimentData};
+use super::config::ExperimentConfig;
+pub use super::config::TrainingPlan;
+use super::data::ExperimentData;
 use crate::error::BenchError;
 
 type Train = Autodiff<Flex>;
-
-/// How each member is fine-tuned.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TrainingPlan {
-    /// LoRA rank.
-    pub rank: usize,
-    /// LoRA alpha (scale alpha / rank).
-    pub alpha: f64,
-    /// Adapted projections.
-    pub targets: Vec<String>,
-    /// Optimizer steps per member.
-    pub steps: usize,
-    /// Blocks per step.
-    pub batch: usize,
-    /// Peak learning rate (linear decay to 0).
-    pub learning_rate: f64,
-}
 
 /// The fine-tuned adapters.
 pub struct TrainedMembers {

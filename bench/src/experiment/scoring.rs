@@ -12,73 +12,15 @@ use burn::backend::Flex;
 use privmix_accountant::Orders;
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
-use privmix_mechanisms::{AdapmixedConfig, Ensemble, PrivacyRng, Rows};
+use privmix_mechanisms::{Ensemble, PrivacyRng, Rows};
 use privmix_models::Model;
-use serde::{Deserialize, Serialize};
 
+use super::config::ExperimentConfig;
+pub use super::config::ScoringPlan;
+pub use super::contenders::MechanismResult;
 use super::contenders::{Contender, contenders};
-use super::{ExperimentConfig, TrainedMembers};
+use super::members::TrainedMembers;
 use crate::error::BenchError;
-
-/// The mechanisms' parameters.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ScoringPlan {
-    /// PMixED: enforcement order α_c of the λ projections. Its proven bound is
-    /// finite only up to α_c²/(2α_c − 1) ≈ α_c/2, and the (ε, δ) conversion at
-    /// δ = 1e-5 needs orders near 20 to leave much of a small ε: 36 (the CLI's
-    /// default) rather than the paper's 18.
-    pub pmixed_alpha_c: f64,
-    /// AdaPMixED: enforcement order α_c (Table 4: 18).
-    pub alpha_c: f64,
-    /// PMixED: Poisson sampling probability of each member.
-    pub pmixed_q: f64,
-    /// AdaPMixED: screening noise σ, threshold T and top-k (Table 4: 1e-2, 4.5, 60).
-    pub screen: (f64, f64, usize),
-}
-
-impl Default for ScoringPlan {
-    fn default() -> Self {
-        let table4 = AdapmixedConfig::default();
-        Self {
-            pmixed_alpha_c: 36.0,
-            alpha_c: table4.alpha_c,
-            pmixed_q: 1.0,
-            screen: (table4.sigma, table4.threshold, table4.top_k),
-        }
-    }
-}
-
-/// One mechanism at one target ε.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MechanismResult {
-    /// `public`, `ensemble`, `pmixed`, `adapmixed`, `submix` or `dp-sgd`.
-    pub mechanism: String,
-    /// The target ε (None for the public model and the non-private ensemble).
-    pub target_epsilon: Option<f64>,
-    /// Mean over blocks of the per-block perplexity.
-    pub perplexity: f64,
-    /// Each block's perplexity.
-    pub block_perplexities: Vec<f64>,
-    /// Queries scored.
-    pub queries: u64,
-    /// Queries answered with private data mixed in.
-    pub private_answers: u64,
-    /// Queries answered from the public model after noisy screening (AdaPMixED).
-    pub screened: u64,
-    /// Queries answered from the public model because a budget ran out
-    /// (SubMix STOP, or a charge the (ε, δ) budget refused).
-    pub stopped: u64,
-    /// ε spent at δ after all queries, rounded up (None: no finite guarantee).
-    pub spent_epsilon: Option<f64>,
-    /// ε spent after each query (empty where it is constant).
-    pub spent_trace: Vec<f64>,
-    /// Mean λ of each query (0 when answered from the public model).
-    pub lambda_trace: Vec<f64>,
-    /// Describes the parameters the mechanism was run with.
-    pub parameters: String,
-    /// Seconds spent in this mechanism's steps (model forwards excluded).
-    pub seconds: f64,
-}
 
 /// Scores every mechanism (and each DP-SGD model) on `eval`.
 pub fn score_mechanisms(

@@ -29,9 +29,9 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 
+use super::common::{Decoded, IclConfig, IclResult, demo_text, query_text, scored, tokens};
 use super::source::IclRunner;
 use super::wordnet::Definition;
-use super::{Decoded, IclConfig, IclResult, demo_text, query_text, scored, tokens};
 use crate::error::BenchError;
 
 /// What was generated and embedded for one query.

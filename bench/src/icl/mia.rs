@@ -20,9 +20,9 @@ use privmix_mechanisms::{DpsMozoConfig, ZeroShot, dps_mozo_output, few_shot_outp
 use privmix_models::Tokenizer;
 use serde::{Deserialize, Serialize};
 
+use super::common::{HEADER, demo_text, query_text, tokens};
 use super::source::IclRunner;
 use super::wordnet::Definition;
-use super::{HEADER, demo_text, query_text, tokens};
 use crate::error::BenchError;
 
 /// One method's attack result.

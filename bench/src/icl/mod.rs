@@ -20,12 +20,12 @@
 //!   when a sentence encoder (all-MiniLM-L6-v2, `cargo xtask fetch-models --only
 //!   minilm`) is given; otherwise the report says why it is missing.
 
+mod common;
 pub mod embedding;
 pub mod mia;
 pub mod source;
 pub mod wordnet;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::backend::Flex;
@@ -42,80 +42,10 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-use crate::rouge::rouge_l;
+use common::{Decoded, demo_text, query_text, scored, tokens};
+pub use common::{HEADER, IclConfig, IclResult};
 use source::{DpPromptSource, IclRunner, PromptSource};
 use wordnet::{Definition, load_nouns};
-
-/// The instruction every prompt starts with.
-pub const HEADER: &str = "Give a short definition of each word.\n\n";
-
-/// Settings of the ICL experiment.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IclConfig {
-    /// Base model (GGUF file or HF folder).
-    pub model: PathBuf,
-    /// `tokenizer.json` (default: the model's own).
-    pub tokenizer: Option<PathBuf>,
-    /// WordNet's `data.noun`.
-    pub wordnet: PathBuf,
-    /// |D|, the private demonstrations.
-    pub private_demos: usize,
-    /// Test queries n_test.
-    pub test_queries: usize,
-    /// Public inputs of DPS-MOZO+Off.
-    pub public_inputs: usize,
-    /// Demonstrations drawn per token.
-    pub n_shots: usize,
-    /// Top-k of the zero-shot distribution kept.
-    pub top_k: usize,
-    /// Tokens generated per query at most (T_max).
-    pub max_tokens: usize,
-    /// Target ε values.
-    pub epsilons: Vec<f64>,
-    /// δ.
-    pub delta: f64,
-    /// Seed of the split and of the sampling.
-    pub seed: u64,
-    /// Examples of the membership-inference attack (the first test queries; 0: none).
-    pub mia_examples: usize,
-    /// The sentence-transformers folder of the embedding baseline (None: not run).
-    #[serde(default)]
-    pub embedding_model: Option<PathBuf>,
-    /// Embedding baseline: disjoint subsets N of the private demonstrations.
-    #[serde(default)]
-    pub esa_subsets: usize,
-    /// Embedding baseline: demonstrations per subset.
-    #[serde(default)]
-    pub esa_shots: usize,
-    /// Embedding baseline: public zero-shot candidates C per query.
-    #[serde(default)]
-    pub esa_candidates: usize,
-}
-
-/// One method's result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct IclResult {
-    /// `zero-shot`, `few-shot`, `dps-mozo+on` or `dps-mozo+off`.
-    pub method: String,
-    /// Target ε (None for the baselines).
-    pub target_epsilon: Option<f64>,
-    /// Mean ROUGE-L F1 over the test queries.
-    pub rouge_l_f1: f64,
-    /// Each query's ROUGE-L F1.
-    pub per_query: Vec<f64>,
-    /// ε spent at δ, rounded up (None: no finite guarantee).
-    pub spent_epsilon: Option<f64>,
-    /// Tokens generated in all (for +Off: online tokens; offline ones in `parameters`).
-    pub tokens: usize,
-    /// Mean λ over the tokens that mixed demonstrations (DPS-MOZO).
-    pub mean_lambda: Option<f64>,
-    /// The first few `(word, reference, prediction)` triples.
-    pub examples: Vec<(String, String, String)>,
-    /// Parameters the method ran with.
-    pub parameters: String,
-    /// Seconds spent.
-    pub seconds: f64,
-}
 
 /// Everything the ICL experiment measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -131,26 +61,6 @@ pub struct IclResults {
     /// Why the embedding baseline did not run (None: it ran).
     #[serde(default)]
     pub embedding_skipped: Option<String>,
-}
-
-fn tokens(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, BenchError> {
-    Ok(tokenizer.encode(text, false)?)
-}
-
-/// A private demonstration as it appears in a prompt: the query, its definition, a blank line.
-fn demo_text(d: &Definition) -> String {
-    format!("{} {}\n\n", query_text(&d.word), d.gloss)
-}
-
-fn query_text(word: &str) -> String {
-    format!("Word: {word}\nDefinition:")
-}
-
-/// What one method generates for every query, and the ε its account spent.
-struct Decoded {
-    predictions: Vec<String>,
-    tokens: usize,
-    lambdas: Vec<f64>,
 }
 
 /// Generates an answer for every query with `step`, stopping at a line break, at
@@ -209,40 +119,6 @@ fn decode_all(
         bar.inc(1);
     }
     Ok(out)
-}
-
-fn scored(
-    method: &str,
-    target: Option<f64>,
-    queries: &[Definition],
-    decoded: Decoded,
-    spent: Option<f64>,
-    parameters: String,
-    started: Instant,
-) -> IclResult {
-    let per_query: Vec<f64> = queries
-        .iter()
-        .zip(&decoded.predictions)
-        .map(|(q, p)| rouge_l(&q.gloss, p).fmeasure)
-        .collect();
-    IclResult {
-        method: method.into(),
-        target_epsilon: target,
-        rouge_l_f1: per_query.iter().sum::<f64>() / per_query.len().max(1) as f64,
-        per_query,
-        spent_epsilon: spent,
-        tokens: decoded.tokens,
-        mean_lambda: (!decoded.lambdas.is_empty())
-            .then(|| decoded.lambdas.iter().sum::<f64>() / decoded.lambdas.len() as f64),
-        examples: queries
-            .iter()
-            .zip(&decoded.predictions)
-            .take(3)
-            .map(|(q, p)| (q.word.clone(), q.gloss.clone(), p.clone()))
-            .collect(),
-        parameters,
-        seconds: started.elapsed().as_secs_f64(),
-    }
 }
 
 fn finite(e: f64) -> Option<f64> {

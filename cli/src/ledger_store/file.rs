@@ -19,18 +19,10 @@ use privmix_accountant::{
 };
 
 use super::snapshot::{self, Snapshot};
-use super::{LedgerStore, StoreError, StoreReceipt, Tenant, check_budget, check_tenant_name};
-
-/// The label prefix that records a charge's tenant.
-pub const TENANT_PREFIX: &str = "tenant=";
-
-/// The tenant a recorded label names, and the label the caller gave.
-pub fn split_label(label: &str) -> (Option<&str>, &str) {
-    label
-        .strip_prefix(TENANT_PREFIX)
-        .and_then(|rest| rest.split_once(';'))
-        .map_or((None, label), |(tenant, rest)| (Some(tenant), rest))
-}
+use super::{
+    LedgerStore, StoreError, StoreReceipt, TENANT_PREFIX, Tenant, check_budget, check_tenant_name,
+    split_label,
+};
 
 /// A file ledger with per-tenant spending. See the module docs.
 #[derive(Debug)]

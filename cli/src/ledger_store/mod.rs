@@ -42,7 +42,6 @@ use privmix_accountant::{
 
 // What `privmix serve` uses (see the allowance above).
 pub use account::StoreAccount;
-pub use file::split_label;
 pub use open::open_store;
 pub use open::{StoreSpec, open_existing};
 pub use postgres::PostgresStore;
@@ -50,6 +49,17 @@ pub use snapshot::{Record, Snapshot, StoreFormat, of_file as snapshot_of_file};
 
 /// Longest tenant name, in bytes.
 pub const MAX_TENANT_BYTES: usize = 128;
+
+/// The label prefix that records a charge's tenant.
+pub const TENANT_PREFIX: &str = "tenant=";
+
+/// The tenant a recorded label names, and the label the caller gave.
+pub fn split_label(label: &str) -> (Option<&str>, &str) {
+    label
+        .strip_prefix(TENANT_PREFIX)
+        .and_then(|rest| rest.split_once(';'))
+        .map_or((None, label), |(tenant, rest)| (Some(tenant), rest))
+}
 
 /// A tenant (an API key's owner) charging a store: its name and its own budget over
 /// the same members. The members' total budget is the store's and is enforced too.

@@ -14,8 +14,7 @@ use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet};
 use super::file::FileStore;
 use super::postgres::{self as pg, PostgresStore};
 use super::{LedgerStore, StoreError};
-use crate::ledger_cmd::utc;
-use crate::ledger_open::DEFAULT_DELTA;
+use crate::ledger_common::{DEFAULT_DELTA, utc};
 
 /// Which store a spec names.
 #[derive(Debug, Clone)]

@@ -8,8 +8,7 @@ use privmix_accountant::{
     EntryKind, LedgerReader, LedgerSummary, Orders, PrivacyBudget, ProtectedSet, RdpCurve,
 };
 
-use super::StoreError;
-use super::file::split_label;
+use super::{StoreError, split_label};
 
 /// Where and in which layout a ledger is kept.
 #[derive(Debug, Clone, PartialEq)]

@@ -79,7 +79,7 @@ impl ApiKeys {
                 (None, None) => None,
                 (None, Some(_)) => return Err(format!("keys[{i}].delta without epsilon")),
                 (Some(e), d) => Some(
-                    PrivacyBudget::new(e, d.unwrap_or(crate::ledger_open::DEFAULT_DELTA))
+                    PrivacyBudget::new(e, d.unwrap_or(crate::ledger_common::DEFAULT_DELTA))
                         .map_err(|e| format!("keys[{i}]: {e}"))?,
                 ),
             };

@@ -116,7 +116,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
     let delta = store
         .budget()
-        .map_or(crate::ledger_open::DEFAULT_DELTA, |b| b.delta());
+        .map_or(crate::ledger_common::DEFAULT_DELTA, |b| b.delta());
 
     with_backend(
         args.model.backend,

@@ -30,7 +30,9 @@ use super::manifest::{
     write_json_atomic,
 };
 use super::members::{fmt_loss, lora_config};
-use super::{CHECKPOINTS, LATEST_FILE, Prepared, TrainBackend, shard_blocks, split_holdout};
+use super::prepared::{
+    CHECKPOINTS, LATEST_FILE, Prepared, TrainBackend, shard_blocks, split_holdout,
+};
 use crate::error::CliError;
 use crate::protected::adapter_identity;
 

@@ -10,14 +10,15 @@ use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
 use privmix_ensemble::train::{AdamWConfig, TrainConfig, TrainError, Trainer};
 use privmix_models::Model;
 
+use super::args::TrainArgs;
 use super::card::member_card;
 use super::error::TrainCmdError;
 use super::manifest::{
     DataSummary, MANIFEST_FILE, MANIFEST_FORMAT, MemberRecord, PartitionRecord, RunKind,
     TrainManifest, data_hash, derive_seed, read_json, write_json_atomic,
 };
-use super::{
-    CHECKPOINTS, LATEST_FILE, Prepared, TrainArgs, TrainBackend, shard_blocks, split_holdout,
+use super::prepared::{
+    CHECKPOINTS, LATEST_FILE, Prepared, TrainBackend, shard_blocks, split_holdout,
 };
 use crate::error::CliError;
 use crate::protected::adapter_identity;

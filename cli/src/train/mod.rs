@@ -18,28 +18,26 @@
 //! manifest is written. A rerun with the same arguments and data continues
 //! where the last one stopped; a rerun with anything else is refused.
 
+mod args;
 mod card;
 mod dp;
-mod error;
+pub(crate) mod error;
 mod input;
 pub mod manifest;
 mod members;
+mod prepared;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use burn::backend::{Autodiff, Flex};
-use clap::Args;
-use privmix_ensemble::data::{Corpus, DataError, cut_blocks};
 use privmix_ensemble::lora::KNOWN_TARGET_MODULES;
 use privmix_models::gguf::GgufFile;
 use privmix_models::{LanguageModel, Model, Tokenizer};
-use rand::SeedableRng;
-use rand::seq::index;
-use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use error::TrainCmdError;
+pub use args::TrainArgs;
+use error::TrainCmdError;
+use prepared::{CHECKPOINTS, Prepared, TrainBackend};
 
 use crate::error::CliError;
 use manifest::{
@@ -47,123 +45,10 @@ use manifest::{
     file_sha256, fingerprint, model_identity, read_json, read_manifest, write_json_atomic,
 };
 
-/// The backend members are trained on (CPU, reverse-mode autodiff).
-type TrainBackend = Autodiff<Flex>;
-
-/// Folder of the run's checkpoints inside `--out`.
-const CHECKPOINTS: &str = "checkpoints";
-/// Written by the trainers into a checkpoint folder that holds a checkpoint.
-const LATEST_FILE: &str = "latest";
 /// The run's fingerprint inside [`CHECKPOINTS`].
 const RUN_FILE: &str = "run.json";
 /// Format tag of [`RUN_FILE`].
 const RUN_FORMAT: &str = "privmix-train-run/1";
-
-/// `privmix train`.
-#[derive(Debug, Args)]
-pub struct TrainArgs {
-    /// The private data: JSON lines {"user": …, "text": …} (a file, or - for stdin), or a
-    /// folder with one text file per user (the file name is the user id). A user's records
-    /// are joined, in order, with a blank line between them.
-    #[arg(long)]
-    pub data: PathBuf,
-    /// Base model: a Hugging Face folder (config.json + safetensors) or a GGUF file.
-    #[arg(long)]
-    pub model: PathBuf,
-    /// tokenizer.json to use (default: the GGUF's own vocabulary, or tokenizer.json in the
-    /// model folder).
-    #[arg(long)]
-    pub tokenizer: Option<PathBuf>,
-    /// base_model_name_or_path written into each adapter_config.json, e.g. the Hub name
-    /// Python peft should load the base model by (default: --model as given).
-    #[arg(long)]
-    pub base_model_name: Option<String>,
-    /// Output folder: member-000/ … (or dp-sgd/), manifest.json, and checkpoints/ while
-    /// training. Rerunning with the same arguments continues an interrupted run.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Number of members N: users are partitioned into N disjoint shards, one LoRA each.
-    #[arg(long, required_unless_present = "dp_sgd", conflicts_with = "dp_sgd")]
-    pub members: Option<usize>,
-    /// Seed of the partition (member = sha256(seed ‖ user) mod N), the held-out split,
-    /// the adapters' initialisation and the batches.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Fraction of each member's blocks held out (never trained on) for the held-out loss,
-    /// in [0, 1).
-    #[arg(long, default_value_t = 0.1)]
-    pub holdout: f64,
-    /// LoRA rank r.
-    #[arg(long, default_value_t = 8)]
-    pub rank: usize,
-    /// LoRA alpha (the update is scaled by alpha / r).
-    #[arg(long, default_value_t = 16.0)]
-    pub alpha: f64,
-    /// LoRA dropout on the adapter's input during training, in [0, 1).
-    #[arg(long, default_value_t = 0.0)]
-    pub dropout: f64,
-    /// Projections to adapt, comma-separated (q_proj, k_proj, v_proj, o_proj, gate_proj,
-    /// up_proj, down_proj; GPT-2: c_attn, c_proj, c_fc).
-    #[arg(long, value_delimiter = ',', default_value = "q_proj,v_proj")]
-    pub target_modules: Vec<String>,
-    /// Peak learning rate of AdamW (linear warmup, then linear decay to 0).
-    #[arg(long, default_value_t = 2e-4)]
-    pub lr: f64,
-    /// Linear warmup steps.
-    #[arg(long, default_value_t = 0)]
-    pub warmup: usize,
-    /// AdamW's decoupled weight decay.
-    #[arg(long, default_value_t = 0.0)]
-    pub weight_decay: f64,
-    /// Optimizer steps per member (default: from --epochs).
-    #[arg(long)]
-    pub steps: Option<usize>,
-    /// Passes over each member's training blocks, when --steps is not given (DP-SGD: the
-    /// expected number of passes, steps = epochs / q).
-    #[arg(long, default_value_t = 1.0)]
-    pub epochs: f64,
-    /// Blocks per batch (DP-SGD: the expected Poisson batch, q = batch / blocks).
-    #[arg(long, default_value_t = 8)]
-    pub batch: usize,
-    /// Batches whose gradients are averaged per optimizer step (not with --dp-sgd).
-    #[arg(long, default_value_t = 1)]
-    pub grad_accum: usize,
-    /// Tokens per training block (a block never mixes two users).
-    #[arg(long, default_value_t = 512)]
-    pub block_size: usize,
-    /// Measure the held-out loss every N steps (default: a tenth of the run).
-    #[arg(long, value_name = "N")]
-    pub eval_every: Option<usize>,
-    /// At most this many held-out blocks per evaluation.
-    #[arg(long, default_value_t = 64)]
-    pub eval_blocks: usize,
-    /// Stop a member after this many evaluations in a row without a better held-out loss,
-    /// and keep the best adapter.
-    #[arg(long)]
-    pub patience: Option<usize>,
-    /// Save a checkpoint every N steps (default: at every evaluation, or every tenth of the
-    /// run without one).
-    #[arg(long, value_name = "N")]
-    pub checkpoint_every: Option<usize>,
-    /// Stop every unfinished member (or the DP-SGD run) at step N and leave its checkpoint
-    /// (an interrupted run); rerun without it to continue.
-    #[arg(long, value_name = "N")]
-    pub stop_at_step: Option<usize>,
-    /// Train the DP-SGD baseline instead of members: one adapter on all the data, with
-    /// per-example clipping and Gaussian noise calibrated to --epsilon.
-    #[arg(long, requires = "epsilon")]
-    pub dp_sgd: bool,
-    /// DP-SGD: target ε (the noise multiplier is the smallest whose ε at --delta over the
-    /// planned steps is at most this).
-    #[arg(long, requires = "dp_sgd")]
-    pub epsilon: Option<f64>,
-    /// DP-SGD: δ (default 1e-5).
-    #[arg(long, requires = "dp_sgd")]
-    pub delta: Option<f64>,
-    /// DP-SGD: per-example gradient clip norm C (default 1).
-    #[arg(long, requires = "dp_sgd")]
-    pub clip_norm: Option<f64>,
-}
 
 /// `checkpoints/run.json`: the fingerprint of the run in progress.
 #[derive(Debug, Serialize, Deserialize)]
@@ -181,17 +66,6 @@ enum OutState {
     Resume,
     /// A finished run with the same fingerprint.
     Finished,
-}
-
-/// Everything loaded and checked before training.
-pub(crate) struct Prepared {
-    pub corpus: Corpus,
-    pub tokenizer: Tokenizer,
-    pub config: RunConfig,
-    pub base: BaseModel,
-    pub tokenizer_identity: Identity,
-    pub data_sha256: String,
-    pub out: PathBuf,
 }
 
 /// Runs `privmix train`.
@@ -564,105 +438,4 @@ fn only_run_file(out: &Path, checkpoints: &Path) -> bool {
     };
     names(out).is_some_and(|n| n == [CHECKPOINTS])
         && names(checkpoints).is_some_and(|n| n == [RUN_FILE])
-}
-
-/// A shard's users cut into blocks.
-pub(crate) struct ShardBlocks {
-    /// Tokens of the users' texts.
-    pub tokens: u64,
-    /// Blocks, user by user in id order.
-    pub blocks: Vec<Vec<u32>>,
-}
-
-/// `users` (sorted ids of `corpus`) tokenised and cut into blocks of
-/// `block_size` (each user's incomplete tail dropped, a block never spanning
-/// two users).
-pub(crate) fn shard_blocks(
-    p: &Prepared,
-    users: &[String],
-    member: &str,
-) -> Result<ShardBlocks, CliError> {
-    let mut tokens = 0u64;
-    let mut blocks = Vec::new();
-    for id in users {
-        let text = p
-            .corpus
-            .get(id)
-            .map(|u| u.text.as_str())
-            .unwrap_or_default();
-        let ids = p
-            .tokenizer
-            .encode(text, false)
-            .map_err(|e| TrainCmdError::Data {
-                what: format!("tokenizing user {id:?}"),
-                source: DataError::Tokenizer(e.to_string()),
-            })?;
-        tokens += ids.len() as u64;
-        blocks.extend(
-            cut_blocks(&ids, p.config.block_size, p.config.bos).map_err(|source| {
-                TrainCmdError::Data {
-                    what: "cutting blocks".into(),
-                    source,
-                }
-            })?,
-        );
-    }
-    if blocks.is_empty() {
-        return Err(TrainCmdError::NoBlocks {
-            member: member.to_string(),
-            users: users.len(),
-            tokens,
-            block_size: p.config.block_size,
-        }
-        .into());
-    }
-    Ok(ShardBlocks { tokens, blocks })
-}
-
-/// `blocks` split into (training, held-out): `⌈fraction · n⌉` blocks, chosen
-/// by a ChaCha20 stream seeded with `seed`, are held out, never all of them
-/// (a single block is never held out); both keep their order.
-pub(crate) fn split_holdout(
-    blocks: Vec<Vec<u32>>,
-    fraction: f64,
-    seed: u64,
-) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
-    let n = blocks.len();
-    let held = ((fraction * n as f64).ceil() as usize).min(n.saturating_sub(1));
-    if held == 0 {
-        return (blocks, Vec::new());
-    }
-    let mut chosen = vec![false; n];
-    for i in index::sample(&mut ChaCha20Rng::seed_from_u64(seed), n, held) {
-        chosen[i] = true;
-    }
-    let (mut train, mut out) = (Vec::new(), Vec::new());
-    for (block, c) in blocks.into_iter().zip(chosen) {
-        if c {
-            out.push(block);
-        } else {
-            train.push(block);
-        }
-    }
-    (train, out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn holdout_takes_the_ceiling_and_never_everything() {
-        let blocks: Vec<Vec<u32>> = (0..10).map(|i| vec![i, i]).collect();
-        let (t, h) = split_holdout(blocks.clone(), 0.15, 3);
-        assert_eq!((t.len(), h.len()), (8, 2));
-        let mut all: Vec<Vec<u32>> = t.iter().chain(&h).cloned().collect();
-        all.sort();
-        assert_eq!(all, blocks);
-        assert_eq!(split_holdout(blocks.clone(), 0.15, 3), (t, h));
-        let (t, h) = split_holdout(blocks[..1].to_vec(), 0.5, 3);
-        assert_eq!((t.len(), h.len()), (1, 0));
-        let (t, h) = split_holdout(blocks.clone(), 0.0, 3);
-        assert_eq!((t.len(), h.len()), (10, 0));
-    }
 }

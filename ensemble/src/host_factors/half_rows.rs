@@ -1,11 +1,11 @@
 //! f16 factors read on AVX-512, widened 16 at a time by `vcvtph2ps`
-//! (exact: every f16 is an f32) right where [`super::add_ranks`] uses
+//! (exact: every f16 is an f32) right where [`super::ranks::add_ranks`] uses
 //! them, so the update is bit for bit the f32 one over the same
 //! values, with half the bytes read.
 
 use pulp::x86::V4;
 
-use super::{FactorRow, add_rank_groups};
+use super::ranks::{FactorRow, add_rank_groups};
 
 /// Entries of a vector.
 const LANES: usize = 16;

@@ -1,7 +1,19 @@
 //! The bracket of a search and the rules that shrink it (see the parent module).
 
-use super::{Evaluation, LAMBDA_TOLERANCE, Part, Search, Solution};
+use super::{Evaluation, LAMBDA_TOLERANCE, Part, Search, Solution, check_bound, check_upper};
 use crate::MixingError;
+
+impl Search {
+    /// Runs the search. `eval(λ)` evaluates the constraint at λ.
+    pub(crate) fn run<F>(&self, eval: F) -> Result<Solution, MixingError>
+    where
+        F: FnMut(f64) -> Result<Evaluation, MixingError>,
+    {
+        check_upper(self.upper)?;
+        check_bound(self.bound)?;
+        solve(self, eval)
+    }
+}
 
 /// After this many evaluations the search stops taking Newton steps and only bisects,
 /// which bounds the cost of any solve by about 40 + log2(U / tolerance) evaluations.
@@ -100,7 +112,7 @@ fn log_log(lambda: f64, part: &Part) -> Option<(f64, f64, f64)> {
 }
 
 /// Runs the search (arguments already validated).
-pub(super) fn solve<F>(search: &Search, eval: F) -> Result<Solution, MixingError>
+fn solve<F>(search: &Search, eval: F) -> Result<Solution, MixingError>
 where
     F: FnMut(f64) -> Result<Evaluation, MixingError>,
 {

@@ -35,42 +35,6 @@ pub fn dot<S: Simd>(simd: S, x: &[f32], y: &[f32]) -> f32 {
     sum
 }
 
-/// Software prefetch of the cache line holding a value, so that memory
-/// latency overlaps with the current computation. A hint only: it reads
-/// nothing architecturally, never faults and changes no result. Through
-/// `pulp`'s safe wrapper of SSE's `prefetcht0` (`pulp::x86::V1`, on every
-/// x86-64 CPU); a no-op elsewhere.
-#[derive(Debug, Clone, Copy)]
-pub struct Prefetch {
-    #[cfg(target_arch = "x86_64")]
-    v1: Option<pulp::x86::V1>,
-}
-
-impl Default for Prefetch {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Prefetch {
-    /// The CPU's prefetch instruction, if it has one this crate can use.
-    pub fn new() -> Self {
-        Prefetch {
-            #[cfg(target_arch = "x86_64")]
-            v1: pulp::x86::V1::try_new(),
-        }
-    }
-
-    /// Asks for the cache line holding `x[index]` (nothing past the end).
-    #[inline(always)]
-    pub fn line<T>(&self, x: &[T], index: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if let (Some(v1), Some(e)) = (self.v1, x.get(index)) {
-            let at: *const T = e;
-            v1.sse
-                ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (x, index);
-    }
-}
+/// Software prefetch of a cache line: the workspace's one definition, in
+/// `privmix-renyi` (a small crate without burn, which both crates use).
+pub use privmix_renyi::simd::Prefetch;

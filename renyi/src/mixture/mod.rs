@@ -1,24 +1,61 @@
 //! Divergences along mixing paths, with their derivative in λ from the same pass: the
 //! quantity the λ solvers of PMixED, AdaPMixED and SubMix search over.
+//!
+//! The modules below this one form a tree with no cycle: [`kernel`] holds the shared
+//! types (chunks, endpoints, sums, [`ValueAndSlope`]) and the ratio accumulator;
+//! `log` and `max` hold the log-space and order-∞ accumulators, built on the kernel's
+//! types; `fast` holds the integer-order fast path. This module picks the accumulator
+//! for each evaluation ([`PathAcc`]).
 
-#[path = "mixture_fast.rs"]
 mod fast;
+mod kernel;
+mod log;
+mod max;
 
 use crate::kernel::{CHUNK, RATIO_PATH_MIN};
-use crate::mixture_kernel::{Endpoint, PathAcc, PathChunk};
 use crate::validate::{self, ProbSummary};
 use crate::{Order, Result};
 use fast::RatioTable;
+use kernel::{Endpoint, PathAccumulator, PathChunk, RATIO_PATH_MAX_ORDER, RatioAcc};
+use log::LogAcc;
+use max::MaxAcc;
 
-/// A divergence and its derivative in λ at one point of a path.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ValueAndSlope {
-    /// `D(λ)`, in nats; `+∞` when the first argument has mass where the second has none.
-    pub value: f64,
-    /// `dD/dλ`: the right derivative for λ < 1, the left derivative at λ = 1 (so that a
-    /// solver can step inwards from either end). `+∞` when `value` is `+∞`, or when the
-    /// divergence is finite at λ = 0 but infinite for every λ > 0. Never NaN.
-    pub slope: f64,
+pub use kernel::ValueAndSlope;
+
+/// A value-and-slope accumulator; `add` is called once per chunk.
+pub(crate) enum PathAcc {
+    Ratio(RatioAcc),
+    Log(LogAcc),
+    Max(MaxAcc),
+}
+
+impl PathAcc {
+    /// `ratio_ok`: every non-zero `m`, `n` is at least `RATIO_PATH_MIN`.
+    pub(crate) fn new(alpha: Order, ratio_ok: bool, endpoint: Endpoint) -> Self {
+        match alpha {
+            Order::Infinite => PathAcc::Max(MaxAcc::new(endpoint)),
+            Order::Finite(a) if ratio_ok && a <= RATIO_PATH_MAX_ORDER => {
+                PathAcc::Ratio(RatioAcc::new(alpha, a, endpoint))
+            }
+            Order::Finite(a) => PathAcc::Log(LogAcc::new(a, endpoint)),
+        }
+    }
+
+    pub(crate) fn add(&mut self, c: &PathChunk) {
+        match self {
+            PathAcc::Ratio(acc) => acc.add(c),
+            PathAcc::Log(acc) => acc.add(c),
+            PathAcc::Max(acc) => acc.add(c),
+        }
+    }
+
+    pub(crate) fn finish(&self) -> ValueAndSlope {
+        match self {
+            PathAcc::Ratio(acc) => acc.result(),
+            PathAcc::Log(acc) => acc.result(),
+            PathAcc::Max(acc) => acc.result(),
+        }
+    }
 }
 
 /// The path `λ ↦ D_α(λa + (1−λ)c ‖ λb + (1−λ)c)`, λ ∈ [0, 1].
@@ -188,7 +225,7 @@ impl SymmetricValue {
 ///
 /// For integer α ∈ [2, 4096] and entries ≥ 1e-150, the constructor precomputes
 /// the ratios `p/q` once, and each λ ∈ (0, 1] is then evaluated in closed form from
-/// that vector and q (see `mixture_fast.rs`): equal to [`MixturePath::forward`] and
+/// that vector and q (see `mixture/fast.rs`): equal to [`MixturePath::forward`] and
 /// [`MixturePath::reverse`] to rounding (relative ~1e-14), with each positive value
 /// rounded up one ulp. The pass that forms the ratios also forms the sums at λ = 1
 /// (where the mixture is p), so `evaluate(1.0)`, the first point every λ search

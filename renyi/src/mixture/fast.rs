@@ -3,7 +3,7 @@
 //! pass over two precomputed vectors, with no `powf`, `exp` or `ln` per element.
 //!
 //! With `r_x = p_x/q_x` and `d_x = r_x − 1` on the support of q and
-//! `t_x = (1−λ) + λ·r_x = 1 + λ·d_x` (so that the mixture is `q_x·t_x`), the unnormalised sums of [`crate::mixture_kernel`] become
+//! `t_x = (1−λ) + λ·r_x = 1 + λ·d_x` (so that the mixture is `q_x·t_x`), the unnormalised sums of [`super::kernel`] become
 //!
 //! * forward: `S = Σ q·t^α`, `S' = α·Σ q·t^{α−1}·d`;
 //! * reverse: `S = Σ q·t^{1−α}`, `S' = (1−α)·Σ q·t^{−α}·d`.

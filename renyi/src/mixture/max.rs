@@ -6,9 +6,8 @@
 //! 1 at λ = 1) with slope 0; if that limit exceeds the maximum the value jumps there and
 //! the slope is `+∞` (λ = 0) or `−∞` (λ = 1).
 
-use crate::ValueAndSlope;
+use super::kernel::{Endpoint, PathAccumulator, PathChunk, Sums, ValueAndSlope, signed_exp_sum};
 use crate::kernel::{CHUNK, non_negative};
-use crate::mixture_kernel::{Endpoint, PathChunk, Sums, signed_exp_sum};
 
 /// Accumulator for order ∞.
 pub(crate) struct MaxAcc {
@@ -17,7 +16,7 @@ pub(crate) struct MaxAcc {
     slope: f64,
     limit_key: f64,
     sums: Sums,
-    pub(crate) infinite: bool,
+    infinite: bool,
 }
 
 /// `log(m/n)`, exact (0) for `m = n`, accurate when `m/n` is a normal number.
@@ -76,8 +75,10 @@ impl MaxAcc {
             };
         }
     }
+}
 
-    pub(crate) fn add(&mut self, c: &PathChunk) {
+impl PathAccumulator for MaxAcc {
+    fn add(&mut self, c: &PathChunk) {
         if self.infinite {
             return;
         }
@@ -102,7 +103,11 @@ impl MaxAcc {
         }
     }
 
-    pub(crate) fn finish(&self) -> ValueAndSlope {
+    fn infinite(&self) -> bool {
+        self.infinite
+    }
+
+    fn finish(&self) -> ValueAndSlope {
         let value = self.key + (self.sums.n / self.sums.m).ln();
         let mut rate = self.slope;
         if self.limit_key > self.key {

@@ -16,12 +16,21 @@
 //! left derivative at λ = 1; it is `+∞` when the value is `+∞`, or when the value is
 //! finite at λ = 0 but infinite for every λ > 0.
 
+use crate::Order;
 use crate::kernel::{
     Buf, CHUNK, LANES, PW, ScaledLse, combine, lane_sum, non_negative, pow8, powi_u32,
 };
-use crate::mixture_log::LogAcc;
-use crate::mixture_max::MaxAcc;
-use crate::{Order, ValueAndSlope};
+
+/// A divergence and its derivative in λ at one point of a path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ValueAndSlope {
+    /// `D(λ)`, in nats; `+∞` when the first argument has mass where the second has none.
+    pub value: f64,
+    /// `dD/dλ`: the right derivative for λ < 1, the left derivative at λ = 1 (so that a
+    /// solver can step inwards from either end). `+∞` when `value` is `+∞`, or when the
+    /// divergence is finite at λ = 0 but infinite for every λ > 0. Never NaN.
+    pub slope: f64,
+}
 
 /// Orders up to this use ratio arithmetic (with terms bounded by about `α·1e150`);
 /// above it the log-space accumulator is used, whose exponents are scaled by `1/(α − 1)`.
@@ -108,45 +117,27 @@ pub(crate) fn signed_exp_sum(s1: f64, x: f64, s2: f64, y: f64) -> f64 {
     }
 }
 
-/// A value-and-slope accumulator; `add` is called once per chunk.
-pub(crate) enum PathAcc {
-    Ratio(RatioAcc),
-    Log(LogAcc),
-    Max(MaxAcc),
-}
+/// A value-and-slope accumulator: the ratio one below, and those of the `log` and `max`
+/// modules. `add` is called once per chunk, then `result` once.
+pub(crate) trait PathAccumulator {
+    /// Adds one chunk of the path.
+    fn add(&mut self, c: &PathChunk);
 
-impl PathAcc {
-    /// `ratio_ok`: every non-zero `m`, `n` is at least `RATIO_PATH_MIN`.
-    pub(crate) fn new(alpha: Order, ratio_ok: bool, endpoint: Endpoint) -> Self {
-        match alpha {
-            Order::Infinite => PathAcc::Max(MaxAcc::new(endpoint)),
-            Order::Finite(a) if ratio_ok && a <= RATIO_PATH_MAX_ORDER => {
-                PathAcc::Ratio(RatioAcc::new(alpha, a, endpoint))
+    /// Whether some `m > 0` met `n = 0`: the value (and slope) is `+∞`.
+    fn infinite(&self) -> bool;
+
+    /// The value and slope of a path that is not `infinite`.
+    fn finish(&self) -> ValueAndSlope;
+
+    /// The value and slope: `+∞` for both when `infinite`, else `finish`.
+    fn result(&self) -> ValueAndSlope {
+        if self.infinite() {
+            ValueAndSlope {
+                value: f64::INFINITY,
+                slope: f64::INFINITY,
             }
-            Order::Finite(a) => PathAcc::Log(LogAcc::new(a, endpoint)),
-        }
-    }
-
-    pub(crate) fn add(&mut self, c: &PathChunk) {
-        match self {
-            PathAcc::Ratio(acc) => acc.add(c),
-            PathAcc::Log(acc) => acc.add(c),
-            PathAcc::Max(acc) => acc.add(c),
-        }
-    }
-
-    pub(crate) fn finish(&self) -> ValueAndSlope {
-        let infinite = ValueAndSlope {
-            value: f64::INFINITY,
-            slope: f64::INFINITY,
-        };
-        match self {
-            PathAcc::Ratio(acc) if acc.infinite => infinite,
-            PathAcc::Log(acc) if acc.infinite => infinite,
-            PathAcc::Max(acc) if acc.infinite => infinite,
-            PathAcc::Ratio(acc) => acc.finish(),
-            PathAcc::Log(acc) => acc.finish(),
-            PathAcc::Max(acc) => acc.finish(),
+        } else {
+            self.finish()
         }
     }
 }
@@ -216,7 +207,7 @@ pub(crate) struct RatioAcc {
 }
 
 impl RatioAcc {
-    fn new(order: Order, alpha: f64, endpoint: Endpoint) -> Self {
+    pub(crate) fn new(order: Order, alpha: f64, endpoint: Endpoint) -> Self {
         RatioAcc {
             alpha,
             e: alpha - 1.0,
@@ -237,6 +228,44 @@ impl RatioAcc {
         }
     }
 
+    /// `Σ m·x^e` and `Σ x^e·(α·m' − e·n'·r)` with `x = r/c_max` (exactly 1 at the
+    /// maximum when `exact_top`, else within an ulp of it), lane `j` taking elements
+    /// `j, j + LANES, …` as the sum `M` did, so that `m = n` gives `S = M` bitwise.
+    #[inline]
+    fn scaled_sums(
+        &self,
+        c: &PathChunk,
+        r: &Buf,
+        c_max: f64,
+        exact_top: bool,
+        f: impl Fn([f64; PW]) -> [f64; PW],
+    ) -> (f64, f64) {
+        let inv = 1.0 / c_max;
+        let (alpha, e) = (self.alpha, self.e);
+        let (mut s, mut g) = ([0.0; LANES], [0.0; LANES]);
+        let blocks = c.m.chunks_exact(PW).zip(r.chunks_exact(PW));
+        let derivs = c.dm.chunks_exact(PW).zip(c.dn.chunks_exact(PW));
+        for ((bm, br), (bdm, bdn)) in blocks.zip(derivs) {
+            let mut x = [0.0; PW];
+            for j in 0..PW {
+                let y = br[j] * inv;
+                x[j] = if (exact_top && br[j] >= c_max) || y > 1.0 {
+                    1.0
+                } else {
+                    y
+                };
+            }
+            let xe = f(x);
+            for j in 0..PW {
+                s[j % LANES] += bm[j] * xe[j];
+                g[j % LANES] += xe[j] * (alpha * bdm[j]) - (xe[j] * br[j]) * (e * bdn[j]);
+            }
+        }
+        (combine(s), combine(g))
+    }
+}
+
+impl PathAccumulator for RatioAcc {
     fn add(&mut self, c: &PathChunk) {
         if self.infinite {
             return;
@@ -300,40 +329,8 @@ impl RatioAcc {
         }
     }
 
-    /// `Σ m·x^e` and `Σ x^e·(α·m' − e·n'·r)` with `x = r/c_max` (exactly 1 at the
-    /// maximum when `exact_top`, else within an ulp of it), lane `j` taking elements
-    /// `j, j + LANES, …` as the sum `M` did, so that `m = n` gives `S = M` bitwise.
-    #[inline]
-    fn scaled_sums(
-        &self,
-        c: &PathChunk,
-        r: &Buf,
-        c_max: f64,
-        exact_top: bool,
-        f: impl Fn([f64; PW]) -> [f64; PW],
-    ) -> (f64, f64) {
-        let inv = 1.0 / c_max;
-        let (alpha, e) = (self.alpha, self.e);
-        let (mut s, mut g) = ([0.0; LANES], [0.0; LANES]);
-        let blocks = c.m.chunks_exact(PW).zip(r.chunks_exact(PW));
-        let derivs = c.dm.chunks_exact(PW).zip(c.dn.chunks_exact(PW));
-        for ((bm, br), (bdm, bdn)) in blocks.zip(derivs) {
-            let mut x = [0.0; PW];
-            for j in 0..PW {
-                let y = br[j] * inv;
-                x[j] = if (exact_top && br[j] >= c_max) || y > 1.0 {
-                    1.0
-                } else {
-                    y
-                };
-            }
-            let xe = f(x);
-            for j in 0..PW {
-                s[j % LANES] += bm[j] * xe[j];
-                g[j % LANES] += xe[j] * (alpha * bdm[j]) - (xe[j] * br[j]) * (e * bdn[j]);
-            }
-        }
-        (combine(s), combine(g))
+    fn infinite(&self) -> bool {
+        self.infinite
     }
 
     fn finish(&self) -> ValueAndSlope {

@@ -11,9 +11,10 @@
 //! the one-sided endpoint terms go to signed log-sums instead; every combination is
 //! written so that the result is finite or ±∞ and never NaN.
 
-use crate::ValueAndSlope;
+use super::kernel::{
+    Endpoint, EndpointTerms, PathAccumulator, PathChunk, RATIO_PATH_MAX_ORDER, Sums, ValueAndSlope,
+};
 use crate::kernel::{CHUNK, ScaledLse, non_negative};
-use crate::mixture_kernel::{Endpoint, EndpointTerms, PathChunk, RATIO_PATH_MAX_ORDER, Sums};
 
 /// `Σ exp(κ(v − max))` and `Σ exp(κ(v − max))·ĝ` in one running scale.
 struct WeightedSum {
@@ -55,7 +56,7 @@ pub(crate) struct LogAcc {
     odd_neg: ScaledLse,
     sums: Sums,
     ends: EndpointTerms,
-    pub(crate) infinite: bool,
+    infinite: bool,
 }
 
 impl LogAcc {
@@ -86,7 +87,30 @@ impl LogAcc {
         }
     }
 
-    pub(crate) fn add(&mut self, c: &PathChunk) {
+    /// `α·m'·w/m` and `−e·n'·w/n` in log form, for a term whose `ĝ` overflowed.
+    fn add_odd(&mut self, v: f64, lm: f64, ln: f64, dm: f64, dn: f64) {
+        let k = self.kappa;
+        if dm != 0.0 {
+            let u = v + (self.alpha.ln() + dm.abs().ln() - lm) / k;
+            if dm > 0.0 {
+                self.odd_pos.add(u)
+            } else {
+                self.odd_neg.add(u)
+            }
+        }
+        if dn != 0.0 {
+            let u = v + (self.e.ln() + dn.abs().ln() - ln) / k;
+            if dn < 0.0 {
+                self.odd_pos.add(u)
+            } else {
+                self.odd_neg.add(u)
+            }
+        }
+    }
+}
+
+impl PathAccumulator for LogAcc {
+    fn add(&mut self, c: &PathChunk) {
         if self.infinite {
             return;
         }
@@ -120,28 +144,11 @@ impl LogAcc {
         }
     }
 
-    /// `α·m'·w/m` and `−e·n'·w/n` in log form, for a term whose `ĝ` overflowed.
-    fn add_odd(&mut self, v: f64, lm: f64, ln: f64, dm: f64, dn: f64) {
-        let k = self.kappa;
-        if dm != 0.0 {
-            let u = v + (self.alpha.ln() + dm.abs().ln() - lm) / k;
-            if dm > 0.0 {
-                self.odd_pos.add(u)
-            } else {
-                self.odd_neg.add(u)
-            }
-        }
-        if dn != 0.0 {
-            let u = v + (self.e.ln() + dn.abs().ln() - ln) / k;
-            if dn < 0.0 {
-                self.odd_pos.add(u)
-            } else {
-                self.odd_neg.add(u)
-            }
-        }
+    fn infinite(&self) -> bool {
+        self.infinite
     }
 
-    pub(crate) fn finish(&self) -> ValueAndSlope {
+    fn finish(&self) -> ValueAndSlope {
         let (e, k) = (self.e, self.kappa);
         let (lm, ln) = (self.log_m.value(), self.log_n.value());
         let ls = self.terms.log_over_kappa();
@@ -195,13 +202,19 @@ fn exp_diff(x: f64, y: f64, kappa: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernel::RatioAcc;
     use super::*;
     use crate::Order;
-    use crate::mixture_kernel::PathAcc;
     use proptest::prelude::*;
 
     /// Runs one accumulator over the path `(a, b, c)` at λ.
-    fn run(acc: &mut PathAcc, a: &[f64], b: &[f64], c: &[f64], lambda: f64) -> ValueAndSlope {
+    fn run(
+        acc: &mut impl PathAccumulator,
+        a: &[f64],
+        b: &[f64],
+        c: &[f64],
+        lambda: f64,
+    ) -> ValueAndSlope {
         for start in (0..a.len()).step_by(CHUNK) {
             let mut chunk = PathChunk::new();
             for i in start..a.len().min(start + CHUNK) {
@@ -213,7 +226,7 @@ mod tests {
             }
             acc.add(&chunk);
         }
-        acc.finish()
+        acc.result()
     }
 
     fn dist(n: usize) -> impl Strategy<Value = Vec<f64>> {
@@ -242,8 +255,9 @@ mod tests {
         ) {
             let order = Order::new(alpha).unwrap();
             let endpoint = Endpoint::of(lambda);
-            let ratio = run(&mut PathAcc::new(order, true, endpoint), &a, &b, &c, lambda);
-            let log = run(&mut PathAcc::new(order, false, endpoint), &a, &b, &c, lambda);
+            // What `PathAcc::new` picks for these orders with and without `ratio_ok`.
+            let ratio = run(&mut RatioAcc::new(order, alpha, endpoint), &a, &b, &c, lambda);
+            let log = run(&mut LogAcc::new(alpha, endpoint), &a, &b, &c, lambda);
             let close =
                 |x: f64, y: f64| x == y || (x - y).abs() <= 1e-10 * (1.0 + x.abs().max(y.abs()));
             prop_assert!(close(ratio.value, log.value), "{:?} vs {:?}", ratio, log);
