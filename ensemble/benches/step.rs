@@ -32,9 +32,7 @@
 //! does; the copy is dropped outside the timing too. Why not one step per
 //! copy: a copy of the 9-row caches is 27 MB, and criterion's batches of
 //! copies (hundreds of MB, freed inside the timed routine) then cost the
-//! ensemble more in page faults and frees than a decode loop ever pays (on
-//! the same code, stop 17 measured `ensemble_n8` at 14.6 ms that way and
-//! 12.6 ms as steps of a loop; the single-model step at 4.8 ms both ways).
+//! ensemble more in page faults and frees than a decode loop ever pays.
 //!
 //! Each group also prints `paired` lines: the five N = 8 steps above over
 //! the single-model step (`ensemble_n8_f16` over the single model with an
@@ -44,10 +42,9 @@
 //! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline,
 //! each group against its own baseline. Why the two groups land on either
 //! side of it: a one-row step is bound by reading the weights once (96.4 MB),
-//! the nine-row step's products by multiplying every weight by nine rows. With
-//! f32 activations the second bound is 2.82 × the first on this machine
-//! (`cargo run --release -p privmix-models --example bounds`: 263 GFMA/s and
-//! 59 GB/s on two threads), before any update, attention or norm; with 8-bit
+//! the nine-row step's products by multiplying every weight by nine rows
+//! (`cargo run --release -p privmix-models --example bounds` measures both
+//! bounds on the machine at hand), before any update, attention or norm; with 8-bit
 //! activations a `vpdpbusd` does 64 multiply-adds where an FMA does 16.
 //! llama.cpp's CPU kernels take 8-bit activations for these weights too.
 //! Backend: flex (CPU); `--features wgpu` or `--features cuda` selects a GPU.

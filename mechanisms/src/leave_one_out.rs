@@ -47,9 +47,8 @@ const CHUNKS: usize = 8;
 const MIN_CHUNK: usize = 2048;
 
 /// Entries per chunk. Long chunks matter: every member's slice of a chunk is a
-/// separate stream from memory, and the prefetchers pay a start-up cost per stream
-/// (summing 100 rows of GPT-2's vocabulary chunk by chunk took 2.4 ms with 2048-entry
-/// chunks, 1.7 ms with 8192, 1.2 ms row by row, on one core). With 8 chunks the
+/// separate stream from memory, and the prefetchers pay a start-up cost per stream,
+/// so short chunks cost more than the cache they save. With 8 chunks the
 /// chunk's shared vectors (p₀, S, p, the reciprocals, t: 6 × 50 KB for V = 50257)
 /// still stay in L2 while every member passes over it.
 fn chunk_len(v: usize) -> usize {

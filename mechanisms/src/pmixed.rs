@@ -278,8 +278,8 @@ const SUM_GROUPS: usize = 16;
 ///
 /// `buffers` holds the group sums (and S) between calls. Why: they are vocabulary-sized
 /// (16 × 400 KB for GPT-2), and fresh buffers of that size come from the
-/// allocator as new pages each step (page faults and zeroing); on the AdaPMixED
-/// bench that cost 6.4 → 8.3 ms per step in some heap states. Their contents are
+/// allocator as new pages each step (page faults and zeroing), a cost that varies
+/// with the heap's state. Their contents are
 /// never read before being written: each group's first member writes its mixture
 /// (bitwise `0 + x`).
 pub(crate) fn solve_and_sum(
@@ -314,8 +314,8 @@ pub(crate) fn solve_and_sum(
             Ok(solutions)
         })
         .collect::<Result<_, MechanismError>>()?;
-    // The group sums added in group order, in parallel over vocabulary chunks (a
-    // serial pass over 16 buffers took 0.3 ms).
+    // The group sums added in group order, in parallel over vocabulary chunks
+    // (a serial pass over 16 vocabulary-sized buffers is a step's worth of waiting).
     let mut sum = std::mem::take(&mut buffers.sum);
     // Every entry is written below (the first group's sum is copied in).
     sum.resize(ensemble.vocab(), 0.0);

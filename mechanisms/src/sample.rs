@@ -29,8 +29,8 @@ use crate::noise::{Bits, RngBits, dyadic};
 /// units of the smallest exponent present) and the cell of U is located by exact
 /// comparisons, reading more bits of U until it is one cell.
 ///
-/// Why blocks: one sequential pass to validate and sum and another to invert took
-/// 0.16 ms for GPT-2's vocabulary, 3% of an AdaPMixED step, on one core.
+/// Why blocks: one sequential pass to validate and sum and another to invert
+/// read the whole vocabulary twice on one core.
 pub fn sample_index(p: &[f64], rng: &mut impl Rng) -> Result<usize, MechanismError> {
     let (blocks, total) = checked_blocks(p)?;
     let mut bits = RngBits::new(rng);

@@ -45,9 +45,8 @@ pub fn pow_vectors<S: pulp::Simd, const U: usize>(
 /// Why: a loop that does arithmetic on each element keeps only a few cache misses in
 /// flight, and a short stream (a vocabulary-sized row, or a slice of one) ends before
 /// the hardware prefetchers get ahead of it. This loop does nothing else, so the core
-/// keeps many misses in flight. Measured at N = 100 rows of V = 50257 on 2 cores
-/// (`cargo bench -p privmix-mechanisms --bench steps`): the λ solves 5.19–5.40 →
-/// 4.85–4.89 ms, the leave-one-out pass over 50 KB slices 2.16–2.17 → 1.84–1.85 ms.
+/// keeps many misses in flight (`cargo bench -p privmix-mechanisms --bench steps`
+/// measures the passes that use it).
 /// `black_box` keeps the loads; if a compiler ever dropped them, only speed would
 /// change. Where a pass has arithmetic to overlap with the fetch, [`Prefetch`] is
 /// better still (the ratio pass of the mixture kernels and the fused leave-one-out

@@ -78,8 +78,7 @@ struct Ratios<'a> {
 /// How far ahead of the ratio pass `p` is prefetched, in entries (8 KB: about the
 /// DRAM latency's worth of the pass's arithmetic, with room). Prefetching in the pass
 /// instead of a separate warming loop before it overlaps the row's fetch with the
-/// pass's arithmetic: AdaPMixED's λ part 3.6 → 3.1 ms (`cargo bench -p
-/// privmix-mechanisms --bench steps`; 512 and 2048 entries measured 3.25).
+/// pass's arithmetic.
 const AHEAD: usize = 1024;
 
 /// What [`Ratios`] returns.
@@ -199,8 +198,7 @@ impl Drop for RatioTable {
 /// Why: a table is built per member per token (hundreds per step, each a
 /// vocabulary-sized buffer). A fresh buffer is memory the cache has never seen: filling
 /// it reads every line first (and page faults when the allocator maps new pages); a
-/// reused one is more likely still in cache (AdaPMixED's λ part: 4.17 → 4.10 ms, a small
-/// gain). The buffer's old contents are never read: the ratio pass writes every entry.
+/// reused one is more likely still in cache. The buffer's old contents are never read: the ratio pass writes every entry.
 mod spare {
     use std::cell::RefCell;
 
