@@ -15,7 +15,7 @@ use super::host_kv::HostKv;
 pub use super::kv_precision::KvPrecision;
 use super::rope::RopeAngles;
 use crate::error::ModelError;
-
+#[cfg(feature = "flex")]
 use crate::plan::HOST_QUERIES_MAX;
 
 /// `prepare(first_row, q, k, v)` of [`KvCache::append_and_attend_host`].
