@@ -402,3 +402,6 @@ fn gelu(x: f32) -> f32 {
     let x = f64::from(x);
     (0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))) as f32
 }
+
+#[cfg(test)]
+mod tests;
