@@ -131,6 +131,10 @@ pub struct Linear<B: Backend> {
     host_bias: std::sync::Arc<std::sync::OnceLock<Option<Vec<f32>>>>,
     /// Which kernels compute the products (chosen at load).
     plan: ProductPlan,
+    /// The weight is held as `[out, in]` rows (`Linear::new`), which the
+    /// row kernel reads; GPT-2's `[in, out]` weights are not.
+    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
+    out_in_rows: bool,
 }
 
 impl<B: Backend> Linear<B> {
@@ -144,6 +148,7 @@ impl<B: Backend> Linear<B> {
             #[cfg(feature = "flex")]
             host_bias: Default::default(),
             plan: ProductPlan::for_backend::<B>(),
+            out_in_rows: true,
         }
     }
 
@@ -157,6 +162,7 @@ impl<B: Backend> Linear<B> {
             #[cfg(feature = "flex")]
             host_bias: Default::default(),
             plan: ProductPlan::for_backend::<B>(),
+            out_in_rows: false,
         }
     }
 
@@ -334,11 +340,29 @@ impl<B: Backend> Linear<B> {
         if let Some(q) = self.quantized.as_deref() {
             return host_kernel_name(q);
         }
+        #[cfg(feature = "flex")]
         if self.plan.cpu_kernels {
-            "f32 weight rows × f32 activations (few_rows)".to_string()
-        } else {
-            "burn matmul".to_string()
+            // The row kernel reads `[out, in]` rows: the transposed view
+            // `Linear::new` keeps. GPT-2's `[in, out]` weights split their
+            // columns over the threads instead.
+            let rows_kernel = crate::cpu::kernel_for(
+                crate::cpu::WeightFormat::F32,
+                crate::cpu::ActivationFormat::F32,
+            );
+            return match rows_kernel {
+                Some(k) if self.out_in_rows => {
+                    format!(
+                        "{k} up to {} rows, else burn matmul",
+                        self.plan.few_rows_max
+                    )
+                }
+                _ => format!(
+                    "burn matmul, output columns split over the threads up to {} rows",
+                    self.plan.split_max_rows
+                ),
+            };
         }
+        "burn matmul".to_string()
     }
 
     /// Whether this projection's quantised copy takes 8-bit activations.
