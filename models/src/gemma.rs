@@ -23,7 +23,7 @@ use crate::layers::{
     Rope, RopeScaling, RopeStyle, Site,
 };
 use crate::ops::{BlockOps, GateActivation};
-use crate::plan::{ExecutionPlan, ProjectionKernel, Route};
+use crate::plan::{ExecutionPlan, Route};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -142,11 +142,7 @@ impl<B: Backend> Gemma<B> {
             layers
                 .iter()
                 .flat_map(Block::projections)
-                .map(|p| ProjectionKernel {
-                    host: p.is_quantized(),
-                    int8_activations: p.takes_int8_activations(),
-                    kernel: p.kernel_name(),
-                }),
+                .map(Linear::projection_kernel),
             None,
         );
         Ok(Self {

@@ -28,7 +28,7 @@ use crate::layers::activation::{gelu, gelu_tanh};
 use crate::layers::{
     KvCache, KvPrecision, LayerNorm, Linear, LinearDelta, Projection, Scoring, Site, StepMask,
 };
-use crate::plan::{ExecutionPlan, ProjectionKernel, Route};
+use crate::plan::{ExecutionPlan, Route};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -140,13 +140,8 @@ impl<B: Backend> Gpt2<B> {
         .with_product_plan(plan.products);
         let plan = plan.with_projections(
             layers.iter().flat_map(|b| {
-                [&b.attn.c_attn, &b.attn.c_proj, &b.mlp.c_fc, &b.mlp.c_proj].map(|p| {
-                    ProjectionKernel {
-                        host: p.is_quantized(),
-                        int8_activations: p.takes_int8_activations(),
-                        kernel: p.kernel_name(),
-                    }
-                })
+                [&b.attn.c_attn, &b.attn.c_proj, &b.mlp.c_fc, &b.mlp.c_proj]
+                    .map(Linear::projection_kernel)
             }),
             Some("LayerNorm and GPT-2's fused attention projection"),
         );

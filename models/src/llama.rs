@@ -10,7 +10,7 @@ use crate::layers::{
     Rope, Site,
 };
 use crate::ops::{BlockOps, GateActivation};
-use crate::plan::{ExecutionPlan, ProjectionKernel, Route};
+use crate::plan::{ExecutionPlan, Route};
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -150,11 +150,7 @@ impl<B: Backend> Llama<B> {
             layers
                 .iter()
                 .flat_map(Block::projections)
-                .map(|p| ProjectionKernel {
-                    host: p.is_quantized(),
-                    int8_activations: p.takes_int8_activations(),
-                    kernel: p.kernel_name(),
-                }),
+                .map(Linear::projection_kernel),
             None,
         );
         Ok(Self {

@@ -10,30 +10,8 @@ mod runtime_support;
 
 use burn::backend::Flex;
 use privmix_models::plan::BlockOpsKind;
-use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, DecodeProducts, LanguageModel, Model, Route};
-use runtime_support::{fixture, max_abs_diff};
-
-/// Logits of a left-padded prefill of `count` rows (≤ 8 tokens: a host
-/// step too), then of four decode steps.
-fn steps(model: &Model<Flex>, count: u32) -> Vec<Vec<f32>> {
-    let rows: Vec<Vec<u32>> = (0..count)
-        .map(|r| {
-            (0..2 + 3 * r % 4)
-                .map(|i| (3 + 11 * r + 7 * i) % 256)
-                .collect()
-        })
-        .collect();
-    let mut cache = model.new_cache(rows.len());
-    let prefill = Batch::left_padded(&rows, 0).unwrap();
-    let mut out = vec![to_vec(model.forward(&prefill, &mut cache, None).unwrap()).unwrap()];
-    for step in 0..4u32 {
-        let next: Vec<Vec<u32>> = (0..count).map(|r| vec![5 + 7 * r + step]).collect();
-        let batch = Batch::new(&next).unwrap();
-        out.push(to_vec(model.logits_last(&batch, &mut cache, None).unwrap()).unwrap());
-    }
-    out
-}
+use privmix_models::{DecodeProducts, LanguageModel, Model, Route};
+use runtime_support::{fixture, max_abs_diff, prefill_and_decode_steps as steps};
 
 fn routes_agree(file: &str) {
     let path = fixture(file);

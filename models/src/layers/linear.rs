@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::cpu::CpuWeight;
 #[cfg(feature = "flex")]
 use crate::cpu::Q8Rows;
-use crate::plan::ProductPlan;
+use crate::plan::{ProductPlan, ProjectionKernel};
 
 /// Which projection of a layer (the modules a LoRA may target).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -363,6 +363,16 @@ impl<B: Backend> Linear<B> {
             };
         }
         "burn matmul".to_string()
+    }
+
+    /// This projection as the execution plan sees it: whether the host
+    /// products read it, in which activation format, by which kernel.
+    pub fn projection_kernel(&self) -> ProjectionKernel {
+        ProjectionKernel {
+            host: self.is_quantized(),
+            int8_activations: self.takes_int8_activations(),
+            kernel: self.kernel_name(),
+        }
     }
 
     /// Whether this projection's quantised copy takes 8-bit activations.

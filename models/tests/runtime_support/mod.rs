@@ -163,3 +163,27 @@ pub fn check_real_reference(model: &Model<B>, json: &str, tol: f32) -> (Vec<u32>
     );
     (tokens, worst)
 }
+
+/// Logits of a left-padded prefill of `count` rows (≤ 8 tokens: a host
+/// step too), then of four decode steps.
+pub fn prefill_and_decode_steps<B: burn::tensor::backend::Backend>(
+    model: &Model<B>,
+    count: u32,
+) -> Vec<Vec<f32>> {
+    let rows: Vec<Vec<u32>> = (0..count)
+        .map(|r| {
+            (0..2 + 3 * r % 4)
+                .map(|i| (3 + 11 * r + 7 * i) % 256)
+                .collect()
+        })
+        .collect();
+    let mut cache = model.new_cache(rows.len());
+    let prefill = Batch::left_padded(&rows, 0).unwrap();
+    let mut out = vec![to_vec(model.forward(&prefill, &mut cache, None).unwrap()).unwrap()];
+    for step in 0..4u32 {
+        let next: Vec<Vec<u32>> = (0..count).map(|r| vec![5 + 7 * r + step]).collect();
+        let batch = Batch::new(&next).unwrap();
+        out.push(to_vec(model.logits_last(&batch, &mut cache, None).unwrap()).unwrap());
+    }
+    out
+}
