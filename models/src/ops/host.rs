@@ -135,18 +135,13 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         let width = x.width;
         let mut n = vec![0.0f32; x.data.len()];
         let mut quantized = self.quantized_room(width);
-        let mut input = x.data.clone();
-        per_row(
-            self.rows(),
-            [&mut input, &mut n],
-            quantized.as_mut(),
-            |_, [x, n], q| {
-                norm.forward_host_into(x, n);
-                if let Some(q) = q {
-                    q.fill(n);
-                }
-            },
-        );
+        let input = &x.data;
+        per_row(self.rows(), [&mut n], quantized.as_mut(), |row, [n], q| {
+            norm.forward_host_into(&input[row * width..][..width], n);
+            if let Some(q) = q {
+                q.fill(n);
+            }
+        });
         Arc::new(HostRows {
             data: n,
             width,
