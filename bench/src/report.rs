@@ -139,7 +139,7 @@ fn canary_markdown(audit: &CanaryAudit) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "### Canary extraction (submix.txt §4.2)\n\n\
+        "### Canary extraction (SubMix, arXiv:2201.00971, §4.2)\n\n\
          {} canaries `Record k: the PIN of account <name> is d d d d d d`, each repeated {} times \
          as one user's text, given to member k mod N beside as many of its own blocks; audit \
          members fine-tuned {} steps at lr {} ({:.0} s with the scoring). Hit rate = the \
@@ -217,7 +217,7 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
         match &icl.embedding_skipped {
             Some(why) => format!("The Wu et al. (2023) embedding baseline did not run: {why}."),
             None => format!(
-                "Wu et al. (2023) embedding-space aggregation (dps-mozo.txt Alg. 4): {} disjoint \
+                "Wu et al. (2023) embedding-space aggregation (arXiv:2305.01639; DPS-MOZO, arXiv:2501.19287, Alg. 4): {} disjoint \
                  subsets of {} demonstrations decode greedily, all-MiniLM-L6-v2 embeds their \
                  outputs, Gaussian noise (sensitivity 2/N, σ calibrated to the {} queries by RDP) \
                  on the mean picks the closest of {} zero-shot candidates.",
@@ -248,7 +248,7 @@ pub fn icl_markdown(icl: &IclResults, plot: Option<&str>) -> String {
         let m = icl.config.mia_examples.min(icl.config.test_queries);
         let _ = writeln!(
             s,
-            "### Membership inference (dps-mozo.txt §5.5)\n\n\
+            "### Membership inference (DPS-MOZO, arXiv:2501.19287, §5.5)\n\n\
              {m} examples; attack j puts example j alone in the private set and scores every \
              example as a query by the mean probability of its reference definition's tokens \
              (teacher forcing); AUC-ROC of the {m} member scores against the {} non-member scores \

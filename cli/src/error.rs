@@ -77,12 +77,12 @@ pub enum CliError {
     },
     /// `--backend` names a backend this binary was built without.
     #[error(
-        "--backend {backend}: this privmix was built without it; rebuild with `cargo build -p privmix-cli --features {feature}`"
+        "--backend {backend}: this privmix was built without it; rebuild with `cargo build -p privmix --features {feature}`"
     )]
     BackendNotBuilt {
         /// The backend asked for.
         backend: &'static str,
-        /// The cargo feature of privmix-cli that builds it in.
+        /// The cargo feature of the `privmix` package that builds it in.
         feature: &'static str,
     },
     /// The backend's device could not be opened.

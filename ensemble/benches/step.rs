@@ -39,7 +39,7 @@
 //! f16 cache as well), from 40 rounds that time the single models and then
 //! each of them within a second (see [`paired_ratios`]).
 //!
-//! Target of issue #5 (not asserted): `ensemble_n8` ≤ 2.5 × the baseline,
+//! Target (not asserted): `ensemble_n8` ≤ 2.5 × the baseline,
 //! each group against its own baseline. Why the two groups land on either
 //! side of it: a one-row step is bound by reading the weights once (96.4 MB),
 //! the nine-row step's products by multiplying every weight by nine rows

@@ -12,6 +12,11 @@
 //! The private corpus as users and its user-level partition into disjoint
 //! parts ([`data`]), and LoRA fine-tuning of a member on its part with
 //! burn autodiff ([`train`]).
+
+// The README's quick start, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 pub mod data;
 mod error;
 mod host_factors;

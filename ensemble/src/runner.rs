@@ -1,7 +1,7 @@
 //! `EnsembleRunner`: the public model and N LoRA members in one batched
 //! forward — base weights shared, each member's update applied per row as a
 //! batched low-rank product `(x A_i) B_i`, a KV cache row per batch row —
-//! for the mechanisms' per-step `(N + 1) × V` log-probabilities (issue #5).
+//! for the mechanisms' per-step `(N + 1) × V` log-probabilities.
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use privmix_models::runtime::{log_softmax_to_vec, to_vec};
@@ -12,7 +12,7 @@ use crate::lora::{BaseShapes, LoraAdapter, LoraBase};
 use crate::rows::{BlockScores, LogProbRows, RowLayout};
 use crate::stacked::{FactorPrecision, RowAdapters, StackedAdapters};
 
-/// A base model and N LoRA members run together (issue #5).
+/// A base model and N LoRA members run together.
 ///
 /// Every step runs the rows of a [`RowLayout`] through the base model once,
 /// with [`StackedAdapters`] adding each row's member update at every adapted

@@ -1,4 +1,4 @@
-//! Continuous batching (issue #26): requests of their own prompts and row
+//! Continuous batching: requests of their own prompts and row
 //! layouts, each prefilled in a decoder of its own, join one running batch
 //! at step boundaries (`Decoder::append`) and leave it when done
 //! (`Decoder::retain_rows`). Every row's log-probabilities at every step

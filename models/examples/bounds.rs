@@ -1,5 +1,5 @@
 //! The two hardware limits a decode step sits between, measured here, and
-//! what they imply for the ensemble step bench of issue #5 on SmolLM2
+//! what they imply for the ensemble step bench (`ensemble/benches/step.rs`) on SmolLM2
 //! (`models-cache/smollm2.gguf`, from `cargo xtask fetch-models`):
 //!
 //! - **Memory.** A step reads every projection's weights once, however many

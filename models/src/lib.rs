@@ -27,6 +27,11 @@
 //! Numerics follow HF transformers in f32: the tests compare logits with
 //! transformers' own to 1e-4.
 
+// The README's quick start, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod bert;
 pub mod chat_template;
 pub mod config;

@@ -1,5 +1,5 @@
 //! SmolLM2-135M-Instruct (`models-cache/smollm2.gguf`, Q4_1) checked against
-//! llama.cpp itself on the same file (issue #4). The golden values come from
+//! llama.cpp itself on the same file. The golden values come from
 //! llama-cpp-python 0.3.36, `fixtures/llama_cpp/make_llama_cpp.py`
 //! (`smollm2.json`, `hamlet_passage.txt`):
 //!

@@ -98,7 +98,7 @@ pub(crate) fn cuda_check() -> Result<(), String> {
         "--features",
         "cuda",
     ])?;
-    crate::workspace::cargo(&["check", "-p", "privmix-cli", "--features", "cuda"])
+    crate::workspace::cargo(&["check", "-p", "privmix", "--features", "cuda"])
 }
 
 fn lavapipe_present() -> bool {

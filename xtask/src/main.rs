@@ -30,6 +30,7 @@ mod llama_cpp;
 mod modules;
 mod performance;
 mod pip;
+mod publish;
 mod serve_load;
 mod speed;
 mod wordnet;
@@ -102,6 +103,9 @@ enum Task {
         #[arg(long)]
         only: Option<String>,
     },
+    /// Package every publishable crate as `cargo publish` would, each verified by a
+    /// build of its package alone, and run every crate's examples.
+    Package,
     /// Run the cargo-fuzz targets (GGUF and safetensors header parsers) for a bounded time.
     Fuzz {
         /// Seconds per target.
@@ -143,6 +147,7 @@ fn main() -> ExitCode {
         Task::Modules { verbose } => modules::run(verbose),
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
         Task::Fuzz { seconds } => fuzz::run(seconds),
+        Task::Package => publish::examples().and_then(|()| publish::package()),
         Task::FetchData { dir } => data::run(&dir).and_then(|()| wordnet::run(&dir)),
     };
     match result {
@@ -215,6 +220,10 @@ fn test(tests_only: bool) -> Result<(), String> {
     ci::workspace_tests()?;
     ci::wgpu_tests()?;
     ci::cuda_check()?;
+    // What a crates.io user gets: every crate's examples run, and every publishable
+    // crate packaged and built from its package alone.
+    publish::examples()?;
+    publish::package()?;
     // The README's main job, end to end on the tiny model (release build of the bench).
     ci::bench_smoke()?;
     // The header parsers under libFuzzer, 30 s each.

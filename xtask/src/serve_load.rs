@@ -54,7 +54,7 @@ fn measure(quick: bool) -> Result<String, String> {
     let python = std::env::var("PRIVMIX_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = root.join("xtask").join("scripts").join("serve_load.py");
 
-    cargo(&["build", "--release", "-p", "privmix-cli"])?;
+    cargo(&["build", "--release", "-p", "privmix"])?;
     let members = cache.join("serve-bench-members");
     cargo(&[
         "run",

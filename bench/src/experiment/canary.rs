@@ -1,4 +1,4 @@
-//! Canary extraction (submix.txt §4.2, after Carlini et al. 2019): users whose
+//! Canary extraction (SubMix, arXiv:2201.00971, §4.2, after Carlini et al. 2019, arXiv:1802.08232): users whose
 //! text holds a random secret, members fine-tuned on them, and an attacker who
 //! prompts with the canary's prefix and samples the continuation.
 //!

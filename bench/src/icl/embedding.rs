@@ -1,5 +1,5 @@
-//! The Wu et al. (2023) embedding-space-aggregation baseline (dps-mozo.txt
-//! App. D, Algorithm 4) on the WordNet task.
+//! The Wu et al. (2023, arXiv:2305.01639) embedding-space-aggregation baseline, as
+//! DPS-MOZO (arXiv:2501.19287) App. D, Algorithm 4 restates it, on the WordNet task.
 //!
 //! The private demonstrations are split once (seeded shuffle) into N disjoint
 //! subsets of `shots` each. Per query:

@@ -1,4 +1,4 @@
-//! Membership inference against in-context learning (dps-mozo.txt §5.5 and
+//! Membership inference against in-context learning (DPS-MOZO, arXiv:2501.19287, §5.5 and
 //! App. D.1, after Duan et al. 2024 and Yeom et al. 2018).
 //!
 //! Over m examples, attack `j` puts example j alone in the private set (one

@@ -1,4 +1,4 @@
-//! The DPS-MOZO experiment (dps-mozo.txt §5): in-context learning on a real task
+//! The DPS-MOZO experiment (arXiv:2501.19287, §5): in-context learning on a real task
 //! built from a real corpus — WordNet 3.1's noun definitions ([`wordnet`]) — scored
 //! with ROUGE-L F1 against WordNet's own definition.
 //!
