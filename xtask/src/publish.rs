@@ -27,6 +27,12 @@ pub(crate) fn package() -> Result<(), String> {
         "profile.dev.package.\"*\".opt-level=2",
         "--config",
         "profile.dev.package.\"*\".debug=false",
+        // The packaged crates themselves, built again from the temporary registry
+        // as dependencies of the later ones: compiled, not optimised.
+        "--config",
+        "profile.dev.package.privmix-models.opt-level=0",
+        "--config",
+        "profile.dev.package.privmix-ensemble.opt-level=0",
         "package",
         "--workspace",
         // The tree must be clean for a real publish; CI packages its checkout,
