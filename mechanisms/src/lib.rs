@@ -16,16 +16,20 @@
 
 mod account;
 pub mod adapmixed;
+#[path = "adapmixed/filter.rs"]
 pub mod adapmixed_filter;
 pub mod baselines;
+#[path = "pmixed/bounds.rs"]
 pub mod bounds;
 mod dps_mozo;
+#[path = "dps_mozo/step.rs"]
 mod dps_mozo_step;
 pub mod driver;
 mod embedding_aggregation;
 mod error;
 pub mod exact;
 mod input;
+#[path = "adapmixed/leave_one_out.rs"]
 mod leave_one_out;
 pub mod noise;
 mod pmixed;
@@ -33,6 +37,7 @@ mod rng;
 mod sample;
 mod step;
 pub mod submix;
+#[path = "submix/protocol.rs"]
 mod submix_protocol;
 
 pub use account::{Account, Unbudgeted};
