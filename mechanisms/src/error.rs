@@ -37,7 +37,7 @@ pub enum MechanismError {
         /// The vocabulary size.
         vocab: usize,
     },
-    /// An entry is NaN or infinite (or +∞ for a log-probability).
+    /// An entry is NaN or infinite (or +∞ for a log-probability or a logit).
     #[error("row {row}, index {index}: value {value} is not finite")]
     NonFinite {
         /// Row (0 = public, i = member i − 1 … as documented by the caller).
@@ -46,6 +46,13 @@ pub enum MechanismError {
         index: usize,
         /// The value.
         value: f64,
+    },
+    /// A row of logits has no finite entry (every token is masked with −∞), so it
+    /// describes no distribution.
+    #[error("row {row}: every logit is −∞, no token has positive probability")]
+    NoFiniteLogit {
+        /// Row (0 = public, i = member i − 1).
+        row: usize,
     },
     /// A probability is negative.
     #[error("row {row}, index {index}: probability {value} is negative")]

@@ -22,7 +22,7 @@ pub fn poisson_subsets(n: usize, q: f64) -> Result<Vec<(u32, f64)>, MechanismErr
             reason: "exact enumeration is limited to 20 members",
         });
     }
-    crate::bounds::check_probability("q", q)?;
+    crate::pmixed::bounds::check_probability("q", q)?;
     Ok((0..1u32 << n)
         .map(|mask| {
             let k = mask.count_ones() as i32;

@@ -1,6 +1,6 @@
 //! Next-token distributions as the mechanisms receive them.
 //!
-//! A model runtime hands over logits turned into probabilities or
+//! A model runtime hands over its raw logits, or probabilities, or
 //! log-probabilities, in f32 or f64, as rows of one buffer. [`Ensemble::new`]
 //! validates them once and converts them to f64 probability rows that sum to 1
 //! in f64: every divergence a mechanism charges is then computed on exactly the
@@ -12,6 +12,23 @@ use rayon::prelude::*;
 use crate::MechanismError;
 
 /// Rows of next-token distributions in one row-major buffer.
+///
+/// Any model runtime can feed the mechanisms: logits straight from the model's
+/// head ([`Rows::LogitsF32`]), or distributions it has already normalised.
+///
+/// ```
+/// use privmix_mechanisms::{Ensemble, Rows};
+///
+/// // Public logits over a vocabulary of 3, and two members' logits (row-major);
+/// // −∞ masks a token.
+/// let public = [2.0_f32, 1.0, 0.0];
+/// let members = [1.0_f32, 1.0, 1.0, 0.5, f32::NEG_INFINITY, 3.0];
+/// let e = Ensemble::new(Rows::LogitsF32(&public), Rows::LogitsF32(&members))?;
+/// assert_eq!(e.len(), 2);
+/// assert_eq!(e.member(1)[1], 0.0);
+/// assert!((e.member(0)[2] - 1.0 / 3.0).abs() < 1e-15);
+/// # Ok::<(), privmix_mechanisms::MechanismError>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub enum Rows<'a> {
     /// Probabilities in f32.
@@ -22,6 +39,14 @@ pub enum Rows<'a> {
     LogProbF32(&'a [f32]),
     /// Natural-log probabilities in f64 (−∞ for zero).
     LogProbF64(&'a [f64]),
+    /// Unnormalised scores (logits) in f32, widened to f64 and turned into
+    /// probabilities by a log-softmax in f64 (`x − max − ln Σ exp(x − max)`, so
+    /// nothing overflows whatever the scale). −∞ masks a token (probability 0);
+    /// NaN or +∞ is [`MechanismError::NonFinite`], a row of −∞ only is
+    /// [`MechanismError::NoFiniteLogit`].
+    LogitsF32(&'a [f32]),
+    /// Unnormalised scores (logits) in f64, as [`Rows::LogitsF32`].
+    LogitsF64(&'a [f64]),
 }
 
 impl<'a> Rows<'a> {
@@ -31,6 +56,8 @@ impl<'a> Rows<'a> {
             Rows::ProbF64(r) => r.len(),
             Rows::LogProbF32(r) => r.len(),
             Rows::LogProbF64(r) => r.len(),
+            Rows::LogitsF32(r) => r.len(),
+            Rows::LogitsF64(r) => r.len(),
         }
     }
 
@@ -42,6 +69,8 @@ impl<'a> Rows<'a> {
             Rows::ProbF64(r) => Rows::ProbF64(&r[range]),
             Rows::LogProbF32(r) => Rows::LogProbF32(&r[range]),
             Rows::LogProbF64(r) => Rows::LogProbF64(&r[range]),
+            Rows::LogitsF32(r) => Rows::LogitsF32(&r[range]),
+            Rows::LogitsF64(r) => Rows::LogitsF64(&r[range]),
         }
     }
 }
@@ -187,14 +216,18 @@ impl Ensemble {
 }
 
 /// One row converted to f64 probabilities in `out` (of the row's length): checked
-/// (finite and non-negative, or for log rows not NaN and not positive), summed, and
-/// divided by its sum, which must lie within [`NORMALISATION_TOLERANCE`] of 1.
+/// (finite and non-negative, or for log rows not NaN and not positive, or for
+/// logits not NaN, not +∞ and not all −∞), summed, and divided by its sum, which
+/// must lie within [`NORMALISATION_TOLERANCE`] of 1 (a softmax sums to 1 within
+/// a few ulps per entry).
 fn convert_row(row: Rows<'_>, index: usize, out: &mut [f64]) -> Result<(), MechanismError> {
     let sum = match row {
         Rows::ProbF32(r) => probabilities(r, index, out)?,
         Rows::ProbF64(r) => probabilities(r, index, out)?,
         Rows::LogProbF32(r) => log_probabilities(r.iter().map(|&x| f64::from(x)), index, out)?,
         Rows::LogProbF64(r) => log_probabilities(r.iter().copied(), index, out)?,
+        Rows::LogitsF32(r) => softmax(r.iter().map(|&x| f64::from(x)), index, out)?,
+        Rows::LogitsF64(r) => softmax(r.iter().copied(), index, out)?,
     };
     // Entries are finite, so the sum is finite (or +∞ on overflow, which fails too).
     if sum.is_nan() || (sum - 1.0).abs() > NORMALISATION_TOLERANCE {
@@ -319,6 +352,46 @@ fn log_probabilities(
             });
         }
         *o = x.exp();
+        sum += *o;
+    }
+    Ok(sum)
+}
+
+/// Logits turned into probabilities in `out` by a log-softmax in f64:
+/// `p(x) = exp(x − m − ln Σ_y exp(y − m))` with `m` the largest logit. Every
+/// shifted logit is ≤ 0 and the largest is exactly 0, so the sum lies in [1, V]
+/// and nothing overflows or underflows to a zero sum. −∞ gives probability 0;
+/// NaN and +∞ are errors, and so is a row with no finite logit (no token would
+/// have positive probability). Returns the sum of the probabilities.
+fn softmax(
+    values: impl Iterator<Item = f64>,
+    row: usize,
+    out: &mut [f64],
+) -> Result<f64, MechanismError> {
+    let mut max = f64::NEG_INFINITY;
+    for (index, (x, o)) in values.zip(out.iter_mut()).enumerate() {
+        if x.is_nan() || x == f64::INFINITY {
+            return Err(MechanismError::NonFinite {
+                row,
+                index,
+                value: x,
+            });
+        }
+        *o = x;
+        max = max.max(x);
+    }
+    if max == f64::NEG_INFINITY {
+        return Err(MechanismError::NoFiniteLogit { row });
+    }
+    let mut shifted_sum = 0.0;
+    for o in out.iter_mut() {
+        *o -= max;
+        shifted_sum += o.exp();
+    }
+    let ln_sum = shifted_sum.ln();
+    let mut sum = 0.0;
+    for o in out.iter_mut() {
+        *o = (*o - ln_sum).exp();
         sum += *o;
     }
     Ok(sum)
@@ -455,5 +528,108 @@ mod tests {
         let d = e.without_member(1);
         assert_eq!(d.len(), 2);
         assert_eq!(d.member(1), &[0.5, 0.5]);
+    }
+
+    /// Softmax computed independently, the textbook way: `exp(x)/Σ exp(x)` with no
+    /// shift (safe for logits in [−30, 30]).
+    fn naive_softmax(logits: &[f64]) -> Vec<f64> {
+        let w: Vec<f64> = logits.iter().map(|&x| x.exp()).collect();
+        let s: f64 = w.iter().sum();
+        w.into_iter().map(|x| x / s).collect()
+    }
+
+    fn from_logits(public: &[f64], members: &[f64]) -> Result<Ensemble, MechanismError> {
+        Ensemble::new(Rows::LogitsF64(public), Rows::LogitsF64(members))
+    }
+
+    #[test]
+    fn logits_give_the_softmax() {
+        let public = [0.5, -1.25, 3.0, 0.0];
+        let members = [1.0, 2.0, 3.0, 4.0, -7.5, 0.25, 0.25, 12.0];
+        let e = from_logits(&public, &members).unwrap();
+        for (got, want) in [
+            (e.public(), naive_softmax(&public)),
+            (e.member(0), naive_softmax(&members[..4])),
+            (e.member(1), naive_softmax(&members[4..])),
+        ] {
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 2e-14 * w, "{g} vs {w}");
+            }
+        }
+        // −∞ masks a token; the others share the mass as without it.
+        let masked = from_logits(&[f64::NEG_INFINITY, 0.0, 0.0], &[0.0, 0.0, 0.0]).unwrap();
+        assert_eq!(masked.public(), &[0.0, 0.5, 0.5]);
+        // Logits whose exponentials overflow: the closed form 1/(1 + e), e/(1 + e).
+        let huge = from_logits(&[1000.0, 1001.0], &[-1e300, 1e300]).unwrap();
+        let e1 = 1f64.exp();
+        assert!((huge.public()[0] - 1.0 / (1.0 + e1)).abs() < 1e-15);
+        assert!((huge.public()[1] - e1 / (1.0 + e1)).abs() < 1e-15);
+        assert_eq!(huge.member(0), &[0.0, 1.0]);
+        // f32 logits are widened exactly: the same distribution as their f64 values.
+        let l32 = [0.1f32, -2.5, 7.0];
+        let l64: Vec<f64> = l32.iter().map(|&x| f64::from(x)).collect();
+        assert_eq!(
+            Ensemble::new(Rows::LogitsF32(&l32), Rows::LogitsF32(&l32)).unwrap(),
+            from_logits(&l64, &l64).unwrap()
+        );
+    }
+
+    #[test]
+    fn bad_logits_are_typed_errors_naming_the_row() {
+        let ok = [0.0, 1.0];
+        for (bad, index) in [([f64::NAN, 1.0], 0), ([0.0, f64::INFINITY], 1)] {
+            match from_logits(&ok, &[0.0, 0.0, bad[0], bad[1]]) {
+                Err(MechanismError::NonFinite {
+                    row: 2, index: i, ..
+                }) => assert_eq!(i, index),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let masked = [f64::NEG_INFINITY; 2];
+        assert!(matches!(
+            from_logits(&masked, &ok),
+            Err(MechanismError::NoFiniteLogit { row: 0 })
+        ));
+        assert!(matches!(
+            Ensemble::new(
+                Rows::LogitsF64(&ok),
+                Rows::LogitsF32(&[0.0, 1.0, f32::NEG_INFINITY, f32::NEG_INFINITY])
+            ),
+            Err(MechanismError::NoFiniteLogit { row: 2 })
+        ));
+        assert!(from_logits(&[], &[]).is_err());
+    }
+
+    proptest::proptest! {
+        /// Adding a constant to every logit leaves the distribution as it was, up to
+        /// the rounding of the additions (a few ulps of |x| + |c|, relative).
+        #[test]
+        fn shifted_logits_give_the_same_distribution(
+            logits in proptest::collection::vec(-60.0f64..60.0, 1..40),
+            c in -1e3f64..1e3,
+        ) {
+            let shifted: Vec<f64> = logits.iter().map(|&x| x + c).collect();
+            let a = from_logits(&logits, &logits).unwrap();
+            let b = from_logits(&shifted, &shifted).unwrap();
+            for (x, y) in a.public().iter().zip(b.public()) {
+                proptest::prop_assert!((x - y).abs() <= 1e-11 * x.max(*y), "{} vs {}", x, y);
+            }
+            let want = naive_softmax(&logits);
+            for (x, w) in a.member(0).iter().zip(&want) {
+                proptest::prop_assert!((x - w).abs() <= 1e-13 * w, "{} vs {}", x, w);
+            }
+        }
+
+        /// Integer logits shifted by an integer: every subtraction is exact, so the
+        /// distributions are equal bit for bit.
+        #[test]
+        fn integer_shifts_are_exact(
+            logits in proptest::collection::vec(-500i32..500, 1..40),
+            c in -100_000i32..100_000,
+        ) {
+            let a: Vec<f64> = logits.iter().map(|&x| f64::from(x)).collect();
+            let b: Vec<f64> = logits.iter().map(|&x| f64::from(x + c)).collect();
+            proptest::prop_assert_eq!(from_logits(&a, &a).unwrap(), from_logits(&b, &b).unwrap());
+        }
     }
 }

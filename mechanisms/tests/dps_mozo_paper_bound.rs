@@ -1,4 +1,6 @@
-//! Why privmix does not charge DPS-MOZO's paper bound (dps-mozo.txt Thm B.3): with every
+//! Why privmix does not charge DPS-MOZO's paper bound (Flemings et al., "Differentially
+//! Private In-context Learning via Sampling Few-shot Mixed with Zero-shot Outputs",
+//! arXiv:2501.19287, Thm B.3): with every
 //! one-shot mixture kept within `Dsym_α ≤ βα` of the zero-shot distribution at a finite
 //! α (the paper's rule, λ ∈ [0, 1.5] largest feasible), replacing one demonstration can
 //! move the normalised product of the mixtures by MORE than `4βα` in Rényi divergence of

@@ -1,4 +1,6 @@
-//! Regression test: the PAPER's PMixED bound (adapmixed.txt Thm 3.1, the
+//! Regression test: the PAPER's PMixED bound (Flemings, Razaviyayn, Annavaram,
+//! "Adaptively Private Next-Token Prediction of Large Language Models",
+//! arXiv:2410.02016, Thm 3.1, restating PMixED of arXiv:2403.15638; the
 //! accountant's `pmixed_query`) is violated when λ is enforced at the single
 //! order α it is charged at — which is why privmix's mechanisms never charge it.
 //!

@@ -1,45 +1,24 @@
 //! AdaPMixED's individual Rényi filter and the data-independent account of a run.
 //!
-//! # The filter (Feldman & Zrnic, "Individual Privacy Accounting via a Rényi Filter",
-//! NeurIPS 2021, arXiv 2008.11193, Thm 3.1)
-//! Each member i keeps its own running loss at every tracked order β. Before each
-//! sub-step of a query (the screening, then the private answer) the member's loss for
-//! that sub-step, `ρ(i)`, is computed from the published history and from member i's
-//! own distribution only; if `spent(i) + ρ(i)` would exceed the budget `B(β)` at any
-//! tracked order, member i leaves for good: from then on its slot holds the public
-//! distribution p₀ and its data is never read again. With `W` the corpus whose member i
-//! is the public model throughout (an emptied shard), every sub-step's output on D and
-//! on W differ only in slot i, so its divergence is at most `ρ(i)` in both directions,
-//! and the filter theorem gives `D_β(run(D) ‖ run(W)) ≤ B(β)` and back, at each tracked
-//! order. The other members' decisions depend only on their own data and the history,
-//! so they are the same on D and W.
-//!
-//! Per sub-step, for an active member of N:
-//! * screening: the Gaussian mechanism's `β·Δ'²/(2σ²)` (data-independent);
-//! * private answer: `ln(1 + (e^{(β−1)dᵢ} − 1)/N)/(β − 1)` with `dᵢ ≥ Dsym_{α_c}(p̄ᵢ, p₀)`
-//!   (joint convexity of `Σ P^β Q^{1−β}` over the N slots, and monotonicity in the
-//!   order for β ≤ α_c); `dᵢ ≤ b` always, so `ρmax` with `dᵢ = b` bounds every member.
-//!
-//! # What is charged (data-independent)
-//! After t queries the run is, against W, within `G_t(β) = min(B(β), Σ_s ρmax_s(β))` at
-//! every tracked β, where `ρmax_s` is the screening cost plus, when query s was answered
-//! privately (a fact the screening's noisy decision publishes, so it is covered), the
-//! private answer's `ρmax`: the filter's guarantee and plain composition both hold, so
-//! their minimum does. A changed member (D against D′, both neighbours of W) costs, at
-//! every order α, by the weak triangle inequality (Mironov, "Rényi differential
-//! privacy", arXiv 1702.07476, Prop. 11) with p > 1,
+//! Each member keeps its own running loss at every tracked order β and leaves for good
+//! (its slot then holds p₀) once a sub-step's loss would take it over the budget `B(β)`:
+//! the individual filter of Feldman & Zrnic ("Individual Privacy Accounting via a Rényi
+//! Filter", arXiv:2008.11193, Thm 3.1), which bounds the run against the corpus `W` whose
+//! changed member is the public model. After t queries the run is within
+//! `G_t(β) = min(B(β), Σ_s ρmax_s(β))` of `W` at every tracked β; a changed member costs,
+//! by Mironov's weak triangle inequality ("Rényi Differential Privacy", arXiv:1702.07476,
+//! Prop. 11),
 //!
 //! `U_t(α) = min_p (α − 1/p)/(α − 1)·G_t(pα) + G_t((pα − 1)/(p − 1))`,
 //!
-//! where `G_t` at an order between tracked ones takes the value at the next tracked order
-//! above (Rényi divergence is non-decreasing in the order) and +∞ above them all. Query t
-//! charges `U_t − U_{t−1}` (rounded up), so the account holds `U_t` after t queries:
-//! nothing in it depends on the data beyond the published screening decisions.
+//! and query t charges `U_t − U_{t−1}` (rounded up), so the account holds `U_t`: nothing
+//! in it depends on the data beyond the published screening decisions. The argument is
+//! written out in `proof.md` beside this file (`src/adapmixed/proof.md`).
 
 use privmix_accountant::{Orders, RdpCurve};
 
 use crate::MechanismError;
-use crate::bounds::mixture_bound_up;
+use crate::pmixed::bounds::mixture_bound_up;
 use privmix_renyi::round::{add_up, div_down, div_up, mul_up, sub_down, sub_up, usize_down};
 
 /// The values of p tried in the weak triangle inequality.
@@ -56,7 +35,7 @@ fn at_or_above(tracked: &[f64], values: &[f64], order: f64) -> f64 {
 }
 
 /// `min_p (α − 1/p)/(α − 1)·g(pα) + g((pα − 1)/(p − 1))`, rounded up, for a bound `g`
-/// at the tracked orders (module docs): the changed-member RDP at α of a run within `g`
+/// at the tracked orders (`proof.md`, "From W to a changed member"): the changed-member RDP at α of a run within `g`
 /// of the emptied-member corpus in both directions.
 pub fn changed_member_epsilon(tracked: &[f64], g: &[f64], alpha: f64) -> f64 {
     if g.iter().all(|&x| x == 0.0) {
@@ -188,7 +167,7 @@ impl MemberFilter {
 }
 
 /// The private answer's loss of a member within `d` of p₀ (at α_c), among `members`,
-/// at each tracked order (module docs).
+/// at each tracked order (`proof.md`, "Per-step losses against W").
 pub fn private_loss(tracked: &[f64], d: f64, members: usize) -> Vec<f64> {
     let w = div_up(1.0, usize_down(members.max(1))).min(1.0);
     tracked.iter().map(|&b| mixture_bound_up(b, d, w)).collect()

@@ -6,53 +6,22 @@
 //! exactly one member. Adding, removing or replacing that unit retrains that one member,
 //! so at the level of the mechanism's inputs **one member's next-token distributions
 //! change arbitrarily** (an emptied shard gives the public model); the number of
-//! members N is public and fixed. Every bound here is for that adjacency, called
-//! *changed-member* adjacency, in both directions. It covers add/remove and replace of
-//! a unit alike.
+//! members N is public and fixed (*changed-member* adjacency, both directions).
 //!
-//! # What is enforced
-//! Each member's λᵢ enforces one constraint, at the *enforcement order* α_c with
-//! radius b: `Dsym_{α_c}(p̄ᵢ, p₀) ≤ b` with `p̄ᵢ = λᵢpᵢ + (1−λᵢ)p₀`. Rényi divergence
-//! is non-decreasing in the order (van Erven & Harremoës, "Rényi divergence and
-//! Kullback-Leibler divergence", arXiv 1206.2459, Thm 3), so the constraint holds at
-//! every order α' ≤ α_c as well.
+//! # The bound
+//! Each member's λᵢ enforces `Dsym_{α_c}(p̄ᵢ, p₀) ≤ b` at one *enforcement order* α_c.
+//! Mironov's weak triangle inequality ("Rényi Differential Privacy", arXiv:1702.07476,
+//! Prop. 11) through p₀ puts a changed member's two mixtures within `c·b`,
+//! `c = (2α_c − 1)/(α_c − 1)`, at every order `α ≤ α_max = α_c²/(2α_c − 1)`; joint
+//! convexity of `Σ P^α Q^{1−α}` over the average and over the Poisson draw gives
 //!
-//! # Why the paper's bound is not charged
-//! The PMixED paper (Flemings, Razaviyayn & Annavaram, "Differentially private
-//! next-token prediction of large language models", arXiv 2403.15638, Thm 3.1) bounds
-//! `D_α(p̄ᵢ ‖ average of the others)` by `4βα` with a "triangle-like inequality"
-//! (Steinke 2022, Lemma 33.7) applied at one order. That lemma is a zCDP statement: it
-//! needs its hypothesis at all orders. λ is enforced at one order only, so `4βα` is not
-//! proven as used (counterexample: `tests/pmixed_paper_bound.rs`). It also compares an
-//! ensemble with the ensemble *without* member i, which is not what a changed unit does
-//! to the inputs. The accountant's `pmixed_query` keeps the paper's formula for reports;
-//! mechanisms charge this module's bound.
+//! `ε(α) = ln(1 + w·(e^{(α−1)cb} − 1))/(α − 1)`, `w = (1 − (1−q)^N)/N`,
 //!
-//! # The bound (every step is a published inequality)
-//! 1. *One member changed.* Weak triangle inequality (Mironov 2017, "Rényi
-//!    differential privacy", arXiv 1702.07476, Prop. 11): for p, q > 1 with
-//!    1/p + 1/q = 1, `D_α(P‖R) ≤ (α − 1/p)/(α − 1)·D_{pα}(P‖Q) + D_{q(α−1/p)}(Q‖R)`.
-//!    With `p* = (α_c − 1)/(α_c − α)`: `q(α − 1/p*) = α_c`, the coefficient is
-//!    `α_c/(α_c − 1)`, and `p*α ≤ α_c` iff `α ≤ α_max = α_c²/(2α_c − 1)`. With Q = p₀,
-//!    a member's mixture before and after the change are within
-//!    `c·b`, `c = (2α_c − 1)/(α_c − 1)`, of each other at every order `1 < α ≤ α_max`,
-//!    in both directions.
-//! 2. *Averaging.* `(P, Q) ↦ Σ P^α Q^{1−α}` is jointly convex for α > 1 (it is a
-//!    perspective; e.g. van Erven & Harremoës, Thm 13). The output for a draw S of m
-//!    members averages m mixtures, of which one changes, so
-//!    `e^{(α−1)D_α(out‖out')} ≤ (m − 1)/m + e^{(α−1)cb}/m`.
-//! 3. *Poisson subsampling.* The released law is `Σ_S P(S)·out(S)` on both sides with
-//!    the same P(S) (N is fixed; member i is drawn with probability q on both sides).
-//!    Joint convexity again, over S: draws without member i contribute 1, draws with it
-//!    contribute the bound of step 2 with m = |S|, and
-//!    `Σ_{S∋i} P(S)/|S| = q·E[1/(1 + Bin(N−1, q))] = (1 − (1−q)^N)/N =: w`. Hence
-//!
-//! `ε(α) = ln(1 + w·(e^{(α−1)cb} − 1))/(α − 1)`, `w = (1 − (1−q)^N)/N`
-//!
-//! (w = 1/N without subsampling; N = 1, q = 1 gives c·b). Above α_max nothing is
-//! proven: +∞. This amplification is linear in q, not the quadratic one of Zhu & Wang
-//! ("Poisson subsampled Rényi differential privacy", ICML 2019), which is proven for
-//! add/remove adjacency of the *sampled* elements only, not for a changed member.
+//! and +∞ above α_max. The paper's `4βα` bound (arXiv:2410.02016 Thm 3.1) is not
+//! proven as used (`tests/pmixed_paper_bound.rs` keeps a counterexample); the
+//! accountant's `privmix_accountant::pmixed_query` keeps its formula for reports only.
+//! The full argument, step by step, is in `proof.md` beside this file
+//! (`src/pmixed/proof.md`).
 //!
 //! # Rounding
 //! Every returned value is rounded up with `privmix_renyi::round` (exact-directed
@@ -121,7 +90,7 @@ pub fn triangle_coefficient(alpha_c: f64) -> f64 {
 }
 
 /// `w = (1 − (1 − q)^N)/N` rounded up: the weight of a changed member in the
-/// Poisson-subsampled average (module docs, step 3); `1/N` at q = 1, 0 at q = 0.
+/// Poisson-subsampled average (`proof.md`, Step 3); `1/N` at q = 1, 0 at q = 0.
 pub fn changed_member_weight(members: u64, q: f64) -> f64 {
     if members == 0 || q == 0.0 {
         return 0.0;
@@ -156,7 +125,7 @@ pub fn pmixed_bound_at(alpha: f64, alpha_c: f64, radius: f64, members: u64, q: f
 
 /// `ln(1 + w·(e^{(α−1)d} − 1))/(α − 1)` rounded up, for d ≥ 0 and w ∈ (0, 1]: the
 /// RDP at order α of an average in which one component of weight w moves to a
-/// distribution within `D_α ≤ d` of its old one (joint convexity, module docs).
+/// distribution within `D_α ≤ d` of its old one (joint convexity, `proof.md` Step 2).
 pub fn mixture_bound_up(alpha: f64, d: f64, w: f64) -> f64 {
     if d == 0.0 || w == 0.0 {
         return 0.0;

@@ -3,7 +3,7 @@
 
 use privmix_accountant::{Orders, RdpCurve};
 
-use crate::bounds::{check_enforcement_order, check_radius, pmixed_curve};
+use crate::pmixed::bounds::{check_enforcement_order, check_radius, pmixed_curve};
 use crate::submix::{check_submix_parameters, submix_distribution};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PmixedConfig, PrivacyRng,

@@ -128,8 +128,8 @@ fn release(
 /// Guarantee: each token is charged [`DpsMozoConfig::token_charge`] — ε-DP for a fixed
 /// subset with ε = 4b plus a proven f64 slack (`dps_mozo_charge`), as RDP
 /// `min(ε, αε²/2)`, amplified by sampling `n_shots` of |D| without
-/// replacement — for replace-one adjacency of the private demonstration set (see
-/// [`crate::dps_mozo_output`]'s module docs). The charge is data-independent, so a
+/// replacement — for replace-one adjacency of the private demonstration set (proof in
+/// `src/dps_mozo/proof.md`). The charge is data-independent, so a
 /// calibrated radius ([`crate::calibrate_radius`]) fixes the total for n_test · T_max
 /// tokens in advance.
 ///
@@ -144,7 +144,7 @@ fn release(
 ///   horizon); the account's total after an early stop is what was charged.
 /// - The guarantee is for the law the token is actually drawn from: `sample_log_index`
 ///   draws exactly in proportion to stated f64 weights, and the charge's slack covers
-///   their rounding (see the `dps_mozo` module docs).
+///   their rounding (`src/dps_mozo/proof.md`, "The realised per-token ε").
 ///
 /// `tests/verify_dps_mozo.rs` checks this exactly, transcript by transcript, for +On
 /// and +Off (vocabularies ≤ 4, ≤ 3 tokens, orders 1.5–32, both directions).

@@ -1,5 +1,5 @@
-//! SubMix (Ginart, van der Maaten, Zou & Guo, "Submix: Practical private prediction for
-//! large-scale language models", arXiv 2201.00971, §3, Alg. 1–2), with the change that
+//! SubMix (Ginart, van der Maaten, Zou, Guo, "SubMix: Practical Private Prediction for
+//! Large-Scale Language Models", arXiv:2201.00971, §3, Alg. 1–2), with the change that
 //! makes its release provable.
 //!
 //! The private corpus is partitioned into k parts, each split into two halves with one
@@ -15,30 +15,20 @@
 //!
 //! and the output is `h = (1/k)·Σᵢ (λᵢh̄ᵢ + (1−λᵢ)p₀)`.
 //!
-//! # Why privmix departs from Alg. 2
-//! The paper outputs `λ*·mean(h̄ᵢ) + (1−λ*)·p₀` with `λ* = mean(λᵢ^pair)`, charges each
-//! response the data-dependent `Dsym_α(h, h₋ᵢ)` and issues STOP when a part's budget would
-//! run out (Prop. 3.1). That release is not bounded by what it charges:
-//! * the charge is itself a function of the corpus, and so is the STOP time; on a
-//!   neighbouring corpus the budgets trigger STOP differently, so the token laws differ
-//!   while the charge does not cover it (a two-part example with every λ = 1 releases
-//!   laws `Dsym₂ ≈ 5.5` apart while 0 is charged: `tests/submix_paper_protocol.rs`);
-//! * with every `λᵢ^pair = 1` (halves that agree) the output is the plain average of the
-//!   parts, whose divergence from its neighbour is unbounded: no data-independent bound
-//!   exists for Alg. 2's output at all.
-//!
-//! Anchoring each part's mixture to p₀ within radius b (PMixED's constraint) gives the
-//! output a proven, data-independent per-response bound while keeping SubMix's
-//! subsample-stability test, which can only lower λᵢ.
-//!
 //! # Guarantee
-//! Privacy unit: a user, whose data lies in one half of one part. Adding, removing or
-//! replacing the user changes that part's models arbitrarily (an emptied half gives the
-//! public model); k is public and fixed (*changed-part* adjacency). Each part's
-//! contribution `λᵢh̄ᵢ + (1−λᵢ)p₀` is within b of p₀ at α_c in both directions (λᵢ ≤
-//! λᵢ^anchor and the divergence is non-decreasing along the segment from p₀, by joint
-//! convexity of `Σ P^α Q^{1−α}`), so each response is `(α, ε(α))`-RDP with PMixED's
-//! bound for k members without subsampling ([`crate::bounds::pmixed_bound_at`]).
+//! Privacy unit: a user, whose data lies in one half of one part; adding, removing or
+//! replacing the user changes that part's models arbitrarily, k public and fixed
+//! (*changed-part* adjacency). Each response is `(α, ε(α))`-RDP with PMixED's bound for
+//! k members without subsampling ([`crate::bounds::pmixed_bound_at`]), charged before
+//! the token is released; there are no per-part budgets and no STOP.
+//!
+//! The paper's Alg. 2 (`λ* = mean(λᵢ^pair)`, a data-dependent charge, STOP when a part's
+//! budget runs out; Prop. 3.1) has no data-independent bound at all and its STOP time
+//! leaks (`tests/submix_paper_protocol.rs`); anchoring each part to p₀ within radius b
+//! is what makes the release provable. Both arguments are written out in `proof.md`
+//! beside this file (`src/submix/proof.md`).
+
+pub(crate) mod protocol;
 
 use privmix_mixing::submix_lambda;
 use privmix_renyi::Order;
@@ -147,74 +137,4 @@ pub fn submix_distribution(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ensemble(public: &[f64], members: &[f64]) -> Ensemble {
-        Ensemble::from_probabilities(public, members).unwrap()
-    }
-
-    #[test]
-    fn agreeing_halves_are_held_by_the_anchor_and_public_parts_cost_nothing() {
-        let p0 = [0.25, 0.25, 0.5];
-        let e = ensemble(
-            &p0,
-            &[
-                0.6, 0.2, 0.2, 0.6, 0.2, 0.2, 0.25, 0.25, 0.5, 0.25, 0.25, 0.5,
-            ],
-        );
-        let d = submix_distribution(&e, 2.0, 0.0, 8.0, 0.01).unwrap();
-        // Identical halves pass the pair test at any λ; the anchor holds part 0 back.
-        assert_eq!(d.pair_lambdas, vec![1.0, 1.0]);
-        assert!(d.anchor_lambdas[0] > 0.0 && d.anchor_lambdas[0] < 1.0);
-        assert_eq!(d.anchor_lambdas[1], 1.0);
-        assert_eq!(d.lambdas[0], d.anchor_lambdas[0]);
-        let sum: f64 = d.output.iter().sum();
-        assert!((sum - 1.0).abs() < 1e-15);
-        // A huge radius leaves the paper's pair test in charge.
-        let d = submix_distribution(&e, 2.0, 0.0, 8.0, 1e6).unwrap();
-        assert_eq!(d.lambdas, vec![1.0, 1.0]);
-        for (x, want) in d.output.iter().zip([0.425, 0.225, 0.35]) {
-            assert!((x - want).abs() < 1e-15);
-        }
-    }
-
-    #[test]
-    fn disagreeing_halves_lower_lambda_below_the_anchor() {
-        let p0 = [0.5, 0.5];
-        let e = ensemble(&p0, &[0.9, 0.1, 0.2, 0.8]);
-        let d = submix_distribution(&e, 2.0, 0.01, 8.0, 10.0).unwrap();
-        assert!(d.pair_lambdas[0] < d.anchor_lambdas[0]);
-        assert_eq!(d.lambdas[0], d.pair_lambdas[0]);
-    }
-
-    #[test]
-    fn bad_parameters_are_typed_errors() {
-        let p0 = [0.5, 0.5];
-        let odd = ensemble(&p0, &[0.9, 0.1, 0.2, 0.8, 0.5, 0.5]);
-        assert!(matches!(
-            submix_distribution(&odd, 2.0, 0.1, 8.0, 0.1),
-            Err(MechanismError::InvalidParameter {
-                name: "members",
-                ..
-            })
-        ));
-        let empty = ensemble(&p0, &[]);
-        assert!(submix_distribution(&empty, 2.0, 0.1, 8.0, 0.1).is_err());
-        let e = ensemble(&p0, &[0.9, 0.1, 0.2, 0.8]);
-        for (a, b) in [
-            (1.0, 0.1),
-            (f64::INFINITY, 0.1),
-            (f64::NAN, 0.1),
-            (2.0, -0.1),
-            (2.0, f64::INFINITY),
-        ] {
-            assert!(matches!(
-                submix_distribution(&e, a, b, 8.0, 0.1),
-                Err(MechanismError::InvalidParameter { .. })
-            ));
-        }
-        assert!(submix_distribution(&e, 2.0, 0.1, 1.0, 0.1).is_err());
-        assert!(submix_distribution(&e, 2.0, 0.1, 8.0, -0.1).is_err());
-    }
-}
+mod tests;

@@ -1,7 +1,8 @@
-//! AdaPMixED: PMixED with noisy screening (Flemings, Razaviyayn & Annavaram,
-//! "Adaptive Differentially Private Next-Token Prediction", adapmixed §4, Alg. 1), with
+//! AdaPMixED: PMixED with noisy screening (Flemings, Razaviyayn, Annavaram,
+//! "Adaptively Private Next-Token Prediction of Large Language Models",
+//! arXiv:2410.02016, §4, Alg. 1), with
 //! its data-dependent savings kept the provable way: an individual Rényi filter per
-//! member ([`crate::adapmixed_filter`]).
+//! member ([`crate::adapmixed::filter`]).
 //!
 //! Per query, over N ≥ 1 members of which some may have left the filter (a member that
 //! left holds the public distribution p₀ in its slot from then on):
@@ -20,14 +21,18 @@
 //! removing or replacing it changes that member's distributions arbitrarily, N fixed).
 //! Each query's charge is data-independent — it depends on N, the configuration and the
 //! screening decisions already published — and the account holds the run's proven RDP
-//! after every query ([`crate::adapmixed_filter`]: the filter theorem of Feldman & Zrnic
+//! after every query ([`crate::adapmixed::filter`]: the filter theorem of Feldman & Zrnic
 //! and Mironov's weak triangle inequality). With a filter budget B the whole run costs at
 //! most the changed-member conversion of B, however many queries it answers; members
-//! whose distributions stay near p₀ spend little and stay longest.
+//! whose distributions stay near p₀ spend little and stay longest. The argument is
+//! written out in `proof.md` beside this file (`src/adapmixed/proof.md`).
 //!
 //! The paper's own accounting, `max_i Dsym_α(p ‖ p₋ᵢ)` charged per query, is a function
 //! of the private data and is not a DP release; [`Adapmixed::data_dependent_losses`]
 //! computes it for comparison only.
+
+pub mod filter;
+mod leave_one_out;
 
 use privmix_accountant::{Orders, RdpCurve, gaussian};
 use privmix_mixing::{Solution, evaluator_error, top_k_indices};
@@ -35,15 +40,15 @@ use privmix_renyi::round::{add_up, div_up, mul_up, sqrt_up, usize_down};
 use privmix_renyi::{Direction, Order, batched_divergence, divergence};
 use rayon::prelude::*;
 
-use crate::adapmixed_filter::{MemberFilter, changed_member_epsilon, private_loss};
-use crate::bounds::{check_enforcement_order, check_probability, check_radius};
-use crate::leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
 use crate::noise::{check_granularity, gaussian_on_grid, rounded_l2_sensitivity};
+use crate::pmixed::bounds::{check_enforcement_order, check_probability, check_radius};
 use crate::pmixed::{StepBuffers, solve_and_sum};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
     Release,
 };
+use filter::{MemberFilter, changed_member_epsilon, private_loss};
+use leave_one_out::{fast_order, leave_one_out_divergences, others_sum};
 
 /// The orders each member's loss is tracked at by default (those ≤ α_c are used).
 pub const DEFAULT_TRACKED_ORDERS: [f64; 14] = [
@@ -464,7 +469,7 @@ impl Adapmixed {
     }
 
     /// The paper's data-dependent loss `max_i Dsym_α(p ‖ p₋ᵢ)` at each of `orders`, as
-    /// computed (no allowance, not rounded up), from the running sum (adapmixed Thm 4.2).
+    /// computed (no allowance, not rounded up), from the running sum (arXiv:2410.02016, Thm 4.2).
     ///
     /// **Not a DP release.** It is a function of every member's data; the paper charges
     /// it and publishes it, which leaks (two corpora that differ in one member give
