@@ -77,28 +77,24 @@
 //! # Ok::<(), privmix_renyi::RenyiError>(())
 //! ```
 
-mod batched;
+mod divergence;
 mod error;
 mod kernel;
-mod logspace;
 mod mixture;
 mod order;
-mod ratio;
 pub mod round;
-mod rows;
-mod scalar;
 pub mod simd;
 mod validate;
 
-pub use batched::{Direction, batched_divergence};
-pub use error::{RenyiError, Result};
-pub use mixture::{MixturePath, SymmetricMixture, SymmetricValue, ValidatedRow, ValueAndSlope};
-pub use order::Order;
-pub use rows::ValidatedRows;
-pub use scalar::{
-    divergence, divergence_log, kl_divergence, kl_divergence_log, symmetric_divergence,
-    symmetric_divergence_log,
+pub use divergence::{
+    Direction, batched_divergence, divergence, divergence_log, kl_divergence, kl_divergence_log,
+    symmetric_divergence, symmetric_divergence_log,
 };
+pub use error::{RenyiError, Result};
+pub use mixture::{
+    MixturePath, SymmetricMixture, SymmetricValue, ValidatedRow, ValidatedRows, ValueAndSlope,
+};
+pub use order::Order;
 pub use validate::Probability;
 
 /// How far from 1 the sum of a probability vector (or the exponential of the

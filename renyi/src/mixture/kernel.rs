@@ -193,7 +193,7 @@ impl EndpointTerms {
     }
 }
 
-/// Ratio arithmetic (see [`crate::ratio`]): `S` and `S'` scaled by `r*^e`.
+/// Ratio arithmetic (see `divergence/ratio.rs`): `S` and `S'` scaled by `r*^e`.
 pub(crate) struct RatioAcc {
     alpha: f64,
     e: f64,

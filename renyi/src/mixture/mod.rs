@@ -11,6 +11,7 @@ mod fast;
 mod kernel;
 mod log;
 mod max;
+mod rows;
 
 use crate::kernel::{CHUNK, RATIO_PATH_MIN};
 use crate::validate::{self, ProbSummary};
@@ -21,6 +22,7 @@ use log::LogAcc;
 use max::MaxAcc;
 
 pub use kernel::ValueAndSlope;
+pub use rows::ValidatedRows;
 
 /// A value-and-slope accumulator; `add` is called once per chunk.
 pub(crate) enum PathAcc {

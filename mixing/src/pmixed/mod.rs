@@ -239,5 +239,4 @@ pub fn pmixed_lambdas(
 }
 
 #[cfg(test)]
-#[path = "pmixed_tests.rs"]
 mod tests;

@@ -10,11 +10,17 @@
 //!
 //! What is computed and how accurately is documented at the crate root.
 
+mod batched;
+mod logspace;
+mod ratio;
+
 use crate::kernel::{RATIO_PATH_MIN, SMALL_EXPONENT, non_negative};
-use crate::logspace::{self, LnOf, LogSource, Logs};
-use crate::ratio::{self, Denominator, Power, SCREEN_NONE, SCREEN_P};
 use crate::validate::{self, ProbSummary, Probability};
 use crate::{Order, Result};
+use logspace::{LnOf, LogSource, Logs};
+use ratio::{Denominator, Power, SCREEN_NONE, SCREEN_P};
+
+pub use batched::{Direction, batched_divergence};
 
 /// `D_α(p/P ‖ q/Q)` for validated probability vectors: picks the kernel. `inv_q`, when
 /// given, holds `fl(1/q_x)` (see [`ratio::reciprocals`]); the result is bitwise the same

@@ -175,5 +175,4 @@ pub(crate) fn check_upper(upper: f64) -> Result<f64, MixingError> {
 }
 
 #[cfg(test)]
-#[path = "solver_tests.rs"]
 mod tests;

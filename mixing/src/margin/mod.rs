@@ -141,7 +141,6 @@ pub fn enforced_radius(radius: f64, order: Order, vocab: usize) -> Result<f64, M
 }
 
 #[cfg(test)]
-#[path = "margin_tests.rs"]
 mod exact_tests;
 
 #[cfg(test)]

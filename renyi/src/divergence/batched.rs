@@ -3,9 +3,9 @@
 
 use rayon::prelude::*;
 
-use crate::ratio;
-use crate::ratio::{SCREEN_P, SCREEN_Q};
-use crate::scalar::{forward_prob, forward_prob_screened};
+use super::ratio;
+use super::ratio::{SCREEN_P, SCREEN_Q};
+use super::{forward_prob, forward_prob_screened};
 use crate::validate::{self, ProbSummary, Probability};
 use crate::{Order, RenyiError, Result};
 

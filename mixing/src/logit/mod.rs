@@ -308,5 +308,4 @@ pub fn logit_mixing_lambda(
 }
 
 #[cfg(test)]
-#[path = "logit_tests.rs"]
 mod tests;
