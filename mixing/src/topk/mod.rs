@@ -1,11 +1,15 @@
-//! Top-k truncation from a public distribution (DPS-MOZO, Tang et al. 2023 and Flemings
-//! et al. 2024, §4 "Output Space Truncation"; AdaPMixED's noisy screening).
+//! Top-k truncation from a public distribution: DPS-MOZO's output-space truncation
+//! (arXiv:2501.19287, §4.1 and Alg. 1, lines 5, 7 and 10, after Tang et al.,
+//! "Privacy-Preserving In-Context Learning with Differentially Private Few-Shot
+//! Generation", arXiv:2309.11765) and AdaPMixED's noisy screening (arXiv:2410.02016,
+//! §4.1 and Alg. 1, lines 2–5).
 //!
 //! The indices are chosen from the *public* vector only (zero-shot logits, or `p0`), so
 //! the choice reveals nothing about private data. Ranking is a strict total order — larger
 //! value first, and among equal values the lower index first — so the chosen set and its
 //! order are a deterministic function of the public vector, whatever the selection
-//! algorithm does internally.
+//! algorithm does internally. Why the selection is correct and private: `proof.md`
+//! beside this file.
 
 use std::cmp::Ordering;
 
@@ -127,7 +131,8 @@ pub fn renormalise(weights: &mut [f64]) -> Result<(), MixingError> {
 }
 
 /// A probability row restricted to `indices` and renormalised: [`gather`] then
-/// [`renormalise`] (the "truncate and rescale" of DPS-MOZO's Alg. 1, lines 7 and 10).
+/// [`renormalise`] (the "truncate and rescale" of DPS-MOZO's Alg. 1, lines 7 and 10,
+/// arXiv:2501.19287).
 pub fn truncate_renormalised<T: Copy + Into<f64>>(
     row: &[T],
     indices: &[usize],
