@@ -69,7 +69,10 @@ fn main() -> Result<(), RenyiError> {
         let v = path.evaluate(lambda)?;
         assert!(v.value >= previous);
         previous = v.value;
-        println!("  λ = {lambda:<5} value {:.12}  slope {:.6}", v.value, v.slope);
+        println!(
+            "  λ = {lambda:<5} value {:.12}  slope {:.6}",
+            v.value, v.slope
+        );
     }
 
     // A privacy number is rounded up, never to nearest: e.g. a bound 2·ln(3) reported

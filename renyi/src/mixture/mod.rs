@@ -9,7 +9,8 @@
 //! types (chunks, endpoints, sums, [`ValueAndSlope`]) and the ratio accumulator;
 //! `log` and `max` hold the log-space and order-∞ accumulators, built on the kernel's
 //! types; `fast` holds the integer-order fast path. This module picks the accumulator
-//! for each evaluation ([`PathAcc`]); `rows` keeps validated rows ([`ValidatedRows`]).
+//! for each evaluation ([`PathAcc`]); `rows` holds validated rows ([`ValidatedRow`],
+//! [`ValidatedRows`]), which the constructors take.
 
 mod fast;
 mod kernel;
@@ -26,7 +27,7 @@ use log::LogAcc;
 use max::MaxAcc;
 
 pub use kernel::ValueAndSlope;
-pub use rows::ValidatedRows;
+pub use rows::{ValidatedRow, ValidatedRows};
 
 /// A value-and-slope accumulator; `add` is called once per chunk.
 pub(crate) enum PathAcc {
@@ -175,39 +176,6 @@ fn mixture_floor(lambda: f64, min_x: f64, min_c: f64) -> f64 {
         f64::INFINITY
     };
     from_x.min(from_c)
-}
-
-/// A probability vector validated once (finite, ≥ 0, non-empty, summing to 1 within
-/// [`crate::NORMALISATION_TOLERANCE`]), for constructors that take many rows against
-/// the same reference ([`SymmetricMixture::with_public`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ValidatedRow<'a> {
-    row: &'a [f64],
-    summary: ProbSummary,
-}
-
-impl<'a> ValidatedRow<'a> {
-    /// Validates `row` (the checks of [`crate::divergence`]'s inputs).
-    pub fn new(row: &'a [f64]) -> Result<Self> {
-        let summary = validate::probabilities(row)?;
-        Ok(ValidatedRow { row, summary })
-    }
-
-    /// The row.
-    pub fn row(&self) -> &'a [f64] {
-        self.row
-    }
-
-    /// A row and the summary its validation produced ([`crate::ValidatedRows`] keeps
-    /// both).
-    pub(crate) fn from_parts(row: &'a [f64], summary: ProbSummary) -> Self {
-        ValidatedRow { row, summary }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn summary(&self) -> ProbSummary {
-        self.summary
-    }
 }
 
 /// Both directions of the PMixED constraint at one λ.
