@@ -7,11 +7,10 @@
 use privmix_mixing::{LAMBDA_TOLERANCE, MixingError, PmixedProjection, enforced_radius};
 use privmix_renyi::{Order, symmetric_divergence};
 
-/// A Zipf-like distribution over `len` tokens whose ranks are shifted by `shift`, so
-/// that two shifts give two different but overlapping next-token distributions.
-fn zipf(len: usize, exponent: f64, shift: usize) -> Vec<f64> {
+/// A Zipf-like next-token distribution over `len` tokens.
+fn zipf(len: usize, exponent: f64) -> Vec<f64> {
     let w: Vec<f64> = (0..len)
-        .map(|i| 1.0 / (((i + shift) % len) as f64 + 1.0).powf(exponent))
+        .map(|i| 1.0 / (i as f64 + 1.0).powf(exponent))
         .collect();
     let s: f64 = w.iter().sum();
     w.into_iter().map(|x| x / s).collect()
@@ -19,13 +18,21 @@ fn zipf(len: usize, exponent: f64, shift: usize) -> Vec<f64> {
 
 fn main() -> Result<(), MixingError> {
     let vocab = 1000;
-    let public = zipf(vocab, 1.1, 0);
-    let private = zipf(vocab, 1.3, 3);
+    let public = zipf(vocab, 1.1);
+    // A private model that reweights the public one token by token (by factors between
+    // 0.4 and 1.6), as fine-tuning on private text would.
+    let weighted: Vec<f64> = public
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| p * (1.0 + 0.6 * (i as f64).sin()))
+        .collect();
+    let total: f64 = weighted.iter().sum();
+    let private: Vec<f64> = weighted.iter().map(|w| w / total).collect();
     let alpha = Order::new(18.0)?;
 
     println!("PMixED projection, α = 18, vocabulary {vocab}");
     println!("β        bound βα   λ              Dsym as evaluated  recomputed        passes");
-    for beta in [0.001, 0.01, 0.05, 0.2, 1.0] {
+    for beta in [0.0005, 0.001, 0.002, 0.005, 0.02] {
         let bound = beta * alpha.value();
         let projection = PmixedProjection::new(&private, &public, alpha, bound)?;
         let sol = projection.solve()?;
@@ -51,12 +58,12 @@ fn main() -> Result<(), MixingError> {
 
     // The certified solve enforces a slightly smaller radius, so that the *exact*
     // divergence of the mixture returned is within the bound.
-    let bound = 0.05 * alpha.value();
+    let bound = 0.002 * alpha.value();
     let enforced = enforced_radius(bound, alpha, vocab)?;
     let certified = PmixedProjection::new(&private, &public, alpha, bound)?.solve_certified()?;
     assert!(enforced < bound && certified.value <= enforced);
     println!(
-        "\ncertified: bound {bound} enforced as {enforced:.15} (margin {:.2e}), λ = {:.10}",
+        "\ncertified: bound {bound:.4} enforced as {enforced:.15} (margin {:.2e}), λ = {:.10}",
         bound - enforced,
         certified.lambda
     );

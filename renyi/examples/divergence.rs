@@ -70,7 +70,7 @@ fn main() -> Result<(), RenyiError> {
         assert!(v.value >= previous);
         previous = v.value;
         println!(
-            "  λ = {lambda:<5} value {:.12}  slope {:.6}",
+            "  λ = {lambda:<5} value {:.12}  slope {:.6e}",
             v.value, v.slope
         );
     }
