@@ -8,9 +8,16 @@
 //!
 //! | solver | constraint | range | paper |
 //! |---|---|---|---|
-//! | [`PmixedProjection`] | `Dsym(λp_i + (1−λ)p₀, p₀) ≤ b` | [0, 1] | PMixED §3.2, AdaPMixED Alg. 1 |
-//! | [`SubmixPairProjection`] | `D_α(λh + (1−λ)p₀ ‖ λh' + (1−λ)p₀) ≤ β` | [0, 1] | SubMix §3, Eq. 2 |
-//! | [`LogitMixing`] | `Dsym(softmax(λl₁ + (1−λ)l₀), softmax(l₀)) ≤ b` | [0, 1.5] | DPS-MOZO §4, Eq. 2–3 |
+//! | [`PmixedProjection`] | `Dsym(λp_i + (1−λ)p₀, p₀) ≤ b` | [0, 1] | PMixED (arXiv:2403.15638); AdaPMixED (arXiv:2410.02016) §3.2, Alg. 1 |
+//! | [`SubmixPairProjection`] | `D_α(λh + (1−λ)p₀ ‖ λh' + (1−λ)p₀) ≤ β` | [0, 1] | SubMix (arXiv:2201.00971) §3, Eq. 2 |
+//! | [`LogitMixing`] | `Dsym(softmax(λl₁ + (1−λ)l₀), softmax(l₀)) ≤ b` | [0, 1.5] | DPS-MOZO (arXiv:2501.19287) §4.1, Eq. 2–3 |
+//!
+//! The papers: Flemings, Razaviyayn, Annavaram, "Differentially Private Next-Token
+//! Prediction of Large Language Models" (PMixED) and "Adaptively Private Next-Token
+//! Prediction of Large Language Models" (AdaPMixED); Ginart, van der Maaten, Zou, Guo,
+//! "SubMix: Practical Private Prediction for Large-Scale Language Models"; Flemings, Gan,
+//! Li, Razaviyayn, Annavaram, "Differentially Private In-context Learning via Sampling
+//! Few-shot Mixed with Zero-shot Outputs" (DPS-MOZO).
 //!
 //! What every solver guarantees (the property the privacy analyses rest on):
 //! * The λ returned satisfies its constraint **as evaluated in f64** by the solver's own
@@ -25,7 +32,7 @@
 //! * `solve_certified` (on each projection) goes further: the *exact* divergence of the
 //!   distribution returned, not its f64 evaluation, is at most the radius. It enforces
 //!   [`enforced_radius`] — the radius less a margin covering the evaluator's relative and
-//!   absolute error ([`EvaluatorError`], derived in the `margin` module) — and returns
+//!   absolute error ([`EvaluatorError`], derived in `src/margin/proof.md`) — and returns
 //!   λ = 0 when the margin swallows the radius. Mechanisms that charge a bound computed
 //!   from the radius must use it: a relative margin alone fails for tiny radii, where the
 //!   evaluator's absolute error (about `1e-16` per unit of `α/(α−1)`, times the
@@ -40,6 +47,11 @@
 //! λ-derivative from one pass of `privmix_renyi`'s path evaluators: a typical solve costs
 //! 3 to 8 passes over the vocabulary, where the reference implementations' 20-step
 //! bisection costs 21 and quantises λ to `2⁻²⁰`.
+//!
+//! Each construction lives in its own module folder with a `proof.md` (shipped in the
+//! crate) that states its guarantee and the argument for it: `pmixed/`, `submix/`,
+//! `logit/`, the shared search `solver/`, the certified margin `margin/`, and the
+//! top-k truncation `topk/`.
 //!
 //! ```
 //! use privmix_mixing::{pmixed_lambda, LAMBDA_TOLERANCE};
@@ -69,3 +81,8 @@ pub use pmixed::{PmixedProjection, pmixed_lambda, pmixed_lambdas};
 pub use solver::{LAMBDA_TOLERANCE, Solution};
 pub use submix::{SubmixPairProjection, submix_lambda};
 pub use topk::{gather, renormalise, top_k_indices, truncate_renormalised};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

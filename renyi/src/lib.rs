@@ -8,10 +8,10 @@
 //! `D_α(p‖q) = 1/(α−1) · log Σ_x p_x^α q_x^{1−α}`,   `D_∞(p‖q) = log max_{p_x>0} p_x/q_x`,
 //!
 //! and `KL(p‖q) = Σ_x p_x log(p_x/q_x)` is the limit α → 1 (van Erven & Harremoës,
-//! "Rényi divergence and Kullback-Leibler divergence", IEEE Trans. Inf. Theory 60(7),
-//! 2014). A mechanism is `(α, ε)`-RDP when this divergence between its output
-//! distributions on neighbouring inputs is at most ε (Mironov, "Rényi differential
-//! privacy", CSF 2017).
+//! "Rényi Divergence and Kullback-Leibler Divergence", arXiv:1206.2459, IEEE Trans. Inf.
+//! Theory 60(7), 2014). A mechanism is `(α, ε)`-RDP when this divergence between its
+//! output distributions on neighbouring inputs is at most ε (Mironov, "Rényi
+//! Differential Privacy", arXiv:1702.07476, CSF 2017).
 //!
 //! What this crate guarantees:
 //! * Every sum is a scaled f64 sum (log-sum-exp, or ratios scaled by their maximum), so
@@ -53,6 +53,15 @@
 //! Callers that report a privacy bound should round it up, with [`round`]: the
 //! outward-rounded arithmetic every privmix crate uses for its privacy numbers.
 //!
+//! ## Layout
+//!
+//! One folder per construction, each with a `proof.md` (shipped in the crate) that
+//! states its guarantee and the argument for it: `divergence/` (two distributions, and
+//! many rows against one reference), `mixture/` (divergences along mixing paths, with
+//! their λ-derivative), `round/` (outward-rounded arithmetic). Shared pieces: `kernel`
+//! (chunked lane-wise loops, streaming log-sum-exp), `validate`, `order`, `error`, and
+//! the public [`simd`] building blocks.
+//!
 //! ## Example
 //!
 //! ```
@@ -77,28 +86,24 @@
 //! # Ok::<(), privmix_renyi::RenyiError>(())
 //! ```
 
-mod batched;
+mod divergence;
 mod error;
 mod kernel;
-mod logspace;
 mod mixture;
 mod order;
-mod ratio;
 pub mod round;
-mod rows;
-mod scalar;
 pub mod simd;
 mod validate;
 
-pub use batched::{Direction, batched_divergence};
-pub use error::{RenyiError, Result};
-pub use mixture::{MixturePath, SymmetricMixture, SymmetricValue, ValidatedRow, ValueAndSlope};
-pub use order::Order;
-pub use rows::ValidatedRows;
-pub use scalar::{
-    divergence, divergence_log, kl_divergence, kl_divergence_log, symmetric_divergence,
-    symmetric_divergence_log,
+pub use divergence::{
+    Direction, batched_divergence, divergence, divergence_log, kl_divergence, kl_divergence_log,
+    symmetric_divergence, symmetric_divergence_log,
 };
+pub use error::{RenyiError, Result};
+pub use mixture::{
+    MixturePath, SymmetricMixture, SymmetricValue, ValidatedRow, ValidatedRows, ValueAndSlope,
+};
+pub use order::Order;
 pub use validate::Probability;
 
 /// How far from 1 the sum of a probability vector (or the exponential of the
@@ -106,3 +111,8 @@ pub use validate::Probability;
 /// softmax outputs over vocabularies of 10⁵ tokens (accumulated rounding ≈ 1e-5) while
 /// rejecting vectors that are not distributions at all.
 pub const NORMALISATION_TOLERANCE: f64 = 1e-4;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

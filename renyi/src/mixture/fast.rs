@@ -28,6 +28,7 @@
 //! chunked kernels answer. The values agree with [`crate::divergence`] on the explicit
 //! mixture to rounding (a few ulps of the terms, amplified by at most α), and each
 //! positive value is rounded up by one ulp so that rounding errs on the safe side.
+//! The derivation and the scaling argument are in `proof.md` beside this file (P5).
 
 use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8, powi_u32};
 use crate::round::step_up;

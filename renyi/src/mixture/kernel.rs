@@ -14,7 +14,8 @@
 //! `|λ − λ₀|·|m'|^α |n'|^{1−α}`: it adds nothing to the value there but its full
 //! one-sided rate to `S'`. The slope reported is the right derivative for λ < 1 and the
 //! left derivative at λ = 1; it is `+∞` when the value is `+∞`, or when the value is
-//! finite at λ = 0 but infinite for every λ > 0.
+//! finite at λ = 0 but infinite for every λ > 0. The derivation of both, endpoint
+//! terms included, is in `proof.md` beside this file (P3).
 
 use crate::Order;
 use crate::kernel::{
@@ -193,7 +194,7 @@ impl EndpointTerms {
     }
 }
 
-/// Ratio arithmetic (see [`crate::ratio`]): `S` and `S'` scaled by `r*^e`.
+/// Ratio arithmetic (see `divergence/ratio.rs`): `S` and `S'` scaled by `r*^e`.
 pub(crate) struct RatioAcc {
     alpha: f64,
     e: f64,

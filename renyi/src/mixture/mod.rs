@@ -1,16 +1,22 @@
 //! Divergences along mixing paths, with their derivative in λ from the same pass: the
 //! quantity the λ solvers of PMixED, AdaPMixED and SubMix search over.
 //!
+//! What the evaluators guarantee (value, one-sided slope, endpoint terms, agreement with
+//! [`crate::divergence`], the closed forms of the integer-order path) and why is written
+//! out in `proof.md` beside this file.
+//!
 //! The modules below this one form a tree with no cycle: [`kernel`] holds the shared
 //! types (chunks, endpoints, sums, [`ValueAndSlope`]) and the ratio accumulator;
 //! `log` and `max` hold the log-space and order-∞ accumulators, built on the kernel's
 //! types; `fast` holds the integer-order fast path. This module picks the accumulator
-//! for each evaluation ([`PathAcc`]).
+//! for each evaluation ([`PathAcc`]); `rows` holds validated rows ([`ValidatedRow`],
+//! [`ValidatedRows`]), which the constructors take.
 
 mod fast;
 mod kernel;
 mod log;
 mod max;
+mod rows;
 
 use crate::kernel::{CHUNK, RATIO_PATH_MIN};
 use crate::validate::{self, ProbSummary};
@@ -21,6 +27,7 @@ use log::LogAcc;
 use max::MaxAcc;
 
 pub use kernel::ValueAndSlope;
+pub use rows::{ValidatedRow, ValidatedRows};
 
 /// A value-and-slope accumulator; `add` is called once per chunk.
 pub(crate) enum PathAcc {
@@ -70,9 +77,10 @@ impl PathAcc {
 ///
 /// (plus the derivative of the normalisation, zero for exactly normalised inputs), or
 /// for α = ∞ the slope of the maximal term `log(m_x/n_x)`. Rényi divergence is
-/// jointly quasi-convex and `D(λ) = 0` at λ = 0 (van Erven & Harremoës 2014, Thm. 13), so
-/// along the paths [`MixturePath::forward`] and [`MixturePath::reverse`] the value is
-/// non-decreasing in λ: a bisection or Newton solver may rely on that.
+/// jointly quasi-convex and `D(λ) = 0` at λ = 0 (van Erven & Harremoës, "Rényi Divergence
+/// and Kullback-Leibler Divergence", arXiv:1206.2459, Thm. 13), so along every path, and
+/// in particular [`MixturePath::forward`] and [`MixturePath::reverse`], the exact value
+/// is non-decreasing in λ (see `proof.md` beside this file, P6).
 ///
 /// For finite α ≥ 1.125 and vectors whose non-zero entries are ≥ 1e-150 (so that both use
 /// the ratio kernels) the value is bitwise equal to [`crate::divergence`] applied to the
@@ -170,39 +178,6 @@ fn mixture_floor(lambda: f64, min_x: f64, min_c: f64) -> f64 {
     from_x.min(from_c)
 }
 
-/// A probability vector validated once (finite, ≥ 0, non-empty, summing to 1 within
-/// [`crate::NORMALISATION_TOLERANCE`]), for constructors that take many rows against
-/// the same reference ([`SymmetricMixture::with_public`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ValidatedRow<'a> {
-    row: &'a [f64],
-    summary: ProbSummary,
-}
-
-impl<'a> ValidatedRow<'a> {
-    /// Validates `row` (the checks of [`crate::divergence`]'s inputs).
-    pub fn new(row: &'a [f64]) -> Result<Self> {
-        let summary = validate::probabilities(row)?;
-        Ok(ValidatedRow { row, summary })
-    }
-
-    /// The row.
-    pub fn row(&self) -> &'a [f64] {
-        self.row
-    }
-
-    /// A row and the summary its validation produced ([`crate::ValidatedRows`] keeps
-    /// both).
-    pub(crate) fn from_parts(row: &'a [f64], summary: ProbSummary) -> Self {
-        ValidatedRow { row, summary }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn summary(&self) -> ProbSummary {
-        self.summary
-    }
-}
-
 /// Both directions of the PMixED constraint at one λ.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SymmetricValue {
@@ -220,12 +195,13 @@ impl SymmetricValue {
 }
 
 /// `λ ↦ (D_α(λp + (1−λ)q ‖ q), D_α(q ‖ λp + (1−λ)q))`, both from ONE pass over memory:
-/// the constraint `max(forward, reverse) ≤ βα` of PMixED (Flemings et al. 2024, §3.2) and
-/// DPS-MOZO.
+/// the constraint `max(forward, reverse) ≤ βα` of PMixED (Flemings, Razaviyayn,
+/// Annavaram, "Differentially Private Next-Token Prediction of Large Language Models",
+/// arXiv:2403.15638; restated in arXiv:2410.02016, §3.2, Thm. 3.1).
 ///
 /// For integer α ∈ [2, 4096] and entries ≥ 1e-150, the constructor precomputes
 /// the ratios `p/q` once, and each λ ∈ (0, 1] is then evaluated in closed form from
-/// that vector and q (see `mixture/fast.rs`): equal to [`MixturePath::forward`] and
+/// that vector and q (see `fast.rs` and `proof.md` beside this file, P5): equal to [`MixturePath::forward`] and
 /// [`MixturePath::reverse`] to rounding (relative ~1e-14), with each positive value
 /// rounded up one ulp. The pass that forms the ratios also forms the sums at λ = 1
 /// (where the mixture is p), so `evaluate(1.0)`, the first point every λ search

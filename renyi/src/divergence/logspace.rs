@@ -9,6 +9,7 @@
 //! All three log-sum-exps stream over the same chunks, so for `lp = lq` bitwise the
 //! result is exactly 0. If some `t_x` overflows (finite but astronomically negative
 //! `lq`, or an astronomically large α) the sum is redone on `t/n`, which cannot overflow.
+//! The identity and the stability argument are in `proof.md` beside this file.
 
 use crate::kernel::{Buf, CHUNK, SMALL_EXPONENT, ScaledLse, lane_max, lane_sum};
 use crate::validate::Probability;

@@ -1,20 +1,30 @@
 //! Divergences between two distributions given as probability or log-probability vectors.
 //!
+//! The guarantees (what is computed on inputs normalised within tolerance, exact `+∞`
+//! and 0, accuracy, batched = scalar bitwise) and the identities each kernel evaluates
+//! are written out in `proof.md` beside this file.
+//!
 //! Every function validates its input once, then runs one kernel:
 //! * probability vectors whose non-zero entries are all ≥ 1e-150 go through the ratio
 //!   kernels (module `ratio`): ratios `p·fl(1/q)` scaled by their running maximum, raised
 //!   to `α − 1` by repeated multiplication for integer α (no `exp`/`log` per element),
 //!   by `powf` otherwise, and by an `expm1` form for `α − 1 < 0.125`;
 //! * other probability vectors (entries down to the smallest subnormal) and all
-//!   log-probability vectors go through the log-space kernels (module `logspace`).
-//!
-//! What is computed and how accurately is documented at the crate root.
+//!   log-probability vectors go through the log-space kernels (module `logspace`);
+//! * [`batched_divergence`] (module `batched`) runs the same kernels over many rows
+//!   against one reference.
+
+mod batched;
+mod logspace;
+mod ratio;
 
 use crate::kernel::{RATIO_PATH_MIN, SMALL_EXPONENT, non_negative};
-use crate::logspace::{self, LnOf, LogSource, Logs};
-use crate::ratio::{self, Denominator, Power, SCREEN_NONE, SCREEN_P};
 use crate::validate::{self, ProbSummary, Probability};
 use crate::{Order, Result};
+use logspace::{LnOf, LogSource, Logs};
+use ratio::{Denominator, Power, SCREEN_NONE, SCREEN_P};
+
+pub use batched::{Direction, batched_divergence};
 
 /// `D_α(p/P ‖ q/Q)` for validated probability vectors: picks the kernel. `inv_q`, when
 /// given, holds `fl(1/q_x)` (see [`ratio::reciprocals`]); the result is bitwise the same
@@ -113,18 +123,20 @@ fn check_log_pair(log_p: &[f64], log_q: &[f64]) -> Result<()> {
 
 /// The Rényi divergence of order α,
 /// `D_α(p‖q) = 1/(α−1) · log Σ_x p_x^α q_x^{1−α}` (and `log max_x p_x/q_x` for α = ∞),
-/// of two probability vectors (van Erven & Harremoës, "Rényi divergence and
-/// Kullback-Leibler divergence", IEEE Trans. Inf. Theory 2014, Def. 2). It is the
-/// privacy loss of Rényi differential privacy (Mironov 2017). See the crate documentation
-/// for what is computed on inputs normalised only within tolerance, and the accuracy.
+/// of two probability vectors (van Erven & Harremoës, "Rényi Divergence and
+/// Kullback-Leibler Divergence", arXiv:1206.2459). It is the privacy loss of Rényi
+/// differential privacy (Mironov, "Rényi Differential Privacy", arXiv:1702.07476). See
+/// the crate documentation for what is computed on inputs normalised only within
+/// tolerance, and the accuracy; `proof.md` beside this file for why.
 pub fn divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> Result<f64> {
     let alpha = alpha.checked()?;
     let (sp, sq) = check_pair(p, q)?;
     Ok(forward_prob(p, q, None, sp, sq, alpha))
 }
 
-/// `max(D_α(p‖q), D_α(q‖p))`: the symmetric divergence that PMixED, AdaPMixED and
-/// DPS-MOZO bound. Never below either direction.
+/// `max(D_α(p‖q), D_α(q‖p))`: the symmetric divergence that PMixED (arXiv:2403.15638),
+/// AdaPMixED (arXiv:2410.02016, §3.2) and DPS-MOZO (arXiv:2501.19287, §4.1) bound. Never
+/// below either direction.
 pub fn symmetric_divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> Result<f64> {
     let alpha = alpha.checked()?;
     let (sp, sq) = check_pair(p, q)?;
@@ -132,7 +144,7 @@ pub fn symmetric_divergence<T: Probability>(p: &[T], q: &[T], alpha: Order) -> R
 }
 
 /// The Kullback-Leibler divergence `KL(p‖q) = Σ_x p_x log(p_x/q_x)`, the limit of `D_α` as
-/// α → 1 (van Erven & Harremoës 2014, Thm. 5).
+/// α → 1 (van Erven & Harremoës, arXiv:1206.2459, Thm. 5).
 pub fn kl_divergence<T: Probability>(p: &[T], q: &[T]) -> Result<f64> {
     let (sp, sq) = check_pair(p, q)?;
     Ok(non_negative(

@@ -17,42 +17,11 @@
 //! distribution itself (divergence exactly 0), unless the private input equals the
 //! public one bitwise (then every mixture is the public distribution too).
 //!
-//! # The error model
-//!
-//! `u = 2⁻⁵³` (unit roundoff), `V` the vector length, `e = α − 1`, `a = α/(α − 1)` (1 for
-//! α = ∞), and `L` a bound on the magnitude of every logarithm the kernels take:
-//! `L = 745 > |ln x|` for every positive f64 (`ln 2⁻¹⁰⁷⁴ ≈ −744.4`) on the probability
-//! paths, the data-dependent `Λ` of [`LogitMixing`](crate::LogitMixing) on the logit path.
-//! The value of each direction is `D = (ln S − α·ln M)/e + ln N` with
-//! `S = Σ m^α n^{1−α}` and the normalisers `M = Σm`, `N = Σn` (or, at α = ∞,
-//! `max ln(m/n) + ln(N/M)`), computed by one of privmix-renyi's mixture kernels. To
-//! first order in `u`, bounding each rounding by `u` times the magnitude it is made at
-//! (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.1–3.4):
-//!
-//! 1. *Inputs.* The mixture the evaluator forms differs entrywise from the f64 mixture
-//!    returned (the closed-form path of `SymmetricMixture` forms `q·((1−λ) + λ·fl(p/q))`)
-//!    and from the exact one `λp + (1−λ)q` by relative errors below `4u` per entry.
-//!    Multiplying an argument's entries by factors within `e^{±c}` moves `D_α` by at
-//!    most `2c·α/e` (first argument) or `2c` (second argument), normalisation included:
-//!    at most `16u·a` here.
-//! 2. *Sums.* `S`, `M`, `N` are sums of `V` non-negative terms; however they are split
-//!    into lanes and chunks, each has a relative error below `V·u` (recursive summation,
-//!    `γ_V`), and each term's own error (ratios, powers by repeated squaring, `powf`,
-//!    `exp` of a log-space exponent, the rescalings of running maxima) is a factor
-//!    within `e^{±3u(α+1)}` around the term, or `e^{±u(2 + 3α)L}` in log space. Through
-//!    `ln S / e`, `α ln M / e` and `ln N` these give at most `(2a·V + 12a + 6a·L)·u`.
-//! 3. *Logarithms and the final combination.* Each `ln` of a positive f64 is faithful
-//!    (error `< u·|result|` plus `u`), each of the few additions, multiplications by α
-//!    and divisions by `e` in the final combination adds `u` times the magnitude of its
-//!    result, and the magnitudes are bounded by `α·L` (a log-space exponent, `α·ln t`
-//!    for a scale `t`) or by `e·D` (the combination itself): at most `4u·D + 8u·a·L`.
-//!
-//! So `|D̂ − D| ≤ 4u·D + u·a·(14·L + 2·V + 28)`. [`evaluator_error`] states
-//! `ρ = 2⁻⁴⁴ ≈ 5.7e-14` (≥ 500 times the derived `4u`) and
-//! `A = u·a·(128·L + 16·V + 1024)` (≥ 8 times each derived coefficient), slack that
-//! also covers the second-order terms and constant factors the sketch above rounds
-//! away. At `V = 50 257`, `α = 18`, `A ≈ 1.0e-10`: PMixED's radii (`βα ≈ 0.1–4`) lose
-//! nothing measurable; radii below `A` give λ = 0.
+//! The error model behind `ρ` and `A` — the inputs' mixing error, the sums, the
+//! logarithms and the final combination, each bounded to first order in the unit
+//! roundoff with generous slack — is derived in `proof.md` beside this file. At
+//! `V = 50 257`, `α = 18`, `A ≈ 1.0e-10`: PMixED's radii (`βα ≈ 0.1–4`) lose nothing
+//! measurable; radii below `A` give λ = 0.
 
 use privmix_renyi::Order;
 use privmix_renyi::round::{add_up, div_up, mul_down, mul_up, sub_down, usize_up};
@@ -66,7 +35,7 @@ const UNIT_ROUNDOFF: f64 = 1.0 / 9_007_199_254_740_992.0;
 /// A bound on `|ln x|` for every positive f64 (`ln 2⁻¹⁰⁷⁴ ≈ −744.44`).
 pub const LOG_RANGE: f64 = 745.0;
 
-/// The relative part ρ of [`EvaluatorError`]: `2⁻⁴⁴` (see the module documentation).
+/// The relative part ρ of [`EvaluatorError`]: `2⁻⁴⁴` (derived in `proof.md` beside this file).
 pub const RELATIVE_ERROR: f64 = 1.0 / 17_592_186_044_416.0;
 
 /// A bound on the error of a divergence evaluator: `|D̂ − D| ≤ relative·D + absolute`
@@ -130,7 +99,7 @@ pub(crate) fn evaluator_error_with_logs(
 /// The radius a PMixED or SubMix projection must enforce *as evaluated* so that the
 /// exact divergence of the mixture it returns is at most `radius`:
 /// `radius·(1 − ρ) − A(α, vocab)` rounded down, 0 when the margin swallows the radius
-/// (see the module documentation for the error model). `+∞` stays `+∞`.
+/// (the error model is derived in `proof.md` beside this file). `+∞` stays `+∞`.
 ///
 /// The projections' `solve_certified` methods apply it themselves (and return λ = 0
 /// when it is 0); call this directly only to report or compare the margin.
@@ -141,43 +110,7 @@ pub fn enforced_radius(radius: f64, order: Order, vocab: usize) -> Result<f64, M
 }
 
 #[cfg(test)]
-#[path = "margin_tests.rs"]
 mod exact_tests;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_margin_has_the_documented_size_and_rounds_the_safe_way() {
-        let alpha = Order::new(18.0).unwrap();
-        let err = evaluator_error(alpha, 50_257).unwrap();
-        let want = UNIT_ROUNDOFF * (18.0 / 17.0) * (128.0 * 745.0 + 16.0 * 50_257.0 + 1024.0);
-        assert!(err.absolute >= want && err.absolute <= want * (1.0 + 1e-14));
-        assert!((0.9e-10..1.1e-10).contains(&err.absolute), "{err:?}");
-        let b = enforced_radius(3.6, alpha, 50_257).unwrap();
-        assert!(b < 3.6 * (1.0 - RELATIVE_ERROR) - err.absolute + 1e-15);
-        assert!(b > 3.6 - 1e-9);
-        // Tiny radii are swallowed; +∞ stays.
-        assert_eq!(enforced_radius(1e-12, alpha, 50_257), Ok(0.0));
-        assert_eq!(enforced_radius(0.0, alpha, 3), Ok(0.0));
-        assert_eq!(enforced_radius(f64::INFINITY, alpha, 3), Ok(f64::INFINITY));
-        // α near 1: the 1/(α − 1) of the sums shows.
-        let near = evaluator_error(Order::new(1.001).unwrap(), 3).unwrap();
-        assert!(near.absolute > 900.0 * evaluator_error(Order::Infinite, 3).unwrap().absolute);
-    }
-
-    #[test]
-    fn bad_inputs_are_typed_errors() {
-        let alpha = Order::new(2.0).unwrap();
-        assert_eq!(
-            enforced_radius(-1.0, alpha, 3),
-            Err(MixingError::InvalidBound(-1.0))
-        );
-        assert!(matches!(
-            enforced_radius(f64::NAN, alpha, 3),
-            Err(MixingError::InvalidBound(_))
-        ));
-        assert_eq!(enforced_radius(1.0, alpha, 0), Err(MixingError::Empty));
-    }
-}
+mod tests;

@@ -1,5 +1,6 @@
-//! DPS-MOZO's logit-space mixing (Flemings et al. 2025, dps-mozo §4, Eq. 2–3): the largest
-//! `λ ∈ [0, λ_max]` with
+//! DPS-MOZO's logit-space mixing (Flemings, Gan, Li, Razaviyayn, Annavaram,
+//! "Differentially Private In-context Learning via Sampling Few-shot Mixed with Zero-shot
+//! Outputs", arXiv:2501.19287, §4.1, Eq. 2–3): the largest `λ ∈ [0, λ_max]` with
 //!
 //! `Dsym(softmax(λ·l₁ + (1−λ)·l₀), softmax(l₀)) ≤ b`,
 //!
@@ -7,31 +8,13 @@
 //! top-k support of the zero-shot logits (see [`crate::top_k_indices`]), and `Dsym` is the
 //! larger of the two Rényi divergences of order α.
 //!
-//! # Why the constraint is monotone in λ ≥ 0
-//!
-//! With `T = l₁ − l₀`, the mixed logits are `l₀ + λT`, so `P_λ = softmax(l₀ + λT)` is a
-//! one-parameter exponential family with natural parameter λ and log-partition
-//! `A(λ) = log Σ exp(l₀ + λT)`, which is convex (`A'' = Var_{P_λ}(T) ≥ 0`). Then
-//!
-//! - `D_α(P_λ ‖ P₀) = [A(αλ) − αA(λ) + (α−1)A(0)]/(α−1)`, with derivative
-//!   `α/(α−1)·(A'(αλ) − A'(λ))`, which is `≥ 0` for λ ≥ 0 because `αλ ≥ λ` and `A'` is
-//!   non-decreasing;
-//! - `D_α(P₀ ‖ P_λ) = [A((1−α)λ) − αA(0) + (α−1)A(λ)]/(α−1)`, with derivative
-//!   `A'(λ) − A'((1−α)λ) ≥ 0` for λ ≥ 0 because `(1−α)λ ≤ λ`;
-//! - at α = ∞ both are limits of non-decreasing functions: `max_x λT_x − A(λ) + A(0)` and
-//!   `max_x (−λT_x) + A(λ) − A(0)`.
-//!
-//! So `Dsym` is non-decreasing on `[0, ∞)` — beyond 1 as well, which the extrapolating
-//! range `[0, 1.5]` needs — and the feasible set is an interval `[0, λ*]`. It is strictly
-//! increasing unless `T` is constant on the support (then `P_λ = P₀` for every λ). The
-//! derivatives above, written as expectations (`A'(s) = E_{P_s}[T]`, and `P_{αλ}` is the
-//! escort `∝ P_λ^α P₀^{1−α}`), give the slopes used by the solver.
-//!
-//! The search models each direction as a power of λ directly (κ = 0, `H = D`): both grow
-//! like `λ²` near 0 (`α·Var_{P₀}(T)·λ²/2`); the reverse one is convex (its second
-//! derivative is `(α−1)A''((1−α)λ) + A''(λ) ≥ 0`) and grows linearly for large λ, and
-//! the forward one saturates at `−log P₀(argmax T)` — shapes for which an exponential
-//! transform would slow Newton down.
+//! With `T = l₁ − l₀`, `softmax(l₀ + λT)` is an exponential family in λ, whose convex
+//! log-partition makes both directions non-decreasing on `[0, ∞)` (strictly unless `T`
+//! is constant), beyond 1 as well, which the extrapolating range `[0, 1.5]` needs. The
+//! same formulas, as expectations under escort distributions, give the slopes the
+//! search uses; it models each direction as a power of λ directly (κ = 0). The
+//! arguments, and the log-range bound behind [`LogitMixing::evaluator_error`], are
+//! written out in `proof.md` beside this file.
 
 use privmix_renyi::round::{add_up, ln_up, mul_up, sub_up, usize_up};
 use privmix_renyi::{Order, divergence_log};
@@ -40,7 +23,9 @@ use crate::margin::evaluator_error_with_logs;
 use crate::solver::{Evaluation, Part, Search, check_bound, check_upper};
 use crate::{EvaluatorError, MixingError, Solution};
 
-/// The default upper end of the λ range (Xu 2023; dps-mozo §4).
+/// The default upper end of the λ range: DPS-MOZO (arXiv:2501.19287, §4.1) follows Xu,
+/// "Context-aware Decoding Reduces Hallucination in Query-focused Summarization"
+/// (arXiv:2312.14335).
 pub const DEFAULT_LOGIT_UPPER: f64 = 1.5;
 
 /// `log softmax(logits)` in f64 via log-sum-exp. Errors: [`MixingError::Empty`], or
@@ -92,7 +77,7 @@ fn expectation(u: &[f64], t: &[f64]) -> f64 {
 /// zero-shot logits.
 ///
 /// Guarantee: [`LogitMixing::solve`] returns a λ at which [`LogitMixing::constraint`] — the
-/// value DPS-MOZO's privacy analysis (dps-mozo Thm. B.3) bounds by `βα` — is at most the
+/// value DPS-MOZO's privacy analysis (arXiv:2501.19287, Thm. B.3) bounds by `βα` — is at most the
 /// bound as computed in f64, and within [`crate::LAMBDA_TOLERANCE`] of the supremum of the
 /// feasible interval, or the upper end when that is feasible. The distribution to sample
 /// from is [`LogitMixing::mixed_log_probs`] at that λ: the very vector the constraint was
@@ -196,8 +181,8 @@ impl LogitMixing {
         Ok(forward.max(reverse))
     }
 
-    /// The constraint and its two directions with their derivatives in λ (see the module
-    /// documentation).
+    /// The constraint and its two directions with their derivatives in λ (derived in
+    /// `proof.md` beside this file).
     fn evaluate(&self, lambda: f64) -> Result<Evaluation, MixingError> {
         let (forward, reverse, lp) = self.divergences(lambda)?;
         let t = &self.shift;
@@ -308,5 +293,4 @@ pub fn logit_mixing_lambda(
 }
 
 #[cfg(test)]
-#[path = "logit_tests.rs"]
 mod tests;

@@ -16,6 +16,7 @@
 //! The ratio is formed as `p·fl(1/q)` (1 exactly when `p = q`), so that a caller holding
 //! many rows against one reference computes the reciprocals once ([`Denominator::inv`]);
 //! a relative error of 2 ulp in `r` costs `2nε` relative in `S`, `2ε` in `D`.
+//! Why nothing overflows and why equal inputs give exactly 0: `proof.md` beside this file.
 
 use crate::kernel::{Buf, CHUNK, PW, RATIO_PATH_MIN, SMALL_EXPONENT, combine, pow8, powi_u32};
 use crate::validate::Probability;

@@ -1,33 +1,19 @@
-//! PMixED's projection (Flemings et al. 2024, "Differentially private next-token prediction
-//! of large language models", §3.2 and Alg. 2; AdaPMixED, adapmixed Alg. 1 line 11): the
-//! largest `λ ∈ [0, 1]` with
+//! PMixED's projection (Flemings, Razaviyayn, Annavaram, "Differentially Private
+//! Next-Token Prediction of Large Language Models", arXiv:2403.15638; restated in
+//! "Adaptively Private Next-Token Prediction of Large Language Models", arXiv:2410.02016,
+//! §3.2, Thm. 3.1 and App. B Alg. 2, and used by its Alg. 1, line 11): the largest
+//! `λ ∈ [0, 1]` with
 //!
 //! `Dsym(λ·p_i + (1−λ)·p₀, p₀) = max(D_α(m_λ ‖ p₀), D_α(p₀ ‖ m_λ)) ≤ b`   (`b = βα`).
 //!
-//! # Why the constraint is monotone in λ
-//!
-//! Rényi divergence of order α ∈ [0, ∞] is jointly quasi-convex (van Erven & Harremoës
-//! 2014, Thm. 13). For `0 ≤ λ₁ < λ₂` the pair `(m_{λ₁}, p₀)` is the convex combination
-//! `(λ₁/λ₂)·(m_{λ₂}, p₀) + (1 − λ₁/λ₂)·(p₀, p₀)`, so
-//! `D(m_{λ₁} ‖ p₀) ≤ max(D(m_{λ₂} ‖ p₀), D(p₀ ‖ p₀)) = D(m_{λ₂} ‖ p₀)`, and likewise for the
-//! reverse direction and hence for their maximum. Both directions are in fact strictly
-//! increasing when `p_i ≠ p₀`: with `w = m_λ/p₀ = 1 + λ(p_i/p₀ − 1)`, affine in λ,
-//! `Σ p₀ w^α` is strictly convex in λ with zero slope at 0 (`Σ (p_i − p₀) = 0`), and so is
-//! `Σ p₀ w^{1−α}`. A zero bound therefore admits only λ = 0.
-//!
-//! # The transforms the search uses
-//!
-//! With `w = m_λ/p₀` and the power mean `M_s(w) = (Σ p₀ w^s)^{1/s}` (a norm for `s ≥ 1`,
-//! concave for `s ≤ 1`): `exp(D_α(m ‖ p₀)) = M_α(w)^{α/(α−1)}` and
-//! `exp(−D_α(p₀ ‖ m)) = M_{1−α}(w)`. The search (see `solver`) models
-//! `H = expm1(κD)/κ` as a power of λ; it uses κ = 1 for the forward direction, where
-//! `H = e^D − 1` is convex and, for the large orders PMixED uses (`D_α ≈ log(1 + λR)`),
-//! nearly the linear `λR` (exactly at α = ∞); and κ = −1 for the reverse one, where
-//! `H = 1 − e^{−D} = 1 − M_{1−α}(w)` is convex and nearly the linear `λ(1 − min w)`
-//! (exactly at α = ∞). Near λ = 0 both grow like `λ²` (α(α−1)χ²/2), the other power the
-//! model captures exactly. A typical solve costs 3 evaluations (1 when λ = 1 is
-//! feasible, up to about 8 on awkward shapes), each one pass over both vectors computing
-//! both directions.
+//! The constraint is non-decreasing in λ (joint quasi-convexity of Rényi divergence),
+//! strictly when `p_i ≠ p₀`, so a zero bound admits only λ = 0. The search models
+//! `H = expm1(κD)/κ` as a power of λ, with κ = 1 for the forward direction and κ = −1
+//! for the reverse one; both transforms are convex in λ (power means of the likelihood
+//! ratio), which lets the search certify the upper end of its final bracket by a
+//! tangent. A typical solve costs 3 evaluations (1 when λ = 1 is feasible), each one
+//! pass over both vectors computing both directions. The arguments are written out in
+//! `proof.md` beside this file.
 
 use privmix_renyi::{Order, RenyiError, SymmetricMixture, ValidatedRow};
 use rayon::prelude::*;
@@ -39,7 +25,8 @@ use crate::{MixingError, Solution, enforced_radius};
 ///
 /// Guarantee: [`PmixedProjection::solve`] returns a λ ∈ [0, 1] at which
 /// [`PmixedProjection::constraint`] — `privmix_renyi::SymmetricMixture` evaluated at λ, the
-/// symmetric divergence that PMixED's Thm. 3.1 requires to be at most `βα` — is at most the
+/// symmetric divergence that PMixED's privacy theorem (arXiv:2410.02016, Thm. 3.1)
+/// requires to be at most `βα` — is at most the
 /// bound as computed in f64; and the supremum of the feasible set lies within
 /// [`crate::LAMBDA_TOLERANCE`] above it, unless λ = 1 (feasible) or the bound is 0 (then
 /// λ = 0, exactly the supremum, see the module documentation). The mixture to output is
@@ -134,7 +121,7 @@ impl<'a> PmixedProjection<'a> {
     }
 
     /// The constraint and its two directions, each with the transform that makes it
-    /// convex (κ = 1 forward, κ = −1 reverse; see the module documentation).
+    /// convex (κ = 1 forward, κ = −1 reverse; see `proof.md` beside this file).
     fn evaluate(&self, lambda: f64) -> Result<Evaluation, MixingError> {
         let v = self.path.evaluate(lambda)?;
         let (f, r) = (v.forward, v.reverse);
@@ -172,7 +159,7 @@ impl<'a> PmixedProjection<'a> {
     pub fn solve_certified(&self) -> Result<Solution, MixingError> {
         let enforced = enforced_radius(self.bound, self.alpha, self.public.len())?;
         if enforced == 0.0 && !bitwise_equal(self.private, self.public) {
-            // A zero bound admits only λ = 0 (module documentation); the evaluator's
+            // A zero bound admits only λ = 0 (`proof.md` beside this file); the evaluator's
             // 0 at some λ > 0 would not certify the exact divergence.
             return Ok(Solution::at_zero(self.evaluate(0.0)?.value, 1.0));
         }
@@ -183,7 +170,7 @@ impl<'a> PmixedProjection<'a> {
         Search {
             upper: 1.0,
             bound,
-            // Both transforms are convex in λ (module documentation).
+            // Both transforms are convex in λ (`proof.md` beside this file).
             convex: true,
         }
         .run(|x| self.evaluate(x))
@@ -239,5 +226,4 @@ pub fn pmixed_lambdas(
 }
 
 #[cfg(test)]
-#[path = "pmixed_tests.rs"]
 mod tests;

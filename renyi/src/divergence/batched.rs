@@ -3,9 +3,9 @@
 
 use rayon::prelude::*;
 
-use crate::ratio;
-use crate::ratio::{SCREEN_P, SCREEN_Q};
-use crate::scalar::{forward_prob, forward_prob_screened};
+use super::ratio;
+use super::ratio::{SCREEN_P, SCREEN_Q};
+use super::{forward_prob, forward_prob_screened};
 use crate::validate::{self, ProbSummary, Probability};
 use crate::{Order, RenyiError, Result};
 
@@ -27,7 +27,8 @@ pub enum Direction {
 /// processed in parallel (rayon), each by exactly the kernel [`crate::divergence`] uses,
 /// so every entry equals the scalar result bitwise. For integer α the inner loop has no
 /// `exp` or `log` (ratios raised to `α − 1` by repeated multiplication), and each row is
-/// read once. A rejected row gives [`RenyiError::Row`] naming the first bad row.
+/// read once. A rejected row gives [`RenyiError::Row`] naming the first bad row. Why the
+/// entries are bitwise the scalar ones: `proof.md` beside this file (G5).
 pub fn batched_divergence<T: Probability>(
     rows: &[T],
     reference: &[T],

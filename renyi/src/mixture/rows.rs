@@ -1,10 +1,44 @@
 //! Probability rows validated once and kept with what validation learnt, so that every
-//! later computation against them skips its validation pass.
+//! later computation against them skips its validation pass: one borrowed row
+//! ([`ValidatedRow`]) or many owned ones ([`ValidatedRows`]).
 
 use rayon::prelude::*;
 
 use crate::validate::{self, ProbSummary};
-use crate::{RenyiError, Result, ValidatedRow};
+use crate::{RenyiError, Result};
+
+/// A probability vector validated once (finite, ≥ 0, non-empty, summing to 1 within
+/// [`crate::NORMALISATION_TOLERANCE`]), for constructors that take many rows against
+/// the same reference ([`crate::SymmetricMixture::with_public`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ValidatedRow<'a> {
+    pub(super) row: &'a [f64],
+    pub(super) summary: ProbSummary,
+}
+
+impl<'a> ValidatedRow<'a> {
+    /// Validates `row` (the checks of [`crate::divergence`]'s inputs).
+    pub fn new(row: &'a [f64]) -> Result<Self> {
+        let summary = validate::probabilities(row)?;
+        Ok(ValidatedRow { row, summary })
+    }
+
+    /// The row.
+    pub fn row(&self) -> &'a [f64] {
+        self.row
+    }
+
+    /// A row and the summary its validation produced ([`crate::ValidatedRows`] keeps
+    /// both).
+    fn from_parts(row: &'a [f64], summary: ProbSummary) -> Self {
+        ValidatedRow { row, summary }
+    }
+
+    #[cfg(test)]
+    fn summary(&self) -> ProbSummary {
+        self.summary
+    }
+}
 
 /// Row-major probability rows of one length, each validated once (the checks of
 /// [`crate::divergence`]'s inputs) and owned, so that a [`ValidatedRow`] handed out by
