@@ -7,11 +7,12 @@
 //! infeasible. Feasibility is assumed monotone in the parameter, which holds for
 //! every cost here (each is non-decreasing in β and non-increasing in σ).
 
-use crate::amplify::check_q;
+use crate::amplification::check_q;
+use crate::amplification::poisson::poisson_amplify_analytic;
+use crate::amplification::without_replacement::without_replacement_amplify_analytic;
 use crate::conversion::check_delta;
-use crate::events::{check_non_negative, pmixed_query_at};
-use crate::poisson::poisson_amplify_analytic;
-use crate::without_replacement::without_replacement_amplify_analytic;
+use crate::event::check_non_negative;
+use crate::event::pmixed::pmixed_query_at;
 use crate::{AccountantError, Orders, RdpCurve, poisson_subsampled_gaussian};
 use privmix_renyi::round::mul_up;
 

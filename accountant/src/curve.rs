@@ -166,6 +166,34 @@ impl RdpCurve {
             epsilons,
         }
     }
+
+    /// The curve read at other orders: at each α of `orders`, the smallest
+    /// value the curve holds at any order ≥ α (+∞ where it holds none).
+    ///
+    /// Valid because the Rényi divergence is non-decreasing in its order (van
+    /// Erven and Harremoës, "Rényi Divergence and Kullback-Leibler
+    /// Divergence", arXiv:1206.2459, Thm 3): a bound at α' ≥ α bounds it at α.
+    /// Over the curve's own orders it returns the curve itself, unless a value
+    /// at a higher order is smaller, which it then takes.
+    pub fn bound_at(&self, orders: &Orders) -> RdpCurve {
+        let own = self.orders.as_slice();
+        let mut suffix_min = self.epsilons.clone();
+        for i in (0..suffix_min.len().saturating_sub(1)).rev() {
+            suffix_min[i] = suffix_min[i].min(suffix_min[i + 1]);
+        }
+        let epsilons = orders
+            .as_slice()
+            .iter()
+            .map(|&a| {
+                let i = own.partition_point(|&b| b < a);
+                suffix_min.get(i).copied().unwrap_or(f64::INFINITY)
+            })
+            .collect();
+        Self {
+            orders: orders.clone(),
+            epsilons,
+        }
+    }
 }
 
 #[cfg(test)]

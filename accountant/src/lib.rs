@@ -35,19 +35,19 @@
 //! friends moved one ulp, under the assumption of a faithful libm), and series with
 //! cancellation are summed in interval arithmetic with proven remainder bounds.
 
-mod amplify;
+mod amplification;
 mod budget;
 mod calibrate;
 mod conversion;
 mod curve;
 mod error;
-mod events;
+pub mod event;
 mod interval;
 mod ledger;
-mod poisson;
 mod special;
-mod without_replacement;
 
+pub use amplification::poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
+pub use amplification::without_replacement::without_replacement_gaussian;
 pub use budget::{Budget, PartBudgets, random_stopping_epsilon};
 pub use calibrate::{
     REL_TOL, dps_mozo_beta, dps_mozo_total, gaussian_sigma, largest_feasible, pmixed_beta,
@@ -56,11 +56,15 @@ pub use calibrate::{
 pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;
-pub use events::{adapmixed_screening, dps_mozo_token, gaussian, pmixed_query, pmixed_subsampled};
+pub use event::adapmixed_screening::adapmixed_screening;
+pub use event::dps_mozo::dps_mozo_token;
+pub use event::gaussian::gaussian;
+pub use event::laplace::laplace;
+pub use event::pmixed::{pmixed_query, pmixed_subsampled};
+pub use event::randomized_response::randomized_response;
+pub use event::{DpEvent, MAX_EVENT_DEPTH};
 pub use ledger::{
     EntryKind, FORMAT_VERSION, Ledger, LedgerEntry, LedgerError, LedgerHeader, LedgerReader,
     LedgerSummary, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
     OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, verify,
 };
-pub use poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
-pub use without_replacement::without_replacement_gaussian;

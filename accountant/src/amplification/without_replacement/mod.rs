@@ -6,11 +6,11 @@
 //! Thm 9 for any mechanism, Thm 27 for the Gaussian, Cor. 10 for the
 //! interpolation to fractional orders.
 
-use crate::amplify::{
+use crate::amplification::poisson::gaussian_rdp_up;
+use crate::amplification::{
     IntegerBounds, MAX_AMPLIFIED_ORDER, amplified_curve, check_q, check_sigma, log_sum_exp_up,
 };
 use crate::interval::Interval;
-use crate::poisson::gaussian_rdp_up;
 use crate::special::{ln_binomials, ln_binomials_up};
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::{add_up, exp_m1_up, ln_up, mul_up};

@@ -2,6 +2,9 @@
 //! rounded up, bounds on a curve at integer orders, and the interpolation to
 //! fractional orders.
 
+pub(crate) mod poisson;
+pub(crate) mod without_replacement;
+
 use std::collections::BTreeMap;
 
 use crate::{AccountantError, Orders, RdpCurve};

@@ -1,7 +1,7 @@
 //! Privacy amplification by Poisson subsampling (add/remove-one adjacency):
 //! each record enters the sample independently with probability q.
 
-use crate::amplify::{
+use crate::amplification::{
     IntegerBounds, amplified_curve, as_integer_order, check_q, check_sigma, log_sum_exp_up,
 };
 use crate::special::ln_binomials_up;
@@ -162,7 +162,7 @@ pub fn poisson_subsampled_gaussian_at(
         return Ok(f64::INFINITY);
     }
     let plain = gaussian_rdp_up(alpha, sigma);
-    if q == 1.0 || alpha > crate::amplify::MAX_AMPLIFIED_ORDER {
+    if q == 1.0 || alpha > crate::amplification::MAX_AMPLIFIED_ORDER {
         return Ok(plain);
     }
     let ln_a = match as_integer_order(alpha) {
