@@ -108,8 +108,10 @@ impl Budget {
     }
 }
 
-/// Per-part budgets for data-dependent accounting at one Rényi order (SubMix,
-/// submix.txt §3 Alg. 2 and Prop. 3.1; also AdaPMixED's data-dependent loss).
+/// Per-part budgets for data-dependent accounting at one Rényi order (SubMix:
+/// Ginart et al., "SubMix: Practical Private Prediction for Large-Scale
+/// Language Models", arXiv:2201.00971, §3, Alg. 2 and Prop. 3.1; also
+/// AdaPMixED's data-dependent loss).
 ///
 /// Each of the k parts Πᵢ has its own budget ε at order α; every query charges
 /// part i the divergence `Dsym_α(h ‖ h₋ᵢ)` between the output distribution with
@@ -218,7 +220,7 @@ impl PartBudgets {
     }
 }
 
-/// SubMix's random-stopping conversion (submix.txt App. C, Prop. C.3(1)): a
+/// SubMix's random-stopping conversion (arXiv:2201.00971, App. C, Prop. C.3(1)): a
 /// (B, C)-random-stopping wrapper turns an (α, ε)-ROP protocol into an
 /// (α, ε + ln(C·B), B)-RDP one. Returns `ε + ln(C·B)` rounded up; C > ½, B ≥ 1.
 pub fn random_stopping_epsilon(

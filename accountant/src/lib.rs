@@ -65,6 +65,6 @@ pub use event::randomized_response::randomized_response;
 pub use event::{DpEvent, MAX_EVENT_DEPTH};
 pub use ledger::{
     EntryKind, FORMAT_VERSION, Ledger, LedgerEntry, LedgerError, LedgerHeader, LedgerReader,
-    LedgerSummary, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
+    LedgerSummary, MAX_EVENT_BYTES, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
     OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, verify,
 };

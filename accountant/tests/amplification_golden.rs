@@ -110,7 +110,7 @@ fn general_curve_amplification_matches_mpmath() {
     }
 }
 
-/// PMixED Thm 3.1 (adapmixed.txt eq. 2) at α = 18, β = 0.001 with m = max(m, 2),
+/// PMixED Thm 3.1 (arXiv:2410.02016, eq. 2) at α = 18, β = 0.001 with m = max(m, 2),
 /// and its Poisson amplification (Thm A.4) at q = 0.1, β = 0.01; mpmath values
 /// from tests/golden/amplification.py.
 #[test]

@@ -1,12 +1,19 @@
 """Golden values for tests/upstream.rs: subsampling bounds and events.
 
 Independent sources, each named beside its numbers:
-  * dp_accounting 0.4.4 (`_compute_rdp_sample_wor_gaussian`, WBK 2019 Thm 27);
+  * dp_accounting 0.4.4 (`_compute_rdp_sample_wor_gaussian`, Wang, Balle &
+    Kasiviswanathan, "Subsampled Renyi Differential Privacy and Analytical
+    Moments Accountant", arXiv:1808.00087, Thm 27);
   * mpmath (50 digits) evaluations of the closed forms:
-      - Zhu & Wang 2019 tight Poisson bound for a general curve (adapmixed.txt Thm A.4),
-      - Wang, Balle & Kasiviswanathan 2019 Thm 9 (sampling without replacement),
-      - PMixED Thm 3.1 (adapmixed.txt eq. 2), m = max(members, 2),
-      - the Laplace mechanism's RDP (Mironov 2017, Prop. 6) as a non-Gaussian base curve.
+      - Zhu & Wang, "Poisson Subsampled Renyi Differential Privacy" (ICML 2019),
+        Thm 6, the tight Poisson bound for a general curve (restated as Thm A.4
+        of Flemings et al., "Adaptively Private Next-Token Prediction of Large
+        Language Models", arXiv:2410.02016),
+      - arXiv:1808.00087 Thm 9 (sampling without replacement),
+      - PMixED's per-query bound (arXiv:2410.02016, Thm 3.1, eq. 2),
+        m = max(members, 2),
+      - the Laplace mechanism's RDP (Mironov, "Renyi Differential Privacy",
+        arXiv:1702.07476, Prop. 6) as a non-Gaussian base curve.
 
 Run: python3 tests/golden/amplification.py
 """

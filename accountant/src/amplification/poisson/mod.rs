@@ -15,7 +15,7 @@ mod gaussian_fractional;
 /// Upper bound on `ln A` for integer α ≥ 2, where
 /// `A = Σ_{k=0}^{α} C(α,k) (1−q)^{α−k} q^k e^{c(k)}` and `c(k)` bounds `(k−1)ε(k)`
 /// from above (c(0) = c(1) = 0). For a general curve this is Zhu & Wang 2019,
-/// Thm 6 (the tight bound, restated as adapmixed.txt Thm A.4: its first term
+/// Thm 6 (the tight bound, restated as Thm A.4 of arXiv:2410.02016: its first term
 /// `(1−q)^{α−1}(1+(α−1)q)` is the k = 0 and k = 1 terms here); for the Gaussian
 /// with `c(k) = k(k−1)/(2σ²)` it is the exact moment of Mironov, Talwar & Zhang
 /// 2019, §3.3.
@@ -61,7 +61,7 @@ impl RdpCurve {
     /// its input, for add/remove-one adjacency.
     ///
     /// Guarantee, at each order α of the curve:
-    /// * integer α ≥ 2: the tight bound of Zhu & Wang 2019 (Thm 6; adapmixed.txt
+    /// * integer α ≥ 2: the tight bound of Zhu & Wang 2019 (Thm 6; arXiv:2410.02016,
     ///   Thm A.4), `ε'(α) = ln((1−q)^{α−1}(1+(α−1)q) + Σ_{j=2}^{α} C(α,j) q^j
     ///   (1−q)^{α−j} e^{(j−1)ε(j)})/(α−1)`. It needs ε(j) at every integer
     ///   j ≤ α: where the curve lacks j, the value at the nearest order above j

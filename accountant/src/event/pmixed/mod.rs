@@ -87,10 +87,6 @@ pub fn pmixed_subsampled(orders: &Orders, beta: f64, q: f64) -> Result<RdpCurve,
 mod tests {
     use super::*;
 
-    fn orders() -> Orders {
-        Orders::new(vec![1.5, 2.0, 18.0, 64.0]).unwrap()
-    }
-
     #[test]
     fn pmixed_matches_thm_3_1_and_is_monotone_in_members() {
         let (alpha, beta) = (18.0f64, 0.001);
