@@ -44,6 +44,8 @@ mod error;
 pub mod event;
 mod interval;
 mod ledger;
+#[cfg(feature = "serde")]
+mod serde_impls;
 mod special;
 
 pub use amplification::poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};

@@ -60,6 +60,14 @@ pub const MAX_EVENT_DEPTH: usize = 64;
 /// [`AccountantError::UnsupportedEvent`], never accounted with a bound that
 /// does not apply.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(
+        rename_all = "snake_case",
+        try_from = "crate::serde_impls::DpEventRepr"
+    )
+)]
 #[non_exhaustive]
 pub enum DpEvent {
     /// A release that reveals nothing (ε(α) = 0).
