@@ -1,6 +1,12 @@
-//! Machinery shared by the subsampling bounds: parameter checks, log-sum-exp
-//! rounded up, bounds on a curve at integer orders, and the interpolation to
-//! fractional orders.
+//! Privacy amplification by subsampling: Poisson sampling (`poisson/`) and
+//! sampling without replacement (`without_replacement/`), and the machinery
+//! they share: parameter checks, log-sum-exp rounded up, bounds on a curve at
+//! integer orders, and the interpolation to fractional orders.
+//!
+//! The steps privmix adds to the published theorems (reading a curve at
+//! orders it lacks, convex interpolation, the cap by the unsampled curve, the
+//! non-negative form of the Poisson moment, signed series in interval
+//! arithmetic) are proved in [`proof.md`](./proof.md) beside this file.
 
 pub(crate) mod poisson;
 pub(crate) mod without_replacement;

@@ -1,9 +1,14 @@
 //! RDP → (ε, δ)-DP conversion and its inverse, rounded outward.
 //!
+//! Why each bound holds and why the computed values bound the exact ones is
+//! written out in [`proof.md`](./proof.md) beside this file.
+//!
 //! # The bounds used, at each order α of a curve with value r = ε(α)
 //!
-//! 1. **Balle et al. 2020, Thm 21 / Canonne, Kamath & Steinke 2020, Prop. 12**: an
-//!    (α, r)-RDP mechanism is (ε, δ)-DP for every ε ≥ 0 with
+//! 1. **Balle, Barthe, Gaboardi, Hsu & Sato, "Hypothesis Testing
+//!    Interpretations and Rényi Differential Privacy", arXiv:1905.09982,
+//!    Thm 21 / Canonne, Kamath & Steinke, "The Discrete Gaussian for
+//!    Differential Privacy", arXiv:2004.00010, Prop. 12**: an (α, r)-RDP mechanism is (ε, δ)-DP for every ε ≥ 0 with
 //!    `δ = exp((α−1)(r−ε)) / α · (1 − 1/α)^(α−1)`, i.e.
 //!    `ε = r + ln(1 − 1/α) − (ln δ + ln α)/(α − 1)` and
 //!    `ln δ = (α−1)(r − ε + ln(1 − 1/α)) − ln α`.

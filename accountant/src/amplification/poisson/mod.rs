@@ -1,5 +1,11 @@
 //! Privacy amplification by Poisson subsampling (add/remove-one adjacency):
 //! each record enters the sample independently with probability q.
+//!
+//! Zhu & Wang, "Poisson Subsampled Rényi Differential Privacy" (ICML 2019,
+//! PMLR 97:7634–7642), Thm 6 for any mechanism; Mironov, Talwar & Zhang,
+//! "Rényi Differential Privacy of the Sampled Gaussian Mechanism",
+//! arXiv:1908.10530, §3.3 for the Gaussian. The steps privmix adds are proved
+//! in `amplification/proof.md`.
 
 use crate::amplification::{
     IntegerBounds, amplified_curve, as_integer_order, check_q, check_sigma, log_sum_exp_up,
