@@ -178,7 +178,7 @@ pub fn pmixed_beta(
 /// DPS-MOZO's β (arXiv:2501.19287, App. B): the largest β such that `tokens`
 /// (= n_test · T_max) tokens, each `(α, 4βα)`-RDP and amplified by sampling
 /// `n_shots` of `dataset_size` demonstrations without replacement
-/// (q = n_shots/|D|, WBK 2019 Thm 9), compose to at most ε at δ over `orders`.
+/// (q = n_shots/|D|, WBK (arXiv:1808.00087) Thm 9), compose to at most ε at δ over `orders`.
 ///
 /// Guarantee: the returned β gives `ε(δ) ≤ epsilon` with the crate's rounded-up
 /// conversion; β·(1 + 1e-9) does not.

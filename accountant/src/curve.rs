@@ -131,7 +131,7 @@ impl RdpCurve {
         &self.epsilons
     }
 
-    /// Sequential composition (Mironov 2017, Prop. 1): RDP values add order by
+    /// Sequential composition (Mironov, arXiv:1702.07476, Prop. 1): RDP values add order by
     /// order. Each sum is rounded up, so the result never under-states the
     /// exact sum of the two curves.
     pub fn compose(&self, other: &RdpCurve) -> Result<RdpCurve, AccountantError> {
@@ -150,7 +150,7 @@ impl RdpCurve {
         })
     }
 
-    /// `count`-fold self-composition (Mironov 2017, Prop. 1 applied `count`
+    /// `count`-fold self-composition (Mironov, arXiv:1702.07476, Prop. 1 applied `count`
     /// times): every value times `count`, rounded up.
     pub fn self_compose(&self, count: u64) -> RdpCurve {
         // `count as f64` rounds to nearest above 2^53: take the float at or above it.

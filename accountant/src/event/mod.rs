@@ -110,14 +110,14 @@ pub enum DpEvent {
         /// What runs on the sample.
         event: Box<DpEvent>,
     },
-    /// `event` run `count` times (Mironov 2017, Prop. 1).
+    /// `event` run `count` times (Mironov, arXiv:1702.07476, Prop. 1).
     SelfComposed {
         /// What is repeated.
         event: Box<DpEvent>,
         /// How many times.
         count: u64,
     },
-    /// Each event run once, in any order, adaptively (Mironov 2017, Prop. 1).
+    /// Each event run once, in any order, adaptively (Mironov, arXiv:1702.07476, Prop. 1).
     Composed(Vec<DpEvent>),
     /// One PMixED query as the paper bounds it (see [`pmixed::pmixed_query`]).
     PmixedQuery {

@@ -23,9 +23,9 @@
 //! Windows the lock is mandatory, so [`verify`] and [`LedgerReader`] cannot
 //! read a ledger another handle holds; on Unix they can.)
 //!
-//! Composition follows Mironov 2017, Prop. 1 (RDP values add, rounded up by
+//! Composition follows Mironov, arXiv:1702.07476, Prop. 1 (RDP values add, rounded up by
 //! [`RdpCurve::compose`]); budgets are checked on the (ε, δ) conversion of
-//! [`RdpCurve::epsilon`] (Balle et al. 2020, Thm 21), which rounds ε up.
+//! [`RdpCurve::epsilon`] (Balle et al. (arXiv:1905.09982), Thm 21), which rounds ε up.
 //!
 //! # What a ledger protects
 //!
@@ -95,7 +95,7 @@ use crate::{AccountantError, DpEvent, EpsilonDelta, Orders, RdpCurve};
 /// let budget = PrivacyBudget::new(1.0, 1e-6)?;
 /// let mut ledger = Ledger::open_or_create(&path, orders.clone(), Some(budget))?;
 ///
-/// // The Gaussian mechanism with σ = 10: ε(α) = α / (2σ²) (Mironov 2017, Prop. 7).
+/// // The Gaussian mechanism with σ = 10: ε(α) = α / (2σ²) (Mironov, arXiv:1702.07476, Prop. 7).
 /// let gaussian = RdpCurve::from_fn(orders, |a| a / 200.0)?;
 /// let receipt = ledger.charge(&gaussian, "gaussian σ=10")?;
 /// assert_eq!(receipt.sequence, 0);

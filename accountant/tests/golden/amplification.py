@@ -25,13 +25,13 @@ mp.mp.dps = 50
 
 
 def laplace_rdp(alpha, b):
-    """Mironov 2017 Prop. 6: Laplace mechanism with scale b, sensitivity 1."""
+    """Mironov, arXiv:1702.07476, Prop. 6: Laplace mechanism with scale b, sensitivity 1."""
     a = mp.mpf(alpha)
     return mp.log(a / (2 * a - 1) * mp.exp((a - 1) / b) + (a - 1) / (2 * a - 1) * mp.exp(-a / b)) / (a - 1)
 
 
 def zhu_wang(alpha, q, eps):
-    """Tight Poisson subsampling at integer alpha (Zhu & Wang 2019; adapmixed Thm A.4)."""
+    """Tight Poisson subsampling at integer alpha (Zhu & Wang (ICML 2019); adapmixed Thm A.4)."""
     q = mp.mpf(q)
     a = (1 - q) ** (alpha - 1) * (1 + (alpha - 1) * q)
     for j in range(2, alpha + 1):
@@ -40,7 +40,7 @@ def zhu_wang(alpha, q, eps):
 
 
 def wbk_thm9(alpha, q, eps):
-    """WBK 2019 Thm 9 with eps(inf) = inf."""
+    """WBK (arXiv:1808.00087) Thm 9 with eps(inf) = inf."""
     q = mp.mpf(q)
     a = 1 + q**2 * mp.binomial(alpha, 2) * min(4 * mp.expm1(eps(2)), 2 * mp.exp(eps(2)))
     for j in range(3, alpha + 1):

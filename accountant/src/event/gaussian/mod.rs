@@ -11,7 +11,7 @@ use privmix_renyi::round::{div_up, mul_down, mul_up};
 
 /// The Gaussian mechanism: noise N(0, σ²) added to a query of L2 sensitivity Δ.
 ///
-/// Guarantee: `ε(α) = α·Δ²/(2σ²)` at every order (Mironov 2017, Prop. 7), rounded up.
+/// Guarantee: `ε(α) = α·Δ²/(2σ²)` at every order (Mironov, arXiv:1702.07476, Prop. 7), rounded up.
 /// σ must be finite and > 0, Δ finite and ≥ 0.
 pub fn gaussian(
     orders: &Orders,
