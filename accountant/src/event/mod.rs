@@ -389,6 +389,18 @@ impl DpEvent {
         }
     }
 
+    /// Whether the event is a leaf with a closed form at every order.
+    fn is_closed_form(&self) -> bool {
+        matches!(
+            self,
+            Self::NoOp
+                | Self::Gaussian { .. }
+                | Self::Laplace { .. }
+                | Self::RandomizedResponse { .. }
+                | Self::AdapmixedScreening { .. }
+        )
+    }
+
     /// A leaf's RDP at one order, rounded up; `None` for events that are not
     /// closed-form leaves. Parameters must have been validated.
     fn closed_form_at(&self, alpha: f64) -> Option<f64> {
@@ -436,7 +448,7 @@ impl DpEvent {
     }
 
     fn rdp_unchecked(&self, orders: &Orders) -> Result<RdpCurve, AccountantError> {
-        if self.closed_form_at(2.0).is_some() {
+        if self.is_closed_form() {
             return RdpCurve::from_fn(orders.clone(), |a| {
                 self.closed_form_at(a).unwrap_or(f64::INFINITY)
             });
@@ -449,7 +461,7 @@ impl DpEvent {
                 Self::Gaussian { noise_multiplier } => {
                     crate::poisson_subsampled_gaussian(orders, *q, noise_multiplier)
                 }
-                ref leaf if leaf.closed_form_at(2.0).is_some() => {
+                ref leaf if leaf.is_closed_form() => {
                     crate::amplification::poisson::poisson_amplify_analytic(orders, *q, &|a| {
                         leaf.closed_form_at(a).unwrap_or(f64::INFINITY)
                     })
@@ -467,7 +479,7 @@ impl DpEvent {
                     Self::Gaussian { noise_multiplier } => {
                         crate::without_replacement_gaussian(orders, q, noise_multiplier)
                     }
-                    ref leaf if leaf.closed_form_at(2.0).is_some() => {
+                    ref leaf if leaf.is_closed_form() => {
                         crate::amplification::without_replacement::without_replacement_amplify_analytic(
                             orders,
                             q,

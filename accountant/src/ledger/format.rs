@@ -35,8 +35,9 @@
 //! (privmix's command line) refuses to charge them.
 //!
 //! The record's length is inside its checksum, so a damaged length is caught
-//! like damaged contents. The largest record is bounded (the label is), which
-//! bounds how many bytes one torn write can leave behind (see `reader.rs`).
+//! like damaged contents. The largest record is bounded (the label and the
+//! event are), which bounds how many bytes one torn write can leave behind
+//! (see `reader.rs`).
 
 use std::io::Read;
 use std::path::Path;
