@@ -19,7 +19,7 @@ use privmix_accountant::{
     Orders, RdpCurve, poisson_subsampled_gaussian, without_replacement_gaussian,
 };
 
-/// Balle et al. 2020's ε minimised over orders, in plain f64.
+/// Balle et al. (arXiv:1905.09982)'s ε minimised over orders, in plain f64.
 fn naive_epsilon(orders: &[f64], rdp: &[f64], delta: f64) -> f64 {
     orders
         .iter()

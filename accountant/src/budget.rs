@@ -24,7 +24,7 @@ fn check_limit(name: &'static str, value: f64) -> Result<(), AccountantError> {
 /// An (ε, δ)-DP budget tracked as an RDP curve of everything spent so far.
 ///
 /// Guarantee: after any sequence of accepted charges, the composition of the
-/// charged curves (Mironov 2017, Prop. 1; sums rounded up) converts at δ to an
+/// charged curves (Mironov, arXiv:1702.07476, Prop. 1; sums rounded up) converts at δ to an
 /// ε (rounded up, see [`RdpCurve::epsilon`]) no larger than the budget's ε.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
@@ -108,13 +108,15 @@ impl Budget {
     }
 }
 
-/// Per-part budgets for data-dependent accounting at one Rényi order (SubMix,
-/// submix.txt §3 Alg. 2 and Prop. 3.1; also AdaPMixED's data-dependent loss).
+/// Per-part budgets for data-dependent accounting at one Rényi order (SubMix:
+/// Ginart et al., "SubMix: Practical Private Prediction for Large-Scale
+/// Language Models", arXiv:2201.00971, §3, Alg. 2 and Prop. 3.1; also
+/// AdaPMixED's data-dependent loss).
 ///
 /// Each of the k parts Πᵢ has its own budget ε at order α; every query charges
 /// part i the divergence `Dsym_α(h ‖ h₋ᵢ)` between the output distribution with
 /// and without that part. Guarantee (Prop. 3.1, by adaptive composition,
-/// Mironov 2017 Prop. 1): as long as every accepted charge keeps each part's
+/// Mironov, arXiv:1702.07476, Prop. 1): as long as every accepted charge keeps each part's
 /// running sum (rounded up) ≤ ε, the protocol is (α, ε)-ROP. A charge that
 /// would push any part over is refused as a whole and changes nothing; the
 /// mechanism must then issue STOP and answer from the public model.
@@ -218,7 +220,7 @@ impl PartBudgets {
     }
 }
 
-/// SubMix's random-stopping conversion (submix.txt App. C, Prop. C.3(1)): a
+/// SubMix's random-stopping conversion (arXiv:2201.00971, App. C, Prop. C.3(1)): a
 /// (B, C)-random-stopping wrapper turns an (α, ε)-ROP protocol into an
 /// (α, ε + ln(C·B), B)-RDP one. Returns `ε + ln(C·B)` rounded up; C > ½, B ≥ 1.
 pub fn random_stopping_epsilon(

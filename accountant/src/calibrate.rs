@@ -7,11 +7,12 @@
 //! infeasible. Feasibility is assumed monotone in the parameter, which holds for
 //! every cost here (each is non-decreasing in β and non-increasing in σ).
 
-use crate::amplify::check_q;
+use crate::amplification::check_q;
+use crate::amplification::poisson::poisson_amplify_analytic;
+use crate::amplification::without_replacement::without_replacement_amplify_analytic;
 use crate::conversion::check_delta;
-use crate::events::{check_non_negative, pmixed_query_at};
-use crate::poisson::poisson_amplify_analytic;
-use crate::without_replacement::without_replacement_amplify_analytic;
+use crate::event::check_non_negative;
+use crate::event::pmixed::pmixed_query_at;
 use crate::{AccountantError, Orders, RdpCurve, poisson_subsampled_gaussian};
 use privmix_renyi::round::mul_up;
 
@@ -174,10 +175,10 @@ pub fn pmixed_beta(
     })
 }
 
-/// DPS-MOZO's β (dps-mozo.txt App. B): the largest β such that `tokens`
+/// DPS-MOZO's β (arXiv:2501.19287, App. B): the largest β such that `tokens`
 /// (= n_test · T_max) tokens, each `(α, 4βα)`-RDP and amplified by sampling
 /// `n_shots` of `dataset_size` demonstrations without replacement
-/// (q = n_shots/|D|, WBK 2019 Thm 9), compose to at most ε at δ over `orders`.
+/// (q = n_shots/|D|, WBK (arXiv:1808.00087) Thm 9), compose to at most ε at δ over `orders`.
 ///
 /// Guarantee: the returned β gives `ε(δ) ≤ epsilon` with the crate's rounded-up
 /// conversion; β·(1 + 1e-9) does not.

@@ -131,7 +131,7 @@ impl RdpCurve {
         &self.epsilons
     }
 
-    /// Sequential composition (Mironov 2017, Prop. 1): RDP values add order by
+    /// Sequential composition (Mironov, arXiv:1702.07476, Prop. 1): RDP values add order by
     /// order. Each sum is rounded up, so the result never under-states the
     /// exact sum of the two curves.
     pub fn compose(&self, other: &RdpCurve) -> Result<RdpCurve, AccountantError> {
@@ -150,7 +150,7 @@ impl RdpCurve {
         })
     }
 
-    /// `count`-fold self-composition (Mironov 2017, Prop. 1 applied `count`
+    /// `count`-fold self-composition (Mironov, arXiv:1702.07476, Prop. 1 applied `count`
     /// times): every value times `count`, rounded up.
     pub fn self_compose(&self, count: u64) -> RdpCurve {
         // `count as f64` rounds to nearest above 2^53: take the float at or above it.
@@ -163,6 +163,34 @@ impl RdpCurve {
             .collect();
         Self {
             orders: self.orders.clone(),
+            epsilons,
+        }
+    }
+
+    /// The curve read at other orders: at each α of `orders`, the smallest
+    /// value the curve holds at any order ≥ α (+∞ where it holds none).
+    ///
+    /// Valid because the Rényi divergence is non-decreasing in its order (van
+    /// Erven and Harremoës, "Rényi Divergence and Kullback-Leibler
+    /// Divergence", arXiv:1206.2459, Thm 3): a bound at α' ≥ α bounds it at α.
+    /// Over the curve's own orders it returns the curve itself, unless a value
+    /// at a higher order is smaller, which it then takes.
+    pub fn bound_at(&self, orders: &Orders) -> RdpCurve {
+        let own = self.orders.as_slice();
+        let mut suffix_min = self.epsilons.clone();
+        for i in (0..suffix_min.len().saturating_sub(1)).rev() {
+            suffix_min[i] = suffix_min[i].min(suffix_min[i + 1]);
+        }
+        let epsilons = orders
+            .as_slice()
+            .iter()
+            .map(|&a| {
+                let i = own.partition_point(|&b| b < a);
+                suffix_min.get(i).copied().unwrap_or(f64::INFINITY)
+            })
+            .collect();
+        Self {
+            orders: orders.clone(),
             epsilons,
         }
     }

@@ -95,4 +95,13 @@ pub enum AccountantError {
         /// Why.
         reason: &'static str,
     },
+    /// An event combination with no bound this crate can prove (e.g. a
+    /// sampling theorem applied to a bound under another adjacency).
+    #[error("cannot account event {event}: {reason}")]
+    UnsupportedEvent {
+        /// The event's name (see `DpEvent::name`).
+        event: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
 }

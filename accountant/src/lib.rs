@@ -1,31 +1,49 @@
 //! # privmix-accountant
 //!
-//! Rényi-DP accounting: RDP curves over a set of orders, composition, privacy
-//! amplification by subsampling, conversion to (ε, δ), calibration, budgets and
-//! a durable ledger.
+//! Rényi-DP accounting: RDP curves over a set of orders, privacy events,
+//! composition, privacy amplification by subsampling, conversion to (ε, δ),
+//! calibration, budgets and a durable ledger.
 //!
 //! A mechanism M is (α, ε)-RDP when D_α(M(D) ‖ M(D')) ≤ ε for all neighbouring
-//! datasets D, D' (Mironov 2017). An [`RdpCurve`] records such a bound at every
-//! order of an [`Orders`] set; curves over the same orders compose by addition.
+//! datasets D, D' (Mironov, "Rényi Differential Privacy", arXiv:1702.07476,
+//! Def. 4). An [`RdpCurve`] records such a bound at every order of an
+//! [`Orders`] set; curves over the same orders compose by addition (ibid.,
+//! Prop. 1). A [`DpEvent`] describes what was run (a Gaussian, a subsampled
+//! event, a composition, …) and maps to its curve with [`DpEvent::rdp`].
 //!
 //! ## What is provided, and on what it rests
 //!
-//! * Events: [`gaussian`] (Mironov 2017 Prop. 7), [`pmixed_query`] (adapmixed.txt
-//!   Thm 3.1, with the one-member case derived in its docs), [`dps_mozo_token`]
-//!   (dps-mozo.txt Thm B.3), [`adapmixed_screening`] (adapmixed.txt Thm 4.1),
-//!   and any measured curve ([`RdpCurve::new`], [`RdpCurve::single`]).
-//! * Amplification: [`RdpCurve::poisson_subsampled`] (Zhu & Wang 2019, tight, at
-//!   integer orders), [`poisson_subsampled_gaussian`] (Mironov, Talwar & Zhang
-//!   2019, integer and fractional orders), [`RdpCurve::sampled_without_replacement`]
-//!   (Wang, Balle & Kasiviswanathan 2019 Thm 9) and [`without_replacement_gaussian`]
-//!   (their Thm 27), [`pmixed_subsampled`].
-//! * Conversion: [`RdpCurve::epsilon`] / [`RdpCurve::delta`] (Balle et al. 2020
-//!   Thm 21 and Bretagnolle–Huber), reporting the order used.
+//! Each construction lives in its own folder with its guarantee, its tests,
+//! and a `proof.md` where privmix relies on an argument of its own.
+//!
+//! * Events (`event/`): [`gaussian`] (arXiv:1702.07476, Prop. 7), [`laplace`]
+//!   (ibid., Prop. 6), [`randomized_response`] (ibid., Prop. 5 for k = 2; the
+//!   k-ary case in `event/randomized_response/proof.md`), [`pmixed_query`] and
+//!   [`pmixed_subsampled`] (Flemings, Razaviyayn & Annavaram, "Adaptively
+//!   Private Next-Token Prediction of Large Language Models",
+//!   arXiv:2410.02016, Thm 3.1; small ensembles in
+//!   `event/pmixed/proof.md`), [`dps_mozo_token`] (Flemings et al.,
+//!   "Differentially Private In-context Learning via Sampling Few-shot Mixed
+//!   with Zero-shot Outputs", arXiv:2501.19287, Thm B.3), [`adapmixed_screening`]
+//!   (arXiv:2410.02016, Thm 4.1), and measured curves ([`RdpCurve::new`],
+//!   [`DpEvent::Measured`], [`DpEvent::DataDependent`]).
+//! * Amplification (`amplification/`): [`RdpCurve::poisson_subsampled`] (Zhu &
+//!   Wang, "Poisson Subsampled Rényi Differential Privacy", ICML 2019, Thm 6,
+//!   tight at integer orders), [`poisson_subsampled_gaussian`] (Mironov,
+//!   Talwar & Zhang, arXiv:1908.10530, integer and fractional orders),
+//!   [`RdpCurve::sampled_without_replacement`] (Wang, Balle &
+//!   Kasiviswanathan, arXiv:1808.00087, Thm 9) and
+//!   [`without_replacement_gaussian`] (their Thm 27).
+//! * Conversion (`conversion/`): [`RdpCurve::epsilon`] / [`RdpCurve::delta`]
+//!   (Balle et al., arXiv:1905.09982, Thm 21, and Bretagnolle–Huber),
+//!   reporting the order used.
 //! * Calibration: [`pmixed_beta`], [`dps_mozo_beta`], [`poisson_gaussian_sigma`],
 //!   [`screening_sigma`]
 //!   — each returns a value checked feasible, maximal (minimal) to [`REL_TOL`].
 //! * Budgets: [`Budget`] and [`PartBudgets`] refuse a charge that would
 //!   overspend, without recording it.
+//! * Ledger (`ledger/`): [`Ledger`] durably records charges, curves or events,
+//!   and never under-counts across crashes.
 //!
 //! ## Rounding
 //!
@@ -34,20 +52,28 @@
 //! (exact-directed `+ − × ÷ √` via error-free transformations; `ln`, `exp` and
 //! friends moved one ulp, under the assumption of a faithful libm), and series with
 //! cancellation are summed in interval arithmetic with proven remainder bounds.
+//!
+//! ## Features
+//!
+//! * `serde`: `Serialize`/`Deserialize` for [`Orders`], [`RdpCurve`],
+//!   [`EpsilonDelta`] and [`DpEvent`]; deserialisation validates like
+//!   construction.
 
-mod amplify;
+mod amplification;
 mod budget;
 mod calibrate;
 mod conversion;
 mod curve;
 mod error;
-mod events;
+pub mod event;
 mod interval;
 mod ledger;
-mod poisson;
+#[cfg(feature = "serde")]
+mod serde_impls;
 mod special;
-mod without_replacement;
 
+pub use amplification::poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
+pub use amplification::without_replacement::without_replacement_gaussian;
 pub use budget::{Budget, PartBudgets, random_stopping_epsilon};
 pub use calibrate::{
     REL_TOL, dps_mozo_beta, dps_mozo_total, gaussian_sigma, largest_feasible, pmixed_beta,
@@ -56,11 +82,20 @@ pub use calibrate::{
 pub use conversion::EpsilonDelta;
 pub use curve::{Orders, RdpCurve};
 pub use error::AccountantError;
-pub use events::{adapmixed_screening, dps_mozo_token, gaussian, pmixed_query, pmixed_subsampled};
+pub use event::adapmixed_screening::adapmixed_screening;
+pub use event::dps_mozo::dps_mozo_token;
+pub use event::gaussian::gaussian;
+pub use event::laplace::laplace;
+pub use event::pmixed::{pmixed_query, pmixed_subsampled};
+pub use event::randomized_response::randomized_response;
+pub use event::{DpEvent, MAX_EVENT_DEPTH};
 pub use ledger::{
     EntryKind, FORMAT_VERSION, Ledger, LedgerEntry, LedgerError, LedgerHeader, LedgerReader,
-    LedgerSummary, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
+    LedgerSummary, MAX_EVENT_BYTES, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
     OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, verify,
 };
-pub use poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
-pub use without_replacement::without_replacement_gaussian;
+
+// The README's quick start runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -12,7 +12,7 @@ fn close(got: f64, want: f64, rtol: f64, atol: f64) -> bool {
     (got - want).abs() <= atol + rtol * want.abs()
 }
 
-/// Sampling without replacement, Gaussian (WBK 2019 Thm 27): dp_accounting
+/// Sampling without replacement, Gaussian (WBK (arXiv:1808.00087) Thm 27): dp_accounting
 /// `_compute_rdp_sample_wor_gaussian` (tests/golden/amplification.py).
 #[test]
 fn dp_accounting_without_replacement_gaussian() {
@@ -57,8 +57,8 @@ fn dp_accounting_without_replacement_gaussian() {
     }
 }
 
-/// Zhu & Wang 2019 (Poisson) and WBK 2019 Thm 9 (without replacement) for a
-/// non-Gaussian base: the Laplace mechanism, scale 2 (Mironov 2017 Prop. 6),
+/// Zhu & Wang (ICML 2019) (Poisson) and WBK (arXiv:1808.00087) Thm 9 (without replacement) for a
+/// non-Gaussian base: the Laplace mechanism, scale 2 (Mironov, arXiv:1702.07476, Prop. 6),
 /// q = 0.05; mpmath values from tests/golden/amplification.py.
 #[test]
 fn general_curve_amplification_matches_mpmath() {
@@ -110,7 +110,7 @@ fn general_curve_amplification_matches_mpmath() {
     }
 }
 
-/// PMixED Thm 3.1 (adapmixed.txt eq. 2) at α = 18, β = 0.001 with m = max(m, 2),
+/// PMixED Thm 3.1 (arXiv:2410.02016, eq. 2) at α = 18, β = 0.001 with m = max(m, 2),
 /// and its Poisson amplification (Thm A.4) at q = 0.1, β = 0.01; mpmath values
 /// from tests/golden/amplification.py.
 #[test]
@@ -144,7 +144,7 @@ fn pmixed_matches_mpmath() {
 }
 
 /// DPS-MOZO per-token `4βα` (β = 0.05) amplified by sampling 4 of 1000
-/// demonstrations without replacement (WBK 2019 Thm 9); mpmath values from
+/// demonstrations without replacement (WBK (arXiv:1808.00087) Thm 9); mpmath values from
 /// tests/golden/amplification.py.
 #[test]
 fn dps_mozo_token_matches_mpmath() {

@@ -5,7 +5,7 @@ mod ledger_support;
 
 use ledger_support::{TempDir, bits, charge_for, compose_all, label_for, small_orders};
 use privmix_accountant::{
-    AccountantError, EntryKind, Ledger, LedgerError, Orders, RdpCurve, verify,
+    AccountantError, EntryKind, FORMAT_VERSION, Ledger, LedgerError, Orders, RdpCurve, verify,
 };
 
 #[test]
@@ -150,15 +150,15 @@ fn files_that_are_not_ledgers_get_typed_errors() {
     let newer = dir.file("newer");
     drop(Ledger::create(&newer, small_orders(), None).unwrap());
     let mut bytes = std::fs::read(&newer).unwrap();
-    bytes[14..18].copy_from_slice(&3u32.to_le_bytes());
+    bytes[14..18].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(&newer, bytes).unwrap();
     assert!(matches!(
         Ledger::open(&newer),
         Err(LedgerError::UnsupportedVersion {
-            found: 3,
-            supported: 2,
+            found,
+            supported: FORMAT_VERSION,
             ..
-        })
+        }) if found == FORMAT_VERSION + 1
     ));
 }
 

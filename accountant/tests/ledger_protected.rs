@@ -48,12 +48,15 @@ fn the_protected_set_and_creation_time_round_trip() {
     let reopened = Ledger::open(&path).unwrap();
     assert_eq!(reopened.protected_set(), Some(&set));
     assert_eq!(reopened.created_ms(), Some(created));
-    assert_eq!(reopened.format_version(), 2);
+    assert_eq!(reopened.format_version(), FORMAT_VERSION);
     assert_eq!(reopened.charges(), 3);
     drop(reopened);
     let summary = verify(&path).unwrap();
     assert_eq!(summary.protected_set, Some(set.clone()));
-    assert_eq!((summary.version, summary.created_ms), (2, Some(created)));
+    assert_eq!(
+        (summary.version, summary.created_ms),
+        (FORMAT_VERSION, Some(created))
+    );
     let reader = LedgerReader::open(&path).unwrap();
     assert_eq!(reader.header().protected_set, Some(set.clone()));
     assert_eq!(reader.header().initial_budget, Some(budget));
@@ -108,7 +111,10 @@ fn a_ledger_vouches_only_for_its_own_set() {
     assert_eq!(bare.protected_set(), None);
     assert!(matches!(
         bare.check_protects(&set),
-        Err(LedgerError::NoProtectedSet { version: 2, .. })
+        Err(LedgerError::NoProtectedSet {
+            version: FORMAT_VERSION,
+            ..
+        })
     ));
 }
 

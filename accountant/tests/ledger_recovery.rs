@@ -7,9 +7,10 @@ mod ledger_support;
 use std::path::Path;
 
 use ledger_support::{TempDir, bits, charge_for, compose_all, label_for, small_orders};
-use privmix_accountant::{Ledger, LedgerError, Orders, PrivacyBudget, RdpCurve, verify};
+use privmix_accountant::{DpEvent, Ledger, LedgerError, Orders, PrivacyBudget, RdpCurve, verify};
 
-/// A ledger with a budget record in the middle; returns the file's bytes, the
+/// A ledger with a budget record in the middle and event charges among the
+/// charges; returns the file's bytes, the
 /// end offset of the header and of every record, and each record's charge
 /// (`None` for the budget record).
 fn build(
@@ -28,6 +29,13 @@ fn build(
                 .set_budget(Some(PrivacyBudget::new(100.0, 1e-6).unwrap()))
                 .unwrap();
             charges.push(None);
+        } else if s % 3 == 1 {
+            // An event charge: a longer record holding the event's encoding.
+            let event = DpEvent::Measured(charge_for(orders, s))
+                .poisson_sampled(0.5)
+                .unwrap();
+            ledger.charge_event(&event, &label_for(s)).unwrap();
+            charges.push(Some(event.rdp(orders).unwrap()));
         } else {
             let curve = charge_for(orders, s);
             ledger.charge(&curve, &label_for(s)).unwrap();

@@ -175,3 +175,53 @@ proptest! {
         prop_assert!(eps(beta * (1.0 + 2.0 * REL_TOL)) > epsilon);
     }
 }
+
+proptest! {
+    /// Laplace and randomized response: 0 ≤ ε(α) ≤ the pure-DP value,
+    /// non-decreasing in the order (as every Rényi divergence is), and a
+    /// larger scale (a smaller ε) never costs more.
+    #[test]
+    fn laplace_and_randomized_response_curves_are_ordered(
+        b in 0.01f64..100.0,
+        eps in 0.0f64..10.0,
+        k in 2u64..1000,
+        more in 1.0f64..4.0,
+    ) {
+        let o = orders();
+        let lap = privmix_accountant::laplace(&o, b).unwrap();
+        let lap_wider = privmix_accountant::laplace(&o, b * more).unwrap();
+        let rr = privmix_accountant::randomized_response(&o, eps, k).unwrap();
+        let rr_tighter = privmix_accountant::randomized_response(&o, eps / more, k).unwrap();
+        for c in [&lap, &rr] {
+            prop_assert!(c.epsilons().windows(2).all(|w| w[0] <= w[1] * (1.0 + 1e-12) + 1e-15));
+        }
+        prop_assert!(lap.epsilons().iter().all(|&e| (0.0..=1.0 / b * (1.0 + 1e-15)).contains(&e)));
+        prop_assert!(rr.epsilons().iter().all(|&e| (0.0..=eps).contains(&e)));
+        for (w, n) in lap_wider.epsilons().iter().zip(lap.epsilons()) {
+            prop_assert!(*w <= n * (1.0 + 1e-12) + 1e-15);
+        }
+        for (t, n) in rr_tighter.epsilons().iter().zip(rr.epsilons()) {
+            prop_assert!(*t <= n * (1.0 + 1e-12) + 1e-15);
+        }
+    }
+
+    /// An event's sampled curve never exceeds its unsampled one, and a
+    /// self-composed event costs exactly the scaled curve.
+    #[test]
+    fn sampled_events_never_cost_more(
+        b in 0.05f64..20.0,
+        q in 0.0f64..1.0,
+        count in 0u64..1000,
+    ) {
+        use privmix_accountant::DpEvent;
+        let o = orders();
+        let leaf = DpEvent::laplace(b).unwrap();
+        let plain = leaf.rdp(&o).unwrap();
+        let sampled = leaf.clone().poisson_sampled(q).unwrap().rdp(&o).unwrap();
+        for (s, p) in sampled.epsilons().iter().zip(plain.epsilons()) {
+            prop_assert!(s <= p);
+        }
+        let repeated = leaf.self_composed(count).unwrap().rdp(&o).unwrap();
+        prop_assert_eq!(repeated, plain.self_compose(count));
+    }
+}

@@ -4,13 +4,13 @@
 
 use super::budget::PrivacyBudget;
 use super::protected::ProtectedSet;
-use crate::{Orders, RdpCurve};
+use crate::{DpEvent, Orders, RdpCurve};
 
 /// What a ledger's header says: fixed when the ledger is created.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LedgerHeader {
-    /// The file's format version (1 or 2; see `ledger/format.rs`).
+    /// The file's format version (1 to 3; see `ledger/format.rs`).
     pub version: u32,
     /// The orders every charge is measured at.
     pub orders: Orders,
@@ -36,6 +36,17 @@ pub struct LedgerEntry {
     pub time_ms: u64,
     /// What the record says.
     pub kind: EntryKind,
+    /// For a charge made with `Ledger::charge_event`, the event it paid
+    /// for (its curve at the ledger's orders is the charge's curve); `None`
+    /// for other records.
+    pub event: Option<DpEvent>,
+}
+
+impl LedgerEntry {
+    /// The event this record charged, if it was charged as one.
+    pub fn event(&self) -> Option<&DpEvent> {
+        self.event.as_ref()
+    }
 }
 
 /// What a ledger record says.

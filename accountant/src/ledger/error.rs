@@ -133,6 +133,26 @@ pub enum LedgerError {
         /// The file's format version.
         version: u32,
     },
+    /// Events are recorded from format version 3 on; this older file is
+    /// appended to in its own version, which has no event records. Charge
+    /// the event's curve with `Ledger::charge` instead, or start a new ledger.
+    #[error(
+        "ledger {path} has format version {version}, which cannot record events (version 3 and later can); charge the curve instead or start a new ledger"
+    )]
+    EventsNeedVersion {
+        /// The ledger file.
+        path: PathBuf,
+        /// The file's format version.
+        version: u32,
+    },
+    /// An event's encoding is longer than a record may hold.
+    #[error("the event's encoding is {len} bytes long; the limit is {max}")]
+    EventTooLarge {
+        /// The encoding's length in bytes.
+        len: usize,
+        /// The limit, [`MAX_EVENT_BYTES`](super::MAX_EVENT_BYTES).
+        max: usize,
+    },
     /// An earlier append or sync failed, so the file's tail is in an unknown
     /// state; this handle writes nothing more. Reopening recovers.
     #[error("an earlier write to ledger {0} failed; drop this handle and reopen the ledger")]

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! header  = MAGIC "PRIVMIX-LEDGER" (14 B) | version u32 | len u32 | crc u32 | payload (len B)
-//!           payload (version 2) = n u32 | n × order f64 | budget (17 B)
+//!           payload (versions 2, 3) = n u32 | n × order f64 | budget (17 B)
 //!                                 | created unix time ms u64 | protected set
 //!           payload (version 1) = n u32 | n × order f64 | budget (17 B)
 //!           crc = CRC-32 of every header byte before it and of the payload
@@ -12,9 +12,20 @@
 //! record  = len u32 | crc u32 | payload (len B)      crc = CRC-32 of len's 4 bytes ‖ payload
 //!           payload = kind u8 | sequence u64 | unix time ms u64 | body
 //!           charge body = n × RDP value f64 | label len u16 | label (UTF-8)
+//!           event charge body (version 3) = charge body | event len u32 | event
 //!           budget body = 17 B
 //! budget  = flag u8 (0 none, 1 some) | ε f64 | δ f64
 //! ```
+//!
+//! The event encoding is in `ledger/event_codec.rs`. Record kinds: 1 charge,
+//! 2 budget, 3 event charge (a charge that also records the `DpEvent` it
+//! paid for; its RDP values are the event's curve at the ledger's orders).
+//!
+//! Version 3 added the event charge record; its header is version 2's. A
+//! version 1 or 2 file is appended to in its own version, so it never holds an
+//! event charge (one there is corruption) and charging an event to it is
+//! refused (`LedgerError::EventsNeedVersion`): an older build must still read
+//! every file it wrote.
 //!
 //! Version 2 added the creation time and the protected set (which private
 //! members the ledger accounts for, see `protected.rs`) to the header; records
@@ -24,8 +35,9 @@
 //! (privmix's command line) refuses to charge them.
 //!
 //! The record's length is inside its checksum, so a damaged length is caught
-//! like damaged contents. The largest record is bounded (the label is), which
-//! bounds how many bytes one torn write can leave behind (see `reader.rs`).
+//! like damaged contents. The largest record is bounded (the label and the
+//! event are), which bounds how many bytes one torn write can leave behind
+//! (see `reader.rs`).
 
 use std::io::Read;
 use std::path::Path;
@@ -33,13 +45,14 @@ use std::path::Path;
 use super::budget::PrivacyBudget;
 use super::entry::{EntryKind, LedgerEntry, LedgerHeader};
 use super::error::LedgerError;
+use super::event_codec::{self, MAX_EVENT_BYTES};
 use super::protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
 use crate::{Orders, RdpCurve};
 
 /// The first bytes of every ledger file.
 pub(crate) const MAGIC: &[u8; 14] = b"PRIVMIX-LEDGER";
 /// The format version written by this build.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The oldest format version this build still reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Longest label a charge may carry, in bytes.
@@ -54,10 +67,20 @@ pub(crate) const FRAME_PREFIX_LEN: usize = 8;
 const PAYLOAD_PREFIX_LEN: usize = 17;
 const KIND_CHARGE: u8 = 1;
 const KIND_BUDGET: u8 = 2;
+const KIND_EVENT_CHARGE: u8 = 3;
+/// The first version whose files may hold event charges.
+pub(crate) const FIRST_EVENT_VERSION: u32 = 3;
 
-/// The largest payload a record over `n_orders` orders can have.
-pub(crate) fn max_payload_len(n_orders: usize) -> usize {
-    PAYLOAD_PREFIX_LEN + (8 * n_orders + 2 + MAX_LABEL_BYTES).max(BUDGET_LEN)
+/// The largest payload a record over `n_orders` orders can have in a file of
+/// `version` (event charges, from version 3, are the longest).
+pub(crate) fn max_payload_len(n_orders: usize, version: u32) -> usize {
+    let charge = 8 * n_orders + 2 + MAX_LABEL_BYTES;
+    let event = if version >= FIRST_EVENT_VERSION {
+        4 + MAX_EVENT_BYTES
+    } else {
+        0
+    };
+    PAYLOAD_PREFIX_LEN + (charge + event).max(BUDGET_LEN)
 }
 
 /// The header bytes of a new ledger (format [`VERSION`]).
@@ -89,6 +112,14 @@ pub(crate) fn encode_header(
 #[cfg(test)]
 pub(crate) fn encode_header_v1(orders: &Orders, budget: Option<PrivacyBudget>) -> Vec<u8> {
     frame_header(1, &orders_and_budget(orders, budget))
+}
+
+/// The header bytes a version 2 build wrote, which version 3 keeps (for
+/// tests of old files).
+#[cfg(test)]
+pub(crate) fn encode_header_v2(orders: &Orders) -> Vec<u8> {
+    let v3 = encode_header(orders, None, 0, None);
+    frame_header(2, &v3[HEADER_PREFIX_LEN..])
 }
 
 /// `n | orders | budget`, the start of every version's header payload.
@@ -276,6 +307,23 @@ pub(crate) fn charge_payload(sequence: u64, time_ms: u64, values: &[f64], label:
     p
 }
 
+/// The payload of an event charge record: a charge record's body followed
+/// by the event's encoding (at most [`MAX_EVENT_BYTES`], checked by the caller).
+pub(crate) fn event_charge_payload(
+    sequence: u64,
+    time_ms: u64,
+    values: &[f64],
+    label: &str,
+    event: &[u8],
+) -> Vec<u8> {
+    let mut p = charge_payload(sequence, time_ms, values, label);
+    p[0] = KIND_EVENT_CHARGE;
+    let len = u32::try_from(event.len()).expect("events are checked against MAX_EVENT_BYTES");
+    p.extend_from_slice(&len.to_le_bytes());
+    p.extend_from_slice(event);
+    p
+}
+
 /// The payload of a budget record.
 pub(crate) fn budget_payload(
     sequence: u64,
@@ -329,30 +377,39 @@ pub(crate) fn payload_sequence(payload: &[u8]) -> u64 {
 
 /// Decodes a checked payload. An error here means the record was *written*
 /// wrong (its checksum holds), never that it was torn.
-pub(crate) fn decode_payload(payload: &[u8], orders: &Orders) -> Result<LedgerEntry, String> {
+pub(crate) fn decode_payload(
+    payload: &[u8],
+    orders: &Orders,
+    version: u32,
+) -> Result<LedgerEntry, String> {
     let sequence = payload_sequence(payload);
     let time_ms = u64_at(payload, 9);
     let body = &payload[PAYLOAD_PREFIX_LEN..];
-    let kind = match payload[0] {
-        KIND_CHARGE => {
+    let (kind, event) = match payload[0] {
+        KIND_CHARGE => (decode_charge(body, orders, body.len())?, None),
+        KIND_EVENT_CHARGE if version >= FIRST_EVENT_VERSION => {
             let n = orders.len();
             if body.len() < 8 * n + 2 {
-                return Err("charge record too short for the ledger's orders".into());
+                return Err("event charge record too short for the ledger's orders".into());
             }
             let label_len = usize::from(u16::from_le_bytes([body[8 * n], body[8 * n + 1]]));
-            if body.len() != 8 * n + 2 + label_len {
-                return Err("charge record length does not match its label length".into());
+            let charge_len = 8 * n + 2 + label_len;
+            if body.len() < charge_len + 4 {
+                return Err("event charge record too short for its label and event length".into());
             }
-            let values = (0..n).map(|i| f64_at(body, 8 * i)).collect();
-            let curve = RdpCurve::new(orders.clone(), values).map_err(|e| e.to_string())?;
-            let label = std::str::from_utf8(&body[8 * n + 2..])
-                .map_err(|_| "charge label is not UTF-8".to_string())?
-                .to_owned();
-            EntryKind::Charge { curve, label }
+            let event_len = u32_at(body, charge_len) as usize;
+            if event_len > MAX_EVENT_BYTES || body.len() != charge_len + 4 + event_len {
+                return Err("event charge record length does not match its event length".into());
+            }
+            let kind = decode_charge(body, orders, charge_len)?;
+            let event = event_codec::decode(&body[charge_len + 4..])
+                .map_err(|reason| format!("event charge: {reason}"))?;
+            (kind, Some(event))
         }
-        KIND_BUDGET if body.len() == BUDGET_LEN => {
-            EntryKind::Budget(decode_budget(body).map_err(str::to_owned)?)
-        }
+        KIND_BUDGET if body.len() == BUDGET_LEN => (
+            EntryKind::Budget(decode_budget(body).map_err(str::to_owned)?),
+            None,
+        ),
         KIND_BUDGET => return Err("budget record has the wrong length".into()),
         other => return Err(format!("unknown record kind {other}")),
     };
@@ -360,7 +417,26 @@ pub(crate) fn decode_payload(payload: &[u8], orders: &Orders) -> Result<LedgerEn
         sequence,
         time_ms,
         kind,
+        event,
     })
+}
+
+/// Decodes `values | label len | label`, which must be `len` bytes of `body`.
+fn decode_charge(body: &[u8], orders: &Orders, len: usize) -> Result<EntryKind, String> {
+    let n = orders.len();
+    if body.len() < 8 * n + 2 {
+        return Err("charge record too short for the ledger's orders".into());
+    }
+    let label_len = usize::from(u16::from_le_bytes([body[8 * n], body[8 * n + 1]]));
+    if len != 8 * n + 2 + label_len {
+        return Err("charge record length does not match its label length".into());
+    }
+    let values = (0..n).map(|i| f64_at(body, 8 * i)).collect();
+    let curve = RdpCurve::new(orders.clone(), values).map_err(|e| e.to_string())?;
+    let label = std::str::from_utf8(&body[8 * n + 2..len])
+        .map_err(|_| "charge label is not UTF-8".to_string())?
+        .to_owned();
+    Ok(EntryKind::Charge { curve, label })
 }
 
 fn payload_prefix(kind: u8, sequence: u64, time_ms: u64, body_len: usize) -> Vec<u8> {

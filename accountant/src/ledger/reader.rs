@@ -35,7 +35,7 @@ use super::entry::{EntryKind, LedgerEntry, LedgerHeader};
 use super::error::LedgerError;
 use super::format::{self, Frame};
 use super::protected::ProtectedSet;
-use crate::{Orders, RdpCurve};
+use crate::{DpEvent, Orders, RdpCurve};
 
 /// Streams the records of a ledger file, checking each one; it takes no lock
 /// and never writes. After the last `Some`, [`Self::torn_tail_bytes`] says
@@ -70,7 +70,7 @@ impl LedgerReader {
         Ok(Self {
             path: path.to_path_buf(),
             input,
-            max_payload: format::max_payload_len(header.orders.len()),
+            max_payload: format::max_payload_len(header.orders.len(), header.version),
             header,
             valid_len: header_len,
             next_sequence: 0,
@@ -137,7 +137,7 @@ impl LedgerReader {
                 ),
             ));
         }
-        let entry = format::decode_payload(payload, &self.header.orders)
+        let entry = format::decode_payload(payload, &self.header.orders, self.header.version)
             .map_err(|reason| LedgerError::corrupt(&self.path, self.valid_len, reason))?;
         self.valid_len += self.buf.len() as u64;
         self.next_sequence += 1;
@@ -221,6 +221,30 @@ impl Iterator for LedgerReader {
             self.finished = true;
         }
         item
+    }
+}
+
+impl LedgerReader {
+    /// The composition of every charge still to be read, as one event: a
+    /// [`DpEvent::Composed`] of each charge's recorded event, in file order.
+    /// A charge recorded without an event (by `Ledger::charge`, or in a
+    /// version 1 or 2 file) enters as [`DpEvent::DataDependent`] of its
+    /// curve: where it came from is unknown, so no sampling theorem is
+    /// applied to it, and at other orders it is read from above
+    /// ([`RdpCurve::bound_at`]).
+    ///
+    /// Re-accounting this event (e.g. [`DpEvent::rdp`] over finer orders) can
+    /// only be as loose as the ledger's own total, or tighter, for the
+    /// charges that carry events.
+    pub fn into_event(self) -> Result<DpEvent, LedgerError> {
+        let mut events = Vec::new();
+        for entry in self {
+            let entry = entry?;
+            if let EntryKind::Charge { curve, .. } = entry.kind {
+                events.push(entry.event.unwrap_or(DpEvent::DataDependent(curve)));
+            }
+        }
+        Ok(DpEvent::Composed(events))
     }
 }
 

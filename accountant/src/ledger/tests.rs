@@ -148,11 +148,11 @@ fn intact_headers_with_bad_sets_or_versions_are_refused() {
     long.push(0);
     let got = format::read_header(&mut reframe(&long, 2).as_slice(), Path::new("x"));
     assert!(matches!(got, Err(LedgerError::Corrupt { .. })), "{got:?}");
-    // Version 3 (from a newer build) and version 0 are refused by number.
-    for v in [0, 3] {
+    // Version 4 (from a newer build) and version 0 are refused by number.
+    for v in [0, 4] {
         let got = format::read_header(&mut reframe(&good, v).as_slice(), Path::new("x"));
         assert!(
-            matches!(got, Err(LedgerError::UnsupportedVersion { found, supported: 2, .. }) if found == v),
+            matches!(got, Err(LedgerError::UnsupportedVersion { found, supported: 3, .. }) if found == v),
             "{got:?}"
         );
     }
@@ -162,10 +162,12 @@ fn intact_headers_with_bad_sets_or_versions_are_refused() {
 fn charge_payload_round_trips_bit_exact() {
     let values = [0.1 + 0.2, f64::INFINITY, 5e-324];
     let frame = format::encode_frame(&format::charge_payload(7, 1234, &values, "gauß"));
-    let Frame::Intact { payload } = format::check_frame(&frame, format::max_payload_len(3)) else {
+    let Frame::Intact { payload } =
+        format::check_frame(&frame, format::max_payload_len(3, format::VERSION))
+    else {
         panic!("fresh frame must be intact");
     };
-    let entry = format::decode_payload(payload, &orders()).unwrap();
+    let entry = format::decode_payload(payload, &orders(), format::VERSION).unwrap();
     assert_eq!((entry.sequence, entry.time_ms), (7, 1234));
     let EntryKind::Charge { curve, label } = entry.kind else {
         panic!("expected a charge")
@@ -184,7 +186,7 @@ fn every_frame_byte_is_checked() {
             bad[i] ^= 1 << bit;
             assert!(
                 matches!(
-                    format::check_frame(&bad, format::max_payload_len(3)),
+                    format::check_frame(&bad, format::max_payload_len(3, format::VERSION)),
                     Frame::Damaged(_)
                 ),
                 "flip of bit {bit} in byte {i} went unnoticed"
@@ -234,7 +236,7 @@ fn garbage_tail_within_one_record_is_torn_beyond_it_corrupt() {
     let dir = TempDir::new("garbage");
     let path = dir.file("l");
     let good = format::charge_payload(0, 0, &[1.0, 2.0, 3.0], "a");
-    let max_frame = format::FRAME_PREFIX_LEN + format::max_payload_len(3);
+    let max_frame = format::FRAME_PREFIX_LEN + format::max_payload_len(3, format::VERSION);
     for (fill, len, torn) in [
         (0u8, max_frame, true),
         (0xa5, 9, true),
@@ -342,4 +344,158 @@ fn bad_identities_are_typed_errors() {
     ));
     assert!(ProtectedSet::new(["x".repeat(MAX_MEMBER_ID_BYTES)]).is_ok());
     assert!(ProtectedSet::new(Vec::<String>::new()).unwrap().is_empty());
+}
+
+/// A small event whose encoding holds every kind of field.
+fn an_event() -> DpEvent {
+    DpEvent::Composed(vec![
+        DpEvent::gaussian(2.0)
+            .unwrap()
+            .poisson_sampled(0.1)
+            .unwrap(),
+        DpEvent::randomized_response(0.5, 3).unwrap(),
+        DpEvent::DataDependent(curve([0.1, 0.2, 0.3])),
+    ])
+}
+
+fn event_payload(sequence: u64, event: &DpEvent) -> Vec<u8> {
+    let mut encoded = Vec::new();
+    super::event_codec::encode(event, &mut encoded);
+    let values = event.rdp(&orders()).unwrap();
+    format::event_charge_payload(sequence, 5, values.epsilons(), "ev", &encoded)
+}
+
+#[test]
+fn event_charge_payload_round_trips() {
+    let event = an_event();
+    let payload = event_payload(3, &event);
+    let entry = format::decode_payload(&payload, &orders(), format::VERSION).unwrap();
+    assert_eq!(entry.event(), Some(&event));
+    let EntryKind::Charge { curve, label } = &entry.kind else {
+        panic!("expected a charge")
+    };
+    assert_eq!(
+        (curve, label.as_str()),
+        (&event.rdp(&orders()).unwrap(), "ev")
+    );
+    // Older versions have no such record kind.
+    for v in [1, 2] {
+        let err = format::decode_payload(&payload, &orders(), v).unwrap_err();
+        assert!(err.contains("unknown record kind 3"), "{err}");
+    }
+}
+
+#[test]
+fn intact_event_charges_with_bad_events_are_corruption() {
+    let dir = TempDir::new("events");
+    let path = dir.file("l");
+    let good = event_payload(0, &an_event());
+    let event_at = good.len() - {
+        let mut e = Vec::new();
+        super::event_codec::encode(&an_event(), &mut e);
+        e.len()
+    };
+    // An unknown tag.
+    let mut bad = good.clone();
+    bad[event_at] = 200;
+    write_ledger(&path, &[bad]);
+    expect_corrupt(Ledger::open(&path), "unknown event tag 200");
+    // An event length that disagrees with the record's.
+    let mut bad = good.clone();
+    bad[event_at - 4] ^= 1;
+    write_ledger(&path, &[bad]);
+    expect_corrupt(Ledger::open(&path), "event length");
+    // A parameter out of range: the Gaussian's σ (right after tags 7, 4 and q).
+    let mut bad = good.clone();
+    let sigma_at = event_at + 1 + 4 + 1 + 8 + 1;
+    bad[sigma_at..sigma_at + 8].copy_from_slice(&(-2.0f64).to_le_bytes());
+    write_ledger(&path, &[bad]);
+    expect_corrupt(Ledger::open(&path), "sigma");
+    // The same record is corrupt in a version 2 file, which has no such kind.
+    let mut bytes = format::encode_header_v2(&orders());
+    bytes.extend(format::encode_frame(&good));
+    std::fs::write(&path, bytes).unwrap();
+    expect_corrupt(Ledger::open(&path), "unknown record kind 3");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Whatever an intact event charge's event bytes say (random edits, the
+    /// checksum recomputed), reading it gives a valid event or a corruption
+    /// error, never a panic or an event that fails its own checks.
+    #[test]
+    fn mutated_event_bytes_read_back_valid_or_corrupt(
+        edits in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 1..8),
+        cut in 0usize..8,
+    ) {
+        let good = event_payload(0, &an_event());
+        let mut encoded = Vec::new();
+        super::event_codec::encode(&an_event(), &mut encoded);
+        let event_at = good.len() - encoded.len();
+        let mut event = encoded.clone();
+        for (at, byte) in edits {
+            let i = at % event.len();
+            event[i] = byte;
+        }
+        event.truncate(event.len() - cut.min(event.len() - 1));
+        let mut payload = good[..event_at - 4].to_vec();
+        payload.extend_from_slice(&(event.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&event);
+        match format::decode_payload(&payload, &orders(), format::VERSION) {
+            Ok(entry) => {
+                let e = entry.event().expect("an event charge has an event");
+                proptest::prop_assert!(e.validate().is_ok());
+            }
+            Err(reason) => proptest::prop_assert!(reason.starts_with("event charge")),
+        }
+    }
+}
+
+#[test]
+fn events_are_charged_recorded_and_refused_on_old_files() {
+    let dir = TempDir::new("charge-event");
+    let path = dir.file("l");
+    let mut ledger = Ledger::create(&path, orders(), None).unwrap();
+    let event = an_event();
+    ledger.charge_event(&event, "ev").unwrap();
+    ledger.charge(&curve([0.5, 0.5, 0.5]), "plain").unwrap();
+    assert_eq!(
+        ledger.spent(),
+        &event
+            .rdp(&orders())
+            .unwrap()
+            .compose(&curve([0.5; 3]))
+            .unwrap()
+    );
+    // An invalid event writes nothing.
+    let bad = DpEvent::Laplace { scale: 0.0 };
+    assert!(matches!(
+        ledger.charge_event(&bad, "bad"),
+        Err(LedgerError::Accountant(AccountantError::InvalidParameter {
+            name: "scale",
+            ..
+        }))
+    ));
+    // An event too large for a record writes nothing.
+    let huge = DpEvent::Composed(vec![DpEvent::NoOp; MAX_EVENT_BYTES]);
+    assert!(matches!(
+        ledger.charge_event(&huge, "huge"),
+        Err(LedgerError::EventTooLarge { .. })
+    ));
+    assert_eq!(ledger.next_sequence(), 2);
+    assert_eq!(
+        ledger.events().unwrap(),
+        DpEvent::Composed(vec![event, DpEvent::DataDependent(curve([0.5; 3]))])
+    );
+    drop(ledger);
+    // A version 2 file refuses event charges, with nothing written.
+    let old = dir.file("v2");
+    std::fs::write(&old, format::encode_header_v2(&orders())).unwrap();
+    let mut ledger = Ledger::open(&old).unwrap();
+    assert!(matches!(
+        ledger.charge_event(&DpEvent::NoOp, "x"),
+        Err(LedgerError::EventsNeedVersion { version: 2, .. })
+    ));
+    assert_eq!(ledger.next_sequence(), 0);
 }

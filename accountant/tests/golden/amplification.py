@@ -1,12 +1,19 @@
 """Golden values for tests/upstream.rs: subsampling bounds and events.
 
 Independent sources, each named beside its numbers:
-  * dp_accounting 0.4.4 (`_compute_rdp_sample_wor_gaussian`, WBK 2019 Thm 27);
+  * dp_accounting 0.4.4 (`_compute_rdp_sample_wor_gaussian`, Wang, Balle &
+    Kasiviswanathan, "Subsampled Renyi Differential Privacy and Analytical
+    Moments Accountant", arXiv:1808.00087, Thm 27);
   * mpmath (50 digits) evaluations of the closed forms:
-      - Zhu & Wang 2019 tight Poisson bound for a general curve (adapmixed.txt Thm A.4),
-      - Wang, Balle & Kasiviswanathan 2019 Thm 9 (sampling without replacement),
-      - PMixED Thm 3.1 (adapmixed.txt eq. 2), m = max(members, 2),
-      - the Laplace mechanism's RDP (Mironov 2017, Prop. 6) as a non-Gaussian base curve.
+      - Zhu & Wang, "Poisson Subsampled Renyi Differential Privacy" (ICML 2019),
+        Thm 6, the tight Poisson bound for a general curve (restated as Thm A.4
+        of Flemings et al., "Adaptively Private Next-Token Prediction of Large
+        Language Models", arXiv:2410.02016),
+      - arXiv:1808.00087 Thm 9 (sampling without replacement),
+      - PMixED's per-query bound (arXiv:2410.02016, Thm 3.1, eq. 2),
+        m = max(members, 2),
+      - the Laplace mechanism's RDP (Mironov, "Renyi Differential Privacy",
+        arXiv:1702.07476, Prop. 6) as a non-Gaussian base curve.
 
 Run: python3 tests/golden/amplification.py
 """
@@ -18,13 +25,13 @@ mp.mp.dps = 50
 
 
 def laplace_rdp(alpha, b):
-    """Mironov 2017 Prop. 6: Laplace mechanism with scale b, sensitivity 1."""
+    """Mironov, arXiv:1702.07476, Prop. 6: Laplace mechanism with scale b, sensitivity 1."""
     a = mp.mpf(alpha)
     return mp.log(a / (2 * a - 1) * mp.exp((a - 1) / b) + (a - 1) / (2 * a - 1) * mp.exp(-a / b)) / (a - 1)
 
 
 def zhu_wang(alpha, q, eps):
-    """Tight Poisson subsampling at integer alpha (Zhu & Wang 2019; adapmixed Thm A.4)."""
+    """Tight Poisson subsampling at integer alpha (Zhu & Wang (ICML 2019); adapmixed Thm A.4)."""
     q = mp.mpf(q)
     a = (1 - q) ** (alpha - 1) * (1 + (alpha - 1) * q)
     for j in range(2, alpha + 1):
@@ -33,7 +40,7 @@ def zhu_wang(alpha, q, eps):
 
 
 def wbk_thm9(alpha, q, eps):
-    """WBK 2019 Thm 9 with eps(inf) = inf."""
+    """WBK (arXiv:1808.00087) Thm 9 with eps(inf) = inf."""
     q = mp.mpf(q)
     a = 1 + q**2 * mp.binomial(alpha, 2) * min(4 * mp.expm1(eps(2)), 2 * mp.exp(eps(2)))
     for j in range(3, alpha + 1):

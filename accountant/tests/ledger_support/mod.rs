@@ -49,7 +49,7 @@ pub fn small_orders() -> Orders {
     Orders::new(vec![1.5, 2.0, 4.0, 16.0, 64.0]).unwrap()
 }
 
-/// The Gaussian mechanism's RDP curve, α / (2σ²) (Mironov 2017, Prop. 7).
+/// The Gaussian mechanism's RDP curve, α / (2σ²) (Mironov, arXiv:1702.07476, Prop. 7).
 pub fn gaussian(orders: &Orders, sigma: f64) -> RdpCurve {
     RdpCurve::from_fn(orders.clone(), |a| a / (2.0 * sigma * sigma)).unwrap()
 }

@@ -1,5 +1,5 @@
 //! `ln A_α` of the Poisson-subsampled Gaussian at a fractional order α, with a
-//! rigorous upper bound (Mironov, Talwar & Zhang 2019, §3.3).
+//! rigorous upper bound (Mironov, Talwar & Zhang (arXiv:1908.10530), §3.3).
 //!
 //! # The series
 //!

@@ -1,13 +1,18 @@
 //! RDP → (ε, δ)-DP conversion and its inverse, rounded outward.
 //!
+//! Why each bound holds and why the computed values bound the exact ones is
+//! written out in [`proof.md`](./proof.md) beside this file.
+//!
 //! # The bounds used, at each order α of a curve with value r = ε(α)
 //!
-//! 1. **Balle et al. 2020, Thm 21 / Canonne, Kamath & Steinke 2020, Prop. 12**: an
-//!    (α, r)-RDP mechanism is (ε, δ)-DP for every ε ≥ 0 with
+//! 1. **Balle, Barthe, Gaboardi, Hsu & Sato, "Hypothesis Testing
+//!    Interpretations and Rényi Differential Privacy", arXiv:1905.09982,
+//!    Thm 21 / Canonne, Kamath & Steinke, "The Discrete Gaussian for
+//!    Differential Privacy", arXiv:2004.00010, Prop. 12**: an (α, r)-RDP mechanism is (ε, δ)-DP for every ε ≥ 0 with
 //!    `δ = exp((α−1)(r−ε)) / α · (1 − 1/α)^(α−1)`, i.e.
 //!    `ε = r + ln(1 − 1/α) − (ln δ + ln α)/(α − 1)` and
 //!    `ln δ = (α−1)(r − ε + ln(1 − 1/α)) − ln α`.
-//!    It is never worse than Mironov's classic `ε = r + ln(1/δ)/(α−1)` (2017,
+//!    It is never worse than Mironov's classic `ε = r + ln(1/δ)/(α−1)` (arXiv:1702.07476,
 //!    Prop. 3): the two extra terms are both negative.
 //! 2. **Bretagnolle–Huber** through the KL divergence: `TV(P, Q) ≤ √(1 − e^{−KL})`
 //!    and `KL = D₁ ≤ D_α` for α > 1, so the mechanism is also
@@ -52,7 +57,7 @@ pub struct EpsilonDelta {
 
 impl RdpCurve {
     /// The smallest ε such that the curve implies (ε, δ)-DP, minimised over the
-    /// curve's orders (Balle et al. 2020 Thm 21 / Canonne–Kamath–Steinke 2020
+    /// curve's orders (Balle et al. (arXiv:1905.09982) Thm 21 / Canonne–Kamath–Steinke (arXiv:2004.00010)
     /// Prop. 12, plus the Bretagnolle–Huber bound; see the module docs), rounded up.
     ///
     /// `delta` must lie in the open interval (0, 1). An all-infinite curve gives

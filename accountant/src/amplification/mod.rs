@@ -1,6 +1,15 @@
-//! Machinery shared by the subsampling bounds: parameter checks, log-sum-exp
-//! rounded up, bounds on a curve at integer orders, and the interpolation to
-//! fractional orders.
+//! Privacy amplification by subsampling: Poisson sampling (`poisson/`) and
+//! sampling without replacement (`without_replacement/`), and the machinery
+//! they share: parameter checks, log-sum-exp rounded up, bounds on a curve at
+//! integer orders, and the interpolation to fractional orders.
+//!
+//! The steps privmix adds to the published theorems (reading a curve at
+//! orders it lacks, convex interpolation, the cap by the unsampled curve, the
+//! non-negative form of the Poisson moment, signed series in interval
+//! arithmetic) are proved in [`proof.md`](./proof.md) beside this file.
+
+pub(crate) mod poisson;
+pub(crate) mod without_replacement;
 
 use std::collections::BTreeMap;
 
@@ -57,7 +66,7 @@ pub(crate) fn as_integer_order(alpha: f64) -> Option<u32> {
 /// Upper bounds on ε(j) at integer orders j, read off a curve.
 ///
 /// Rényi divergence is non-decreasing in its order (van Erven & Harremoës
-/// 2014, Thm 3), so a mechanism that is (α', r)-RDP is (j, r)-RDP for every
+/// arXiv:1206.2459, Thm 3), so a mechanism that is (α', r)-RDP is (j, r)-RDP for every
 /// j ≤ α'. The bound used at j is therefore the smallest value the curve
 /// holds at any order ≥ j; +∞ when the curve has no order ≥ j.
 pub(crate) struct IntegerBounds {
@@ -101,7 +110,7 @@ impl IntegerBounds {
 /// * Fractional order α between a = ⌊α⌋ and a + 1: `K` is convex in the order
 ///   (α ↦ ln E[(P/Q)^α] is convex by Hölder's inequality, for each pair of
 ///   distributions, and a supremum of convex functions is convex; Wang, Balle &
-///   Kasiviswanathan 2019, Cor. 10), with K(1) = 0, so
+///   Kasiviswanathan, arXiv:1808.00087, Cor. 10), with K(1) = 0, so
 ///   `ε'(α) ≤ ((a+1−α)·K(a) + (α−a)·K(a+1))/(α − 1)`.
 /// * Every order: the result is also capped by the unamplified value
 ///   `unamplified[i]` — subsampling never hurts (quasi-convexity of Rényi

@@ -23,9 +23,9 @@
 //! Windows the lock is mandatory, so [`verify`] and [`LedgerReader`] cannot
 //! read a ledger another handle holds; on Unix they can.)
 //!
-//! Composition follows Mironov 2017, Prop. 1 (RDP values add, rounded up by
+//! Composition follows Mironov, arXiv:1702.07476, Prop. 1 (RDP values add, rounded up by
 //! [`RdpCurve::compose`]); budgets are checked on the (ε, δ) conversion of
-//! [`RdpCurve::epsilon`] (Balle et al. 2020, Thm 21), which rounds ε up.
+//! [`RdpCurve::epsilon`] (Balle et al. (arXiv:1905.09982), Thm 21), which rounds ε up.
 //!
 //! # What a ledger protects
 //!
@@ -45,11 +45,21 @@
 //! [`Ledger::open_or_create`] refuses a budget other than the recorded one
 //! rather than silently replacing it.
 //!
+//! # Events
+//!
+//! [`Ledger::charge_event`] charges a [`DpEvent`] (its curve at the ledger's
+//! orders) and records the event too, so a run can be re-accounted later
+//! with another method or finer orders: [`LedgerEntry::event`] gives each
+//! record's event and [`Ledger::events`] the whole run as one composed event.
+//! The encoding is the ledger's own (`ledger/event_codec.rs`), independent of
+//! the `serde` feature.
+//!
 //! The file layout is in `ledger/format.rs`.
 
 mod budget;
 mod entry;
 mod error;
+mod event_codec;
 mod format;
 mod protected;
 mod reader;
@@ -63,11 +73,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use budget::{PrivacyBudget, Receipt};
 pub use entry::{EntryKind, LedgerEntry, LedgerHeader};
 pub use error::LedgerError;
+pub use event_codec::MAX_EVENT_BYTES;
 pub use format::{MAX_LABEL_BYTES, OLDEST_READABLE_VERSION, VERSION as FORMAT_VERSION};
 pub use protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
 pub use reader::{LedgerReader, LedgerSummary, verify};
 
-use crate::{AccountantError, EpsilonDelta, Orders, RdpCurve};
+use crate::{AccountantError, DpEvent, EpsilonDelta, Orders, RdpCurve};
 
 /// An open, exclusively locked ledger. See the module docs for its guarantee.
 ///
@@ -84,7 +95,7 @@ use crate::{AccountantError, EpsilonDelta, Orders, RdpCurve};
 /// let budget = PrivacyBudget::new(1.0, 1e-6)?;
 /// let mut ledger = Ledger::open_or_create(&path, orders.clone(), Some(budget))?;
 ///
-/// // The Gaussian mechanism with σ = 10: ε(α) = α / (2σ²) (Mironov 2017, Prop. 7).
+/// // The Gaussian mechanism with σ = 10: ε(α) = α / (2σ²) (Mironov, arXiv:1702.07476, Prop. 7).
 /// let gaussian = RdpCurve::from_fn(orders, |a| a / 200.0)?;
 /// let receipt = ledger.charge(&gaussian, "gaussian σ=10")?;
 /// assert_eq!(receipt.sequence, 0);
@@ -288,6 +299,51 @@ impl Ledger {
     /// With a budget, a charge that would take the spent ε at the budget's δ
     /// above the budget's ε is refused with [`LedgerError::BudgetExceeded`].
     pub fn charge(&mut self, curve: &RdpCurve, label: &str) -> Result<Receipt, LedgerError> {
+        self.charge_with(curve, label, None)
+    }
+
+    /// Records a charge of `event`: its curve at the ledger's orders
+    /// ([`DpEvent::rdp`]) is charged exactly as [`Self::charge`] charges a
+    /// curve (same contract, same budget check), and the record also stores
+    /// the event itself, so that the run can be re-accounted later (see
+    /// [`Self::events`]).
+    ///
+    /// Refused with [`LedgerError::EventsNeedVersion`] on a version 1 or 2
+    /// file, with [`LedgerError::EventTooLarge`] when the event's encoding
+    /// exceeds [`MAX_EVENT_BYTES`], and with [`LedgerError::Accountant`] when
+    /// the event is invalid; nothing is written then.
+    pub fn charge_event(&mut self, event: &DpEvent, label: &str) -> Result<Receipt, LedgerError> {
+        self.check_writable()?;
+        if self.version < format::FIRST_EVENT_VERSION {
+            return Err(LedgerError::EventsNeedVersion {
+                path: self.path.clone(),
+                version: self.version,
+            });
+        }
+        let curve = event.rdp(&self.orders)?;
+        let mut encoded = Vec::new();
+        event_codec::encode(event, &mut encoded);
+        if encoded.len() > MAX_EVENT_BYTES {
+            return Err(LedgerError::EventTooLarge {
+                len: encoded.len(),
+                max: MAX_EVENT_BYTES,
+            });
+        }
+        self.charge_with(&curve, label, Some(&encoded))
+    }
+
+    /// Every charge so far, composed into one event, read back from the file
+    /// (see [`LedgerReader::into_event`] for charges recorded without one).
+    pub fn events(&self) -> Result<DpEvent, LedgerError> {
+        self.entries()?.into_event()
+    }
+
+    fn charge_with(
+        &mut self,
+        curve: &RdpCurve,
+        label: &str,
+        event: Option<&[u8]>,
+    ) -> Result<Receipt, LedgerError> {
         self.check_writable()?;
         if label.len() > MAX_LABEL_BYTES {
             return Err(LedgerError::LabelTooLong {
@@ -310,7 +366,12 @@ impl Ledger {
             None => None,
         };
         let sequence = self.next_sequence;
-        let payload = format::charge_payload(sequence, now_ms(), curve.epsilons(), label);
+        let payload = match event {
+            None => format::charge_payload(sequence, now_ms(), curve.epsilons(), label),
+            Some(event) => {
+                format::event_charge_payload(sequence, now_ms(), curve.epsilons(), label, event)
+            }
+        };
         self.append(&payload)?;
         self.spent = total;
         self.charges += 1;

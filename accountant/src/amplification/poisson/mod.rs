@@ -1,7 +1,13 @@
 //! Privacy amplification by Poisson subsampling (add/remove-one adjacency):
 //! each record enters the sample independently with probability q.
+//!
+//! Zhu & Wang, "Poisson Subsampled Rényi Differential Privacy" (ICML 2019,
+//! PMLR 97:7634–7642), Thm 6 for any mechanism; Mironov, Talwar & Zhang,
+//! "Rényi Differential Privacy of the Sampled Gaussian Mechanism",
+//! arXiv:1908.10530, §3.3 for the Gaussian. The steps privmix adds are proved
+//! in `amplification/proof.md`.
 
-use crate::amplify::{
+use crate::amplification::{
     IntegerBounds, amplified_curve, as_integer_order, check_q, check_sigma, log_sum_exp_up,
 };
 use crate::special::ln_binomials_up;
@@ -14,11 +20,11 @@ mod gaussian_fractional;
 
 /// Upper bound on `ln A` for integer α ≥ 2, where
 /// `A = Σ_{k=0}^{α} C(α,k) (1−q)^{α−k} q^k e^{c(k)}` and `c(k)` bounds `(k−1)ε(k)`
-/// from above (c(0) = c(1) = 0). For a general curve this is Zhu & Wang 2019,
-/// Thm 6 (the tight bound, restated as adapmixed.txt Thm A.4: its first term
+/// from above (c(0) = c(1) = 0). For a general curve this is Zhu & Wang (ICML 2019),
+/// Thm 6 (the tight bound, restated as Thm A.4 of arXiv:2410.02016: its first term
 /// `(1−q)^{α−1}(1+(α−1)q)` is the k = 0 and k = 1 terms here); for the Gaussian
 /// with `c(k) = k(k−1)/(2σ²)` it is the exact moment of Mironov, Talwar & Zhang
-/// 2019, §3.3.
+/// (arXiv:1908.10530), §3.3.
 ///
 /// Evaluated as `A = 1 + Σ_{k=2}^{α} C(α,k) (1−q)^{α−k} q^k (e^{c(k)} − 1)` (the
 /// binomial weights sum to 1), a sum of non-negative terms, so that `ln A` keeps
@@ -61,16 +67,16 @@ impl RdpCurve {
     /// its input, for add/remove-one adjacency.
     ///
     /// Guarantee, at each order α of the curve:
-    /// * integer α ≥ 2: the tight bound of Zhu & Wang 2019 (Thm 6; adapmixed.txt
+    /// * integer α ≥ 2: the tight bound of Zhu & Wang (ICML 2019) (Thm 6; arXiv:2410.02016,
     ///   Thm A.4), `ε'(α) = ln((1−q)^{α−1}(1+(α−1)q) + Σ_{j=2}^{α} C(α,j) q^j
     ///   (1−q)^{α−j} e^{(j−1)ε(j)})/(α−1)`. It needs ε(j) at every integer
     ///   j ≤ α: where the curve lacks j, the value at the nearest order above j
     ///   is used (the smallest over all orders ≥ j) — valid because Rényi
-    ///   divergence is non-decreasing in the order (van Erven & Harremoës 2014,
+    ///   divergence is non-decreasing in the order (van Erven & Harremoës (arXiv:1206.2459),
     ///   Thm 3). A curve with no order ≥ j gives +∞ there.
     /// * fractional α: the tight form does not apply; the bound is the convex
     ///   interpolation of `(α−1)ε'(α)` between ⌊α⌋ and ⌈α⌉ (convexity of the
-    ///   log-moment in the order; Wang, Balle & Kasiviswanathan 2019, Cor. 10),
+    ///   log-moment in the order; Wang, Balle & Kasiviswanathan (arXiv:1808.00087), Cor. 10),
     ///   which needs the amplified value at ⌈α⌉ (computed even if ⌈α⌉ is not
     ///   one of the orders).
     /// * every order: never above the unamplified value (subsampling cannot
@@ -123,7 +129,7 @@ fn gaussian_cgf_up(k: u32, sigma: f64) -> f64 {
 }
 
 /// `α/(2σ²)` rounded up: the RDP of the Gaussian mechanism with noise
-/// multiplier σ (standard deviation over L2 sensitivity; Mironov 2017, Prop. 7).
+/// multiplier σ (standard deviation over L2 sensitivity; Mironov, arXiv:1702.07476, Prop. 7).
 pub(crate) fn gaussian_rdp_up(alpha: f64, sigma: f64) -> f64 {
     div_up(alpha, mul_down(2.0, mul_down(sigma, sigma)))
 }
@@ -132,7 +138,7 @@ pub(crate) fn gaussian_rdp_up(alpha: f64, sigma: f64) -> f64 {
 /// sampling rate q, add/remove-one adjacency) at one order α ∈ (1, ∞].
 ///
 /// Guarantee: an upper bound on the exact value `ln A_α/(α−1)` of Mironov,
-/// Talwar & Zhang 2019 (Thm 4 / §3.3: for this mechanism the divergence
+/// Talwar & Zhang (arXiv:1908.10530, Thm 4 / §3.3: for this mechanism the divergence
 /// `D_α(μ‖μ₀)` with `μ = (1−q)N(0,σ²) + qN(1,σ²)` dominates the reverse one):
 /// * integer α: the finite binomial sum for `A_α`, rounded up;
 /// * fractional α: the two series of MTZ §3.3 split at
@@ -162,7 +168,7 @@ pub fn poisson_subsampled_gaussian_at(
         return Ok(f64::INFINITY);
     }
     let plain = gaussian_rdp_up(alpha, sigma);
-    if q == 1.0 || alpha > crate::amplify::MAX_AMPLIFIED_ORDER {
+    if q == 1.0 || alpha > crate::amplification::MAX_AMPLIFIED_ORDER {
         return Ok(plain);
     }
     let ln_a = match as_integer_order(alpha) {

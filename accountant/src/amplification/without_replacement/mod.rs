@@ -1,16 +1,16 @@
 //! Privacy amplification by sampling without replacement (replace-one
 //! adjacency): a uniformly random subset of m of the n records, q = m/n.
 //!
-//! Wang, Balle & Kasiviswanathan 2019, "Subsampled Rényi Differential Privacy
+//! Wang, Balle & Kasiviswanathan (arXiv:1808.00087), "Subsampled Rényi Differential Privacy
 //! and Analytical Moments Accountant" (AISTATS; arXiv:1808.00087):
 //! Thm 9 for any mechanism, Thm 27 for the Gaussian, Cor. 10 for the
 //! interpolation to fractional orders.
 
-use crate::amplify::{
+use crate::amplification::poisson::gaussian_rdp_up;
+use crate::amplification::{
     IntegerBounds, MAX_AMPLIFIED_ORDER, amplified_curve, check_q, check_sigma, log_sum_exp_up,
 };
 use crate::interval::Interval;
-use crate::poisson::gaussian_rdp_up;
 use crate::special::{ln_binomials, ln_binomials_up};
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::{add_up, exp_m1_up, ln_up, mul_up};
@@ -68,12 +68,12 @@ impl RdpCurve {
     /// curve must hold for replace-one adjacency too).
     ///
     /// Guarantee, at each order α:
-    /// * integer α ≥ 2: Wang, Balle & Kasiviswanathan 2019, Thm 9, with the
+    /// * integer α ≥ 2: Wang, Balle & Kasiviswanathan (arXiv:1808.00087), Thm 9, with the
     ///   unknown ε(∞) taken as +∞ (so the `min{2, (e^{ε(∞)}−1)^j}` factors are 2);
     ///   ε(j) at integers the curve lacks are bounded by the next order above
     ///   (monotonicity of Rényi divergence in the order);
     /// * fractional α: convex interpolation of `(α−1)ε'(α)` between ⌊α⌋ and
-    ///   ⌈α⌉ (WBK 2019, Cor. 10);
+    ///   ⌈α⌉ (WBK (arXiv:1808.00087), Cor. 10);
     /// * never above the unamplified value.
     ///
     /// Rounded up throughout. `q` in [0, 1]; q = 0 gives zero, q = 1 the curve.
@@ -118,7 +118,7 @@ pub(crate) fn without_replacement_amplify_analytic(
 /// The RDP curve of the Gaussian mechanism (noise multiplier σ) on a sample
 /// drawn without replacement at rate q, replace-one adjacency.
 ///
-/// Guarantee: WBK 2019 Thm 27 at integer orders ≤ 256 — the Thm 9 terms for
+/// Guarantee: WBK (arXiv:1808.00087) Thm 27 at integer orders ≤ 256 — the Thm 9 terms for
 /// j ≥ 3 are replaced by `min{4·√(Δ^{2⌊j/2⌋}·Δ^{2⌈j/2⌉}), 2e^{(j−1)ε(j)}}`, where
 /// `Δ^i` is the i-th forward difference at 0 of `ℓ ↦ e^{(ℓ−1)ε(ℓ)}` with
 /// `ε(ℓ) = ℓ/(2σ²)`, each enclosed in interval arithmetic (so cancellation in

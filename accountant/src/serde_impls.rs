@@ -1,0 +1,236 @@
+//! `Serialize` and `Deserialize` (feature `serde`) for [`Orders`],
+//! [`RdpCurve`], [`EpsilonDelta`] and [`DpEvent`].
+//!
+//! Deserialisation goes through the same checks as construction, so a value
+//! read back satisfies every invariant a constructed one does: orders finite,
+//! above 1, strictly ascending (a curve's values are matched to its orders by
+//! position, so reordering them is refused rather than silently re-paired);
+//! RDP values non-negative and never NaN; δ in [0, 1]; every event parameter
+//! as [`DpEvent::validate`] requires.
+//!
+//! An RDP value or ε of +∞ (no guarantee) is written as `null`, since JSON has
+//! no infinity, and `null` reads back as +∞: the missing-guarantee value,
+//! never a smaller one.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::{DpEvent, EpsilonDelta, Orders, RdpCurve};
+
+impl Serialize for Orders {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.as_slice().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Orders {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let stored = Vec::<f64>::deserialize(d)?;
+        let orders = Orders::new(stored.clone()).map_err(D::Error::custom)?;
+        if orders.as_slice() != stored.as_slice() {
+            return Err(D::Error::custom("Rényi orders must be strictly ascending"));
+        }
+        Ok(orders)
+    }
+}
+
+/// +∞ as `None`, so that formats without infinities (JSON) can carry it.
+fn finite_or_none(x: f64) -> Option<f64> {
+    (x != f64::INFINITY).then_some(x)
+}
+
+#[derive(Serialize)]
+struct CurveOut<'a> {
+    orders: &'a Orders,
+    epsilons: Vec<Option<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CurveIn {
+    orders: Orders,
+    epsilons: Vec<Option<f64>>,
+}
+
+impl Serialize for RdpCurve {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        CurveOut {
+            orders: self.orders(),
+            epsilons: self
+                .epsilons()
+                .iter()
+                .copied()
+                .map(finite_or_none)
+                .collect(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for RdpCurve {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = CurveIn::deserialize(d)?;
+        let values = raw
+            .epsilons
+            .into_iter()
+            .map(|v| v.unwrap_or(f64::INFINITY))
+            .collect();
+        RdpCurve::new(raw.orders, values).map_err(D::Error::custom)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EpsilonDeltaRepr {
+    epsilon: Option<f64>,
+    delta: f64,
+    order: f64,
+}
+
+impl Serialize for EpsilonDelta {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        EpsilonDeltaRepr {
+            epsilon: finite_or_none(self.epsilon),
+            delta: self.delta,
+            order: self.order,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for EpsilonDelta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = EpsilonDeltaRepr::deserialize(d)?;
+        let epsilon = raw.epsilon.unwrap_or(f64::INFINITY);
+        if epsilon.is_nan() || epsilon < 0.0 {
+            return Err(D::Error::custom(format!("ε = {epsilon} must be ≥ 0")));
+        }
+        if !(0.0..=1.0).contains(&raw.delta) {
+            return Err(D::Error::custom(format!(
+                "δ = {} must lie in [0, 1]",
+                raw.delta
+            )));
+        }
+        if !(raw.order.is_finite() && raw.order > 1.0) {
+            return Err(D::Error::custom(format!(
+                "Rényi order {} must be finite and greater than 1",
+                raw.order
+            )));
+        }
+        Ok(EpsilonDelta {
+            epsilon,
+            delta: raw.delta,
+            order: raw.order,
+        })
+    }
+}
+
+/// The shape `DpEvent` is read in: the same variants and fields, before
+/// [`DpEvent::validate`] has checked them.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(crate) enum DpEventRepr {
+    NoOp,
+    Gaussian {
+        noise_multiplier: f64,
+    },
+    Laplace {
+        scale: f64,
+    },
+    RandomizedResponse {
+        epsilon: f64,
+        categories: u64,
+    },
+    PoissonSampled {
+        sampling_probability: f64,
+        event: Box<DpEvent>,
+    },
+    SampledWithoutReplacement {
+        source_size: u64,
+        sample_size: u64,
+        event: Box<DpEvent>,
+    },
+    SelfComposed {
+        event: Box<DpEvent>,
+        count: u64,
+    },
+    Composed(Vec<DpEvent>),
+    PmixedQuery {
+        beta: f64,
+        members: u64,
+    },
+    PmixedSubsampled {
+        beta: f64,
+        sampling_probability: f64,
+    },
+    DpsMozoToken {
+        beta: f64,
+    },
+    AdapmixedScreening {
+        lambda: f64,
+        members: u64,
+        sigma: f64,
+    },
+    Measured(RdpCurve),
+    DataDependent(RdpCurve),
+}
+
+impl TryFrom<DpEventRepr> for DpEvent {
+    type Error = crate::AccountantError;
+
+    fn try_from(raw: DpEventRepr) -> Result<Self, Self::Error> {
+        use DpEventRepr as R;
+        let event = match raw {
+            R::NoOp => DpEvent::NoOp,
+            R::Gaussian { noise_multiplier } => DpEvent::Gaussian { noise_multiplier },
+            R::Laplace { scale } => DpEvent::Laplace { scale },
+            R::RandomizedResponse {
+                epsilon,
+                categories,
+            } => DpEvent::RandomizedResponse {
+                epsilon,
+                categories,
+            },
+            R::PoissonSampled {
+                sampling_probability,
+                event,
+            } => DpEvent::PoissonSampled {
+                sampling_probability,
+                event,
+            },
+            R::SampledWithoutReplacement {
+                source_size,
+                sample_size,
+                event,
+            } => DpEvent::SampledWithoutReplacement {
+                source_size,
+                sample_size,
+                event,
+            },
+            R::SelfComposed { event, count } => DpEvent::SelfComposed { event, count },
+            R::Composed(events) => DpEvent::Composed(events),
+            R::PmixedQuery { beta, members } => DpEvent::PmixedQuery { beta, members },
+            R::PmixedSubsampled {
+                beta,
+                sampling_probability,
+            } => DpEvent::PmixedSubsampled {
+                beta,
+                sampling_probability,
+            },
+            R::DpsMozoToken { beta } => DpEvent::DpsMozoToken { beta },
+            R::AdapmixedScreening {
+                lambda,
+                members,
+                sigma,
+            } => DpEvent::AdapmixedScreening {
+                lambda,
+                members,
+                sigma,
+            },
+            R::Measured(curve) => DpEvent::Measured(curve),
+            R::DataDependent(curve) => DpEvent::DataDependent(curve),
+        };
+        event.validate()?;
+        Ok(event)
+    }
+}
