@@ -59,6 +59,7 @@
 //!   [`EpsilonDelta`] and [`DpEvent`]; deserialisation validates like
 //!   construction.
 
+pub mod proofs;
 mod amplification;
 mod budget;
 mod calibrate;

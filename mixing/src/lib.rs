@@ -66,6 +66,7 @@
 //! # Ok::<(), privmix_mixing::MixingError>(())
 //! ```
 
+pub mod proofs;
 mod error;
 mod logit;
 mod margin;

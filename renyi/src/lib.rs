@@ -86,6 +86,7 @@
 //! # Ok::<(), privmix_renyi::RenyiError>(())
 //! ```
 
+pub mod proofs;
 mod divergence;
 mod error;
 mod kernel;

@@ -1,0 +1,14 @@
+//! The proofs this crate's guarantees rest on, as written beside each construction
+//! (`src/<construction>/proof.md`, shipped in the crate), one page each.
+
+#[doc = include_str!("amplification/proof.md")]
+pub mod amplification {}
+
+#[doc = include_str!("conversion/proof.md")]
+pub mod conversion {}
+
+#[doc = include_str!("event/pmixed/proof.md")]
+pub mod event_pmixed {}
+
+#[doc = include_str!("event/randomized_response/proof.md")]
+pub mod event_randomized_response {}

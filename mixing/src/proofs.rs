@@ -1,0 +1,20 @@
+//! The proofs this crate's guarantees rest on, as written beside each construction
+//! (`src/<construction>/proof.md`, shipped in the crate), one page each.
+
+#[doc = include_str!("logit/proof.md")]
+pub mod logit {}
+
+#[doc = include_str!("margin/proof.md")]
+pub mod margin {}
+
+#[doc = include_str!("pmixed/proof.md")]
+pub mod pmixed {}
+
+#[doc = include_str!("solver/proof.md")]
+pub mod solver {}
+
+#[doc = include_str!("submix/proof.md")]
+pub mod submix {}
+
+#[doc = include_str!("topk/proof.md")]
+pub mod topk {}

@@ -1,0 +1,11 @@
+//! The proofs this crate's guarantees rest on, as written beside each construction
+//! (`src/<construction>/proof.md`, shipped in the crate), one page each.
+
+#[doc = include_str!("divergence/proof.md")]
+pub mod divergence {}
+
+#[doc = include_str!("mixture/proof.md")]
+pub mod mixture {}
+
+#[doc = include_str!("round/proof.md")]
+pub mod round {}
