@@ -833,7 +833,7 @@ fn a_ledger_charges_only_for_its_adapter_set() {
     let mut expected = vec![ids[0].clone(), ids[1].clone()];
     expected.sort();
     assert_eq!(export[0]["protected_set"], serde_json::json!(expected));
-    assert_eq!(export[0]["version"].as_u64(), Some(2));
+    assert_eq!(export[0]["version"].as_u64(), Some(3));
     assert!(export[0]["created_ms"].as_u64().unwrap() > 1_600_000_000_000);
 
     // The same adapters in another order: the same set; not announced again.
