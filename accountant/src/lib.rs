@@ -45,6 +45,7 @@ mod events;
 mod interval;
 mod ledger;
 mod poisson;
+pub mod pld;
 mod special;
 mod without_replacement;
 
@@ -62,5 +63,6 @@ pub use ledger::{
     LedgerSummary, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
     OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, verify,
 };
+pub use pld::{PldError, PrivacyLossDistribution, dp_sgd_epsilon};
 pub use poisson::{poisson_subsampled_gaussian, poisson_subsampled_gaussian_at};
 pub use without_replacement::without_replacement_gaussian;
