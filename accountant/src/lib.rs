@@ -44,8 +44,8 @@ mod error;
 mod events;
 mod interval;
 mod ledger;
-mod poisson;
 pub mod pld;
+mod poisson;
 mod special;
 mod without_replacement;
 

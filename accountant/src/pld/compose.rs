@@ -156,7 +156,10 @@ pub(crate) fn self_compose(p: &Pmf, t: u64) -> Result<Pmf, PldError> {
     // +∞ after t steps: (s + p∞)^t − s^t = s^t·(e^{t·ln(1 + p∞/s)} − 1).
     let inf_composed = mul_up(
         s_pow,
-        exp_m1_up(mul_up(tf, ln_1p_up(p.infinity() / s * (1.0 + 4.0 * UNIT_ROUNDOFF)))),
+        exp_m1_up(mul_up(
+            tf,
+            ln_1p_up(p.infinity() / s * (1.0 + 4.0 * UNIT_ROUNDOFF)),
+        )),
     );
     let infinity = add_up(add_up(inf_composed, TAIL_MASS_TRUNCATION), allowance);
     let lower = p.lower() * t as i64 + lo as i64;
@@ -198,9 +201,8 @@ pub(crate) fn compose(a: &Pmf, b: &Pmf) -> Result<Pmf, PldError> {
     let (sb, b2) = norms(b.probs());
     let sa_p = add_up(sa, mul_up(mul_up(kap, root_n), a2));
     let sb_p = add_up(sb, mul_up(mul_up(kap, root_n), b2));
-    let err2 =
-        (kap * (a2 * sb_p + sa_p * b2) + (5f64.sqrt() * UNIT_ROUNDOFF + kap) * sa_p * sb_p)
-            * (1.0 + 1e-6);
+    let err2 = (kap * (a2 * sb_p + sa_p * b2) + (5f64.sqrt() * UNIT_ROUNDOFF + kap) * sa_p * sb_p)
+        * (1.0 + 1e-6);
     let allowance = mul_up(err2, sqrt_up(len as f64));
     // +∞: any of the two at +∞, counted with the (possibly > 1) finite masses.
     let inf_composed = add_up(
@@ -282,7 +284,11 @@ mod tests {
         }
         // (1 + 1e-6)² − 1 at +∞, plus the FFT allowance (≈ 1e-13 here).
         let inf = 1e-6 + 1e-6 + 1e-12;
-        assert!(c.infinity() >= inf && c.infinity() < inf + 1e-11, "{}", c.infinity());
+        assert!(
+            c.infinity() >= inf && c.infinity() < inf + 1e-11,
+            "{}",
+            c.infinity()
+        );
     }
 
     #[test]

@@ -80,7 +80,8 @@ impl GaussianLoss {
     pub(crate) fn density(&self, x: f64) -> f64 {
         match self.direction {
             Direction::Remove if self.q < 1.0 => {
-                (1.0 - self.q) * normal_pdf(x, self.sigma) + self.q * normal_pdf(x + 1.0, self.sigma)
+                (1.0 - self.q) * normal_pdf(x, self.sigma)
+                    + self.q * normal_pdf(x + 1.0, self.sigma)
             }
             Direction::Remove => normal_pdf(x + 1.0, self.sigma),
             Direction::Add => normal_pdf(x, self.sigma),
@@ -91,7 +92,8 @@ impl GaussianLoss {
     pub(crate) fn cdf(&self, x: f64) -> f64 {
         match self.direction {
             Direction::Remove => {
-                (1.0 - self.q) * normal_cdf(x, self.sigma) + self.q * normal_cdf(x + 1.0, self.sigma)
+                (1.0 - self.q) * normal_cdf(x, self.sigma)
+                    + self.q * normal_cdf(x + 1.0, self.sigma)
             }
             Direction::Add => normal_cdf(x, self.sigma),
         }
@@ -195,11 +197,7 @@ pub(crate) fn discretise(
 }
 
 /// [`discretise`] with a chosen number of quadrature nodes (the tests compare orders).
-pub(crate) fn discretise_with(
-    pl: GaussianLoss,
-    h: f64,
-    nodes: usize,
-) -> Result<Pmf, PldError> {
+pub(crate) fn discretise_with(pl: GaussianLoss, h: f64, nodes: usize) -> Result<Pmf, PldError> {
     let (x_min, x_max) = pl.range();
     let (l_max, l_min) = (pl.loss(x_min), pl.loss(x_max));
     let j_lo = (l_min / h).floor();
@@ -207,7 +205,11 @@ pub(crate) fn discretise_with(
     let count = j_hi - j_lo + 1.0;
     if !(count <= MAX_FFT_LEN as f64) {
         return Err(PldError::TooLarge {
-            needed: if count.is_finite() { count as u128 } else { u128::MAX },
+            needed: if count.is_finite() {
+                count as u128
+            } else {
+                u128::MAX
+            },
             limit: MAX_FFT_LEN,
         });
     }
@@ -284,7 +286,10 @@ mod tests {
                     // Where the loss is flat (near its asymptote) x is ill-determined:
                     // compare losses instead.
                     let err = (pl.loss(back) - l).abs();
-                    assert!(err <= 1e-12 * (1.0 + l.abs()), "{dir:?} {sigma} {q} {x}: {err}");
+                    assert!(
+                        err <= 1e-12 * (1.0 + l.abs()),
+                        "{dir:?} {sigma} {q} {x}: {err}"
+                    );
                 }
             }
         }
