@@ -76,7 +76,9 @@ fn chernoff_window(p: &[f64], t: u64, tau: f64) -> (u128, u128) {
     let (mut lo, mut hi) = (0f64, full_hi as f64);
     let log_tail = (2.0 / tau).ln();
     let tf = t as f64;
-    for j in -12..=8 {
+    // λ = 2^j/len: the optimum is near √(2·ln(2/τ)/t)/(spread of p in grid
+    // values), which these cover from t = 2 to beyond t = 10⁶ for the grids used.
+    for j in (-12..=6).step_by(2) {
         let base = 2f64.powi(j) / len as f64;
         for lambda in [base, -base] {
             // ln Σ p_i e^{λi}, shifted by its largest exponent.

@@ -33,11 +33,11 @@ const TAIL_Z: f64 = 10.0;
 pub(crate) const MASS_INFLATION: f64 = 1e-9;
 
 /// Gauss–Legendre nodes per quadrature piece.
-pub(crate) const QUADRATURE_NODES: usize = 8;
+pub(crate) const QUADRATURE_NODES: usize = 4;
 
 /// Pieces are at most σ/`PIECES_PER_SIGMA` wide, so the Gaussian factor varies
 /// little across one piece even where a grid cell is wide in x.
-const PIECES_PER_SIGMA: f64 = 8.0;
+const PIECES_PER_SIGMA: f64 = 32.0;
 
 /// The one-step privacy loss of the pair: `ℓ(x) = ln(p(x)/p'(x))`, decreasing in x.
 #[derive(Debug, Clone, Copy)]
@@ -300,7 +300,7 @@ mod tests {
         for dir in [Direction::Remove, Direction::Add] {
             for (sigma, q) in [(1.0, 1.0), (0.8, 0.05), (1.5, 0.01)] {
                 let pl = GaussianLoss::new(sigma, q, dir);
-                let p8 = discretise_with(pl, 1e-3, 8).unwrap();
+                let p8 = discretise_with(pl, 1e-3, QUADRATURE_NODES).unwrap();
                 let p16 = discretise_with(pl, 1e-3, 16).unwrap();
                 let total: f64 = p8.probs().iter().sum::<f64>() + p8.infinity();
                 assert!((total - 1.0).abs() < 2e-9, "{dir:?} {sigma} {q}: {total}");

@@ -19,6 +19,9 @@ pub(crate) struct Pmf {
     lower: i64,
     probs: Vec<f64>,
     infinity: f64,
+    /// Σ probs and max |loss|, for the rounding allowance of `delta_up`.
+    total: f64,
+    max_abs_loss: f64,
 }
 
 impl Pmf {
@@ -32,11 +35,18 @@ impl Pmf {
             probs.drain(..first);
             lower += first as i64;
         }
+        let total = probs.iter().sum();
+        let ends = [
+            lower as f64 * h,
+            (lower + probs.len() as i64 - 1) as f64 * h,
+        ];
         Self {
             h,
             lower,
             probs,
             infinity: infinity.min(1.0),
+            total,
+            max_abs_loss: ends[0].abs().max(ends[1].abs()),
         }
     }
 
@@ -82,22 +92,28 @@ impl Pmf {
         if epsilon == f64::INFINITY {
             return self.infinity;
         }
-        let (mut sum, mut total, mut max_loss) = (0.0f64, 0.0f64, 0.0f64);
-        let mut terms = 0usize;
-        for (i, &p) in self.probs.iter().enumerate() {
+        // Grid values with loss > ε (one below the estimate is included too:
+        // a zero term changes nothing).
+        let first = ((epsilon / self.h).floor() - self.lower as f64).max(0.0);
+        let first = if first >= self.len() as f64 {
+            self.len()
+        } else {
+            first as usize
+        };
+        let mut sum = 0.0f64;
+        for (i, &p) in self.probs.iter().enumerate().skip(first) {
             let l = self.loss(i);
-            total += p;
-            max_loss = max_loss.max(l.abs());
             if l > epsilon {
                 sum += p * -(epsilon - l).exp_m1();
-                terms += 1;
             }
         }
+        let terms = (self.len() - first) as f64;
         let u = UNIT_ROUNDOFF;
-        let rel = mul_up(sum, 1.0 + (terms as f64 + 8.0) * 2.0 * u);
+        let rel = mul_up(sum, 1.0 + (terms + 8.0) * 2.0 * u);
+        // The stored total is itself a rounded sum: allow for that too.
         let abs = mul_up(
-            mul_up(total, 1.0 + (self.len() as f64 + 8.0) * 2.0 * u),
-            4.0 * u * (max_loss + epsilon.abs() + 1.0),
+            mul_up(self.total, 1.0 + (self.len() as f64 + 8.0) * 2.0 * u),
+            4.0 * u * (self.max_abs_loss + epsilon.abs() + 1.0),
         );
         add_up(add_up(rel, abs), self.infinity).min(1.0)
     }
