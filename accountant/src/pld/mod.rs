@@ -35,15 +35,16 @@
 //! Every reported δ(ε) is an upper bound on the true δ(ε) of the composed
 //! mechanism, and every reported ε(δ) is at least the true smallest ε, provided
 //! the assumptions below hold; the argument is written out in
-//! [`proof.md`](https://github.com/privmix/privmix/blob/main/accountant/src/pld/proof.md)
-//! (`accountant/src/pld/proof.md`):
+//! `proof.md` beside this module (`src/pld/proof.md` in the crate; its §0
+//! lists what is taken as given):
 //!
 //! * connect-the-dots and rounding up are *pessimistic*: the discretised
 //!   losses dominate the true ones for every composition (Jensen in `e^{−ℓ}`);
 //! * each grid mass is computed as an integral of a non-negative integrand by
-//!   Gauss–Legendre quadrature and multiplied by `1 + 1e-9`, above the analysed
-//!   quadrature and rounding error (checked in the tests against quadrature of
-//!   twice the order); the truncated noise tails are bounded with `erfc`;
+//!   Gauss–Legendre quadrature and multiplied by `1 + 1e-9 + 8u·(max|ℓ|+1)/h`,
+//!   above the analysed quadrature and rounding error (checked in the tests
+//!   against quadrature of four times the order); the truncated noise tails
+//!   are bounded with `erfc`;
 //! * mass outside the composition window is moved to +∞ (Chernoff bound);
 //! * **floating-point FFT error** is bounded in ℓ₂ with the normwise bound for
 //!   the FFT (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed.,

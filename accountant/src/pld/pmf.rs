@@ -201,7 +201,7 @@ mod tests {
         let h = 4f64.ln();
         let p = Pmf::new(h, -1, vec![0.5, 0.0, 0.5], 0.0);
         let d = p.delta_up(0.0);
-        assert!(d >= 0.375 && d < 0.375 + 1e-14, "{d}");
+        assert!((0.375..0.375 + 1e-14).contains(&d), "{d}");
         // Only the rounding allowance is left above the largest loss.
         assert!(p.delta_up(2.0) < 1e-14);
         let e = p.epsilon_up(0.375);
