@@ -69,6 +69,7 @@ mod error;
 pub mod event;
 mod interval;
 mod ledger;
+pub mod pld;
 #[cfg(feature = "serde")]
 mod serde_impls;
 mod special;
@@ -95,6 +96,7 @@ pub use ledger::{
     LedgerSummary, MAX_EVENT_BYTES, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS,
     OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, verify,
 };
+pub use pld::{PldError, PrivacyLossDistribution, dp_sgd_epsilon};
 
 // The README's quick start runs as a doctest.
 #[cfg(doctest)]
