@@ -59,7 +59,6 @@
 //!   [`EpsilonDelta`] and [`DpEvent`]; deserialisation validates like
 //!   construction.
 
-pub mod proofs;
 mod amplification;
 mod budget;
 mod calibrate;
@@ -70,6 +69,7 @@ pub mod event;
 mod interval;
 mod ledger;
 pub mod pld;
+pub mod proofs;
 #[cfg(feature = "serde")]
 mod serde_impls;
 mod special;

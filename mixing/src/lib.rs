@@ -66,11 +66,11 @@
 //! # Ok::<(), privmix_mixing::MixingError>(())
 //! ```
 
-pub mod proofs;
 mod error;
 mod logit;
 mod margin;
 mod pmixed;
+pub mod proofs;
 mod solver;
 mod submix;
 mod topk;

@@ -86,12 +86,12 @@
 //! # Ok::<(), privmix_renyi::RenyiError>(())
 //! ```
 
-pub mod proofs;
 mod divergence;
 mod error;
 mod kernel;
 mod mixture;
 mod order;
+pub mod proofs;
 pub mod round;
 pub mod simd;
 mod validate;

@@ -20,7 +20,6 @@
 //! clipped whatever the mask), so they need no secrecy.
 
 use burn::tensor::backend::AutodiffBackend;
-use privmix_accountant::EpsilonDelta;
 use privmix_models::LanguageModel;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -29,7 +28,7 @@ use super::adamw::{AdamW, AdamWConfig, linear_schedule};
 use super::error::TrainError;
 use super::loss::check_blocks;
 use super::params::LoraParams;
-use super::privacy::{clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
+use super::privacy::{DpSgdEpsilon, clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
 use super::trainable::{Dropout, loss_and_gradient};
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraConfig};
 
@@ -254,7 +253,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
 
     /// ε (at the configured δ) spent by the steps taken so far
     /// ([`dp_sgd_epsilon`] for the steps taken).
-    pub fn epsilon(&self) -> Result<EpsilonDelta, TrainError> {
+    pub fn epsilon(&self) -> Result<DpSgdEpsilon, TrainError> {
         let c = &self.config;
         dp_sgd_epsilon(
             c.sampling_rate,

@@ -30,6 +30,9 @@ pub enum TrainError {
     /// The privacy accountant rejected its parameters.
     #[error(transparent)]
     Accountant(#[from] AccountantError),
+    /// The privacy-loss-distribution accountant failed.
+    #[error(transparent)]
+    Pld(#[from] privmix_accountant::PldError),
     /// A loss or gradient is NaN or infinite.
     #[error("non-finite {0} at step {1}")]
     NonFinite(&'static str, usize),

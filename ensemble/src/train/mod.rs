@@ -22,7 +22,7 @@ pub use error::TrainError;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
 pub use privacy::{
-    clip_to_norm, dp_sgd_epsilon, dp_sgd_epsilon_at, dp_sgd_sigma, l2_norm, poisson_sample,
-    privatize,
+    DpSgdAccountant, DpSgdEpsilon, SIGMA_REL_TOL, clip_to_norm, dp_sgd_epsilon,
+    dp_sgd_rdp_epsilon_at, dp_sgd_sigma, l2_norm, poisson_sample, privatize,
 };
 pub use trainer::{History, TrainReport, Trainer};

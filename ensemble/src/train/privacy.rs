@@ -92,22 +92,68 @@ pub fn privatize(
     Ok(())
 }
 
+/// Which accountant gave a DP-SGD ε.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DpSgdAccountant {
+    /// The Poisson-subsampled Gaussian RDP (Mironov, Talwar & Zhang, arXiv:1908.10530)
+    /// converted at this Rényi order (Balle et al., arXiv:1905.09982, Thm 21).
+    Rdp {
+        /// The order of the conversion.
+        order: f64,
+    },
+    /// The privacy-loss-distribution accountant (`privmix_accountant::pld`:
+    /// pessimistic connect-the-dots discretisation, FFT composition, both
+    /// neighbouring directions), as dp_accounting's PLD and Opacus' PRV accountants.
+    Pld,
+}
+
+/// ε at δ for a DP-SGD run, with the accountant that gave it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DpSgdEpsilon {
+    /// The privacy-loss bound ε (rounded up).
+    pub epsilon: f64,
+    /// The failure probability δ.
+    pub delta: f64,
+    /// Which accountant's bound this is.
+    pub accountant: DpSgdAccountant,
+}
+
 /// ε at `delta` after `steps` DP-SGD steps at sampling rate `q` and noise
-/// multiplier `sigma` (noise std `sigma · C` for clip norm C): the
-/// Poisson-subsampled Gaussian RDP (Mironov, Talwar & Zhang 2019) at
-/// dp_accounting's default orders, composed `steps` times and converted
-/// (Balle et al. 2020), all rounded up by the accountant.
+/// multiplier `sigma` (noise std `sigma · C` for clip norm C), add/remove-one
+/// adjacency: the smaller of two upper bounds, both rounded up —
+/// the PLD accountant's and the Poisson-subsampled Gaussian RDP at
+/// dp_accounting's default orders ([`dp_sgd_rdp_epsilon_at`]). The PLD bound is the
+/// tighter one in every DP-SGD regime (as tight as dp_accounting's PLD and
+/// Opacus' PRV accountants); the RDP bound is kept beside it because the minimum
+/// of two valid bounds is valid.
 pub fn dp_sgd_epsilon(
     q: f64,
     sigma: f64,
     steps: u64,
     delta: f64,
-) -> Result<EpsilonDelta, TrainError> {
-    dp_sgd_epsilon_at(&Orders::dp_accounting_default(), q, sigma, steps, delta)
+) -> Result<DpSgdEpsilon, TrainError> {
+    let rdp = dp_sgd_rdp_epsilon_at(&Orders::dp_accounting_default(), q, sigma, steps, delta)?;
+    let pld = privmix_accountant::dp_sgd_epsilon(sigma, q, steps, delta)?;
+    Ok(if pld < rdp.epsilon {
+        DpSgdEpsilon {
+            epsilon: pld,
+            delta,
+            accountant: DpSgdAccountant::Pld,
+        }
+    } else {
+        DpSgdEpsilon {
+            epsilon: rdp.epsilon,
+            delta,
+            accountant: DpSgdAccountant::Rdp { order: rdp.order },
+        }
+    })
 }
 
-/// [`dp_sgd_epsilon`] over the given RDP orders.
-pub fn dp_sgd_epsilon_at(
+/// ε at `delta` by the RDP accountant alone, over the given orders: the
+/// Poisson-subsampled Gaussian RDP (Mironov, Talwar & Zhang, arXiv:1908.10530),
+/// composed `steps` times and converted (Balle et al., arXiv:1905.09982), all
+/// rounded up by the accountant.
+pub fn dp_sgd_rdp_epsilon_at(
     orders: &Orders,
     q: f64,
     sigma: f64,
@@ -118,19 +164,43 @@ pub fn dp_sgd_epsilon_at(
     Ok(per_step.self_compose(steps).epsilon(delta)?)
 }
 
-/// The smallest noise multiplier σ for which `steps` DP-SGD steps at rate
-/// `q` stay within (`epsilon`, `delta`) (the accountant's
-/// `poisson_gaussian_sigma` at dp_accounting's default orders; Opacus's
-/// `get_noise_multiplier`). Guarantee: `dp_sgd_epsilon(q, σ, steps, delta)
-/// ≤ epsilon` as evaluated.
+/// Relative precision of [`dp_sgd_sigma`]'s search below the RDP calibration.
+pub const SIGMA_REL_TOL: f64 = 1e-4;
+
+/// The smallest noise multiplier σ (to a relative [`SIGMA_REL_TOL`]) for which
+/// `steps` DP-SGD steps at rate `q` stay within (`epsilon`, `delta`) by
+/// [`dp_sgd_epsilon`] (Opacus' `get_noise_multiplier`, with its PRV accountant).
+///
+/// Guarantee: `dp_sgd_epsilon(q, σ, steps, delta).epsilon ≤ epsilon` as
+/// evaluated. The search starts from the RDP calibration (the accountant's
+/// `poisson_gaussian_sigma` at dp_accounting's default orders), which is
+/// feasible, and bisects below it on the PLD bound; it returns the smallest σ
+/// evaluated feasible.
 pub fn dp_sgd_sigma(epsilon: f64, delta: f64, steps: u64, q: f64) -> Result<f64, TrainError> {
-    Ok(poisson_gaussian_sigma(
-        &Orders::dp_accounting_default(),
-        q,
-        steps,
-        epsilon,
-        delta,
-    )?)
+    let rdp_sigma =
+        poisson_gaussian_sigma(&Orders::dp_accounting_default(), q, steps, epsilon, delta)?;
+    let feasible = |sigma: f64| -> Result<bool, TrainError> {
+        Ok(dp_sgd_epsilon(q, sigma, steps, delta)?.epsilon <= epsilon)
+    };
+    // `hi` is always feasible as evaluated, `lo` infeasible (or the search's floor).
+    let mut hi = rdp_sigma;
+    let mut lo = rdp_sigma / 2.0;
+    while feasible(lo)? {
+        hi = lo;
+        lo /= 2.0;
+        if lo < rdp_sigma * 1e-3 {
+            return Ok(hi);
+        }
+    }
+    while hi - lo > SIGMA_REL_TOL * hi {
+        let mid = 0.5 * (lo + hi);
+        if feasible(mid)? {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Ok(hi)
 }
 
 #[cfg(test)]
