@@ -349,6 +349,14 @@ fn export_file(out: &mut dyn Write, path: &std::path::Path) -> Result<(), CliErr
                     "tenant": tenant,
                     "label": label,
                     "epsilons": epsilons_json(curve),
+                    // The event the charge paid for (format 3 ledgers), to re-account
+                    // the run with another method; null for a measured curve.
+                    "event": entry.event().map(serde_json::to_value).transpose().map_err(|e| {
+                        CliError::Io {
+                            what: format!("writing charge {}'s event", entry.sequence),
+                            source: e.into(),
+                        }
+                    })?,
                 })
             }
             EntryKind::Budget(b) => json!({

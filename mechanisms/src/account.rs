@@ -1,6 +1,6 @@
 //! Where a step's charge goes before its token is released.
 
-use privmix_accountant::{AccountantError, Budget, Ledger, LedgerError, Orders, RdpCurve};
+use privmix_accountant::{AccountantError, Budget, DpEvent, Ledger, LedgerError, Orders, RdpCurve};
 
 use crate::MechanismError;
 
@@ -14,6 +14,15 @@ pub trait Account {
     fn orders(&self) -> &Orders;
     /// Records a charge, or refuses it.
     fn charge(&mut self, curve: &RdpCurve, label: &str) -> Result<(), MechanismError>;
+
+    /// Records the charge of a structured event (its RDP curve at
+    /// [`orders`](Account::orders)), or refuses it. An account that keeps records
+    /// (the [`Ledger`]) stores the event itself, so the run can be re-accounted
+    /// later with another method; by default only its curve is charged.
+    fn charge_event(&mut self, event: &DpEvent, label: &str) -> Result<(), MechanismError> {
+        let curve = event.rdp(self.orders())?;
+        self.charge(&curve, label)
+    }
 }
 
 /// The accountant's in-memory (ε, δ) budget: a charge that would take the
@@ -45,13 +54,31 @@ impl Account for Ledger {
     }
 
     fn charge(&mut self, curve: &RdpCurve, label: &str) -> Result<(), MechanismError> {
-        match Ledger::charge(self, curve, label) {
-            Ok(_) => Ok(()),
-            Err(e @ LedgerError::BudgetExceeded { .. }) => {
-                Err(MechanismError::ChargeRefused(e.to_string()))
+        ledger_outcome(Ledger::charge(self, curve, label).map(|_| ()))
+    }
+
+    /// The event is stored in the ledger's record beside its curve; a ledger file
+    /// of a format older than events (before 3) records the curve alone.
+    fn charge_event(&mut self, event: &DpEvent, label: &str) -> Result<(), MechanismError> {
+        match Ledger::charge_event(self, event, label) {
+            Err(LedgerError::EventsNeedVersion { .. }) => {
+                let curve = event.rdp(Ledger::orders(self))?;
+                ledger_outcome(Ledger::charge(self, &curve, label).map(|_| ()))
             }
-            Err(e) => Err(e.into()),
+            outcome => ledger_outcome(outcome.map(|_| ())),
         }
+    }
+}
+
+/// A ledger's budget refusal as [`MechanismError::ChargeRefused`], its other
+/// failures as [`MechanismError::Ledger`].
+fn ledger_outcome(outcome: Result<(), LedgerError>) -> Result<(), MechanismError> {
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(e @ LedgerError::BudgetExceeded { .. }) => {
+            Err(MechanismError::ChargeRefused(e.to_string()))
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -185,5 +212,46 @@ mod tests {
         acc.charge(&inf, "np").unwrap();
         assert_eq!(acc.spent().at(2.0).unwrap(), f64::INFINITY);
         assert_eq!(acc.charges(), 3);
+    }
+
+    /// An event charged to a ledger is stored with its record and read back; a
+    /// budget charged an event only has its curve; a refused event charge records
+    /// nothing.
+    #[test]
+    fn ledger_stores_charged_events() {
+        let dir = std::env::temp_dir().join(format!(
+            "privmix-mech-events-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ledger");
+        let _ = std::fs::remove_file(&path);
+        let orders = Orders::default();
+        let budget = PrivacyBudget::new(1.0, 1e-5).unwrap();
+        let gaussian = DpEvent::gaussian(20.0).unwrap();
+        {
+            let mut ledger = Ledger::create(&path, orders.clone(), Some(budget)).unwrap();
+            Account::charge_event(&mut ledger, &DpEvent::NoOp, "public").unwrap();
+            Account::charge_event(&mut ledger, &gaussian, "gnmax").unwrap();
+            let huge = DpEvent::gaussian(1e-3).unwrap();
+            assert!(matches!(
+                Account::charge_event(&mut ledger, &huge, "too much"),
+                Err(MechanismError::ChargeRefused(_))
+            ));
+        }
+        let ledger = Ledger::open(&path).unwrap();
+        let events: Vec<Option<DpEvent>> = ledger
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().event)
+            .collect();
+        assert_eq!(events, vec![Some(DpEvent::NoOp), Some(gaussian.clone())]);
+        assert_eq!(ledger.spent(), &gaussian.rdp(&orders).unwrap());
+
+        let mut in_memory = Budget::new(orders.clone(), 1.0, 1e-5).unwrap();
+        Account::charge_event(&mut in_memory, &gaussian, "gnmax").unwrap();
+        assert_eq!(in_memory.spent(), &gaussian.rdp(&orders).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

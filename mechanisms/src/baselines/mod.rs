@@ -4,7 +4,7 @@
 //! arguments behind their charges are collected in `proof.md` beside this file
 //! (`src/baselines/proof.md`).
 
-use privmix_accountant::{Orders, RdpCurve, gaussian};
+use privmix_accountant::{DpEvent, Orders, RdpCurve, gaussian};
 
 use crate::error::positive;
 use crate::noise::{
@@ -43,7 +43,7 @@ impl EnsembleMechanism for PublicOnly {
         account: &mut dyn Account,
     ) -> Result<Release, MechanismError> {
         let charge = RdpCurve::zero(account.orders().clone());
-        account.charge(&charge, self.name())?;
+        account.charge_event(&DpEvent::NoOp, self.name())?;
         Ok(Release {
             distribution: ensemble.public().to_vec(),
             charge,
