@@ -30,9 +30,9 @@ pub enum TrainError {
     /// The privacy accountant rejected its parameters.
     #[error(transparent)]
     Accountant(#[from] AccountantError),
-    /// The privacy-loss-distribution accountant failed.
+    /// The privacy-loss-distribution accountant failed (boxed: its error is large).
     #[error(transparent)]
-    Pld(#[from] privmix_accountant::PldError),
+    Pld(Box<privmix_accountant::PldError>),
     /// A loss or gradient is NaN or infinite.
     #[error("non-finite {0} at step {1}")]
     NonFinite(&'static str, usize),
@@ -59,5 +59,11 @@ impl TrainError {
             path: path.display().to_string(),
             message: message.to_string(),
         }
+    }
+}
+
+impl From<privmix_accountant::PldError> for TrainError {
+    fn from(e: privmix_accountant::PldError) -> Self {
+        Self::Pld(Box::new(e))
     }
 }
