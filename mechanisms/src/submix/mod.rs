@@ -33,6 +33,7 @@ pub(crate) mod protocol;
 use privmix_mixing::submix_lambda;
 use privmix_renyi::Order;
 
+use crate::pmixed::averaging::average_in_place;
 use crate::pmixed::solve_lambdas;
 use crate::{Ensemble, MechanismError};
 
@@ -125,8 +126,7 @@ pub fn submix_distribution(
             *o += lambda * h + (1.0 - lambda) * p;
         }
     }
-    let kf = k as f64;
-    output.iter_mut().for_each(|o| *o /= kf);
+    average_in_place(&mut output, k);
     Ok(SubmixDistribution {
         output,
         lambdas,
