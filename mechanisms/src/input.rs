@@ -413,6 +413,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn vocabularies_beyond_the_proven_length_are_refused() {
+        let v = MAX_VOCAB + 1;
+        let row = vec![1.0 / v as f64; v];
+        assert!(matches!(
+            Ensemble::from_probabilities(&row, &row),
+            Err(MechanismError::VocabularyTooLarge { vocab, max }) if vocab == v && max == MAX_VOCAB
+        ));
+    }
+
+    #[test]
     fn log_rows_convert_to_normalised_f64() {
         let public = [0.5f64.ln(), 0.5f64.ln()];
         let members = [0.25f32.ln(), 0.75f32.ln(), f32::NEG_INFINITY, 0.0];

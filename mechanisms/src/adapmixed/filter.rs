@@ -197,6 +197,20 @@ mod tests {
     }
 
     #[test]
+    fn the_private_loss_is_the_mixture_bound_plus_exactly_the_slack() {
+        let tracked = [1.5, 2.0, 8.0, 18.0];
+        for (d, n) in [(0.5, 10usize), (1e-3, 1), (0.0, 100)] {
+            let loss = private_loss(&tracked, d, n);
+            for (&b, &l) in tracked.iter().zip(&loss) {
+                let w = div_up(1.0, usize_down(n));
+                let slack = averaging_slack(b, n as u64);
+                assert_eq!(l, add_up(mixture_bound_up(b, d, w), slack), "{b} {d} {n}");
+                assert!(slack > 0.0 && slack < 1e-8);
+            }
+        }
+    }
+
+    #[test]
     fn the_filter_drops_a_member_that_would_overspend_and_charges_increments() {
         let tracked = vec![2.0, 4.0];
         let mut f = MemberFilter::new(2, tracked.clone(), Some(vec![1.0, 2.0]));

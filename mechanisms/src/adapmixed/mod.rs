@@ -819,3 +819,33 @@ impl EnsembleMechanism for Adapmixed {
         self.buffers.distribution = distribution;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_screening_sensitivity_adds_the_row_masses_and_the_sum_error() {
+        let c = AdapmixedConfig::default();
+        let orders = Orders::new(vec![1.5, 2.0, 8.0]).unwrap();
+        for n in [1usize, 4, 100] {
+            let nu = row_mass_deviation();
+            let exact = 2f64.sqrt() * c.screen_lambda * (1.0 + nu) / n as f64;
+            let float = 2.0 * screening_sum_error(n, c.top_k);
+            let old = 2f64.sqrt() * c.screen_lambda / n as f64;
+            let g = c.screen_granularity;
+            let cost = c.screening_cost(&orders, n).unwrap();
+            let closed = rounded_l2_sensitivity(exact + float, c.top_k, g);
+            let without = rounded_l2_sensitivity(old, c.top_k, g);
+            assert!(closed > without, "{n}");
+            for (&a, &e) in orders.as_slice().iter().zip(cost.epsilons()) {
+                let want = a * closed * closed / (2.0 * c.sigma * c.sigma);
+                assert!(
+                    e >= want && e <= want * (1.0 + 1e-12),
+                    "{n} {a}: {e} vs {want}"
+                );
+                assert!(e > a * without * without / (2.0 * c.sigma * c.sigma));
+            }
+        }
+    }
+}

@@ -274,6 +274,35 @@ mod tests {
     }
 
     #[test]
+    fn the_charge_is_the_bound_plus_exactly_the_averaging_slack() {
+        let orders = Orders::new(vec![1.25, 2.0, 8.0, 18.0, 19.0]).unwrap();
+        for (n, q, b) in [(100u64, 0.1f64, 0.05f64), (3, 1.0, 0.5), (1, 1.0, 1e-3)] {
+            let curve = pmixed_curve(&orders, 36.0, b, n, q).unwrap();
+            for (&a, &charged) in orders.as_slice().iter().zip(curve.epsilons()) {
+                let bound = pmixed_bound_at(a, 36.0, b, n, q);
+                if bound == f64::INFINITY {
+                    assert_eq!(charged, f64::INFINITY, "order {a}");
+                    continue;
+                }
+                let slack = averaging_slack(a, n);
+                assert_eq!(charged, add_up(bound, slack), "order {a}");
+                assert!(
+                    charged > bound && slack > 0.0 && slack < 1e-8,
+                    "{a}: {slack}"
+                );
+            }
+        }
+        // No member can be drawn: p₀ is released as it is, nothing to add.
+        assert_eq!(pmixed_charge_at(2.0, 36.0, 0.05, 4, 0.0), 0.0);
+        assert_eq!(pmixed_charge_at(2.0, 36.0, 0.05, 0, 1.0), 0.0);
+        // b = 0: the bound is 0, the slack is still charged.
+        assert_eq!(
+            pmixed_charge_at(2.0, 36.0, 0.0, 4, 1.0),
+            averaging_slack(2.0, 4)
+        );
+    }
+
+    #[test]
     fn bad_parameters_are_typed_errors() {
         let o = Orders::default();
         assert!(pmixed_curve(&o, 1.0, 0.1, 2, 1.0).is_err());
