@@ -27,6 +27,15 @@ pub enum MechanismError {
     /// The vocabulary is empty.
     #[error("the vocabulary is empty")]
     EmptyVocabulary,
+    /// The vocabulary is longer than the f64 analysis of the averaged mechanisms covers
+    /// (`privmix_mechanisms::bounds::MAX_VOCAB`).
+    #[error("the vocabulary has {vocab} entries, more than the {max} the charges are proven for")]
+    VocabularyTooLarge {
+        /// The vocabulary size given.
+        vocab: usize,
+        /// The largest accepted.
+        max: usize,
+    },
     /// A buffer's length does not fit the vocabulary size.
     #[error("{what}: length {len} is not a multiple of the vocabulary size {vocab}")]
     LengthMismatch {

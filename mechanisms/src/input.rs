@@ -10,6 +10,7 @@ use privmix_renyi::{NORMALISATION_TOLERANCE, ValidatedRow, ValidatedRows};
 use rayon::prelude::*;
 
 use crate::MechanismError;
+use crate::bounds::MAX_VOCAB;
 
 /// Rows of next-token distributions in one row-major buffer.
 ///
@@ -89,8 +90,12 @@ pub struct Ensemble {
 impl Ensemble {
     /// Validates and converts. Each row must be finite (log rows may hold −∞),
     /// non-negative, and sum to 1 within [`NORMALISATION_TOLERANCE`]; it is then
-    /// divided by its f64 sum so that it is a distribution in f64. Row 0 in
-    /// errors is the public row, row i ≥ 1 is member i − 1.
+    /// divided by its f64 sum so that it is a distribution in f64. Rows may hold at
+    /// most [`MAX_VOCAB`] entries ([`MechanismError::VocabularyTooLarge`]): the charges
+    /// of the averaged mechanisms rest on every row's exact mass lying within `1 ±`
+    /// [`row_mass_deviation`](crate::bounds::row_mass_deviation), which is proven for
+    /// rows up to that length (`src/pmixed/proof.md`, "Rounding"). Row 0 in errors is
+    /// the public row, row i ≥ 1 is member i − 1.
     ///
     /// Zero members are allowed here (the public-only baseline); mechanisms that
     /// need members return [`MechanismError::EmptyEnsemble`].
@@ -133,6 +138,12 @@ impl Ensemble {
         let vocab = public.len();
         if vocab == 0 {
             return Err(MechanismError::EmptyVocabulary);
+        }
+        if vocab > MAX_VOCAB {
+            return Err(MechanismError::VocabularyTooLarge {
+                vocab,
+                max: MAX_VOCAB,
+            });
         }
         if !members.len().is_multiple_of(vocab) {
             return Err(MechanismError::LengthMismatch {
@@ -400,6 +411,16 @@ fn softmax(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vocabularies_beyond_the_proven_length_are_refused() {
+        let v = MAX_VOCAB + 1;
+        let row = vec![1.0 / v as f64; v];
+        assert!(matches!(
+            Ensemble::from_probabilities(&row, &row),
+            Err(MechanismError::VocabularyTooLarge { vocab, max }) if vocab == v && max == MAX_VOCAB
+        ));
+    }
 
     #[test]
     fn log_rows_convert_to_normalised_f64() {

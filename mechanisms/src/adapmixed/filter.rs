@@ -18,7 +18,7 @@
 use privmix_accountant::{Orders, RdpCurve};
 
 use crate::MechanismError;
-use crate::pmixed::bounds::mixture_bound_up;
+use crate::pmixed::bounds::{averaging_slack, mixture_bound_up};
 use privmix_renyi::round::{add_up, div_down, div_up, mul_up, sub_down, sub_up, usize_down};
 
 /// The values of p tried in the weak triangle inequality.
@@ -167,10 +167,17 @@ impl MemberFilter {
 }
 
 /// The private answer's loss of a member within `d` of p₀ (at α_c), among `members`,
-/// at each tracked order (`proof.md`, "Per-step losses against W").
+/// at each tracked order β (`proof.md`, "Per-step losses against W"): the joint-convexity
+/// bound `ln(1 + (e^{(β−1)d} − 1)/N)/(β − 1)` plus the f64 averaging slack
+/// [`averaging_slack`]`(β, N)` of the N slots' average (`../pmixed/proof.md`,
+/// "Rounding"), rounded up.
 pub fn private_loss(tracked: &[f64], d: f64, members: usize) -> Vec<f64> {
-    let w = div_up(1.0, usize_down(members.max(1))).min(1.0);
-    tracked.iter().map(|&b| mixture_bound_up(b, d, w)).collect()
+    let n = members.max(1);
+    let w = div_up(1.0, usize_down(n)).min(1.0);
+    tracked
+        .iter()
+        .map(|&b| add_up(mixture_bound_up(b, d, w), averaging_slack(b, n as u64)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -187,6 +194,20 @@ mod tests {
         // Above what the tracked orders reach: +∞.
         assert_eq!(changed_member_epsilon(&tracked, &g, 16.0), f64::INFINITY);
         assert_eq!(changed_member_epsilon(&tracked, &[0.0; 4], 16.0), 0.0);
+    }
+
+    #[test]
+    fn the_private_loss_is_the_mixture_bound_plus_exactly_the_slack() {
+        let tracked = [1.5, 2.0, 8.0, 18.0];
+        for (d, n) in [(0.5, 10usize), (1e-3, 1), (0.0, 100)] {
+            let loss = private_loss(&tracked, d, n);
+            for (&b, &l) in tracked.iter().zip(&loss) {
+                let w = div_up(1.0, usize_down(n));
+                let slack = averaging_slack(b, n as u64);
+                assert_eq!(l, add_up(mixture_bound_up(b, d, w), slack), "{b} {d} {n}");
+                assert!(slack > 0.0 && slack < 1e-8);
+            }
+        }
     }
 
     #[test]

@@ -41,7 +41,11 @@ use privmix_renyi::{Direction, Order, batched_divergence, divergence};
 use rayon::prelude::*;
 
 use crate::noise::{check_granularity, gaussian_on_grid, rounded_l2_sensitivity};
-use crate::pmixed::bounds::{check_enforcement_order, check_probability, check_radius};
+use crate::pmixed::averaging::average_in_place;
+use crate::pmixed::bounds::{
+    check_enforcement_order, check_probability, check_radius, row_mass_deviation,
+    screening_sum_error,
+};
 use crate::pmixed::{StepBuffers, solve_and_sum};
 use crate::{
     Account, Diagnostics, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, PublicReason,
@@ -169,18 +173,26 @@ impl AdapmixedConfig {
     }
 
     /// The screening's cost per query at `orders` for N members: the Gaussian
-    /// mechanism with sensitivity `√2·λ_s/N` enlarged by the grid rounding.
+    /// mechanism with sensitivity `√2·λ_s·(1 + ν)/N + 2E` enlarged by the grid rounding,
+    /// where `1 + ν` bounds a row's exact mass ([`row_mass_deviation`]) and E the f64
+    /// error of the screening sum on each side ([`screening_sum_error`]; `proof.md`,
+    /// "Per-step losses against W").
     pub fn screening_cost(
         &self,
         orders: &Orders,
         members: usize,
     ) -> Result<RdpCurve, MechanismError> {
-        let l2 = div_up(
-            mul_up(sqrt_up(2.0), self.screen_lambda),
-            usize_down(members.max(1)),
+        let n = members.max(1);
+        let exact = div_up(
+            mul_up(
+                mul_up(sqrt_up(2.0), self.screen_lambda),
+                add_up(1.0, row_mass_deviation()),
+            ),
+            usize_down(n),
         );
-        let k = self.top_k;
-        let sensitivity = rounded_l2_sensitivity(l2, k, self.screen_granularity);
+        let float = mul_up(2.0, screening_sum_error(n, self.top_k));
+        let sensitivity =
+            rounded_l2_sensitivity(add_up(exact, float), self.top_k, self.screen_granularity);
         Ok(gaussian(orders, self.sigma, sensitivity)?)
     }
 
@@ -454,13 +466,10 @@ impl Adapmixed {
             self.config.radius,
             &mut self.buffers,
         )?;
-        let n = ensemble.len() as f64;
         let mut distribution = std::mem::take(&mut self.buffers.distribution);
-        distribution.resize(sum.len(), 0.0);
-        distribution
-            .par_iter_mut()
-            .zip(&sum)
-            .for_each(|(d, &s)| *d = s / n);
+        distribution.clear();
+        distribution.extend_from_slice(&sum);
+        average_in_place(&mut distribution, ensemble.len());
         Ok(PrivateAnswer {
             distribution,
             solutions,
@@ -808,5 +817,35 @@ impl EnsembleMechanism for Adapmixed {
 
     fn recycle(&mut self, distribution: Vec<f64>) {
         self.buffers.distribution = distribution;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_screening_sensitivity_adds_the_row_masses_and_the_sum_error() {
+        let c = AdapmixedConfig::default();
+        let orders = Orders::new(vec![1.5, 2.0, 8.0]).unwrap();
+        for n in [1usize, 4, 100] {
+            let nu = row_mass_deviation();
+            let exact = 2f64.sqrt() * c.screen_lambda * (1.0 + nu) / n as f64;
+            let float = 2.0 * screening_sum_error(n, c.top_k);
+            let old = 2f64.sqrt() * c.screen_lambda / n as f64;
+            let g = c.screen_granularity;
+            let cost = c.screening_cost(&orders, n).unwrap();
+            let closed = rounded_l2_sensitivity(exact + float, c.top_k, g);
+            let without = rounded_l2_sensitivity(old, c.top_k, g);
+            assert!(closed > without, "{n}");
+            for (&a, &e) in orders.as_slice().iter().zip(cost.epsilons()) {
+                let want = a * closed * closed / (2.0 * c.sigma * c.sigma);
+                assert!(
+                    e >= want && e <= want * (1.0 + 1e-12),
+                    "{n} {a}: {e} vs {want}"
+                );
+                assert!(e > a * without * without / (2.0 * c.sigma * c.sigma));
+            }
+        }
     }
 }

@@ -26,7 +26,10 @@
 //! # Rounding
 //! Every returned value is rounded up with `privmix_renyi::round` (exact-directed
 //! arithmetic, libm results moved one ulp outward under the faithful-libm assumption
-//! documented there).
+//! documented there). The charged curve, [`pmixed_curve`], is the real-arithmetic bound
+//! [`pmixed_bound_at`] plus [`averaging_slack`]: what the f64 rows' masses and the f64
+//! sum and division that average the drawn members' mixtures can add to the divergence
+//! of the token law actually sampled (`proof.md`, "Rounding").
 
 use privmix_accountant::{Orders, RdpCurve};
 use privmix_renyi::round::{
@@ -35,6 +38,11 @@ use privmix_renyi::round::{
 };
 
 use crate::MechanismError;
+
+pub use super::averaging::{
+    MAX_VOCAB, averaging_log_ratio, averaging_slack, gamma_up, row_mass_deviation,
+    screening_sum_error,
+};
 
 /// Checks an enforcement order α_c: finite and > 1.
 pub fn check_enforcement_order(alpha_c: f64) -> Result<(), MechanismError> {
@@ -143,8 +151,26 @@ pub fn mixture_bound_up(alpha: f64, d: f64, w: f64) -> f64 {
     div_up(numerator, sub_down(alpha, 1.0).max(f64::MIN_POSITIVE))
 }
 
-/// PMixED's per-query RDP curve under changed-member adjacency ([`pmixed_bound_at`]
-/// at every order of `orders`), computed once per configuration.
+/// The charged per-query value at order α: [`pmixed_bound_at`] plus
+/// [`averaging_slack`]`(α, members)`, rounded up (`+∞` stays `+∞`). 0 when no member
+/// can be drawn (`members = 0` or q = 0): the output is then p₀ itself, with no
+/// arithmetic, on every dataset. At b = 0 the bound is 0 but the slack is still
+/// charged: every certified distribution is p₀, yet the f64 rows averaged need not be
+/// p₀ bit for bit.
+pub fn pmixed_charge_at(alpha: f64, alpha_c: f64, radius: f64, members: u64, q: f64) -> f64 {
+    if changed_member_weight(members, q) == 0.0 {
+        return 0.0;
+    }
+    let bound = pmixed_bound_at(alpha, alpha_c, radius, members, q);
+    if bound == f64::INFINITY {
+        return bound;
+    }
+    add_up(bound, averaging_slack(alpha, members))
+}
+
+/// PMixED's per-query RDP curve under changed-member adjacency, as charged
+/// ([`pmixed_charge_at`] at every order of `orders`: the proven bound plus the f64
+/// averaging slack), computed once per configuration.
 pub fn pmixed_curve(
     orders: &Orders,
     alpha_c: f64,
@@ -156,7 +182,7 @@ pub fn pmixed_curve(
     check_radius(radius)?;
     check_probability("q", q)?;
     Ok(RdpCurve::from_fn(orders.clone(), |a| {
-        pmixed_bound_at(a, alpha_c, radius, members, q)
+        pmixed_charge_at(a, alpha_c, radius, members, q)
     })?)
 }
 
@@ -244,6 +270,35 @@ mod tests {
         assert_eq!(
             pmixed_curve(&orders, 36.0, 0.05, 4, 0.0).unwrap(),
             RdpCurve::zero(orders.clone())
+        );
+    }
+
+    #[test]
+    fn the_charge_is_the_bound_plus_exactly_the_averaging_slack() {
+        let orders = Orders::new(vec![1.25, 2.0, 8.0, 18.0, 19.0]).unwrap();
+        for (n, q, b) in [(100u64, 0.1f64, 0.05f64), (3, 1.0, 0.5), (1, 1.0, 1e-3)] {
+            let curve = pmixed_curve(&orders, 36.0, b, n, q).unwrap();
+            for (&a, &charged) in orders.as_slice().iter().zip(curve.epsilons()) {
+                let bound = pmixed_bound_at(a, 36.0, b, n, q);
+                if bound == f64::INFINITY {
+                    assert_eq!(charged, f64::INFINITY, "order {a}");
+                    continue;
+                }
+                let slack = averaging_slack(a, n);
+                assert_eq!(charged, add_up(bound, slack), "order {a}");
+                assert!(
+                    charged > bound && slack > 0.0 && slack < 1e-8,
+                    "{a}: {slack}"
+                );
+            }
+        }
+        // No member can be drawn: p₀ is released as it is, nothing to add.
+        assert_eq!(pmixed_charge_at(2.0, 36.0, 0.05, 4, 0.0), 0.0);
+        assert_eq!(pmixed_charge_at(2.0, 36.0, 0.05, 0, 1.0), 0.0);
+        // b = 0: the bound is 0, the slack is still charged.
+        assert_eq!(
+            pmixed_charge_at(2.0, 36.0, 0.0, 4, 1.0),
+            averaging_slack(2.0, 4)
         );
     }
 

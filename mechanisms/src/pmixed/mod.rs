@@ -29,6 +29,7 @@
 //! mechanism's output — sharpening the mixture after the projection would
 //! change the output distribution the bound was proven for.
 
+pub(crate) mod averaging;
 pub mod bounds;
 
 use privmix_accountant::{Orders, RdpCurve};
@@ -478,8 +479,7 @@ impl Pmixed {
         let lambdas: Vec<f64> = solutions.iter().map(|s| s.lambda).collect();
         let mut distribution = vec![0.0; ensemble.vocab()];
         mixture_sum(ensemble, drawn, &lambdas, &mut distribution);
-        let m = drawn.len() as f64;
-        distribution.iter_mut().for_each(|x| *x /= m);
+        averaging::average_in_place(&mut distribution, drawn.len());
         Ok(PmixedOutput {
             distribution,
             solutions,

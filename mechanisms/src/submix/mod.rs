@@ -19,7 +19,8 @@
 //! Privacy unit: a user, whose data lies in one half of one part; adding, removing or
 //! replacing the user changes that part's models arbitrarily, k public and fixed
 //! (*changed-part* adjacency). Each response is `(α, ε(α))`-RDP with PMixED's bound for
-//! k members without subsampling ([`crate::bounds::pmixed_bound_at`]), charged before
+//! k members without subsampling plus the f64 averaging slack
+//! ([`crate::bounds::pmixed_charge_at`]), charged before
 //! the token is released; there are no per-part budgets and no STOP.
 //!
 //! The paper's Alg. 2 (`λ* = mean(λᵢ^pair)`, a data-dependent charge, STOP when a part's
@@ -33,6 +34,7 @@ pub(crate) mod protocol;
 use privmix_mixing::submix_lambda;
 use privmix_renyi::Order;
 
+use crate::pmixed::averaging::average_in_place;
 use crate::pmixed::solve_lambdas;
 use crate::{Ensemble, MechanismError};
 
@@ -125,8 +127,7 @@ pub fn submix_distribution(
             *o += lambda * h + (1.0 - lambda) * p;
         }
     }
-    let kf = k as f64;
-    output.iter_mut().for_each(|o| *o /= kf);
+    average_in_place(&mut output, k);
     Ok(SubmixDistribution {
         output,
         lambdas,
