@@ -53,6 +53,7 @@ pub mod exact;
 mod input;
 pub mod noise;
 mod pmixed;
+pub mod proofs;
 mod rng;
 mod sample;
 mod step;
