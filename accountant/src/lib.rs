@@ -37,6 +37,12 @@
 //! * Conversion (`conversion/`): [`RdpCurve::epsilon`] / [`RdpCurve::delta`]
 //!   (Balle et al., arXiv:1905.09982, Thm 21, and Bretagnolle–Huber),
 //!   reporting the order used.
+//! * Privacy-loss distributions ([`pld`]): [`PrivacyLossDistribution`] of the
+//!   (Poisson-subsampled) Gaussian, pessimistically discretised (Doroshenko et
+//!   al., "Connect the Dots", arXiv:2207.04380), composed by FFT with its
+//!   floating-point error bounded, converted to (ε, δ) for both neighbouring
+//!   directions; [`dp_sgd_epsilon`] for DP-SGD. The proofs are in
+//!   [`proofs::pld`].
 //! * Calibration: [`pmixed_beta`], [`dps_mozo_beta`], [`poisson_gaussian_sigma`],
 //!   [`screening_sigma`]
 //!   — each returns a value checked feasible, maximal (minimal) to [`REL_TOL`].

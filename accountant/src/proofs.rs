@@ -12,3 +12,6 @@ pub mod event_pmixed {}
 
 #[doc = include_str!("event/randomized_response/proof.md")]
 pub mod event_randomized_response {}
+
+#[doc = include_str!("pld/proof.md")]
+pub mod pld {}
