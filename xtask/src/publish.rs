@@ -20,6 +20,7 @@ const UNPUBLISHED: [&str; 2] = ["privmix-bench", "privmix-xtask"];
 /// `--config`, since a packaged manifest carries no profile), so the
 /// dependencies already built for the tests are reused.
 pub(crate) fn package() -> Result<(), String> {
+    forget_unpacked_packages()?;
     let mut args: Vec<String> = [
         "--config",
         "profile.dev.debug=\"line-tables-only\"",
@@ -48,6 +49,44 @@ pub(crate) fn package() -> Result<(), String> {
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     crate::workspace::cargo(&args)
+}
+
+/// Removes the copies of our packages that an earlier `cargo package` unpacked
+/// from its temporary registry into `$CARGO_HOME/registry/src/<registry>/`.
+///
+/// Cargo unpacks a registry package once per name and version and reuses the
+/// folder afterwards, so without this a second run would verify each crate
+/// against its dependencies' sources as they were packaged the first time.
+/// Only `privmix-*` folders outside crates.io's index are removed.
+fn forget_unpacked_packages() -> Result<(), String> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return Ok(());
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        if registry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("index.crates.io")
+        {
+            continue;
+        }
+        let Ok(packages) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for package in packages.flatten() {
+            if package.file_name().to_string_lossy().starts_with("privmix") {
+                std::fs::remove_dir_all(package.path())
+                    .map_err(|e| format!("cannot remove {}: {e}", package.path().display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The arguments an example needs to run, by crate and example name; an example
