@@ -11,7 +11,7 @@ use crate::amplification::check_q;
 use crate::amplification::poisson::poisson_amplify_analytic;
 use crate::amplification::without_replacement::without_replacement_amplify_analytic;
 use crate::conversion::check_delta;
-use crate::event::check_non_negative;
+use crate::event::check::check_non_negative;
 use crate::event::pmixed::pmixed_query_at;
 use crate::{AccountantError, Orders, RdpCurve, poisson_subsampled_gaussian};
 use privmix_renyi::round::mul_up;

@@ -175,6 +175,14 @@ pub(crate) enum DpEventRepr {
     DataDependent(RdpCurve),
 }
 
+/// Read in the same shape as it is written, then validated like a constructed event.
+impl<'de> Deserialize<'de> for DpEvent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = DpEventRepr::deserialize(deserializer)?;
+        DpEvent::try_from(raw).map_err(serde::de::Error::custom)
+    }
+}
+
 impl TryFrom<DpEventRepr> for DpEvent {
     type Error = crate::AccountantError;
 

@@ -14,25 +14,15 @@ pub mod laplace;
 pub mod pmixed;
 pub mod randomized_response;
 
+pub(crate) mod check;
+use check::check_non_negative;
+
 use crate::amplification::{check_q, check_sigma};
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::{div_up, u64_down, u64_up};
 
 use laplace::{check_scale, laplace_at};
 use randomized_response::{check_randomized_response, randomized_response_at};
-
-/// Checks a finite, non-negative parameter.
-pub(crate) fn check_non_negative(name: &'static str, value: f64) -> Result<(), AccountantError> {
-    if value.is_finite() && value >= 0.0 {
-        Ok(())
-    } else {
-        Err(AccountantError::InvalidParameter {
-            name,
-            value,
-            reason: "must be finite and ≥ 0",
-        })
-    }
-}
 
 /// The deepest nesting of events accepted (sampling, self-composition and
 /// composition each add a level); it bounds recursion on untrusted input.
@@ -62,11 +52,8 @@ pub const MAX_EVENT_DEPTH: usize = 64;
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(
     feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(
-        rename_all = "snake_case",
-        try_from = "crate::serde_impls::DpEventRepr"
-    )
+    derive(serde::Serialize),
+    serde(rename_all = "snake_case")
 )]
 #[non_exhaustive]
 pub enum DpEvent {

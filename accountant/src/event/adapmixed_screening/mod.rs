@@ -6,7 +6,7 @@
 //! Thm D.1).
 
 use crate::amplification::check_sigma;
-use crate::event::check_non_negative;
+use crate::event::check::check_non_negative;
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::{div_up, mul_down, mul_up, u64_down};
 

@@ -4,7 +4,7 @@
 //! In-context Learning via Sampling Few-shot Mixed with Zero-shot Outputs",
 //! arXiv:2501.19287, App. B, Thm B.3.
 
-use crate::event::check_non_negative;
+use crate::event::check::check_non_negative;
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::mul_up;
 

@@ -5,7 +5,7 @@
 //! exact Rényi divergence between two Gaussians with the same variance.
 
 use crate::amplification::check_sigma;
-use crate::event::check_non_negative;
+use crate::event::check::check_non_negative;
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::{div_up, mul_down, mul_up};
 

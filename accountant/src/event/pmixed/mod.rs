@@ -6,7 +6,7 @@
 //! Models", arXiv:2410.02016, §3.2, Thm 3.1 and App. C, Thm C.1. The small
 //! ensemble sizes rest on privmix's own argument, [`proof.md`](./proof.md).
 
-use crate::event::check_non_negative;
+use crate::event::check::check_non_negative;
 use crate::{AccountantError, Orders, RdpCurve};
 use privmix_renyi::round::{
     add_up, div_up, exp_m1_up, exp_up, ln_1p_up, ln_down, mul_up, sub_down, sub_up, u64_down,

@@ -19,7 +19,7 @@ pub(crate) fn check_randomized_response(
     epsilon: f64,
     categories: u64,
 ) -> Result<(), AccountantError> {
-    crate::event::check_non_negative("epsilon", epsilon)?;
+    crate::event::check::check_non_negative("epsilon", epsilon)?;
     if categories < 2 {
         return Err(AccountantError::InvalidParameter {
             name: "categories",
