@@ -157,7 +157,8 @@ pub fn dp_sgd_card(record: &DpSgdRecord, config: &RunConfig, base: &BaseModel) -
     );
     let _ = writeln!(
         s,
-        "- accounting: Poisson-subsampled Gaussian RDP composed over the steps, converted to (ε, δ), rounded up"
+        "- accounting: the Poisson-subsampled Gaussian over the steps, ε the smaller of the \
+         privacy-loss-distribution and RDP accountants' bounds, rounded up"
     );
     let _ = writeln!(
         s,
