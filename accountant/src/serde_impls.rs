@@ -125,120 +125,18 @@ impl<'de> Deserialize<'de> for EpsilonDelta {
     }
 }
 
-/// The shape `DpEvent` is read in: the same variants and fields, before
-/// [`DpEvent::validate`] has checked them.
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum DpEventRepr {
-    NoOp,
-    Gaussian {
-        noise_multiplier: f64,
-    },
-    Laplace {
-        scale: f64,
-    },
-    RandomizedResponse {
-        epsilon: f64,
-        categories: u64,
-    },
-    PoissonSampled {
-        sampling_probability: f64,
-        event: Box<DpEvent>,
-    },
-    SampledWithoutReplacement {
-        source_size: u64,
-        sample_size: u64,
-        event: Box<DpEvent>,
-    },
-    SelfComposed {
-        event: Box<DpEvent>,
-        count: u64,
-    },
-    Composed(Vec<DpEvent>),
-    PmixedQuery {
-        beta: f64,
-        members: u64,
-    },
-    PmixedSubsampled {
-        beta: f64,
-        sampling_probability: f64,
-    },
-    DpsMozoToken {
-        beta: f64,
-    },
-    AdapmixedScreening {
-        lambda: f64,
-        members: u64,
-        sigma: f64,
-    },
-    Measured(RdpCurve),
-    DataDependent(RdpCurve),
+/// Written by the derived (remote) serialiser of `DpEvent`.
+impl Serialize for DpEvent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        DpEvent::serialize(self, s)
+    }
 }
 
 /// Read in the same shape as it is written, then validated like a constructed event.
 impl<'de> Deserialize<'de> for DpEvent {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = DpEventRepr::deserialize(deserializer)?;
-        DpEvent::try_from(raw).map_err(serde::de::Error::custom)
-    }
-}
-
-impl TryFrom<DpEventRepr> for DpEvent {
-    type Error = crate::AccountantError;
-
-    fn try_from(raw: DpEventRepr) -> Result<Self, Self::Error> {
-        use DpEventRepr as R;
-        let event = match raw {
-            R::NoOp => DpEvent::NoOp,
-            R::Gaussian { noise_multiplier } => DpEvent::Gaussian { noise_multiplier },
-            R::Laplace { scale } => DpEvent::Laplace { scale },
-            R::RandomizedResponse {
-                epsilon,
-                categories,
-            } => DpEvent::RandomizedResponse {
-                epsilon,
-                categories,
-            },
-            R::PoissonSampled {
-                sampling_probability,
-                event,
-            } => DpEvent::PoissonSampled {
-                sampling_probability,
-                event,
-            },
-            R::SampledWithoutReplacement {
-                source_size,
-                sample_size,
-                event,
-            } => DpEvent::SampledWithoutReplacement {
-                source_size,
-                sample_size,
-                event,
-            },
-            R::SelfComposed { event, count } => DpEvent::SelfComposed { event, count },
-            R::Composed(events) => DpEvent::Composed(events),
-            R::PmixedQuery { beta, members } => DpEvent::PmixedQuery { beta, members },
-            R::PmixedSubsampled {
-                beta,
-                sampling_probability,
-            } => DpEvent::PmixedSubsampled {
-                beta,
-                sampling_probability,
-            },
-            R::DpsMozoToken { beta } => DpEvent::DpsMozoToken { beta },
-            R::AdapmixedScreening {
-                lambda,
-                members,
-                sigma,
-            } => DpEvent::AdapmixedScreening {
-                lambda,
-                members,
-                sigma,
-            },
-            R::Measured(curve) => DpEvent::Measured(curve),
-            R::DataDependent(curve) => DpEvent::DataDependent(curve),
-        };
-        event.validate()?;
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let event = DpEvent::deserialize(d)?;
+        event.validate().map_err(D::Error::custom)?;
         Ok(event)
     }
 }

@@ -52,8 +52,10 @@ pub const MAX_EVENT_DEPTH: usize = 64;
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(
     feature = "serde",
-    derive(serde::Serialize),
-    serde(rename_all = "snake_case")
+    derive(serde::Serialize, serde::Deserialize),
+    // The derives write inherent `DpEvent::serialize`/`deserialize`; the trait
+    // impls in `serde_impls.rs` call them and validate what is read.
+    serde(remote = "Self", rename_all = "snake_case", deny_unknown_fields)
 )]
 #[non_exhaustive]
 pub enum DpEvent {
