@@ -130,6 +130,19 @@ mod tests {
     use super::*;
     use privmix_accountant::PrivacyBudget;
 
+    /// A folder of this test's own and the path of a ledger in it that does not exist yet.
+    fn fresh_ledger_path(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!(
+            "privmix-mech-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ledger");
+        let _ = std::fs::remove_file(&path);
+        (dir, path)
+    }
+
     fn step_curve(orders: &Orders) -> RdpCurve {
         RdpCurve::from_fn(orders.clone(), |a| a / 50.0).unwrap()
     }
@@ -165,14 +178,7 @@ mod tests {
 
     #[test]
     fn ledger_is_durable_and_refusals_are_typed() {
-        let dir = std::env::temp_dir().join(format!(
-            "privmix-mech-account-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ledger");
-        let _ = std::fs::remove_file(&path);
+        let (dir, path) = fresh_ledger_path("account");
         let orders = Orders::default();
         let budget = PrivacyBudget::new(1.0, 1e-5).unwrap();
         let mut accepted = 0u64;
@@ -219,14 +225,7 @@ mod tests {
     /// nothing.
     #[test]
     fn ledger_stores_charged_events() {
-        let dir = std::env::temp_dir().join(format!(
-            "privmix-mech-events-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ledger");
-        let _ = std::fs::remove_file(&path);
+        let (dir, path) = fresh_ledger_path("events");
         let orders = Orders::default();
         let budget = PrivacyBudget::new(1.0, 1e-5).unwrap();
         let gaussian = DpEvent::gaussian(20.0).unwrap();

@@ -21,7 +21,7 @@ const UNPUBLISHED: [&str; 2] = ["privmix-bench", "privmix-xtask"];
 /// dependencies already built for the tests are reused.
 pub(crate) fn package() -> Result<(), String> {
     forget_unpacked_packages()?;
-    let mut args: Vec<String> = [
+    let mut args = vec![
         "--config",
         "profile.dev.debug=\"line-tables-only\"",
         "--config",
@@ -39,15 +39,10 @@ pub(crate) fn package() -> Result<(), String> {
         // The tree must be clean for a real publish; CI packages its checkout,
         // and a developer's uncommitted files should not stop the check.
         "--allow-dirty",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
     for crate_name in UNPUBLISHED {
-        args.push("--exclude".into());
-        args.push(crate_name.into());
+        args.extend(["--exclude", crate_name]);
     }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     crate::workspace::cargo(&args)
 }
 
