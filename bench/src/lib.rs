@@ -10,7 +10,8 @@
 //!   held-out blocks — run by the `privacy-utility` binary (and `cargo xtask bench`).
 //! - [`icl`]: the DPS-MOZO experiment — zero-shot, few-shot, DPS-MOZO+On and +Off on
 //!   WordNet's noun definitions, scored with ROUGE-L F1.
-//! - [`report`] and [`plots`]: the report folder (Markdown, JSON, SVG plots).
+//! - [`report`] and [`plots`]: the report folder (Markdown, JSON, CSV, SVG plots);
+//!   [`stats`]: the 95% intervals over seeds; [`run_info`]: commit, machine and phase times.
 //!
 //! The micro-benchmarks of each crate live beside the crate (`cargo bench -p privmix-renyi`, …).
 
@@ -20,5 +21,7 @@ pub mod icl;
 pub mod plots;
 pub mod report;
 pub mod rouge;
+pub mod run_info;
+pub mod stats;
 
 pub use error::BenchError;

@@ -1,0 +1,205 @@
+//! What a run was made on and how long each phase took, written into the
+//! report's JSON and Markdown so that a figure can be traced to its commit,
+//! machine and compiler.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// The machine, build and timing of one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The command line the binary was started with.
+    pub command: String,
+    /// `git rev-parse HEAD` of the working tree (with `-dirty` when it has
+    /// uncommitted changes), or why it is unknown.
+    pub commit: String,
+    /// The CPU model (`/proc/cpuinfo`'s `model name`), or `unknown`.
+    pub cpu: String,
+    /// Logical CPUs the process may use.
+    pub available_threads: usize,
+    /// Threads of rayon's pool, which every kernel runs on.
+    pub threads: usize,
+    /// `rustc --version` of the compiler that built this binary.
+    pub rustc: String,
+    /// The build profile (`release` or `debug`).
+    pub profile: String,
+    /// UTC start time, RFC 3339.
+    pub started: String,
+    /// `(phase, seconds)` in the order the phases ran.
+    pub phases: Vec<(String, f64)>,
+    /// Seconds from start to the report.
+    pub wall_seconds: f64,
+}
+
+impl RunInfo {
+    /// Reads the machine and build now; phases are added with [`Phases`].
+    pub fn collect() -> Self {
+        Self {
+            command: std::env::args().collect::<Vec<_>>().join(" "),
+            commit: commit(),
+            cpu: cpu_model(),
+            available_threads: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            threads: rayon::current_num_threads(),
+            rustc: env!("PRIVMIX_BENCH_RUSTC").to_string(),
+            profile: if cfg!(debug_assertions) {
+                "debug".into()
+            } else {
+                "release".into()
+            },
+            started: utc_now(),
+            phases: Vec::new(),
+            wall_seconds: 0.0,
+        }
+    }
+
+    /// The Markdown section.
+    pub fn markdown(&self) -> String {
+        let mut s = String::from("## Run\n\n| | |\n|---|---|\n");
+        for (k, v) in [
+            ("command", format!("`{}`", self.command)),
+            ("commit", format!("`{}`", self.commit)),
+            ("CPU", self.cpu.clone()),
+            (
+                "threads",
+                format!("{} (of {} available)", self.threads, self.available_threads),
+            ),
+            ("rustc", self.rustc.clone()),
+            ("profile", self.profile.clone()),
+            ("started (UTC)", self.started.clone()),
+            ("wall time", minutes(self.wall_seconds)),
+        ] {
+            let _ = writeln!(s, "| {k} | {v} |");
+        }
+        s.push_str("\n| phase | wall time |\n|---|---|\n");
+        for (phase, secs) in &self.phases {
+            let _ = writeln!(s, "| {phase} | {} |", minutes(*secs));
+        }
+        s.push('\n');
+        s
+    }
+}
+
+fn minutes(secs: f64) -> String {
+    if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else {
+        format!("{:.1} min", secs / 60.0)
+    }
+}
+
+/// Times the phases of a run.
+pub struct Phases {
+    started: Instant,
+    phases: Vec<(String, f64)>,
+}
+
+impl Default for Phases {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Phases {
+    /// Starts the run's clock.
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    /// Runs `f` as the phase `name`, recording its wall time.
+    pub fn time<T>(&mut self, name: impl Into<String>, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.phases.push((name.into(), t.elapsed().as_secs_f64()));
+        out
+    }
+
+    /// Records a phase measured elsewhere.
+    pub fn record(&mut self, name: impl Into<String>, seconds: f64) {
+        self.phases.push((name.into(), seconds));
+    }
+
+    /// Writes the phases and the wall time so far into `info`.
+    pub fn finish(&self, info: &mut RunInfo) {
+        info.phases = self.phases.clone();
+        info.wall_seconds = self.started.elapsed().as_secs_f64();
+    }
+}
+
+fn commit() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "HEAD"]) {
+        Some(head) => {
+            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                .is_some_and(|s| !s.is_empty());
+            if dirty { format!("{head}-dirty") } else { head }
+        }
+        None => "unknown (not run inside a git checkout)".into(),
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, H. Hinnant's algorithm).
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collects_the_build_and_machine() {
+        let info = RunInfo::collect();
+        assert!(info.rustc.starts_with("rustc "), "{}", info.rustc);
+        assert!(info.threads >= 1);
+        assert_eq!(info.started.len(), 20, "{}", info.started);
+        let mut phases = Phases::new();
+        let x = phases.time("data", || 7);
+        assert_eq!(x, 7);
+        let mut info = info;
+        phases.finish(&mut info);
+        assert_eq!(info.phases.len(), 1);
+        assert!(info.markdown().contains("| data |"));
+    }
+}
