@@ -31,7 +31,7 @@ fn run(out: &Path, cache: &Path) -> Value {
         "--corpus",
         corpus.to_str().unwrap(),
         "--user-unit",
-        "play",
+        "speaker",
         "--cache",
         cache.to_str().unwrap(),
         "--out",
@@ -40,20 +40,28 @@ fn run(out: &Path, cache: &Path) -> Value {
         "2",
         "--block",
         "24",
+        "--max-records",
+        "40",
+        "--seeds",
+        "2",
         "--eval-blocks",
-        "3",
-        "--train-steps",
-        "3",
+        "2",
+        "--validation-blocks",
+        "2",
+        "--epochs",
+        "0.25",
         "--batch",
         "2",
         "--rank",
         "2",
         "--learning-rate",
         "0.01",
-        "--dp-sgd-steps",
-        "2",
         "--dp-sgd-batch",
-        "2",
+        "8",
+        "--dp-sgd-lrs",
+        "0.01,0.03",
+        "--dp-sgd-epochs",
+        "0.5",
         "--epsilons",
         "1,8",
         "--seed",
@@ -78,8 +86,8 @@ fn run(out: &Path, cache: &Path) -> Value {
         "3",
         "--canary-repeats",
         "4",
-        "--canary-steps",
-        "2",
+        "--canary-epochs",
+        "0.5",
         "--embedding-model",
         r.join("models-cache/all-minilm-l6-v2").to_str().unwrap(),
         "--esa-shots",
@@ -120,65 +128,76 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
 
     let perplexity = &first["perplexity"];
     assert_eq!(perplexity["members_cached"], Value::Bool(false));
-    let results = perplexity["results"].as_array().unwrap();
+    let seeds = perplexity["seeds"].as_array().unwrap();
+    assert_eq!(seeds.len(), 2);
+    let results = seeds[0].as_array().unwrap();
     let names: Vec<&str> = results
         .iter()
         .map(|m| m["mechanism"].as_str().unwrap())
         .collect();
-    // public, ensemble, then (pmixed, adapmixed, submix) per ε, then DP-SGD per ε.
-    assert_eq!(
-        names,
-        [
-            "public",
-            "ensemble",
-            "pmixed",
-            "adapmixed",
-            "submix",
-            "pmixed",
-            "adapmixed",
-            "submix",
-            "dp-sgd",
-            "dp-sgd"
-        ]
-    );
-    let queries = 3 * 23;
-    for m in results {
-        let name = m["mechanism"].as_str().unwrap();
-        assert_eq!(m["queries"].as_u64(), Some(queries), "{name}");
-        let ppl = m["perplexity"].as_f64().unwrap();
-        // A byte model: perplexity between 1 and a little over the vocabulary.
-        assert!(ppl > 1.0 && ppl < 400.0, "{name}: perplexity {ppl}");
-        let answered = m["private_answers"].as_u64().unwrap()
-            + m["screened"].as_u64().unwrap()
-            + m["stopped"].as_u64().unwrap();
-        assert!(answered <= queries, "{name}");
-        if let Some(target) = m["target_epsilon"].as_f64() {
-            // Every private mechanism stays within its target, as accounted.
-            let spent = m["spent_epsilon"].as_f64().unwrap();
-            assert!(spent <= target, "{name}: spent {spent} > target {target}");
-            let trace: Vec<f64> = m["spent_trace"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap())
-                .collect();
-            if name != "dp-sgd" {
-                assert_eq!(trace.len() as u64, queries, "{name}");
-                assert!(
-                    trace.windows(2).all(|w| w[0] <= w[1]),
-                    "{name}: ε never decreases"
-                );
-                assert_eq!(trace.last().copied(), Some(spent), "{name}");
-                let lambdas = m["lambda_trace"].as_array().unwrap();
-                assert!(lambdas.iter().all(|l| {
-                    let l = l.as_f64().unwrap();
-                    (0.0..=1.0).contains(&l)
-                }));
+    // public, ensemble, the mixing mechanisms per ε, the prediction baselines
+    // per ε, then DP-SGD per ε.
+    let mut expected = vec!["public", "ensemble"];
+    for _ in 0..2 {
+        expected.extend(["pmixed", "adapmixed", "submix"]);
+    }
+    for _ in 0..2 {
+        expected.extend(["sa-laplace", "gnmax", "sa-laplace (B=1)", "gnmax (B=1)"]);
+    }
+    expected.extend(["dp-sgd", "dp-sgd"]);
+    assert_eq!(names, expected);
+    let queries = 2 * 23;
+    for seed in seeds {
+        for m in seed.as_array().unwrap() {
+            let name = m["mechanism"].as_str().unwrap();
+            assert_eq!(m["queries"].as_u64(), Some(queries), "{name}");
+            let ppl = m["perplexity"].as_f64().unwrap();
+            // A byte model: perplexity between 1 and a little over the vocabulary.
+            assert!(ppl > 1.0 && ppl < 400.0, "{name}: perplexity {ppl}");
+            let answered = m["private_answers"].as_u64().unwrap()
+                + m["screened"].as_u64().unwrap()
+                + m["stopped"].as_u64().unwrap();
+            assert!(answered <= queries, "{name}");
+            let greedy = m["greedy_hits"].as_array().unwrap();
+            assert_eq!(greedy.len() as u64, queries, "{name}");
+            if let Some(target) = m["target_epsilon"].as_f64() {
+                // Every private mechanism stays within its target, as accounted
+                // (a `B = 1` row: for each query, a deployment of its own).
+                let spent = m["spent_epsilon"].as_f64().unwrap();
+                assert!(spent <= target, "{name}: spent {spent} > target {target}");
+                let trace: Vec<f64> = m["spent_trace"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap())
+                    .collect();
+                if name != "dp-sgd" && !name.ends_with("(B=1)") {
+                    assert_eq!(trace.len() as u64, queries, "{name}");
+                    assert!(
+                        trace.windows(2).all(|w| w[0] <= w[1]),
+                        "{name}: ε never decreases"
+                    );
+                    assert_eq!(trace.last().copied(), Some(spent), "{name}");
+                    let lambdas = m["lambda_trace"].as_array().unwrap();
+                    assert!(lambdas.iter().all(|l| {
+                        let l = l.as_f64().unwrap();
+                        (0.0..=1.0).contains(&l)
+                    }));
+                }
+                if name == "adapmixed" && spent > 0.0 {
+                    let screen = m["screening_epsilon"].as_f64().unwrap();
+                    assert!(screen > 0.0 && screen <= spent, "{name}: {screen}");
+                }
+            } else {
+                assert!(m["spent_trace"].as_array().unwrap().is_empty());
             }
-        } else {
-            assert!(m["spent_trace"].as_array().unwrap().is_empty());
         }
     }
+    // The seeds score different held-out blocks.
+    assert_ne!(
+        seeds[0][0]["perplexity"], seeds[1][0]["perplexity"],
+        "disjoint evaluation blocks"
+    );
     // The public model reads no private data; the non-private ensemble has no bound.
     assert_eq!(results[0]["spent_epsilon"].as_f64(), Some(0.0));
     assert!(results[1]["spent_epsilon"].is_null());
@@ -188,25 +207,91 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
         l.iter().map(|x| x.as_f64().unwrap()).sum::<f64>() / l.len() as f64
     };
     assert!(mean(&results[5]) >= mean(&results[2]));
+    // The summary: one row per mechanism and ε, the mean of the seeds inside its interval.
+    let summary = perplexity["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), names.len());
+    for row in summary {
+        let per_seed: Vec<f64> = row["perplexity_per_seed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let i = &row["perplexity"];
+        let m = i["mean"].as_f64().unwrap();
+        assert!(
+            (m - per_seed.iter().sum::<f64>() / 2.0).abs() < 1e-9,
+            "{row}"
+        );
+        assert!(i["low"].as_f64().unwrap() <= m && m <= i["high"].as_f64().unwrap());
+    }
+    // DP-SGD: a sweep of 2 learning rates at the largest ε, one chosen, then every ε.
+    let sweep = perplexity["dp_sgd_sweep"].as_array().unwrap();
+    assert_eq!(sweep.len(), 2);
+    assert_eq!(
+        sweep
+            .iter()
+            .filter(|r| r["chosen"] == Value::Bool(true))
+            .count(),
+        1
+    );
+    for r in perplexity["dp_sgd"].as_array().unwrap() {
+        assert!(r["epsilon"].as_f64().unwrap() <= r["target_epsilon"].as_f64().unwrap());
+        assert!(r["validation_loss"].as_f64().unwrap().is_finite());
+    }
+    // The user-level table: the same mechanisms without DP-SGD.
+    let user = &first["user_level"];
+    assert!(user["unit"].as_str().unwrap().contains("speaker"));
+    let user_names: Vec<&str> = user["seeds"][0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mechanism"].as_str().unwrap())
+        .collect();
+    assert_eq!(user_names, names[..names.len() - 2]);
 
     let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(readme.contains("| pmixed | 8 |"), "{readme}");
-    for plot in [
-        "perplexity_vs_epsilon.svg",
-        "spent_epsilon_over_queries.svg",
-        "lambda_over_tokens.svg",
-        "screening_rate.svg",
+    for needle in [
+        "## Run",
+        "## Claims of the papers",
+        "| commit |",
+        "Privacy unit: one training record",
     ] {
-        let svg = std::fs::read_to_string(out.join(plot)).unwrap();
-        assert!(
-            svg.starts_with("<svg") && svg.contains("polyline"),
-            "{plot}"
-        );
-        assert!(readme.contains(plot));
+        assert!(readme.contains(needle), "{needle}: {readme}");
+    }
+    assert!(!first["claims"].as_array().unwrap().is_empty());
+    let csv = std::fs::read_to_string(out.join("rows.csv")).unwrap();
+    // A header, then every seed's rows of both tables.
+    assert_eq!(
+        csv.lines().count(),
+        1 + 2 * names.len() + 2 * (names.len() - 2),
+        "{csv}"
+    );
+    let summary_csv = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    assert_eq!(
+        summary_csv.lines().count(),
+        1 + names.len() + names.len() - 2
+    );
+    for unit in ["record", "user"] {
+        for plot in [
+            "perplexity_vs_epsilon.svg",
+            "spent_epsilon_over_queries.svg",
+            "lambda_over_tokens.svg",
+            "screening_rate.svg",
+        ] {
+            let plot = format!("{unit}_{plot}");
+            let svg = std::fs::read_to_string(out.join(&plot)).unwrap();
+            assert!(
+                svg.starts_with("<svg") && svg.contains("polyline"),
+                "{plot}"
+            );
+            assert!(readme.contains(&plot));
+        }
     }
 
-    // Canary audit: every contender over the canary queries, probabilities in [0, 1],
-    // each private mechanism within its target over those queries.
+    // Canary audit: every mixing contender over the canary queries, probabilities
+    // in [0, 1], each private mechanism within its target over those queries.
     let canary = &perplexity["canary"];
     assert_eq!(canary["canaries"].as_array().unwrap().len(), 3);
     let audit = canary["results"].as_array().unwrap();
@@ -221,6 +306,9 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
         let logs = m["log10_probabilities"].as_array().unwrap();
         assert_eq!(logs.len(), 3);
         assert!(logs.iter().all(|l| l.as_f64().unwrap() <= 1e-12), "{m}");
+        assert_eq!(m["extracted"].as_array().unwrap().len(), 3);
+        let recall = m["recall"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&recall));
         if let Some(target) = m["target_epsilon"].as_f64() {
             assert!(m["spent_epsilon"].as_f64().unwrap() <= target, "{m}");
         }
@@ -301,7 +389,7 @@ fn tiny_run_writes_a_consistent_report_and_reuses_its_members() {
     // Second run: adapters from the cache, the same seed, the same numbers.
     let second = run(&out, &cache);
     assert_eq!(second["perplexity"]["members_cached"], Value::Bool(true));
-    let again = second["perplexity"]["results"].as_array().unwrap();
+    let again = second["perplexity"]["seeds"][0].as_array().unwrap();
     for (a, b) in results.iter().zip(again) {
         assert_eq!(a["perplexity"], b["perplexity"], "{}", a["mechanism"]);
         assert_eq!(a["spent_epsilon"], b["spent_epsilon"], "{}", a["mechanism"]);
