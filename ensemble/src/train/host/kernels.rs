@@ -103,6 +103,8 @@ pub(crate) fn gemm_into(
     }
     // SAFETY: every index the call reads or writes was checked above to lie
     // inside its slice; `dst` is borrowed mutably, so nothing aliases it.
+    // (The `gemm` crate's entry point takes raw pointers and strides.)
+    #[allow(unsafe_code)]
     unsafe {
         gemm::gemm(
             m,

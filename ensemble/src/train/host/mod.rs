@@ -70,11 +70,6 @@ impl HostSlot {
         }
     }
 
-    /// The path asked for.
-    pub fn path(&self) -> StepPath {
-        self.path
-    }
-
     /// The host copy of `model` when the host step serves it (built on the
     /// first call), `None` when burn autodiff must run.
     pub fn get<B: AutodiffBackend, M: 'static>(
