@@ -36,7 +36,11 @@ const MAX_STEPS: usize = 1_000_000;
 
 fn blocks(vocab: usize) -> Vec<Vec<u32>> {
     (0..ROWS)
-        .map(|r| (0..=SEQ).map(|i| ((1 + 1009 * r + 7919 * i) % vocab) as u32).collect())
+        .map(|r| {
+            (0..=SEQ)
+                .map(|i| ((1 + 1009 * r + 7919 * i) % vocab) as u32)
+                .collect()
+        })
         .collect()
 }
 
@@ -47,14 +51,20 @@ fn lora() -> LoraConfig {
 fn bench(c: &mut Criterion) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/smollm2.gguf");
     if !path.is_file() {
-        eprintln!("{} is absent (cargo xtask fetch-models): nothing to bench", path.display());
+        eprintln!(
+            "{} is absent (cargo xtask fetch-models): nothing to bench",
+            path.display()
+        );
         return;
     }
     let model = Model::<AB>::load(&path, &Default::default()).expect("SmolLM2");
     let data = blocks(model.vocab_size());
     let mut g = c.benchmark_group("train_step_smollm2_r8_qv_4x128");
     g.sample_size(10).measurement_time(Duration::from_secs(30));
-    for (id, path) in [("host_step", StepPath::Fastest), ("baseline_autodiff_step", StepPath::Autodiff)] {
+    for (id, path) in [
+        ("host_step", StepPath::Fastest),
+        ("baseline_autodiff_step", StepPath::Autodiff),
+    ] {
         let mut cfg = TrainConfig::new(lora(), MAX_STEPS, 1);
         cfg.batch_size = ROWS;
         let mut t = Trainer::<AB, _>::new(&model, data.clone(), vec![], cfg)

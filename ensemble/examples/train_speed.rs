@@ -38,7 +38,11 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut a = Args {
-        model: concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/hf/llama").into(),
+        model: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../models/tests/fixtures/hf/llama"
+        )
+        .into(),
         mode: "lora".into(),
         path: StepPath::Fastest,
         steps: 3,

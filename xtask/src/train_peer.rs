@@ -79,7 +79,10 @@ pub(crate) fn section(quick: bool) -> String {
     let example = root.join("target/release/examples/train_speed");
     let script = root.join("xtask/peers/peft_step.py");
     let steps = steps.to_string();
-    for (mode, peer_label) in [("lora", "PyTorch + PEFT"), ("dpsgd", "PyTorch + PEFT + Opacus")] {
+    for (mode, peer_label) in [
+        ("lora", "PyTorch + PEFT"),
+        ("dpsgd", "PyTorch + PEFT + Opacus"),
+    ] {
         let mut rows = [
             Row {
                 label: format!("privmix ({THREADS} threads)"),
@@ -97,8 +100,15 @@ pub(crate) fn section(quick: bool) -> String {
             let ours_run = ours.clone().and_then(|()| run_json(mine, "train_speed"));
             let peer_run = python.clone().and_then(|py| {
                 let mut cmd = Command::new(py);
-                cmd.arg(&script)
-                    .args([&gguf_arg, "--mode", mode, "--steps", &steps, "--threads", THREADS]);
+                cmd.arg(&script).args([
+                    &gguf_arg,
+                    "--mode",
+                    mode,
+                    "--steps",
+                    &steps,
+                    "--threads",
+                    THREADS,
+                ]);
                 run_json(cmd, "peft_step.py")
             });
             for (row, run) in rows.iter_mut().zip([ours_run, peer_run]) {
@@ -135,13 +145,18 @@ fn venv(dir: &Path) -> Result<String, String> {
                 Err(e) => Err(format!("could not start {what}: {e}")),
             }
         };
-        run(Command::new("python3").args(["-m", "venv"]).arg(dir), "python3 -m venv")?;
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(dir),
+            "python3 -m venv",
+        )?;
         run(
             Command::new(&py).args(["-m", "pip", "install", "--no-deps", TORCH]),
             "pip install --no-deps torch",
         )?;
         run(
-            Command::new(&py).args(["-m", "pip", "install"]).args(PEER_PACKAGES),
+            Command::new(&py)
+                .args(["-m", "pip", "install"])
+                .args(PEER_PACKAGES),
             "pip install the peer's packages",
         )?;
         std::fs::write(&ready, format!("{TORCH} {}\n", PEER_PACKAGES.join(" ")))
@@ -206,7 +221,10 @@ fn render(s: &mut String, mode: &str, rows: &[Row; 2]) {
         _ => "DP-SGD step (per-example gradients, clipping, noise, AdamW)",
     };
     let _ = writeln!(s, "### {title}\n");
-    let _ = writeln!(s, "| engine | tokens/s (median) | range | ratio ours / peer |");
+    let _ = writeln!(
+        s,
+        "| engine | tokens/s (median) | range | ratio ours / peer |"
+    );
     let _ = writeln!(s, "|---|---|---|---|");
     let peer = rows[1].rates.as_ref().ok().and_then(|r| summary(r));
     for row in rows {
@@ -238,7 +256,11 @@ mod tests {
         let v: Value =
             serde_json::from_str(r#"{"engine":"privmix","tokens_per_s":[300.5, 290]}"#).unwrap();
         assert_eq!(rates(&v).unwrap(), vec![300.5, 290.0]);
-        for bad in [r#"{"tokens_per_s":[0]}"#, r#"{"tokens_per_s":"x"}"#, r#"{}"#] {
+        for bad in [
+            r#"{"tokens_per_s":[0]}"#,
+            r#"{"tokens_per_s":"x"}"#,
+            r#"{}"#,
+        ] {
             assert!(rates(&serde_json::from_str(bad).unwrap()).is_err(), "{bad}");
         }
         assert_eq!(summary(&[3.0, 1.0, 2.0, 10.0]), Some((2.5, 1.0, 10.0)));

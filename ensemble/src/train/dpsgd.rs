@@ -26,10 +26,10 @@ use rand_chacha::ChaCha20Rng;
 
 use super::adamw::{AdamW, AdamWConfig, linear_schedule};
 use super::error::TrainError;
+use super::host::{DropoutPlan, HostSlot, StepPath};
 use super::loss::check_blocks;
 use super::params::LoraParams;
 use super::privacy::{DpSgdEpsilon, clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
-use super::host::{DropoutPlan, HostSlot, StepPath};
 use super::trainable::{Dropout, loss_and_gradient};
 
 /// Examples per batched pass of the host step (bounds its memory: the

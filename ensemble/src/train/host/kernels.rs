@@ -73,7 +73,17 @@ pub(crate) fn matmul(
         .enumerate()
         .for_each(|(i, part)| {
             let rows = part.len() / n;
-            gemm_into(part, n, rows, n, k, accumulate, beta, lhs.from_row(i * per), rhs);
+            gemm_into(
+                part,
+                n,
+                rows,
+                n,
+                k,
+                accumulate,
+                beta,
+                lhs.from_row(i * per),
+                rhs,
+            );
         });
 }
 
@@ -96,7 +106,10 @@ pub(crate) fn gemm_into(
     }
     // The last element each operand reaches, checked before the raw call.
     let last = |mat: &Mat<'_>, r: usize, c: usize| (r - 1) * mat.rs + (c - 1) * mat.cs;
-    assert!((m - 1) * dst_rs + n <= dst.len(), "destination out of range");
+    assert!(
+        (m - 1) * dst_rs + n <= dst.len(),
+        "destination out of range"
+    );
     if k > 0 {
         assert!(last(&lhs, m, k) < lhs.data.len(), "lhs out of range");
         assert!(last(&rhs, k, n) < rhs.data.len(), "rhs out of range");
@@ -159,7 +172,12 @@ pub(crate) fn rms_norm_backward(x: &[f32], inv: &[f32], gain: &[f32], dy: &[f32]
         .zip(dy.par_chunks(width))
         .zip(inv.par_iter())
         .for_each(|(((dx, x), dy), &inv)| {
-            let dot: f32 = x.iter().zip(dy).zip(gain).map(|((x, d), g)| x * d * g).sum();
+            let dot: f32 = x
+                .iter()
+                .zip(dy)
+                .zip(gain)
+                .map(|((x, d), g)| x * d * g)
+                .sum();
             let c = inv * inv * inv * dot / width as f32;
             for (((dx, x), dy), g) in dx.iter_mut().zip(x).zip(dy).zip(gain) {
                 *dx += inv * g * dy - x * c;
@@ -188,7 +206,14 @@ pub(crate) fn rope_tables(inv_freq: &[f32], seq: usize) -> (Vec<f32>, Vec<f32>) 
 /// `(a·cos − b·sin, b·cos + a·sin)`; `inverse` applies the transpose (the
 /// rotation by the opposite angle), which maps an output gradient to the
 /// input gradient.
-pub(crate) fn rope(x: &mut [f32], width: usize, d: usize, seq: usize, tables: &(Vec<f32>, Vec<f32>), inverse: bool) {
+pub(crate) fn rope(
+    x: &mut [f32],
+    width: usize,
+    d: usize,
+    seq: usize,
+    tables: &(Vec<f32>, Vec<f32>),
+    inverse: bool,
+) {
     let (cos, sin) = tables;
     let half = d / 2;
     let sign = if inverse { -1.0f32 } else { 1.0 };
@@ -256,7 +281,9 @@ mod tests {
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
         (0..n)
-            .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0)
+            .map(|i| {
+                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
+            })
             .collect()
     }
 
@@ -272,7 +299,10 @@ mod tests {
                 bt[j * k + l] = b[l * n + j];
             }
         }
-        for (rhs, name) in [(Mat::rows(&b, n), "rows"), (Mat::transposed(&bt, k), "transposed")] {
+        for (rhs, name) in [
+            (Mat::rows(&b, n), "rows"),
+            (Mat::transposed(&bt, k), "transposed"),
+        ] {
             let mut got = vec![1.0; m * n];
             matmul(&mut got, m, n, k, true, 2.0, Mat::rows(&a, k), rhs);
             for (g, w) in got.iter().zip(&want) {

@@ -91,7 +91,10 @@ impl HostSlot {
 /// The host copy of `model` where it is a Llama-family model on
 /// `Autodiff<Flex>` (the only place the model's and backend's types are
 /// inspected).
-#[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters, unused_variables))]
+#[cfg_attr(
+    not(feature = "flex"),
+    allow(clippy::extra_unused_type_parameters, unused_variables)
+)]
 fn build<B: AutodiffBackend, M: 'static>(model: &M) -> Result<Option<HostLlama>, TrainError> {
     #[cfg(feature = "flex")]
     {

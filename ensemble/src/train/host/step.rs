@@ -116,7 +116,11 @@ impl HostLlama {
                 dropout.0.len()
             )));
         }
-        if let Some(bad) = blocks.iter().flat_map(|b| b.iter()).find(|&&t| t as usize >= self.vocab) {
+        if let Some(bad) = blocks
+            .iter()
+            .flat_map(|b| b.iter())
+            .find(|&&t| t as usize >= self.vocab)
+        {
             return Err(TrainError::BadData(format!(
                 "token {bad} outside the vocabulary of {}",
                 self.vocab
@@ -186,7 +190,16 @@ impl Ctx<'_> {
             .map(|c| c.iter().sum::<f64>() / group_tokens as f64)
             .collect();
         let mut dnf = pool.take(n * h);
-        matmul(&mut dnf, n, h, v, false, 1.0, Mat::rows(&logits, v), Mat::transposed(&m.head.w_t, v));
+        matmul(
+            &mut dnf,
+            n,
+            h,
+            v,
+            false,
+            1.0,
+            Mat::rows(&logits, v),
+            Mat::transposed(&m.head.w_t, v),
+        );
         pool.give(logits);
         let mut dx = pool.take(n * h);
         rms_norm_backward(&x, &invf, &m.norm, &dnf, &mut dx);
@@ -214,7 +227,16 @@ impl Ctx<'_> {
         pool: &mut Pool,
     ) -> Option<LoraSaved> {
         let n = self.tokens;
-        matmul(out, n, lin.fan_out, lin.fan_in, false, 1.0, Mat::rows(input, lin.fan_in), Mat::rows(&lin.w_t, lin.fan_out));
+        matmul(
+            out,
+            n,
+            lin.fan_out,
+            lin.fan_in,
+            false,
+            1.0,
+            Mat::rows(input, lin.fan_in),
+            Mat::rows(&lin.w_t, lin.fan_out),
+        );
         if let Some(bias) = &lin.bias {
             out.par_chunks_mut(lin.fan_out).for_each(|row| {
                 for (y, b) in row.iter_mut().zip(bias) {
@@ -240,8 +262,26 @@ impl Ctx<'_> {
         };
         let x_in = dropped.as_deref().unwrap_or(input);
         let mut xa = pool.take(n * r);
-        matmul(&mut xa, n, r, fan_in, false, 1.0, Mat::rows(x_in, fan_in), Mat::rows(a, r));
-        matmul(out, n, l.fan_out, r, true, self.scale, Mat::rows(&xa, r), Mat::rows(b, l.fan_out));
+        matmul(
+            &mut xa,
+            n,
+            r,
+            fan_in,
+            false,
+            1.0,
+            Mat::rows(x_in, fan_in),
+            Mat::rows(a, r),
+        );
+        matmul(
+            out,
+            n,
+            l.fan_out,
+            r,
+            true,
+            self.scale,
+            Mat::rows(&xa, r),
+            Mat::rows(b, l.fan_out),
+        );
         Some(LoraSaved { dropped, mask, xa })
     }
 
@@ -268,7 +308,16 @@ impl Ctx<'_> {
         let x_in = saved.dropped.as_deref().unwrap_or(input);
         // dxa = s · dy Bᵀ.
         let mut dxa = pool.take(n * r);
-        matmul(&mut dxa, n, r, fan_out, false, s, Mat::rows(dy, fan_out), Mat::transposed(b, fan_out));
+        matmul(
+            &mut dxa,
+            n,
+            r,
+            fan_out,
+            false,
+            s,
+            Mat::rows(dy, fan_out),
+            Mat::transposed(b, fan_out),
+        );
         let gt = self.group_rows * self.seq;
         for (g, grad) in grads.iter_mut().enumerate() {
             let rows = g * gt..(g + 1) * gt;
@@ -276,18 +325,54 @@ impl Ctx<'_> {
             let xa = &saved.xa[rows.start * r..rows.end * r];
             let dy_g = &dy[rows.start * fan_out..rows.end * fan_out];
             let db = &mut grad[l.b_offset..l.b_offset + r * fan_out];
-            matmul(db, r, fan_out, gt, true, s, Mat::transposed(xa, r), Mat::rows(dy_g, fan_out));
+            matmul(
+                db,
+                r,
+                fan_out,
+                gt,
+                true,
+                s,
+                Mat::transposed(xa, r),
+                Mat::rows(dy_g, fan_out),
+            );
             let x_g = &x_in[rows.start * fan_in..rows.end * fan_in];
             let dxa_g = &dxa[rows.start * r..rows.end * r];
             let da = &mut grad[l.a_offset..l.b_offset];
-            matmul(da, fan_in, r, gt, true, 1.0, Mat::transposed(x_g, fan_in), Mat::rows(dxa_g, r));
+            matmul(
+                da,
+                fan_in,
+                r,
+                gt,
+                true,
+                1.0,
+                Mat::transposed(x_g, fan_in),
+                Mat::rows(dxa_g, r),
+            );
         }
         if let Some(dx) = dx {
             match &saved.mask {
-                None => matmul(dx, n, fan_in, r, true, 1.0, Mat::rows(&dxa, r), Mat::transposed(a, r)),
+                None => matmul(
+                    dx,
+                    n,
+                    fan_in,
+                    r,
+                    true,
+                    1.0,
+                    Mat::rows(&dxa, r),
+                    Mat::transposed(a, r),
+                ),
                 Some(mask) => {
                     let mut tmp = pool.take(n * fan_in);
-                    matmul(&mut tmp, n, fan_in, r, false, 1.0, Mat::rows(&dxa, r), Mat::transposed(a, r));
+                    matmul(
+                        &mut tmp,
+                        n,
+                        fan_in,
+                        r,
+                        false,
+                        1.0,
+                        Mat::rows(&dxa, r),
+                        Mat::transposed(a, r),
+                    );
                     for ((d, t), k) in dx.iter_mut().zip(&tmp).zip(mask) {
                         *d += t * k;
                     }
@@ -301,7 +386,16 @@ impl Ctx<'_> {
     /// `dx (+)= dy · Wᵀ` through a frozen projection (`dx` sized
     /// `[tokens, fan_in]`).
     fn project_back(&self, lin: &HostLinear, dy: &[f32], dx: &mut [f32], accumulate: bool) {
-        matmul(dx, self.tokens, lin.fan_in, lin.fan_out, accumulate, 1.0, Mat::rows(dy, lin.fan_out), Mat::transposed(&lin.w_t, lin.fan_out));
+        matmul(
+            dx,
+            self.tokens,
+            lin.fan_in,
+            lin.fan_out,
+            accumulate,
+            1.0,
+            Mat::rows(dy, lin.fan_out),
+            Mat::transposed(&lin.w_t, lin.fan_out),
+        );
     }
 
     fn block_forward(
@@ -397,8 +491,16 @@ impl Ctx<'_> {
                 let v = &v[row * t * kw..(row + 1) * t * kw];
                 for (head, p) in probs.chunks_mut(t * t).enumerate() {
                     let g = (head / rep) * hd;
-                    let qh = Mat { data: &q[head * hd..], rs: qw, cs: 1 };
-                    let kt = Mat { data: &k[g..], rs: 1, cs: kw };
+                    let qh = Mat {
+                        data: &q[head * hd..],
+                        rs: qw,
+                        cs: 1,
+                    };
+                    let kt = Mat {
+                        data: &k[g..],
+                        rs: 1,
+                        cs: kw,
+                    };
                     gemm_into(p, t, t, t, hd, false, scale, qh, kt);
                     for (i, row) in p.chunks_mut(t).enumerate() {
                         let max = row[..=i].iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -412,8 +514,22 @@ impl Ctx<'_> {
                         }
                         row[i + 1..].fill(0.0);
                     }
-                    let vh = Mat { data: &v[g..], rs: kw, cs: 1 };
-                    gemm_into(&mut out[head * hd..], qw, t, hd, t, false, 1.0, Mat::rows(p, t), vh);
+                    let vh = Mat {
+                        data: &v[g..],
+                        rs: kw,
+                        cs: 1,
+                    };
+                    gemm_into(
+                        &mut out[head * hd..],
+                        qw,
+                        t,
+                        hd,
+                        t,
+                        false,
+                        1.0,
+                        Mat::rows(p, t),
+                        vh,
+                    );
                 }
             });
     }
@@ -449,10 +565,38 @@ impl Ctx<'_> {
                 let mut ds = vec![0.0f32; t * t];
                 for (head, p) in probs.chunks(t * t).enumerate() {
                     let g = (head / rep) * hd;
-                    let doh = Mat { data: &d_out[head * hd..], rs: qw, cs: 1 };
+                    let doh = Mat {
+                        data: &d_out[head * hd..],
+                        rs: qw,
+                        cs: 1,
+                    };
                     // dP = dO vᵀ; dv += Pᵀ dO.
-                    gemm_into(&mut ds, t, t, t, hd, false, 1.0, doh, Mat { data: &v[g..], rs: 1, cs: kw });
-                    gemm_into(&mut dv[g..], kw, t, hd, t, true, 1.0, Mat::transposed(p, t), doh);
+                    gemm_into(
+                        &mut ds,
+                        t,
+                        t,
+                        t,
+                        hd,
+                        false,
+                        1.0,
+                        doh,
+                        Mat {
+                            data: &v[g..],
+                            rs: 1,
+                            cs: kw,
+                        },
+                    );
+                    gemm_into(
+                        &mut dv[g..],
+                        kw,
+                        t,
+                        hd,
+                        t,
+                        true,
+                        1.0,
+                        Mat::transposed(p, t),
+                        doh,
+                    );
                     // dS = P ⊙ (dP − Σ_u P dP).
                     for (prow, drow) in p.chunks(t).zip(ds.chunks_mut(t)) {
                         let dot: f32 = prow.iter().zip(drow.iter()).map(|(a, b)| a * b).sum();
@@ -461,10 +605,38 @@ impl Ctx<'_> {
                         }
                     }
                     // dq = scale · dS k; dk += scale · dSᵀ q.
-                    let kh = Mat { data: &k[g..], rs: kw, cs: 1 };
-                    gemm_into(&mut dq[head * hd..], qw, t, hd, t, false, scale, Mat::rows(&ds, t), kh);
-                    let qh = Mat { data: &q[head * hd..], rs: qw, cs: 1 };
-                    gemm_into(&mut dk[g..], kw, t, hd, t, true, scale, Mat::transposed(&ds, t), qh);
+                    let kh = Mat {
+                        data: &k[g..],
+                        rs: kw,
+                        cs: 1,
+                    };
+                    gemm_into(
+                        &mut dq[head * hd..],
+                        qw,
+                        t,
+                        hd,
+                        t,
+                        false,
+                        scale,
+                        Mat::rows(&ds, t),
+                        kh,
+                    );
+                    let qh = Mat {
+                        data: &q[head * hd..],
+                        rs: qw,
+                        cs: 1,
+                    };
+                    gemm_into(
+                        &mut dk[g..],
+                        kw,
+                        t,
+                        hd,
+                        t,
+                        true,
+                        scale,
+                        Mat::transposed(&ds, t),
+                        qh,
+                    );
                 }
             });
     }
@@ -486,13 +658,37 @@ impl Ctx<'_> {
         let (h, n, hd) = (m.hidden, self.tokens, m.head_dim);
         let (qw, kw) = (m.heads * hd, m.kv_heads * hd);
         let site = |module| Site { layer, module };
-        let Saved { x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, mut gate, mut up, act, lora } = s;
+        let Saved {
+            x,
+            inv1,
+            n1,
+            q,
+            k,
+            v,
+            probs,
+            attn,
+            x2,
+            inv2,
+            n2,
+            mut gate,
+            mut up,
+            act,
+            lora,
+        } = s;
         let inter = blk.proj[4].fan_out;
         // MLP: down, SiLU-gated product, gate and up.
         let mut dact = pool.take(n * inter);
         self.project_back(&blk.proj[6], &dx, &mut dact, false);
         if let Some(l) = lora.get(&Projection::Down) {
-            self.lora_backward(site(Projection::Down), l, &act, &dx, Some(&mut dact), grads, pool);
+            self.lora_backward(
+                site(Projection::Down),
+                l,
+                &act,
+                &dx,
+                Some(&mut dact),
+                grads,
+                pool,
+            );
         }
         silu_gated_backward(&dact, &mut gate, &mut up);
         pool.give(dact);
@@ -501,7 +697,15 @@ impl Ctx<'_> {
         self.project_back(&blk.proj[5], &up, &mut dn2, true);
         for (i, dy) in [(4, &gate), (5, &up)] {
             if let Some(l) = lora.get(&PROJECTIONS[i]) {
-                self.lora_backward(site(PROJECTIONS[i]), l, &n2, dy, Some(&mut dn2), grads, pool);
+                self.lora_backward(
+                    site(PROJECTIONS[i]),
+                    l,
+                    &n2,
+                    dy,
+                    Some(&mut dn2),
+                    grads,
+                    pool,
+                );
             }
         }
         rms_norm_backward(&x2, &inv2, &blk.norm2, &dn2, &mut dx);
@@ -510,7 +714,15 @@ impl Ctx<'_> {
         let mut da = pool.take(n * qw);
         self.project_back(&blk.proj[3], &dx, &mut da, false);
         if let Some(l) = lora.get(&Projection::O) {
-            self.lora_backward(site(Projection::O), l, &attn, &dx, Some(&mut da), grads, pool);
+            self.lora_backward(
+                site(Projection::O),
+                l,
+                &attn,
+                &dx,
+                Some(&mut da),
+                grads,
+                pool,
+            );
         }
         let mut dq = pool.take(n * qw);
         let mut dk = pool.take(n * kw);
@@ -535,7 +747,9 @@ impl Ctx<'_> {
         if need_dx {
             rms_norm_backward(&x, &inv1, &blk.norm1, &dn1, &mut dx);
         }
-        for b in [dn1, dq, dk, dv, x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, gate, up, act] {
+        for b in [
+            dn1, dq, dk, dv, x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, gate, up, act,
+        ] {
             pool.give(b);
         }
         for (_, l) in lora {
