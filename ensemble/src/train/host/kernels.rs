@@ -33,7 +33,7 @@ impl<'a> Mat<'a> {
     }
 
     /// The operand from row `first` on.
-    fn from_row(self, first: usize) -> Self {
+    fn skip_rows(self, first: usize) -> Self {
         Self {
             data: &self.data[first * self.rs..],
             ..self
@@ -81,7 +81,7 @@ pub(crate) fn matmul(
                 k,
                 accumulate,
                 beta,
-                lhs.from_row(i * per),
+                lhs.skip_rows(i * per),
                 rhs,
             );
         });

@@ -110,7 +110,7 @@ impl HostLlama {
             ));
         }
         let seq = len - 1;
-        if !dropout.0.is_empty() && rows % dropout.0.len() != 0 {
+        if !dropout.0.is_empty() && !rows.is_multiple_of(dropout.0.len()) {
             return Err(TrainError::BadData(format!(
                 "{} dropout passes for {rows} blocks",
                 dropout.0.len()

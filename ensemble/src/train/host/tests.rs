@@ -180,7 +180,7 @@ fn tokens_outside_the_vocabulary_are_an_error() {
     let (_, model) = models().remove(0);
     let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
     let p = params(&model, 1);
-    let bad = vec![vec![1, 2, 999]];
+    let bad = [vec![1, 2, 999]];
     let refs: Vec<&Vec<u32>> = bad.iter().collect();
     assert!(
         host.loss_and_gradients(&p, &refs, &DropoutPlan::default(), false)
