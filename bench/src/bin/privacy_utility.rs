@@ -183,7 +183,8 @@ fn main() -> ExitCode {
         preset!(
             members = 4,
             block = 64,
-            max_records = 96,
+            max_records = 64,
+            epsilons = vec![2.0, 8.0],
             seeds = 2,
             eval_blocks = 2,
             validation_blocks = 2,
@@ -198,7 +199,7 @@ fn main() -> ExitCode {
             icl_max_tokens = 12,
             mia_examples = 5,
             canaries = 4,
-            canary_epochs = 4.0,
+            canary_epochs = 2.0,
             esa_candidates = 8,
         );
     }

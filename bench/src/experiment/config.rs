@@ -37,9 +37,8 @@ pub struct ExperimentConfig {
     /// Held-out blocks (disjoint from every seed's) on which the members and the
     /// DP-SGD sweep are validated.
     pub validation_blocks: usize,
-    /// About this many training records (blocks): units are taken in the order
-    /// of a keyed hash of their ids until the count is reached and every
-    /// member has one (the last unit may cross it) (None: all).
+    /// At most this many training records (blocks): units are taken in the
+    /// order of a keyed hash of their ids, each while it still fits (None: all).
     pub max_records: Option<usize>,
     /// Fine-tuning of the members.
     pub training: TrainingPlan,

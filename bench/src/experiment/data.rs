@@ -177,24 +177,21 @@ pub fn prepare_from_corpus(
         }
     }
     if let Some(cap) = config.max_records {
-        // Units in the order of a keyed hash of their ids, taken until the cap
-        // is reached and every member has a unit (the last unit may cross the
-        // cap): the choice reads no content beyond the units' sizes.
+        // Units in the order of a keyed hash of their ids, each taken when it
+        // still fits the cap: the choice reads no content beyond the units'
+        // sizes.
         let mut keyed = units
             .into_iter()
             .map(|u| Ok((hash_member(config.seed ^ CAP_KEY, &u.0, usize::MAX)?, u)))
             .collect::<Result<Vec<_>, BenchError>>()?;
         keyed.sort_by(|a, b| (a.0, &a.1.0).cmp(&(b.0, &b.1.0)));
         let mut total = 0;
-        let mut covered = vec![false; n];
         units = Vec::new();
         for (_, u) in keyed {
-            if total >= cap && covered.iter().all(|&c| c) {
-                break;
+            if total + u.1.len() <= cap {
+                total += u.1.len();
+                units.push(u);
             }
-            total += u.1.len();
-            covered[hash_member(config.seed, &u.0, n)?] = true;
-            units.push(u);
         }
         units.sort_by(|a, b| a.0.cmp(&b.0));
     }
