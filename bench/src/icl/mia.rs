@@ -16,9 +16,10 @@
 //! few-shot (ε = ∞) should score well above it, since the member query finds its own
 //! answer in the prompt.
 //!
-//! Cost: the model's forwards do not depend on the method or on ε. For query i, one
-//! padded batch holds the zero-shot prompt and the m one-shot prompts, prefilled,
-//! then fed the reference token by token through the KV cache; at each position
+//! Cost: the model's forwards do not depend on the method or on ε. The zero-shot
+//! prefix and the m one-shot prefixes of a set are prefilled once, in one padded
+//! batch; for query i a copy of that batch is fed the query, then the reference
+//! token by token through the KV cache; at each position
 //! every method is applied to the same rows — restricted to the zero-shot top-k
 //! support, the only entries DPS-MOZO's output depends on — and the rows are dropped
 //! before the next query.
@@ -31,7 +32,7 @@ use privmix_models::Tokenizer;
 use serde::{Deserialize, Serialize};
 
 use super::common::{HEADER, demo_text, query_text, tokens};
-use super::source::IclRunner;
+use super::source::{IclDecoder, IclRunner};
 use super::wordnet::Definition;
 use crate::error::BenchError;
 use crate::stats::Interval;
@@ -131,10 +132,30 @@ impl Method {
     }
 }
 
+/// The zero-shot prefix (`header`) and the m one-shot prefixes (`header`, then
+/// demonstration j) of one example set, prefilled in one batch; every query of the
+/// set continues a copy of it.
+fn prefixes<'a>(
+    runner: &'a IclRunner,
+    tokenizer: &Tokenizer,
+    examples: &[Definition],
+) -> Result<IclDecoder<'a>, BenchError> {
+    let header = tokens(tokenizer, HEADER)?;
+    let mut prompts = vec![header.clone()];
+    for d in examples {
+        prompts.push([header.as_slice(), &tokens(tokenizer, &demo_text(d))?].concat());
+    }
+    let mut decoder = runner.decoder(RowLayout::public_only(prompts.len()))?;
+    decoder.prefill_rows(&prompts)?;
+    Ok(decoder)
+}
+
 /// Sums, over the reference's positions, of each method's probability of the true
-/// token for query `i` under each attack j: `scores[method][j]`.
+/// token for query `i` under each attack j: `scores[method][j]`. `base` holds the
+/// set's prefixes ([`prefixes`]).
+#[allow(clippy::too_many_arguments)]
 fn score_query(
-    runner: &IclRunner,
+    base: &IclDecoder<'_>,
     tokenizer: &Tokenizer,
     examples: &[Definition],
     i: usize,
@@ -142,26 +163,20 @@ fn score_query(
     methods: &[Method],
     timing: &mut (f64, f64),
 ) -> Result<Vec<Vec<f64>>, BenchError> {
-    let enc = |t: &str| tokens(tokenizer, t);
-    let header = enc(HEADER)?;
-    let query = enc(&query_text(&examples[i].word))?;
-    let target = enc(&format!(" {}", examples[i].gloss))?;
+    let query = tokens(tokenizer, &query_text(&examples[i].word))?;
+    let target = tokens(tokenizer, &format!(" {}", examples[i].gloss))?;
     if target.is_empty() {
         return Err(BenchError::Config(format!(
             "the definition of {:?} encodes to no token",
             examples[i].word
         )));
     }
-    let mut prompts = vec![[header.as_slice(), &query].concat()];
-    for d in examples {
-        prompts.push([header.as_slice(), &enc(&demo_text(d))?, &query].concat());
-    }
     let m = examples.len();
     let zero_shot = ZeroShot::new(top_k)?;
     let mut sums = vec![vec![0.0; m]; methods.len()];
     let t = Instant::now();
-    let mut decoder = runner.decoder(RowLayout::public_only(prompts.len()))?;
-    let mut rows = decoder.prefill_rows(&prompts)?;
+    let mut decoder = base.clone();
+    let mut rows = decoder.prefill(&query)?;
     timing.0 += t.elapsed().as_secs_f64();
     for (pos, &true_token) in target.iter().enumerate() {
         let t = Instant::now();
@@ -226,9 +241,12 @@ pub fn membership_inference(
     for examples in sets {
         // scores[method][j][i]: example i's score under attack j.
         let mut scores = vec![vec![vec![0.0; m]; m]; methods.len()];
+        let t = Instant::now();
+        let base = prefixes(runner, tokenizer, examples)?;
+        timing.0 += t.elapsed().as_secs_f64();
         for i in 0..m {
             let by_attack =
-                score_query(runner, tokenizer, examples, i, top_k, &methods, &mut timing)?;
+                score_query(&base, tokenizer, examples, i, top_k, &methods, &mut timing)?;
             for (method, s) in by_attack.into_iter().enumerate() {
                 for (j, x) in s.into_iter().enumerate() {
                     scores[method][j][i] = x;
