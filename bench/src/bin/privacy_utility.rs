@@ -280,7 +280,12 @@ fn main() -> ExitCode {
                     m.seconds
                 );
             }
-            for m in r.icl.iter().filter_map(|p| p.mia.as_ref()).flat_map(|m| &m.results) {
+            for m in r
+                .icl
+                .iter()
+                .filter_map(|p| p.mia.as_ref())
+                .flat_map(|m| &m.results)
+            {
                 eprintln!(
                     "MIA {:12} ε {:?} AUC {}",
                     m.method,

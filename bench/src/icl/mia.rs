@@ -328,9 +328,7 @@ mod tests {
         // One member among m − 1 = 3 non-members per attack, m = 4 attacks: the
         // protocol's shape. Members 0.9, 0.5, 0.2, 0.7 against twelve non-members.
         let members = [0.9, 0.5, 0.2, 0.7];
-        let non = [
-            0.1, 0.3, 0.5, 0.6, 0.2, 0.2, 0.8, 0.0, 0.4, 0.7, 0.05, 0.95,
-        ];
+        let non = [0.1, 0.3, 0.5, 0.6, 0.2, 0.2, 0.8, 0.0, 0.4, 0.7, 0.05, 0.95];
         // By hand: 0.9 beats 11 (all but 0.95), 0.5 beats 7 and ties 1, 0.2 beats 3
         // and ties 2, 0.7 beats 9 and ties 1: (11 + 7.5 + 4 + 9.5) / 48 = 32 / 48.
         assert!((auc(&members, &non).unwrap() - 32.0 / 48.0).abs() < 1e-15);

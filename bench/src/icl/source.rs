@@ -301,8 +301,12 @@ mod tests {
         let runner = runner();
         let header = vec![71, 105, 118, 101, 10];
         let demos = vec![
-            vec![87, 58, 32, 99, 97, 116, 10, 68, 58, 32, 97, 110, 105, 109, 97, 108, 10, 10],
-            vec![87, 58, 32, 111, 97, 107, 10, 68, 58, 32, 116, 114, 101, 101, 10, 10],
+            vec![
+                87, 58, 32, 99, 97, 116, 10, 68, 58, 32, 97, 110, 105, 109, 97, 108, 10, 10,
+            ],
+            vec![
+                87, 58, 32, 111, 97, 107, 10, 68, 58, 32, 116, 114, 101, 101, 10, 10,
+            ],
             vec![87, 58, 32, 120, 10, 68, 58, 32, 121, 10, 10],
         ];
         let mut src = PromptSource::new(&runner, header.clone(), demos.clone());
@@ -324,8 +328,11 @@ mod tests {
             // A demonstration not drawn at this step: its own forward.
             close(
                 &src.one_shot_logits(1 - (step % 2), &context).unwrap(),
-                &forward_rows(&runner, &[[header.as_slice(), &demos[1 - (step % 2)], &context].concat()])
-                    .unwrap()[0],
+                &forward_rows(
+                    &runner,
+                    &[[header.as_slice(), &demos[1 - (step % 2)], &context].concat()],
+                )
+                .unwrap()[0],
             );
             context.push(97 + step as u32);
         }
@@ -343,7 +350,10 @@ mod tests {
         let mut batch = runner.decoder(RowLayout::public_only(2)).unwrap();
         batch.prefill_rows(&prefixes).unwrap();
         let rows = to_f64(&batch.clone().prefill(&other).unwrap());
-        let whole: Vec<Vec<u32>> = prefixes.iter().map(|p| [p.as_slice(), &other].concat()).collect();
+        let whole: Vec<Vec<u32>> = prefixes
+            .iter()
+            .map(|p| [p.as_slice(), &other].concat())
+            .collect();
         let expected = forward_rows(&runner, &whole).unwrap();
         close(&rows[0], &expected[0]);
         close(&rows[1], &expected[1]);

@@ -118,7 +118,10 @@ pub fn split(
     let mia = if s.mia_examples == 0 {
         Vec::new()
     } else {
-        attack.chunks(s.mia_examples).map(<[usize]>::to_vec).collect()
+        attack
+            .chunks(s.mia_examples)
+            .map(<[usize]>::to_vec)
+            .collect()
     };
     Ok(Split { seeds, mia })
 }
@@ -186,7 +189,10 @@ mod tests {
 
     #[test]
     fn the_split_is_a_function_of_the_seed() {
-        assert_eq!(split(2000, &SIZES, 4, 7).unwrap(), split(2000, &SIZES, 4, 7).unwrap());
+        assert_eq!(
+            split(2000, &SIZES, 4, 7).unwrap(),
+            split(2000, &SIZES, 4, 7).unwrap()
+        );
         assert_ne!(
             split(2000, &SIZES, 4, 7).unwrap().seeds[0].queries,
             split(2000, &SIZES, 4, 8).unwrap().seeds[0].queries

@@ -104,7 +104,12 @@ pub fn summarise(seeds: &[IclSeed]) -> Result<Vec<IclSummary>, BenchError> {
 pub(super) mod tests {
     use super::*;
 
-    pub(in crate::icl) fn result(method: &str, eps: Option<f64>, f1: f64, spent: Option<f64>) -> IclResult {
+    pub(in crate::icl) fn result(
+        method: &str,
+        eps: Option<f64>,
+        f1: f64,
+        spent: Option<f64>,
+    ) -> IclResult {
         IclResult {
             method: method.into(),
             target_epsilon: eps,
