@@ -2,6 +2,7 @@
 //!
 //! Evaluation metrics and privacy–utility experiments for privmix.
 //!
+//! - [`claims`]: the papers' claims beside our figures, with verdicts.
 //! - [`rouge`]: ROUGE-L precision, recall and F1, equal to Google's `rouge-score` package
 //!   (without stemming) on a committed golden fixture.
 //! - [`experiment`]: the papers' perplexity-against-ε experiment — members fine-tuned
@@ -15,6 +16,7 @@
 //!
 //! The micro-benchmarks of each crate live beside the crate (`cargo bench -p privmix-renyi`, …).
 
+pub mod claims;
 pub mod error;
 pub mod experiment;
 pub mod icl;

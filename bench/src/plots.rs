@@ -133,20 +133,32 @@ pub fn epsilon_range(eps: &[f64]) -> (f64, f64) {
     )
 }
 
-/// The report's four plots, written into `dir`; returns their file names.
-pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, BenchError> {
+/// The report's four plots, written into `dir` with file names starting with
+/// `prefix`; returns their file names. Perplexity is the mean over seeds; the
+/// traces are seed 0's.
+pub fn draw_all(
+    dir: &Path,
+    prefix: &str,
+    results: &ExperimentResults,
+) -> Result<Vec<String>, BenchError> {
     let mut files = Vec::new();
-    let r = &results.results;
+    let Some(r) = results.seeds.first() else {
+        return Ok(files);
+    };
+    let summary = &results.summary;
     let eps = &results.config.epsilons;
     let flat = |name: &str| -> Option<f64> {
-        r.iter().find(|m| m.mechanism == name).map(|m| m.perplexity)
+        summary
+            .iter()
+            .find(|m| m.mechanism == name)
+            .and_then(|m| Some(m.perplexity?.mean))
     };
     let mut series = Vec::new();
     for name in ["pmixed", "adapmixed", "submix", "dp-sgd"] {
-        let points: Vec<(f64, f64)> = r
+        let points: Vec<(f64, f64)> = summary
             .iter()
             .filter(|m| m.mechanism == name)
-            .filter_map(|m| Some((m.target_epsilon?, m.perplexity)))
+            .filter_map(|m| Some((m.target_epsilon?, m.perplexity?.mean)))
             .collect();
         if !points.is_empty() {
             series.push(Series {
@@ -164,15 +176,15 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
             });
         }
     }
-    let file = "perplexity_vs_epsilon.svg";
+    let file = format!("{prefix}perplexity_vs_epsilon.svg");
     line_plot(
-        &dir.join(file),
+        &dir.join(&file),
         "Held-out perplexity against the target ε",
         ("target ε (δ as configured)", "perplexity"),
         &series,
         false,
     )?;
-    files.push(file.to_string());
+    files.push(file);
 
     let top = hi;
     let at_top = |name: &str| {
@@ -203,24 +215,24 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
             });
         }
     }
-    let file = "spent_epsilon_over_queries.svg";
+    let file = format!("{prefix}spent_epsilon_over_queries.svg");
     line_plot(
-        &dir.join(file),
+        &dir.join(&file),
         &format!("ε spent over the queries (target ε = {top})"),
         ("query", "ε spent"),
         &spent,
         false,
     )?;
-    files.push(file.to_string());
-    let file = "lambda_over_tokens.svg";
+    files.push(file);
+    let file = format!("{prefix}lambda_over_tokens.svg");
     line_plot(
-        &dir.join(file),
+        &dir.join(&file),
         &format!("Private diagnostic, not released: mean λ per token (target ε = {top})"),
         ("query", "mean λ"),
         &lambdas,
         false,
     )?;
-    files.push(file.to_string());
+    files.push(file);
 
     let screening: Vec<(f64, f64)> = r
         .iter()
@@ -243,9 +255,9 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
             })
             .collect()
     };
-    let file = "screening_rate.svg";
+    let file = format!("{prefix}screening_rate.svg");
     line_plot(
-        &dir.join(file),
+        &dir.join(&file),
         "Share of queries answered from the public model",
         ("target ε", "share of queries"),
         &[
@@ -264,6 +276,6 @@ pub fn draw_all(dir: &Path, results: &ExperimentResults) -> Result<Vec<String>, 
         ],
         false,
     )?;
-    files.push(file.to_string());
+    files.push(file);
     Ok(files)
 }

@@ -63,7 +63,7 @@ pub use error::ModelError;
 pub use gemma::{Gemma, GemmaConfig, GemmaVersion};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
 pub use layers::{KvCache, KvPrecision, LinearDelta, Projection, Site};
-pub use llama::{Llama, LlamaConfig};
+pub use llama::{Llama, LlamaBlockParts, LlamaConfig};
 pub use model::Model;
 pub use plan::{ExecutionPlan, Route};
 pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};

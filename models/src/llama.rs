@@ -191,6 +191,57 @@ impl<B: Backend> Llama<B> {
     pub fn attention(&self, layer: usize) -> Option<&Attention<B>> {
         self.layers.get(layer).map(|b| &b.attn)
     }
+
+    /// The norms and projections of decoder block `layer`, for code that
+    /// computes the same forward outside burn (a host trainer's forward and
+    /// backward pass).
+    pub fn block_parts(&self, layer: usize) -> Option<LlamaBlockParts<'_, B>> {
+        self.layers.get(layer).map(|b| LlamaBlockParts {
+            input_layernorm: &b.input_layernorm,
+            q_proj: &b.attn.q_proj,
+            k_proj: &b.attn.k_proj,
+            v_proj: &b.attn.v_proj,
+            o_proj: &b.attn.o_proj,
+            post_attention_layernorm: &b.post_attention_layernorm,
+            gate_proj: &b.mlp.gate,
+            up_proj: &b.mlp.up,
+            down_proj: &b.mlp.down,
+        })
+    }
+
+    /// The norm after the last block.
+    pub fn final_norm(&self) -> &RmsNorm<B> {
+        &self.norm
+    }
+
+    /// The output head (the embedding matrix, transposed, when tied).
+    pub fn lm_head(&self) -> &Linear<B> {
+        &self.lm_head
+    }
+}
+
+/// One decoder block's parameters, borrowed ([`Llama::block_parts`]); the
+/// fields carry HF transformers' names.
+#[derive(Debug, Clone)]
+pub struct LlamaBlockParts<'a, B: Backend> {
+    /// The norm before attention.
+    pub input_layernorm: &'a RmsNorm<B>,
+    /// Query projection.
+    pub q_proj: &'a Linear<B>,
+    /// Key projection.
+    pub k_proj: &'a Linear<B>,
+    /// Value projection.
+    pub v_proj: &'a Linear<B>,
+    /// Attention output projection.
+    pub o_proj: &'a Linear<B>,
+    /// The norm before the MLP.
+    pub post_attention_layernorm: &'a RmsNorm<B>,
+    /// MLP gate projection (its SiLU multiplies `up_proj`'s output).
+    pub gate_proj: &'a Linear<B>,
+    /// MLP up projection.
+    pub up_proj: &'a Linear<B>,
+    /// MLP down projection.
+    pub down_proj: &'a Linear<B>,
 }
 
 impl<B: Backend> LanguageModel<B> for Llama<B> {

@@ -46,6 +46,8 @@ pub(crate) struct Options {
     pub experiment_only: bool,
     /// Only the serving load test.
     pub serve_only: bool,
+    /// Only the fine-tuning step beside PyTorch + PEFT.
+    pub train_only: bool,
     /// Extra arguments for the experiment binary.
     pub experiment_args: Vec<String>,
     /// Leave `docs/performance.md` as it is.
@@ -58,6 +60,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         speed_only,
         experiment_only,
         serve_only,
+        train_only,
         experiment_args,
         no_page,
     } = options;
@@ -66,6 +69,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         (" --quick", quick),
         (" --speed-only", speed_only),
         (" --serve-only", serve_only),
+        (" --train-only", train_only),
     ] {
         if on {
             command.push_str(flag);
@@ -97,6 +101,12 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         let report = format!("# privmix serving report\n\n{serve}");
         write_report(&out.join("serve.md"), &report)?;
         return refresh_page(&[("serve", serve)]);
+    }
+    if train_only {
+        let train = crate::train_peer::section(quick);
+        let report = format!("# privmix fine-tuning report\n\n{train}");
+        write_report(&out.join("train.md"), &report)?;
+        return refresh_page(&[("train", train)]);
     }
     if speed_only {
         // The speed step alone, in its own file: the criterion report stays.
@@ -130,11 +140,15 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
     // `privmix serve` under concurrent clients beside llama.cpp's server.
     let serve = crate::serve_load::section(quick);
     report.push_str(&serve);
+    // privmix's fine-tuning step beside PyTorch + PEFT (and Opacus).
+    let train = crate::train_peer::section(quick);
+    report.push_str(&train);
     // The measured figures, before the experiment (which may fail) runs.
     refresh_page(&[
         ("criterion", criterion_section(&measured)),
         ("speed", speed),
         ("serve", serve),
+        ("train", train),
     ])?;
     // Last, the privacy–utility experiment on SmolLM2 and Shakespeare.
     report.push_str(&experiment(&out, quick, &experiment_args)?);

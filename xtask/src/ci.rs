@@ -178,6 +178,7 @@ pub(crate) fn bench_smoke() -> Result<(), String> {
             speed_only: false,
             experiment_only: true,
             serve_only: false,
+            train_only: false,
             experiment_args: args,
             no_page: true,
         },

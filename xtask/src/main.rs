@@ -33,6 +33,7 @@ mod pip;
 mod publish;
 mod serve_load;
 mod speed;
+mod train_peer;
 mod wordnet;
 mod workspace;
 
@@ -84,6 +85,10 @@ enum Task {
         /// Only the serving load test: `privmix serve` beside llama.cpp's server (serve.md).
         #[arg(long)]
         serve_only: bool,
+        /// Only the fine-tuning step: privmix's LoRA and DP-SGD steps beside PyTorch + PEFT
+        /// and Opacus (train.md).
+        #[arg(long)]
+        train_only: bool,
         /// Leave the performance page (docs/performance.md) as it is; by default a run
         /// refreshes the sections it measured there.
         #[arg(long)]
@@ -131,6 +136,7 @@ fn main() -> ExitCode {
             speed_only,
             experiment_only,
             serve_only,
+            train_only,
             no_page,
             experiment_args,
         } => bench::run(
@@ -140,6 +146,7 @@ fn main() -> ExitCode {
                 speed_only,
                 experiment_only,
                 serve_only,
+                train_only,
                 experiment_args,
                 no_page,
             },

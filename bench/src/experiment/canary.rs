@@ -47,6 +47,14 @@ pub struct CanaryResult {
     pub hit_rate: f64,
     /// log₁₀ of that probability for each canary.
     pub log10_probabilities: Vec<f64>,
+    /// Whether greedy decoding from the prefix reproduces each canary's secret
+    /// (every true digit the mode of the released law given the earlier ones).
+    #[serde(default)]
+    pub extracted: Vec<bool>,
+    /// The share of canaries extracted by greedy decoding (the SubMix paper's
+    /// recall, Fig. 4).
+    #[serde(default)]
+    pub recall: f64,
     /// ε spent over the canary queries (None: infinite).
     pub spent_epsilon: Option<f64>,
 }
@@ -121,16 +129,13 @@ pub fn canary_audit(
         members.push(blocks);
     }
     let audit_data = ExperimentData {
-        users: data.users,
-        held_out_users: data.held_out_users,
-        member_users: data.member_users.clone(),
         members,
-        eval: data.eval.clone(),
+        ..data.clone()
     };
     let mut audit_config = config.clone();
-    audit_config.training.steps = plan.train_steps;
+    audit_config.training.epochs = plan.epochs;
     audit_config.training.learning_rate = plan.learning_rate;
-    audit_config.dp_sgd_steps = 0;
+    audit_config.dp_sgd = None;
     let trained = train_members(&audit_config, &audit_data, progress)?;
     let model = Model::<Flex>::load(&config.model, &Default::default())?;
     let vocab = model.vocab_size();
@@ -143,7 +148,7 @@ pub fn canary_audit(
         .collect::<Result<Vec<_>, BenchError>>()?;
     let queries: u64 = encoded.iter().map(|(_, s)| s.len() as u64).sum();
     let orders = Orders::dp_accounting_default();
-    let mut cs = contenders(config, queries, &orders)?;
+    let mut cs = contenders(config, queries, vocab, false, &orders)?;
     let mut rng = PrivacyRng::from_seed(config.seed ^ 0xCA4A);
     // The last position's ensemble, whose buffers the next one reuses.
     let mut last: Option<Ensemble> = None;
@@ -176,6 +181,14 @@ pub fn canary_audit(
             .zip(&encoded)
             .map(|(ppl, (_, s))| -(s.len() as f64) * ppl.log10())
             .collect();
+        let mut extracted = Vec::with_capacity(encoded.len());
+        let mut at = 0;
+        for (_, secret) in &encoded {
+            extracted.push(r.greedy_hits[at..at + secret.len()].iter().all(|&h| h));
+            at += secret.len();
+        }
+        let recall =
+            extracted.iter().filter(|&&e| e).count() as f64 / extracted.len().max(1) as f64;
         let hit_rate = log10_probabilities
             .iter()
             .map(|l| 10f64.powf(*l))
@@ -186,6 +199,8 @@ pub fn canary_audit(
             target_epsilon: r.target_epsilon,
             hit_rate,
             log10_probabilities,
+            extracted,
+            recall,
             spent_epsilon: r.spent_epsilon,
         });
     }

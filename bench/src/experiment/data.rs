@@ -1,107 +1,243 @@
-//! The private corpus, its user-level partition and the token blocks of each
-//! member and of the evaluation.
+//! The private corpus, its partition into members, and the held-out blocks.
+//!
+//! **Privacy unit.** `record`: one training block of `block` tokens (the unit of
+//! the papers' tables); a user (`play`, `speaker`, `block:<bytes>`): all of one
+//! user's text. **Assignment.** Each unit goes to member
+//! `hash(seed ‖ id) mod N` ([`hash_member`]): a unit's member is a function of
+//! its own id, so adding or removing one unit changes exactly one member's
+//! data and no other placement. That is the neighbour relation every ensemble
+//! mechanism's changed-member charge covers, so the ensemble rows and the
+//! DP-SGD rows (add/remove one unit) protect the same unit under the same
+//! adjacency. SubMix's part k is members 2k and 2k + 1.
+//!
+//! **Held-out text.** Whole plays chosen by a keyed hash of their names are
+//! held out; no unit of them is trained on. Their blocks are shuffled by the
+//! seed and dealt in disjoint runs: `eval_blocks` per repetition, then the
+//! validation blocks.
 
 use privmix_ensemble::data::{
-    Corpus, Partition, PartitionConfig, UserUnit, load_shakespeare, token_blocks,
+    Corpus, UserUnit, cut_blocks, hash_member, load_shakespeare, token_blocks,
 };
 use privmix_models::Tokenizer;
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rand_chacha::ChaCha20Rng;
 
 use super::config::ExperimentConfig;
 use crate::error::BenchError;
 
+/// Keys the held-out choice apart from the member assignment.
+const HELD_OUT_KEY: u64 = 0x4845_4c44_4f55_5421;
+/// Keys the training-record cap apart from the member assignment.
+const CAP_KEY: u64 = 0x4341_5052_4543_4f52;
+
+/// What one privacy unit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivacyUnit {
+    /// One training block.
+    Record,
+    /// One user of the plays.
+    User(UserUnit),
+}
+
+impl PrivacyUnit {
+    /// How the report names it.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Record => "one training record (a block of tokens)".into(),
+            Self::User(UserUnit::Play) => "one user = one play".into(),
+            Self::User(UserUnit::Speaker) => "one user = one speaker of one play".into(),
+            Self::User(UserUnit::Block { chars }) => {
+                format!("one user = one piece of ≥ {chars} bytes of a play")
+            }
+        }
+    }
+}
+
 /// The blocks every stage reads.
 #[derive(Debug, Clone)]
 pub struct ExperimentData {
-    /// Users in the corpus.
-    pub users: usize,
-    /// Users held out (never trained on).
-    pub held_out_users: usize,
-    /// Member `2k + h`'s users: half `h` of part `k`.
-    pub member_users: Vec<Vec<String>>,
+    /// The privacy unit.
+    pub unit: PrivacyUnit,
+    /// Units trained on (records or users).
+    pub units: usize,
+    /// Plays held out.
+    pub held_out_plays: Vec<String>,
     /// Member `i`'s training blocks.
     pub members: Vec<Vec<Vec<u32>>>,
-    /// The held-out blocks scored by every mechanism.
-    pub eval: Vec<Vec<u32>>,
+    /// Seed `s`'s held-out blocks, disjoint across seeds.
+    pub eval: Vec<Vec<Vec<u32>>>,
+    /// Held-out validation blocks, disjoint from every seed's.
+    pub validation: Vec<Vec<u32>>,
 }
 
-/// Parses `play`, `speaker` or `block:<bytes>`.
-pub fn parse_user_unit(s: &str) -> Result<UserUnit, BenchError> {
+impl ExperimentData {
+    /// Every training block, member by member.
+    pub fn all_records(&self) -> Vec<Vec<u32>> {
+        self.members.iter().flatten().cloned().collect()
+    }
+}
+
+/// Parses `record`, `play`, `speaker` or `block:<bytes>`.
+pub fn parse_unit(s: &str) -> Result<PrivacyUnit, BenchError> {
     match s {
-        "play" => Ok(UserUnit::Play),
-        "speaker" => Ok(UserUnit::Speaker),
+        "record" => Ok(PrivacyUnit::Record),
+        "play" => Ok(PrivacyUnit::User(UserUnit::Play)),
+        "speaker" => Ok(PrivacyUnit::User(UserUnit::Speaker)),
         _ => match s.strip_prefix("block:").map(str::parse::<usize>) {
-            Some(Ok(chars)) if chars > 0 => Ok(UserUnit::Block { chars }),
+            Some(Ok(chars)) if chars > 0 => Ok(PrivacyUnit::User(UserUnit::Block { chars })),
             _ => Err(BenchError::Config(format!(
-                "user unit {s:?}: expected play, speaker or block:<bytes>"
+                "privacy unit {s:?}: expected record, play, speaker or block:<bytes>"
             ))),
         },
     }
 }
 
-/// Loads the corpus, partitions it and cuts the blocks (see the module docs of
-/// [`super`] for the member layout).
+/// Loads the plays, holds some out, assigns the units and cuts the blocks.
 pub fn prepare_data(
     config: &ExperimentConfig,
     tokenizer: &Tokenizer,
 ) -> Result<ExperimentData, BenchError> {
-    let unit = parse_user_unit(&config.user_unit)?;
-    let corpus = load_shakespeare(&config.corpus_dir, unit)?;
-    prepare_from_corpus(config, tokenizer, &corpus)
+    let unit = parse_unit(&config.user_unit)?;
+    let plays = load_shakespeare(&config.corpus_dir, UserUnit::Play)?;
+    let users = match unit {
+        PrivacyUnit::Record => None,
+        PrivacyUnit::User(u) => Some(load_shakespeare(&config.corpus_dir, u)?),
+    };
+    prepare_from_corpus(config, tokenizer, &plays, users.as_ref(), unit)
 }
 
-/// [`prepare_data`] on a corpus already loaded.
+/// The play a unit id belongs to (ids are `play`, `play/Speaker`, `play#k`).
+fn play_of(id: &str) -> &str {
+    id.split(['/', '#']).next().unwrap_or(id)
+}
+
+/// [`prepare_data`] on corpora already loaded: `plays` one user per play,
+/// `users` the corpus of the user unit (None for records).
 pub fn prepare_from_corpus(
     config: &ExperimentConfig,
     tokenizer: &Tokenizer,
-    corpus: &Corpus,
+    plays: &Corpus,
+    users: Option<&Corpus>,
+    unit: PrivacyUnit,
 ) -> Result<ExperimentData, BenchError> {
-    let partition = Partition::new(
-        corpus,
-        &PartitionConfig {
-            parts: config.members / 2,
-            held_out_fraction: config.held_out_fraction,
-            halves: true,
-            seed: config.seed,
-        },
-    )?;
-    let mut member_users = Vec::with_capacity(config.members);
-    for part in partition.parts() {
-        let halves = part.halves.as_ref().ok_or_else(|| {
-            BenchError::Config("the partition was asked for halves but has none".into())
-        })?;
-        for half in halves {
-            member_users.push(half.users.clone());
-        }
+    let n = config.members;
+    if n == 0 {
+        return Err(BenchError::Config("no member".into()));
     }
-    let mut members = Vec::with_capacity(member_users.len());
-    for (i, users) in member_users.iter().enumerate() {
-        let blocks = token_blocks(tokenizer, corpus, users, config.block, None)?;
-        if blocks.is_empty() {
-            return Err(BenchError::Config(format!(
-                "member {i} has no complete block of {} tokens: use a smaller block or fewer members",
-                config.block
-            )));
-        }
-        members.push(blocks);
-    }
-    let held = token_blocks(tokenizer, corpus, partition.held_out(), config.block, None)?;
-    if held.len() < config.eval_blocks || config.eval_blocks == 0 {
+    let f = config.held_out_fraction;
+    if !(f > 0.0 && f < 1.0) {
         return Err(BenchError::Config(format!(
-            "{} evaluation blocks asked for, {} held-out blocks of {} tokens exist",
+            "held-out fraction {f}: expected a value in (0, 1)"
+        )));
+    }
+    const SCALE: usize = 1 << 20;
+    let mut held_out = Vec::new();
+    for p in plays.users() {
+        if (hash_member(config.seed ^ HELD_OUT_KEY, &p.id, SCALE)? as f64) < f * SCALE as f64 {
+            held_out.push(p.id.clone());
+        }
+    }
+    if held_out.is_empty() || held_out.len() == plays.len() {
+        return Err(BenchError::Config(format!(
+            "held-out fraction {f} holds out {} of {} plays: choose another seed or fraction",
+            held_out.len(),
+            plays.len()
+        )));
+    }
+    let is_held = |id: &str| held_out.iter().any(|h| h == play_of(id));
+
+    // (id, blocks) of every trainable unit.
+    let mut units: Vec<(String, Vec<Vec<u32>>)> = Vec::new();
+    match users {
+        None => {
+            for p in plays.users().iter().filter(|p| !is_held(&p.id)) {
+                let ids = tokenizer.encode(&p.text, false)?;
+                for (k, b) in cut_blocks(&ids, config.block, None)?
+                    .into_iter()
+                    .enumerate()
+                {
+                    units.push((format!("{}#{k:05}", p.id), vec![b]));
+                }
+            }
+        }
+        Some(corpus) => {
+            for u in corpus.users().iter().filter(|u| !is_held(&u.id)) {
+                let blocks = token_blocks(
+                    tokenizer,
+                    corpus,
+                    std::slice::from_ref(&u.id),
+                    config.block,
+                    None,
+                )?;
+                if !blocks.is_empty() {
+                    units.push((u.id.clone(), blocks));
+                }
+            }
+        }
+    }
+    if let Some(cap) = config.max_records {
+        // Units in the order of a keyed hash of their ids, taken until the cap
+        // is reached and every member has a unit (the last unit may cross the
+        // cap): the choice reads no content beyond the units' sizes.
+        let mut keyed = units
+            .into_iter()
+            .map(|u| Ok((hash_member(config.seed ^ CAP_KEY, &u.0, usize::MAX)?, u)))
+            .collect::<Result<Vec<_>, BenchError>>()?;
+        keyed.sort_by(|a, b| (a.0, &a.1.0).cmp(&(b.0, &b.1.0)));
+        let mut total = 0;
+        let mut covered = vec![false; n];
+        units = Vec::new();
+        for (_, u) in keyed {
+            if total >= cap && covered.iter().all(|&c| c) {
+                break;
+            }
+            total += u.1.len();
+            covered[hash_member(config.seed, &u.0, n)?] = true;
+            units.push(u);
+        }
+        units.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    let mut members: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
+    for (id, blocks) in &units {
+        members[hash_member(config.seed, id, n)?].extend(blocks.iter().cloned());
+    }
+    if let Some(i) = members.iter().position(Vec::is_empty) {
+        return Err(BenchError::Config(format!(
+            "member {i} got no block of {} tokens from {} units: use fewer members, more records \
+             or a smaller block",
+            config.block,
+            units.len()
+        )));
+    }
+
+    let mut pool = token_blocks(tokenizer, plays, &held_out, config.block, None)?;
+    pool.shuffle(&mut ChaCha20Rng::seed_from_u64(config.seed ^ HELD_OUT_KEY));
+    let needed = config.seeds * config.eval_blocks + config.validation_blocks;
+    if config.seeds == 0 || config.eval_blocks == 0 || pool.len() < needed {
+        return Err(BenchError::Config(format!(
+            "{} seeds × {} evaluation blocks + {} validation blocks asked for; the held-out plays \
+             give {} blocks of {} tokens",
+            config.seeds,
             config.eval_blocks,
-            held.len(),
+            config.validation_blocks,
+            pool.len(),
             config.block
         )));
     }
-    // Evenly spaced over the held-out users' text, not just the first user's.
-    let eval = (0..config.eval_blocks)
-        .map(|i| held[i * held.len() / config.eval_blocks].clone())
+    let eval = pool
+        .chunks(config.eval_blocks)
+        .take(config.seeds)
+        .map(<[Vec<u32>]>::to_vec)
         .collect();
+    let start = config.seeds * config.eval_blocks;
+    let validation = pool[start..start + config.validation_blocks].to_vec();
     Ok(ExperimentData {
-        users: corpus.len(),
-        held_out_users: partition.held_out().len(),
-        member_users,
+        unit,
+        units: units.len(),
+        held_out_plays: held_out,
         members,
         eval,
+        validation,
     })
 }

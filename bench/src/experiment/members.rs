@@ -9,10 +9,13 @@ use std::path::{Path, PathBuf};
 use burn::backend::{Autodiff, Flex};
 use indicatif::{ProgressBar, ProgressStyle};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
+use privmix_ensemble::rows::RowLayout;
+use privmix_ensemble::runner::EnsembleRunner;
 use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, TrainConfig, Trainer, dp_sgd_epsilon, dp_sgd_sigma,
 };
 use privmix_models::Model;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -23,14 +26,43 @@ use crate::error::BenchError;
 
 type Train = Autodiff<Flex>;
 
+/// One DP-SGD model: a point of the sweep or a row of the table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DpSgdRun {
+    /// Target ε its noise was calibrated to.
+    pub target_epsilon: f64,
+    /// Peak learning rate.
+    pub learning_rate: f64,
+    /// Passes over the training records.
+    pub epochs: f64,
+    /// Optimizer steps.
+    pub steps: usize,
+    /// Poisson sampling rate.
+    pub q: f64,
+    /// Noise multiplier σ from the accountant for `steps` at `q`.
+    pub sigma: f64,
+    /// ε the accountant reports for the run, rounded up.
+    pub epsilon: f64,
+    /// Which accountant gave ε (the smaller of PLD and RDP).
+    pub accountant: String,
+    /// Mean loss on the validation blocks (nats per token).
+    pub validation_loss: f64,
+    /// Whether the sweep chose this learning rate and epoch count.
+    pub chosen: bool,
+}
+
 /// The fine-tuned adapters.
 pub struct TrainedMembers {
     /// Member adapters, in member order.
     pub members: Vec<LoraAdapter<Flex>>,
-    /// Held-out loss of each member before and after fine-tuning.
-    pub losses: Vec<(f64, f64)>,
-    /// `(target ε, adapter, ε as accounted)` of each DP-SGD model.
-    pub dp_sgd: Vec<(f64, LoraAdapter<Flex>, f64)>,
+    /// Optimizer steps of each member.
+    pub member_steps: Vec<usize>,
+    /// Validation loss of the public model and of each member (nats per token).
+    pub validation: (f64, Vec<f64>),
+    /// `(run, adapter)` of each DP-SGD model of the table, one per target ε.
+    pub dp_sgd: Vec<(DpSgdRun, LoraAdapter<Flex>)>,
+    /// Every point of the DP-SGD sweep (at the largest target ε).
+    pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// True when every adapter came from the cache.
     pub cached: bool,
 }
@@ -83,6 +115,37 @@ fn bar(len: u64, what: &str, show: bool) -> ProgressBar {
     bar
 }
 
+/// Mean validation loss of the public model (first) and of each adapter, from
+/// one batched teacher-forced pass per block.
+pub fn validation_losses(
+    model_path: &Path,
+    adapters: &[LoraAdapter<Flex>],
+    blocks: &[Vec<u32>],
+) -> Result<(f64, Vec<f64>), BenchError> {
+    if blocks.is_empty() {
+        return Err(BenchError::Config("no validation block".into()));
+    }
+    let model = Model::<Flex>::load(model_path, &Default::default())?;
+    let runner = EnsembleRunner::new(model, adapters)?;
+    let layout = RowLayout::public_and_members(adapters.len());
+    let mut sums = vec![0.0f64; adapters.len() + 1];
+    let mut count = 0usize;
+    for block in blocks {
+        let scores = runner.score_block(&layout, block)?;
+        for (r, sum) in sums.iter_mut().enumerate() {
+            *sum -= scores.row(r).iter().map(|&v| f64::from(v)).sum::<f64>();
+        }
+        count += scores.positions();
+    }
+    let mean: Vec<f64> = sums.iter().map(|s| s / count as f64).collect();
+    Ok((mean[0], mean[1..].to_vec()))
+}
+
+/// Steps of `epochs` passes over `blocks` blocks in batches of `batch`.
+fn steps_for(epochs: f64, blocks: usize, batch: usize) -> usize {
+    ((epochs * blocks as f64 / batch.max(1) as f64).ceil() as usize).max(1)
+}
+
 /// Fine-tunes (or loads from the cache) every member and DP-SGD model.
 pub fn train_members(
     config: &ExperimentConfig,
@@ -94,11 +157,12 @@ pub fn train_members(
     let base = model.base_shapes()?;
     let plan = &config.training;
     let lora = lora_config(plan)?;
-    let held: Vec<Vec<u32>> = data.eval.iter().take(4).cloned().collect();
     let mut members = Vec::new();
-    let mut losses = Vec::new();
+    let mut member_steps = Vec::new();
     let mut cached = true;
     for (i, blocks) in data.members.iter().enumerate() {
+        let batch = plan.batch.min(blocks.len());
+        let steps = steps_for(plan.epochs, blocks.len(), batch);
         let key = json!({
             "model": model_identity(&config.model),
             "blocks": digest(&json!(blocks)),
@@ -108,104 +172,188 @@ pub fn train_members(
         let dir = config
             .cache_dir
             .join(format!("member-{i}-{}", digest(&key)));
-        let cached_member = load_cached(&dir, &base)?.and_then(|(adapter, meta)| {
-            let loss: (f64, f64) = serde_json::from_value(meta).ok()?;
-            Some((adapter, loss))
-        });
-        let (adapter, loss) = match cached_member {
-            Some(found) => found,
+        let adapter = match load_cached(&dir, &base)? {
+            Some((adapter, _)) => adapter,
             None => {
                 cached = false;
                 let mut train_config =
-                    TrainConfig::new(lora.clone(), plan.steps, config.seed + i as u64);
-                train_config.batch_size = plan.batch.min(blocks.len());
+                    TrainConfig::new(lora.clone(), steps, config.seed + i as u64);
+                train_config.batch_size = batch;
                 train_config.learning_rate = plan.learning_rate;
                 let mut trainer =
-                    Trainer::<Train, _>::new(&model, blocks.clone(), held.clone(), train_config)?;
-                let before = trainer.evaluate()?.unwrap_or(f64::NAN);
-                let pb = bar(
-                    plan.steps as u64,
-                    &format!("fine-tune member {i}"),
-                    progress,
-                );
-                for _ in 0..plan.steps {
+                    Trainer::<Train, _>::new(&model, blocks.clone(), Vec::new(), train_config)?;
+                let pb = bar(steps as u64, &format!("fine-tune member {i}"), progress);
+                for _ in 0..steps {
                     trainer.step()?;
                     pb.inc(1);
                 }
                 pb.finish_and_clear();
-                let after = trainer.evaluate()?.unwrap_or(f64::NAN);
                 let adapter = trainer.adapter::<Flex>()?;
-                save_cached(&dir, &adapter, json!([before, after]))?;
-                (adapter, (before, after))
+                save_cached(&dir, &adapter, json!({ "steps": steps }))?;
+                adapter
             }
         };
         members.push(adapter);
-        losses.push(loss);
+        member_steps.push(steps);
     }
+    let validation = validation_losses(&config.model, &members, &data.validation)?;
 
     let mut dp_sgd = Vec::new();
-    if config.dp_sgd_steps > 0 {
-        let all: Vec<Vec<u32>> = data.members.iter().flatten().cloned().collect();
-        let q = (config.dp_sgd_batch as f64 / all.len() as f64).min(1.0);
+    let mut dp_sgd_sweep = Vec::new();
+    if let Some(dp) = &config.dp_sgd {
+        let all = data.all_records();
+        let q = (dp.batch as f64 / all.len() as f64).min(1.0);
+        let sweep_target = config
+            .epsilons
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        let trainer = DpTraining {
+            config,
+            model: &model,
+            base: &base,
+            lora: &lora,
+            records: &all,
+            q,
+            clip: dp.clip,
+            progress,
+        };
+        let mut sweep_adapters = Vec::new();
+        for &lr in &dp.learning_rates {
+            for &epochs in &dp.epochs {
+                let (run, adapter, fresh) = trainer.train(sweep_target, lr, epochs)?;
+                cached &= !fresh;
+                dp_sgd_sweep.push(run);
+                sweep_adapters.push(adapter);
+            }
+        }
+        let (_, losses) = validation_losses(&config.model, &sweep_adapters, &data.validation)?;
+        for (run, loss) in dp_sgd_sweep.iter_mut().zip(&losses) {
+            run.validation_loss = *loss;
+        }
+        let best = losses
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i)
+            .ok_or_else(|| BenchError::Config("an empty DP-SGD sweep".into()))?;
+        dp_sgd_sweep[best].chosen = true;
+        let chosen = dp_sgd_sweep[best].clone();
         for &target in &config.epsilons {
-            let sigma = dp_sgd_sigma(target, config.delta, config.dp_sgd_steps as u64, q)?;
-            let dp_config = DpSgdConfig {
-                lora: lora.clone(),
-                learning_rate: plan.learning_rate,
-                warmup_steps: 0,
-                total_steps: config.dp_sgd_steps,
-                sampling_rate: q,
-                clip_norm: 1.0,
-                noise_multiplier: sigma,
-                delta: config.delta,
-                adamw: Default::default(),
-                seed: config.seed + 1000,
-                // An experiment: seeded noise and sampling make the run reproducible
-                // (and its cached adapter reusable), and give it NO privacy. The ε
-                // reported beside it is what the same run costs with OS noise.
-                noise: NoiseSource::Seeded(config.seed + 1000),
-            };
-            let key = json!({
-                "model": model_identity(&config.model),
-                "blocks": digest(&json!(all)),
-                "dp": format!("{dp_config:?}"),
-            });
-            let dir = config
-                .cache_dir
-                .join(format!("dp-sgd-{target}-{}", digest(&key)));
-            let adapter = match load_cached(&dir, &base)? {
-                Some((adapter, _)) => adapter,
-                None => {
-                    cached = false;
-                    let mut trainer =
-                        DpSgdTrainer::<Train, _>::new(&model, all.clone(), dp_config)?;
-                    let pb = bar(
-                        config.dp_sgd_steps as u64,
-                        &format!("DP-SGD at ε = {target}"),
-                        progress,
-                    );
-                    for _ in 0..config.dp_sgd_steps {
-                        trainer.step()?;
-                        pb.inc(1);
-                    }
-                    pb.finish_and_clear();
-                    let adapter = trainer.adapter::<Flex>()?;
-                    save_cached(&dir, &adapter, json!({ "sigma": sigma, "q": q }))?;
-                    adapter
-                }
-            };
-            // The accountant's ε for the steps the plan runs (whether trained now or
-            // loaded: the cache key holds σ, q and the step count).
-            let spent = dp_sgd_epsilon(q, sigma, config.dp_sgd_steps as u64, config.delta)?;
-            dp_sgd.push((target, adapter, spent.epsilon));
+            if target == sweep_target {
+                dp_sgd.push((chosen.clone(), sweep_adapters[best].clone()));
+                continue;
+            }
+            let (run, adapter, fresh) =
+                trainer.train(target, chosen.learning_rate, chosen.epochs)?;
+            cached &= !fresh;
+            dp_sgd.push((run, adapter));
+        }
+        let adapters: Vec<_> = dp_sgd.iter().map(|(_, a)| a.clone()).collect();
+        let (_, losses) = validation_losses(&config.model, &adapters, &data.validation)?;
+        for ((run, _), loss) in dp_sgd.iter_mut().zip(losses) {
+            run.validation_loss = loss;
+            run.chosen = true;
         }
     }
     Ok(TrainedMembers {
         members,
-        losses,
+        member_steps,
+        validation,
         dp_sgd,
+        dp_sgd_sweep,
         cached,
     })
+}
+
+/// What every DP-SGD model of a run shares.
+struct DpTraining<'a> {
+    config: &'a ExperimentConfig,
+    model: &'a Model<Train>,
+    base: &'a privmix_ensemble::lora::BaseShapes,
+    lora: &'a LoraConfig,
+    records: &'a [Vec<u32>],
+    q: f64,
+    clip: f64,
+    progress: bool,
+}
+
+impl DpTraining<'_> {
+    /// Trains (or loads) DP-SGD at `target` ε with `lr` for `epochs`; the bool
+    /// is true when it was trained now.
+    fn train(
+        &self,
+        target: f64,
+        lr: f64,
+        epochs: f64,
+    ) -> Result<(DpSgdRun, LoraAdapter<Flex>, bool), BenchError> {
+        let config = self.config;
+        let steps = ((epochs / self.q).ceil() as usize).max(1);
+        let sigma = dp_sgd_sigma(target, config.delta, steps as u64, self.q)?;
+        let dp_config = DpSgdConfig {
+            lora: self.lora.clone(),
+            learning_rate: lr,
+            warmup_steps: 0,
+            total_steps: steps,
+            sampling_rate: self.q,
+            clip_norm: self.clip,
+            noise_multiplier: sigma,
+            delta: config.delta,
+            adamw: Default::default(),
+            seed: config.seed + 1000,
+            // An experiment: seeded noise and sampling make the run reproducible
+            // (and its cached adapter reusable), and give it NO privacy. The ε
+            // reported beside it is what the same run costs with OS noise.
+            noise: NoiseSource::Seeded(config.seed + 1000),
+        };
+        let key = json!({
+            "model": model_identity(&config.model),
+            "blocks": digest(&json!(self.records)),
+            "dp": format!("{dp_config:?}"),
+        });
+        let dir = config
+            .cache_dir
+            .join(format!("dp-sgd-{target}-{}", digest(&key)));
+        let (adapter, fresh) = match load_cached(&dir, self.base)? {
+            Some((adapter, _)) => (adapter, false),
+            None => {
+                let mut trainer =
+                    DpSgdTrainer::<Train, _>::new(self.model, self.records.to_vec(), dp_config)?;
+                let pb = bar(
+                    steps as u64,
+                    &format!("DP-SGD ε {target} lr {lr} ep {epochs}"),
+                    self.progress,
+                );
+                for _ in 0..steps {
+                    trainer.step()?;
+                    pb.inc(1);
+                }
+                pb.finish_and_clear();
+                let adapter = trainer.adapter::<Flex>()?;
+                save_cached(&dir, &adapter, json!({ "sigma": sigma, "q": self.q }))?;
+                (adapter, true)
+            }
+        };
+        // The accountant's ε for the steps the plan runs (whether trained now or
+        // loaded: the cache key holds σ, q and the step count).
+        let spent = dp_sgd_epsilon(self.q, sigma, steps as u64, config.delta)?;
+        Ok((
+            DpSgdRun {
+                target_epsilon: target,
+                learning_rate: lr,
+                epochs,
+                steps,
+                q: self.q,
+                sigma,
+                epsilon: spent.epsilon,
+                accountant: format!("{:?}", spent.accountant),
+                validation_loss: f64::NAN,
+                chosen: false,
+            },
+            adapter,
+            fresh,
+        ))
+    }
 }
 
 /// Written last into a cached adapter's folder: a folder without it is an

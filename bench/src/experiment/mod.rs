@@ -1,26 +1,30 @@
 //! The privacy–utility experiment of the papers' Tables 1–2: a public model,
-//! N LoRA members fine-tuned on disjoint user-level parts of a private corpus,
-//! and the perplexity of every mechanism on held-out blocks at several ε.
+//! N LoRA members fine-tuned on disjoint shares of a private corpus, and the
+//! perplexity of every mechanism on held-out blocks at several ε, repeated over
+//! seeds.
 //!
 //! The pipeline (each step in its own file):
-//! 1. [`data`]: the corpus is partitioned at the user level into N/2 parts of two
-//!    halves each; member `2k + h` is trained on half `h` of part `k`, so the N
-//!    members see disjoint users (PMixED, AdaPMixED) and SubMix finds its two
-//!    halves per part among the same members. Held-out users give the
-//!    evaluation blocks.
-//! 2. [`members`]: LoRA fine-tuning of each member, and DP-SGD LoRA on all the
-//!    training users at each ε (the training-time baseline), cached on disk by a
-//!    hash of everything that decides the weights.
-//! 3. [`scoring`]: one batched teacher-forced forward per held-out block gives the
-//!    public, member and DP-SGD rows; every mechanism is run over the positions
-//!    in order with its own account (so budgets run out, SubMix STOPs and
-//!    AdaPMixED screens as they would when serving), and perplexity is read from
-//!    the distribution each step would have sampled.
+//! 1. [`data`]: every privacy unit (a training record, or a user) goes to one
+//!    member by a keyed hash of its id; member 2k and 2k + 1 are SubMix's part
+//!    k. Held-out plays give each seed's evaluation blocks (disjoint across
+//!    seeds) and the validation blocks.
+//! 2. [`members`]: LoRA fine-tuning of each member for a number of epochs, and
+//!    DP-SGD LoRA on all the training records: a learning-rate × epochs sweep at
+//!    the largest ε, validated, then the chosen setting at every ε with σ from
+//!    the accountant — all cached on disk by a hash of what decides the weights.
+//! 3. [`scoring`]: per seed, one batched teacher-forced forward per held-out
+//!    block gives the public, member and DP-SGD rows; every mechanism is run
+//!    over the positions in order with its own account (so budgets run out,
+//!    SubMix STOPs and AdaPMixED screens as they would when serving), and
+//!    perplexity is read from the law of the token each step would release
+//!    ([`induced`] for the S&A-Laplace and GNMax baselines).
+//! 4. [`summarize`]: each figure as its mean over seeds with a 95% interval.
 
 pub mod canary;
 mod config;
 mod contenders;
 pub mod data;
+pub mod induced;
 pub mod members;
 pub mod scoring;
 
@@ -32,32 +36,118 @@ use privmix_models::{LanguageModel, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
-pub use config::ExperimentConfig;
-pub use data::{ExperimentData, prepare_data};
-pub use members::{TrainedMembers, TrainingPlan, train_members};
+use crate::stats::Interval;
+pub use config::{DpSgdPlan, ExperimentConfig};
+pub use data::{ExperimentData, PrivacyUnit, parse_unit, prepare_data};
+pub use members::{DpSgdRun, TrainedMembers, TrainingPlan, train_members};
 pub use scoring::{MechanismResult, ScoringPlan, score_mechanisms};
+
+/// One mechanism at one target ε over all seeds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SummaryRow {
+    /// Mechanism name.
+    pub mechanism: String,
+    /// Target ε (None: the public model, the non-private ensemble).
+    pub target_epsilon: Option<f64>,
+    /// Perplexity with its 95% interval over seeds (None: infinite on a seed).
+    pub perplexity: Option<Interval>,
+    /// Each seed's perplexity.
+    pub perplexity_per_seed: Vec<f64>,
+    /// Spent ε with its interval over seeds (None: no finite guarantee).
+    pub spent_epsilon: Option<Interval>,
+    /// Queries per seed.
+    pub queries: u64,
+    /// Shares of all queries answered privately, screened, and after the budget ran out.
+    pub shares: (f64, f64, f64),
+    /// AdaPMixED: the screening's ε over each seed's queries, with its interval.
+    pub screening_epsilon: Option<Interval>,
+    /// The parameters of seed 0's run.
+    pub parameters: String,
+}
 
 /// What one run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExperimentResults {
     /// The configuration that produced these results.
     pub config: ExperimentConfig,
-    /// Users in the corpus, in training parts and held out.
-    pub users: (usize, usize, usize),
+    /// The privacy unit, in words.
+    pub unit: String,
+    /// Units trained on.
+    pub units: usize,
+    /// Plays held out for evaluation and validation.
+    pub held_out_plays: Vec<String>,
     /// Training blocks per member.
     pub member_blocks: Vec<usize>,
-    /// Held-out loss of each member before and after fine-tuning (nats per token).
-    pub member_losses: Vec<(f64, f64)>,
+    /// Optimizer steps per member.
+    pub member_steps: Vec<usize>,
+    /// Validation loss of the public model and of each member (nats per token).
+    pub validation: (f64, Vec<f64>),
     /// Whether the members came from the cache.
     pub members_cached: bool,
-    /// ε of each DP-SGD model as its accountant reports it (rounded up), by target.
-    pub dp_sgd_epsilons: Vec<(f64, f64)>,
-    /// One entry per mechanism and target ε.
-    pub results: Vec<MechanismResult>,
-    /// Seconds spent in each stage: data, training, scoring.
-    pub seconds: (f64, f64, f64),
+    /// Every point of the DP-SGD sweep.
+    pub dp_sgd_sweep: Vec<DpSgdRun>,
+    /// The DP-SGD models of the table, one per target ε.
+    pub dp_sgd: Vec<DpSgdRun>,
+    /// Each seed's results, one entry per mechanism and target ε.
+    pub seeds: Vec<Vec<MechanismResult>>,
+    /// Each mechanism and target over the seeds.
+    pub summary: Vec<SummaryRow>,
+    /// `(phase, seconds)` of this experiment.
+    pub phases: Vec<(String, f64)>,
     /// The canary-extraction audit, when run.
     pub canary: Option<canary::CanaryAudit>,
+}
+
+impl ExperimentResults {
+    /// The summary row of `mechanism` at `target`.
+    pub fn row(&self, mechanism: &str, target: Option<f64>) -> Option<&SummaryRow> {
+        self.summary
+            .iter()
+            .find(|r| r.mechanism == mechanism && r.target_epsilon == target)
+    }
+}
+
+/// The summary rows from each seed's results (same mechanisms in the same order).
+pub fn summarize(seeds: &[Vec<MechanismResult>]) -> Result<Vec<SummaryRow>, BenchError> {
+    let Some(first) = seeds.first() else {
+        return Ok(Vec::new());
+    };
+    let mut rows = Vec::new();
+    for (k, m) in first.iter().enumerate() {
+        let runs: Vec<&MechanismResult> = seeds.iter().filter_map(|s| s.get(k)).collect();
+        if runs.len() != seeds.len()
+            || runs
+                .iter()
+                .any(|r| r.mechanism != m.mechanism || r.target_epsilon != m.target_epsilon)
+        {
+            return Err(BenchError::Config(
+                "seeds scored different mechanisms".into(),
+            ));
+        }
+        let ppl: Vec<f64> = runs.iter().map(|r| r.perplexity).collect();
+        let spent: Option<Vec<f64>> = runs.iter().map(|r| r.spent_epsilon).collect();
+        let screening: Option<Vec<f64>> = runs.iter().map(|r| r.screening_epsilon).collect();
+        let total: u64 = runs.iter().map(|r| r.queries).sum();
+        let share = |f: fn(&MechanismResult) -> u64| {
+            runs.iter().map(|r| f(r)).sum::<u64>() as f64 / total.max(1) as f64
+        };
+        rows.push(SummaryRow {
+            mechanism: m.mechanism.clone(),
+            target_epsilon: m.target_epsilon,
+            perplexity: Interval::of(&ppl).ok(),
+            perplexity_per_seed: ppl,
+            spent_epsilon: spent.and_then(|v| Interval::of(&v).ok()),
+            queries: m.queries,
+            shares: (
+                share(|r| r.private_answers),
+                share(|r| r.screened),
+                share(|r| r.stopped),
+            ),
+            screening_epsilon: screening.and_then(|v| Interval::of(&v).ok()),
+            parameters: m.parameters.clone(),
+        });
+    }
+    Ok(rows)
 }
 
 /// Runs the whole experiment; `progress` shows bars on a terminal.
@@ -71,50 +161,89 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
     if config.epsilons.is_empty() {
         return Err(BenchError::Config("no target ε given".into()));
     }
+    let mut phases = Vec::new();
     let t0 = Instant::now();
     let device = Default::default();
     let tokenizer = load_tokenizer(config)?;
     let data = prepare_data(config, &tokenizer)?;
-    let t_data = t0.elapsed().as_secs_f64();
+    phases.push(("data".to_string(), t0.elapsed().as_secs_f64()));
 
     let t1 = Instant::now();
     let trained = train_members(config, &data, progress)?;
-    let t_train = t1.elapsed().as_secs_f64();
+    phases.push((
+        format!(
+            "training ({} members{}{})",
+            config.members,
+            if trained.dp_sgd.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} DP-SGD models",
+                    trained.dp_sgd_sweep.len() + trained.dp_sgd.len() - 1
+                )
+            },
+            if trained.cached {
+                ", from the cache"
+            } else {
+                ""
+            }
+        ),
+        t1.elapsed().as_secs_f64(),
+    ));
 
     let t2 = Instant::now();
     let model = Model::<Flex>::load(&config.model, &device)?;
-    if tokenizer.vocab_size() > model.vocab_size() {
+    let vocab = model.vocab_size();
+    if tokenizer.vocab_size() > vocab {
         return Err(BenchError::Config(format!(
-            "the tokenizer has {} tokens, the model only {}",
+            "the tokenizer has {} tokens, the model only {vocab}",
             tokenizer.vocab_size(),
-            model.vocab_size()
         )));
     }
     let mut adapters = trained.members.clone();
-    adapters.extend(trained.dp_sgd.iter().map(|(_, a, _)| a.clone()));
+    adapters.extend(trained.dp_sgd.iter().map(|(_, a)| a.clone()));
     let runner = EnsembleRunner::new(model, &adapters)?;
-    let results = score_mechanisms(config, &runner, &data.eval, &trained, progress)?;
-    let t_score = t2.elapsed().as_secs_f64();
+    let mut seeds = Vec::with_capacity(data.eval.len());
+    for (s, eval) in data.eval.iter().enumerate() {
+        seeds.push(score_mechanisms(
+            config,
+            &runner,
+            vocab,
+            eval,
+            &trained,
+            config.seed.wrapping_add(s as u64),
+            progress,
+        )?);
+    }
+    drop(runner);
+    phases.push((
+        format!("scoring ({} seeds)", seeds.len()),
+        t2.elapsed().as_secs_f64(),
+    ));
     let canary = match &config.canary {
-        Some(plan) => Some(canary::canary_audit(
-            config, plan, &tokenizer, &data, progress,
-        )?),
+        Some(plan) => {
+            let t3 = Instant::now();
+            let audit = canary::canary_audit(config, plan, &tokenizer, &data, progress)?;
+            phases.push(("canary audit".to_string(), t3.elapsed().as_secs_f64()));
+            Some(audit)
+        }
         None => None,
     };
-
+    let summary = summarize(&seeds)?;
     Ok(ExperimentResults {
         config: config.clone(),
-        users: (
-            data.users,
-            data.users - data.held_out_users,
-            data.held_out_users,
-        ),
+        unit: data.unit.describe(),
+        units: data.units,
+        held_out_plays: data.held_out_plays.clone(),
         member_blocks: data.members.iter().map(Vec::len).collect(),
-        member_losses: trained.losses.clone(),
+        member_steps: trained.member_steps.clone(),
+        validation: trained.validation.clone(),
         members_cached: trained.cached,
-        dp_sgd_epsilons: trained.dp_sgd.iter().map(|(t, _, e)| (*t, *e)).collect(),
-        results,
-        seconds: (t_data, t_train, t_score),
+        dp_sgd_sweep: trained.dp_sgd_sweep.clone(),
+        dp_sgd: trained.dp_sgd.iter().map(|(r, _)| r.clone()).collect(),
+        seeds,
+        summary,
+        phases,
         canary,
     })
 }

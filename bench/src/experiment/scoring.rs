@@ -22,12 +22,16 @@ use super::contenders::{Contender, contenders};
 use super::members::TrainedMembers;
 use crate::error::BenchError;
 
-/// Scores every mechanism (and each DP-SGD model) on `eval`.
+/// Scores every mechanism (and each DP-SGD model) on one seed's blocks:
+/// fresh contenders calibrated to exactly these queries, randomness from
+/// `seed`.
 pub fn score_mechanisms(
     config: &ExperimentConfig,
     runner: &EnsembleRunner<Flex, Model<Flex>>,
+    vocab: usize,
     eval: &[Vec<u32>],
     trained: &TrainedMembers,
+    seed: u64,
     progress: bool,
 ) -> Result<Vec<MechanismResult>, BenchError> {
     let n = config.members;
@@ -41,15 +45,15 @@ pub fn score_mechanisms(
     let layout = RowLayout::public_and_members(n + dp);
     let queries: u64 = eval.iter().map(|b| b.len() as u64 - 1).sum();
     let orders = Orders::dp_accounting_default();
-    let mut contenders = contenders(config, queries, &orders)?;
-    let mut dp_nll = vec![(0.0f64, Vec::new()); dp];
-    let mut rng = PrivacyRng::from_seed(config.seed);
+    let mut contenders = contenders(config, queries, vocab, config.prediction_baselines, &orders)?;
+    let mut dp_nll = vec![(0.0f64, 0.0f64, Vec::new(), Vec::new()); dp];
+    let mut rng = PrivacyRng::from_seed(seed);
     let bar = if progress {
         indicatif::ProgressBar::new(eval.len() as u64)
     } else {
         indicatif::ProgressBar::hidden()
     };
-    bar.set_message("scoring held-out blocks");
+    bar.set_message(format!("scoring seed {seed}"));
     // The last position's ensemble, whose buffers the next one reuses.
     let mut last: Option<Ensemble> = None;
     for block in eval {
@@ -67,14 +71,22 @@ pub fn score_mechanisms(
                 c.observe(&ensemble, target, &mut rng)?;
             }
             last = Some(ensemble);
-            for (k, (nll, _)) in dp_nll.iter_mut().enumerate() {
-                *nll -= f64::from(flat[(n + 1 + k) * v + target]);
+            for (k, (nll, total, _, greedy)) in dp_nll.iter_mut().enumerate() {
+                let row = &flat[(n + 1 + k) * v..(n + 2 + k) * v];
+                let lp = f64::from(row[target]);
+                *nll -= lp;
+                *total -= lp;
+                let mode = row
+                    .iter()
+                    .enumerate()
+                    .fold(0, |best, (j, &x)| if x > row[best] { j } else { best });
+                greedy.push(mode == target);
             }
         }
         for c in &mut contenders {
             c.end_block();
         }
-        for (nll, ppl) in &mut dp_nll {
+        for (nll, _, ppl, _) in &mut dp_nll {
             ppl.push((*nll / steps.len() as f64).exp());
             *nll = 0.0;
         }
@@ -85,22 +97,30 @@ pub fn score_mechanisms(
         .into_iter()
         .map(Contender::finish)
         .collect::<Result<Vec<_>, _>>()?;
-    for ((target, _, spent), (_, ppl)) in trained.dp_sgd.iter().zip(dp_nll) {
+    for ((run, _), (_, total, ppl, greedy)) in trained.dp_sgd.iter().zip(dp_nll) {
         results.push(MechanismResult {
             mechanism: "dp-sgd".into(),
-            target_epsilon: Some(*target),
-            perplexity: ppl.iter().sum::<f64>() / ppl.len() as f64,
+            target_epsilon: Some(run.target_epsilon),
+            perplexity: (total / queries as f64).exp(),
             block_perplexities: ppl,
+            greedy_hits: greedy,
+            screening_epsilon: None,
             queries,
             private_answers: queries,
             screened: 0,
             stopped: 0,
-            spent_epsilon: Some(*spent),
+            spent_epsilon: Some(run.epsilon),
             spent_trace: Vec::new(),
             lambda_trace: Vec::new(),
             parameters: format!(
-                "{} steps, expected batch {}, clip 1, LoRA as the members",
-                config.dp_sgd_steps, config.dp_sgd_batch
+                "lr {}, {} epochs = {} steps, q {:.4}, σ {:.4}, clip {}, LoRA as the members; ε by {}",
+                run.learning_rate,
+                run.epochs,
+                run.steps,
+                run.q,
+                run.sigma,
+                config.dp_sgd.as_ref().map_or(1.0, |d| d.clip),
+                run.accountant
             ),
             seconds: 0.0,
         });

@@ -160,7 +160,7 @@ pub(super) fn read_latest<S: DeserializeOwned>(
     Ok((here, state_path, state))
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'m, B, M> {
     /// Writes a checkpoint of the current state into `dir` (see the module
     /// doc for the layout) and returns the checkpoint's own folder.
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainError> {

@@ -26,10 +26,15 @@ use rand_chacha::ChaCha20Rng;
 
 use super::adamw::{AdamW, AdamWConfig, linear_schedule};
 use super::error::TrainError;
+use super::host::{DropoutPlan, HostSlot, StepPath};
 use super::loss::check_blocks;
 use super::params::LoraParams;
 use super::privacy::{DpSgdEpsilon, clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
 use super::trainable::{Dropout, loss_and_gradient};
+
+/// Examples per batched pass of the host step (bounds its memory: the
+/// logits alone take `examples × seq × vocab` floats).
+const HOST_EXAMPLES: usize = 8;
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraConfig};
 
 /// Where the privacy-relevant coins (Poisson sampling and Gaussian noise) come
@@ -163,9 +168,11 @@ pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> 
     pub(crate) private_rng: ChaCha20Rng,
     pub(crate) step: usize,
     pub(crate) device: B::Device,
+    /// The host step's copy of the model (see [`StepPath`]).
+    pub(crate) host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrainer<'m, B, M> {
     /// A fresh run (PEFT initialisation from [`DpSgdConfig::seed`], sampling
     /// and noise from [`DpSgdConfig::noise`]).
     pub fn new(model: &'m M, data: Vec<Vec<u32>>, config: DpSgdConfig) -> Result<Self, TrainError> {
@@ -185,30 +192,74 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B,
             private_rng,
             step: 0,
             device: model.device(),
+            host: HostSlot::default(),
             config,
         })
+    }
+
+    /// Computes the per-example gradients on `path` ([`StepPath::Fastest`]
+    /// by default: the host step, all examples of a step in one batched
+    /// pass, where the model allows it).
+    pub fn with_step_path(mut self, path: StepPath) -> Self {
+        self.host = HostSlot::new(path);
+        self
+    }
+
+    /// Whether the steps run the host step rather than burn autodiff.
+    pub fn uses_host_step(&self) -> Result<bool, TrainError> {
+        Ok(self.host.get::<B, M>(self.model)?.is_some())
+    }
+
+    /// Each picked example's mean loss and gradient, in order (`pass_of(k)`:
+    /// the dropout pass of the `k`-th).
+    fn per_example(&self, picked: &[usize]) -> Result<Vec<(f64, Vec<f32>)>, TrainError> {
+        let c = &self.config;
+        let dropout = |k: usize| Dropout {
+            p: c.lora.lora_dropout,
+            seed: c.seed,
+            pass: (self.step as u64) << 32 | k as u64,
+        };
+        if let Some(host) = self.host.get::<B, M>(self.model)? {
+            let mut out = Vec::with_capacity(picked.len());
+            for (chunk, ids) in picked.chunks(HOST_EXAMPLES).enumerate() {
+                let blocks: Vec<&Vec<u32>> = ids.iter().map(|&i| &self.data[i]).collect();
+                let first = chunk * HOST_EXAMPLES;
+                let plan = DropoutPlan(if c.lora.lora_dropout > 0.0 {
+                    (first..first + ids.len()).map(dropout).collect()
+                } else {
+                    Vec::new()
+                });
+                let params = &self.params;
+                out.extend(privmix_models::threads::on_hot_pool(|| {
+                    host.loss_and_gradients(params, &blocks, &plan, true)
+                })?);
+            }
+            return Ok(out);
+        }
+        picked
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                loss_and_gradient(
+                    self.model,
+                    &self.params,
+                    &[&self.data[i]],
+                    Some(dropout(k)),
+                    &self.device,
+                )
+            })
+            .collect()
     }
 
     /// One DP-SGD step (an empty Poisson draw still releases noise and counts).
     pub fn step(&mut self) -> Result<DpSgdStep, TrainError> {
         let c = &self.config;
         let lr = linear_schedule(c.learning_rate, self.step, c.warmup_steps, c.total_steps);
+        let c = c.clone();
         let picked = poisson_sample(self.data.len(), c.sampling_rate, &mut self.private_rng);
         let mut sum = vec![0.0f32; self.params.len()];
         let (mut clipped, mut loss) = (0, 0.0);
-        for (k, &i) in picked.iter().enumerate() {
-            let dropout = Dropout {
-                p: c.lora.lora_dropout,
-                seed: c.seed,
-                pass: (self.step as u64) << 32 | k as u64,
-            };
-            let (l, mut g) = loss_and_gradient(
-                self.model,
-                &self.params,
-                &[&self.data[i]],
-                Some(dropout),
-                &self.device,
-            )?;
+        for (l, mut g) in self.per_example(&picked)? {
             if clip_to_norm(&mut g, c.clip_norm)? > c.clip_norm {
                 clipped += 1;
             }

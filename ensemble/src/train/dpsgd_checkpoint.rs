@@ -69,7 +69,7 @@ impl DpSgdConfig {
     }
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> DpSgdTrainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrainer<'m, B, M> {
     /// Writes a checkpoint of the current state into `dir` (layout in the
     /// module doc) and returns the checkpoint's own folder; older ones are removed.
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainError> {

@@ -9,6 +9,7 @@ mod config;
 mod dpsgd;
 mod dpsgd_checkpoint;
 mod error;
+mod host;
 mod loss;
 mod params;
 mod privacy;
@@ -19,6 +20,7 @@ pub use adamw::{AdamW, AdamWConfig, linear_schedule};
 pub use config::TrainConfig;
 pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer, NoiseSource};
 pub use error::TrainError;
+pub use host::StepPath;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
 pub use privacy::{

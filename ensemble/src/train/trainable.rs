@@ -98,25 +98,31 @@ impl<B: AutodiffBackend> Trainable<B> {
     }
 
     fn mask(&self, d: &Dropout, site: Site, dims: [usize; 3]) -> Tensor<B, 3> {
-        let key = (site.layer as u64) << 8 | site.module as u64;
-        let mut seed = [0u8; 32];
-        seed[..8].copy_from_slice(&d.seed.to_le_bytes());
-        seed[8..16].copy_from_slice(&d.pass.to_le_bytes());
-        seed[16..24].copy_from_slice(&key.to_le_bytes());
-        let mut rng = ChaCha8Rng::from_seed(seed);
-        let keep = 1.0 - d.p;
-        let n = dims.iter().product();
-        let values: Vec<f32> = (0..n)
-            .map(|_| {
-                if rng.random::<f64>() < keep {
-                    (1.0 / keep) as f32
-                } else {
-                    0.0
-                }
-            })
-            .collect();
+        let values = dropout_mask(d, site, dims.iter().product());
         Tensor::from_data(TensorData::new(values, dims), &self.device)
     }
+}
+
+/// The first `n` entries of `site`'s dropout mask in pass `d` (row-major
+/// over `[rows, seq, width]` of the adapter's input): `1 / (1 − p)` where
+/// the input is kept, 0 where dropped. The host step draws the same masks.
+pub(crate) fn dropout_mask(d: &Dropout, site: Site, n: usize) -> Vec<f32> {
+    let key = (site.layer as u64) << 8 | site.module as u64;
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&d.seed.to_le_bytes());
+    seed[8..16].copy_from_slice(&d.pass.to_le_bytes());
+    seed[16..24].copy_from_slice(&key.to_le_bytes());
+    let mut rng = ChaCha8Rng::from_seed(seed);
+    let keep = 1.0 - d.p;
+    (0..n)
+        .map(|_| {
+            if rng.random::<f64>() < keep {
+                (1.0 / keep) as f32
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
 
 impl<B: AutodiffBackend> LinearDelta<B> for Trainable<B> {

@@ -15,6 +15,7 @@ use rand_chacha::ChaCha20Rng;
 use super::adamw::{AdamW, linear_schedule};
 use super::config::TrainConfig;
 use super::error::TrainError;
+use super::host::{DropoutPlan, HostSlot, StepPath};
 use super::loss::{check_blocks, mean_nll};
 use super::params::LoraParams;
 use super::trainable::{Dropout, loss_and_gradient};
@@ -64,9 +65,11 @@ pub struct Trainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
     pub(crate) checkpoint_dir: Option<PathBuf>,
     pub(crate) progress_label: Option<String>,
     pub(crate) device: B::Device,
+    /// The host step's copy of the model (see [`StepPath`]).
+    pub(crate) host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'m, B, M> {
     /// A fresh run: adapter initialised as PEFT does from the seed.
     ///
     /// Errors: bad configuration, no training block or blocks of unequal
@@ -102,8 +105,23 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
             checkpoint_dir: None,
             progress_label: None,
             device: model.device(),
+            host: HostSlot::default(),
             config,
         })
+    }
+
+    /// Computes losses and gradients on `path` ([`StepPath::Fastest`] by
+    /// default: the host step where the model allows it). Both paths compute
+    /// the same function; the trajectory differs by f32 rounding only.
+    pub fn with_step_path(mut self, path: StepPath) -> Self {
+        self.host = HostSlot::new(path);
+        self
+    }
+
+    /// Whether the steps run the host step (building its copy of the
+    /// model's weights on the first call) rather than burn autodiff.
+    pub fn uses_host_step(&self) -> Result<bool, TrainError> {
+        Ok(self.host.get::<B, M>(self.model)?.is_some())
     }
 
     /// Saves checkpoints into `dir` during [`Trainer::run`] (every
@@ -193,6 +211,17 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> Trainer<'m, B, M> {
         blocks: &[&Vec<u32>],
         dropout: Option<Dropout>,
     ) -> Result<(f64, Vec<f32>), TrainError> {
+        if let Some(host) = self.host.get::<B, M>(self.model)? {
+            let plan = DropoutPlan(dropout.filter(|d| d.p > 0.0).into_iter().collect());
+            let params = &self.params;
+            let out = privmix_models::threads::on_hot_pool(|| {
+                host.loss_and_gradients(params, blocks, &plan, false)
+            })?;
+            return out
+                .into_iter()
+                .next()
+                .ok_or_else(|| TrainError::BadData("no block".into()));
+        }
         loss_and_gradient(self.model, &self.params, blocks, dropout, &self.device)
     }
 

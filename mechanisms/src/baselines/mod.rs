@@ -322,6 +322,11 @@ impl Gnmax {
         Ok(Self { sigma })
     }
 
+    /// σ.
+    pub fn sigma(&self) -> f64 {
+        self.sigma
+    }
+
     /// The per-step curve `α·(√2)²/(2σ²) = α/σ²`, rounded up.
     pub fn curve(&self, orders: &Orders) -> Result<RdpCurve, MechanismError> {
         Ok(gaussian(

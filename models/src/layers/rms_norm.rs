@@ -29,6 +29,16 @@ impl<B: Backend> RmsNorm<B> {
         }
     }
 
+    /// The effective gain `g`, `[dim]`.
+    pub fn gain(&self) -> &Tensor<B, 1> {
+        &self.gain
+    }
+
+    /// The epsilon added to the mean of squares.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
     /// Normalises over the last dimension of `x`.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         let ms = x.clone().powi_scalar(2).mean_dim(D - 1);

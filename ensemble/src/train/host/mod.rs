@@ -1,0 +1,114 @@
+//! The host training step for Llama-family models: the forward pass on
+//! plain `f32` vectors, saving what the backward pass needs, and a
+//! hand-written backward pass that yields the loss and the gradient of every
+//! LoRA factor. It computes the same function as the burn-autodiff path
+//! ([`super::mean_nll`] through the models' `LinearDelta` hook), which stays
+//! the reference and the fallback (tests compare the two).
+//!
+//! Design:
+//!
+//! - **Frozen base, activation gradients only.** No weight gradient of the
+//!   base is formed; the backward pass carries `dL/dx` through every frozen
+//!   product (`dx = dy · W`) and forms `dA = x̃ᵀ (s · dy Bᵀ)`,
+//!   `dB = s · (x̃ A)ᵀ dy` on the targeted sites (`x̃`: the adapter's input
+//!   after dropout, `s = lora_alpha / r`). Layer 0's input gradient is not
+//!   needed and is not computed.
+//! - **Products in f32 on the dequantised weights.** Each projection's
+//!   weight is read once from the model (`Linear::weight_t`, the
+//!   dequantised GGUF blocks: Q4_1 and Q8_0 values are exact in f32), so the
+//!   loss is the function PyTorch computes on the same file. A training step
+//!   multiplies every weight by all `rows × seq` tokens at once (512 at the
+//!   benchmark's 4 × 128): the products are bound by arithmetic, not by
+//!   reading the weights, so 4-bit blocks would save no time; the `gemm`
+//!   crate's packed kernels (the ones burn-flex's matmul uses) run them,
+//!   each product split by output rows over rayon's threads.
+//! - **Attention saved, not recomputed**: the softmax probabilities of every
+//!   head (`rows × heads × seq²` per layer) are kept for the backward pass.
+//! - **Buffers reused** across steps ([`HostLlama`] keeps a pool), so a step
+//!   does not pay page faults on hundreds of MB of fresh allocations.
+
+mod kernels;
+mod step;
+#[cfg(test)]
+mod tests;
+mod weights;
+
+pub(crate) use step::DropoutPlan;
+pub(crate) use weights::HostLlama;
+
+use std::sync::OnceLock;
+
+use burn::tensor::backend::AutodiffBackend;
+
+use super::error::TrainError;
+
+/// Which implementation computes a trainer's losses and gradients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepPath {
+    /// The host step where the model allows it (a Llama-family
+    /// [`privmix_models::Model`] or [`privmix_models::Llama`] on
+    /// `Autodiff<Flex>`, with rotate-half RoPE), burn autodiff elsewhere.
+    #[default]
+    Fastest,
+    /// burn autodiff always (the reference).
+    Autodiff,
+}
+
+/// A trainer's host copy of the model, built on first use.
+#[derive(Debug, Default)]
+pub(crate) struct HostSlot {
+    path: StepPath,
+    copy: OnceLock<Option<HostLlama>>,
+}
+
+impl HostSlot {
+    /// A slot for `path`.
+    pub fn new(path: StepPath) -> Self {
+        Self {
+            path,
+            copy: OnceLock::new(),
+        }
+    }
+
+    /// The host copy of `model` when the host step serves it (built on the
+    /// first call), `None` when burn autodiff must run.
+    pub fn get<B: AutodiffBackend, M: 'static>(
+        &self,
+        model: &M,
+    ) -> Result<Option<&HostLlama>, TrainError> {
+        if self.path == StepPath::Autodiff {
+            return Ok(None);
+        }
+        if let Some(c) = self.copy.get() {
+            return Ok(c.as_ref());
+        }
+        let built = build::<B, M>(model)?;
+        let _ = self.copy.set(built);
+        Ok(self.copy.get().and_then(Option::as_ref))
+    }
+}
+
+/// The host copy of `model` where it is a Llama-family model on
+/// `Autodiff<Flex>` (the only place the model's and backend's types are
+/// inspected).
+#[cfg_attr(
+    not(feature = "flex"),
+    allow(clippy::extra_unused_type_parameters, unused_variables)
+)]
+fn build<B: AutodiffBackend, M: 'static>(model: &M) -> Result<Option<HostLlama>, TrainError> {
+    #[cfg(feature = "flex")]
+    {
+        use std::any::{Any, TypeId};
+        if TypeId::of::<B::InnerBackend>() != TypeId::of::<burn::backend::Flex>() {
+            return Ok(None);
+        }
+        let any = model as &dyn Any;
+        if let Some(m) = any.downcast_ref::<privmix_models::Model<B>>() {
+            return HostLlama::from_model(m);
+        }
+        if let Some(m) = any.downcast_ref::<privmix_models::Llama<B>>() {
+            return HostLlama::from_llama(m);
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,269 @@
+//! The fine-tuning step of `cargo xtask bench` (`--train-only`: this step
+//! alone, written to `train.md`): privmix's LoRA training step
+//! (`ensemble/examples/train_speed.rs`) beside PyTorch + PEFT
+//! (`xtask/peers/peft_step.py`) on SmolLM2's GGUF file, the same 4 × 128
+//! token blocks, LoRA r 8 / alpha 16 on `q_proj` and `v_proj`, AdamW, 2
+//! threads; then the DP-SGD step beside Opacus. The two engines alternate,
+//! several rounds, so that both see the same load. Target: ≥ 1.2 × PyTorch +
+//! PEFT for the LoRA step.
+//!
+//! The peer runs in a virtual environment under `models-cache/peft-venv`,
+//! created on first use with pinned PyPI versions ([`PEER_PACKAGES`]).
+//! PyPI's Linux torch wheel declares the NVIDIA CUDA wheels (several GB) as
+//! dependencies; the peer only uses the CPU, so torch is installed without
+//! its dependencies and its pure-Python ones are installed by name.
+//!
+//! Every figure comes from a process run here; where one cannot be had the
+//! report says which and why, never a number.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::workspace::{cargo, workspace_root};
+
+/// Threads given to both engines.
+const THREADS: &str = "2";
+
+/// torch, installed without its CUDA dependencies.
+const TORCH: &str = "torch==2.9.1";
+
+/// The peer's other packages, pinned (torch's pure-Python dependencies unpinned
+/// as torch's own metadata leaves them).
+const PEER_PACKAGES: [&str; 10] = [
+    "transformers==5.23.0",
+    "peft==0.21.2",
+    "gguf==0.19.0",
+    "opacus==1.6.0",
+    "filelock",
+    "typing-extensions",
+    "sympy",
+    "networkx",
+    "jinja2",
+    "fsspec",
+];
+
+/// One engine's measurements over the rounds, or why there are none.
+struct Row {
+    label: String,
+    rates: Result<Vec<f64>, String>,
+}
+
+/// Runs the step and returns its Markdown section.
+pub(crate) fn section(quick: bool) -> String {
+    let (rounds, steps) = if quick { (1, 2) } else { (3, 3) };
+    let root = workspace_root();
+    let gguf = root.join("models-cache").join("smollm2.gguf");
+    let mut s = String::from("## LoRA fine-tuning beside PyTorch + PEFT\n\n");
+    if !gguf.is_file() {
+        let _ = writeln!(
+            s,
+            "Not measured: {} is absent (`cargo xtask fetch-models`).\n",
+            gguf.display()
+        );
+        return s;
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let gguf_arg = gguf.to_string_lossy().into_owned();
+    let python = venv(&root.join("models-cache").join("peft-venv"));
+    let ours = cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "privmix-ensemble",
+        "--example",
+        "train_speed",
+    ]);
+    let example = root.join("target/release/examples/train_speed");
+    let script = root.join("xtask/peers/peft_step.py");
+    let steps = steps.to_string();
+    for (mode, peer_label) in [
+        ("lora", "PyTorch + PEFT"),
+        ("dpsgd", "PyTorch + PEFT + Opacus"),
+    ] {
+        let mut rows = [
+            Row {
+                label: format!("privmix ({THREADS} threads)"),
+                rates: Ok(Vec::new()),
+            },
+            Row {
+                label: format!("{peer_label} ({THREADS} threads)"),
+                rates: Ok(Vec::new()),
+            },
+        ];
+        for _ in 0..rounds {
+            let mut mine = Command::new(&example);
+            mine.args([&gguf_arg, "--mode", mode, "--steps", &steps])
+                .env("RAYON_NUM_THREADS", THREADS);
+            let ours_run = ours.clone().and_then(|()| run_json(mine, "train_speed"));
+            let peer_run = python.clone().and_then(|py| {
+                let mut cmd = Command::new(py);
+                cmd.arg(&script).args([
+                    &gguf_arg,
+                    "--mode",
+                    mode,
+                    "--steps",
+                    &steps,
+                    "--threads",
+                    THREADS,
+                ]);
+                run_json(cmd, "peft_step.py")
+            });
+            for (row, run) in rows.iter_mut().zip([ours_run, peer_run]) {
+                match (&mut row.rates, run.and_then(|v| rates(&v))) {
+                    (Ok(all), Ok(more)) => all.extend(more),
+                    (Ok(_), Err(e)) => row.rates = Err(e),
+                    (Err(_), _) => {}
+                }
+            }
+        }
+        render(&mut s, mode, &rows);
+    }
+    let _ = writeln!(
+        s,
+        "Produced by `cargo xtask bench --train-only` (`xtask/src/train_peer.rs`): \
+         `models-cache/smollm2.gguf`, {rounds} round(s) alternating the engines, each \
+         timing {steps} steps after one warm-up step; tokens/s = 4 × 128 / step time. \
+         Load average at the start: {}.\n",
+        load.trim()
+    );
+    s
+}
+
+/// The virtual environment's Python, created with the pinned packages if absent.
+fn venv(dir: &Path) -> Result<String, String> {
+    let py = dir.join("bin/python3");
+    let ready = dir.join("privmix-peer-ready");
+    if !ready.is_file() {
+        let run = |cmd: &mut Command, what: &str| -> Result<(), String> {
+            eprintln!("xtask: {what}");
+            match cmd.status() {
+                Ok(s) if s.success() => Ok(()),
+                Ok(s) => Err(format!("{what} failed ({s})")),
+                Err(e) => Err(format!("could not start {what}: {e}")),
+            }
+        };
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(dir),
+            "python3 -m venv",
+        )?;
+        run(
+            Command::new(&py).args(["-m", "pip", "install", "--no-deps", TORCH]),
+            "pip install --no-deps torch",
+        )?;
+        run(
+            Command::new(&py)
+                .args(["-m", "pip", "install"])
+                .args(PEER_PACKAGES),
+            "pip install the peer's packages",
+        )?;
+        std::fs::write(&ready, format!("{TORCH} {}\n", PEER_PACKAGES.join(" ")))
+            .map_err(|e| format!("cannot write {}: {e}", ready.display()))?;
+    }
+    Ok(py.to_string_lossy().into_owned())
+}
+
+/// Runs `cmd` and parses the last line of its stdout as JSON.
+fn run_json(mut cmd: Command, what: &str) -> Result<Value, String> {
+    eprintln!("xtask: {what}");
+    let out = cmd
+        .current_dir(workspace_root())
+        .output()
+        .map_err(|e| format!("could not start {what}: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        return Err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or("");
+    serde_json::from_str(line).map_err(|e| format!("{what} printed no JSON ({e}): {line:?}"))
+}
+
+/// The `tokens_per_s` list of one run's JSON line.
+fn rates(v: &Value) -> Result<Vec<f64>, String> {
+    let list = v["tokens_per_s"]
+        .as_array()
+        .ok_or_else(|| format!("no tokens_per_s list in {v}"))?;
+    list.iter()
+        .map(|x| {
+            x.as_f64()
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .ok_or_else(|| format!("bad tokens/s {x}"))
+        })
+        .collect()
+}
+
+/// Median, least and greatest.
+fn summary(rates: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut v = rates.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    (n > 0).then(|| {
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        (median, v[0], v[n - 1])
+    })
+}
+
+fn render(s: &mut String, mode: &str, rows: &[Row; 2]) {
+    let title = match mode {
+        "lora" => "LoRA step (forward, backward, AdamW)",
+        _ => "DP-SGD step (per-example gradients, clipping, noise, AdamW)",
+    };
+    let _ = writeln!(s, "### {title}\n");
+    let _ = writeln!(
+        s,
+        "| engine | tokens/s (median) | range | ratio ours / peer |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|");
+    let peer = rows[1].rates.as_ref().ok().and_then(|r| summary(r));
+    for row in rows {
+        match row.rates.as_ref().map(|r| summary(r)) {
+            Ok(Some((m, lo, hi))) => {
+                let ratio = match (&row.label, peer) {
+                    (l, Some((p, _, _))) if l.starts_with("privmix") => format!("{:.2}×", m / p),
+                    _ => String::new(),
+                };
+                let _ = writeln!(s, "| {} | {m:.1} | {lo:.1}–{hi:.1} | {ratio} |", row.label);
+            }
+            Ok(None) => {
+                let _ = writeln!(s, "| {} | not measured: no step timed | | |", row.label);
+            }
+            Err(e) => {
+                let _ = writeln!(s, "| {} | not measured: {e} | | |", row.label);
+            }
+        }
+    }
+    s.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_read_from_the_json_line_and_bad_ones_refused() {
+        let v: Value =
+            serde_json::from_str(r#"{"engine":"privmix","tokens_per_s":[300.5, 290]}"#).unwrap();
+        assert_eq!(rates(&v).unwrap(), vec![300.5, 290.0]);
+        for bad in [
+            r#"{"tokens_per_s":[0]}"#,
+            r#"{"tokens_per_s":"x"}"#,
+            r#"{}"#,
+        ] {
+            assert!(rates(&serde_json::from_str(bad).unwrap()).is_err(), "{bad}");
+        }
+        assert_eq!(summary(&[3.0, 1.0, 2.0, 10.0]), Some((2.5, 1.0, 10.0)));
+        assert_eq!(summary(&[]), None);
+    }
+}
