@@ -5,16 +5,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use super::fmt_eps;
 use crate::error::BenchError;
 use crate::icl::{IclResults, IclSummary};
 use crate::plots::{Series, epsilon_range, line_plot};
-
-fn fmt_eps(e: Option<f64>) -> String {
-    match e {
-        Some(e) => format!("{e:.3}"),
-        None => "∞".into(),
-    }
-}
 
 fn target(e: Option<f64>) -> String {
     e.map_or("—".into(), |e| format!("{e}"))
