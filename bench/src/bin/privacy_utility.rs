@@ -120,8 +120,11 @@ struct Args {
     /// ICL: private demonstrations |D|.
     #[arg(long, default_value_t = 128)]
     icl_private: usize,
-    /// ICL: test queries.
-    #[arg(long, default_value_t = 16)]
+    /// ICL: seeds (independent deployments: own queries, demonstrations, randomness, budget).
+    #[arg(long, default_value_t = 5)]
+    icl_seeds: usize,
+    /// ICL: test queries per seed (different nouns in every seed).
+    #[arg(long, default_value_t = 40)]
     icl_test: usize,
     /// ICL: public inputs of DPS-MOZO+Off.
     #[arg(long, default_value_t = 4)]
@@ -144,9 +147,12 @@ struct Args {
     /// Canary audit: passes over each audit member's blocks.
     #[arg(long, default_value_t = 4.0)]
     canary_epochs: f64,
-    /// Membership inference: examples (0: skip the attack).
-    #[arg(long, default_value_t = 10)]
+    /// Membership inference: examples m per repetition (m attacks of 1 member vs m − 1; 0: skip).
+    #[arg(long, default_value_t = 41)]
     mia_examples: usize,
+    /// Membership inference: repetitions, on disjoint example sets.
+    #[arg(long, default_value_t = 5)]
+    mia_repetitions: usize,
     /// Wu et al. embedding baseline: the sentence-transformers folder
     /// (`cargo xtask fetch-models --only minilm`); when it is missing the report says so.
     #[arg(long, default_value = "models-cache/all-minilm-l6-v2")]
@@ -194,10 +200,12 @@ fn main() -> ExitCode {
             dp_sgd_lrs = vec![0.002, 0.008],
             dp_sgd_epochs = vec![1.0],
             icl_private = 32,
-            icl_test = 5,
+            icl_seeds = 2,
+            icl_test = 3,
             icl_public = 2,
             icl_max_tokens = 12,
             mia_examples = 5,
+            mia_repetitions = 2,
             canaries = 4,
             canary_epochs = 2.0,
             esa_candidates = 8,
@@ -277,7 +285,9 @@ fn main() -> ExitCode {
         epsilons: config.epsilons.clone(),
         delta: config.delta,
         seed: config.seed,
+        seeds: a.icl_seeds,
         mia_examples: a.mia_examples,
+        mia_repetitions: a.mia_repetitions,
         embedding_model: (!a.skip_embedding).then_some(a.embedding_model),
         esa_subsets: if a.esa_subsets == 0 {
             a.icl_private / a.esa_shots.max(1)
@@ -346,20 +356,27 @@ fn main() -> ExitCode {
                     m.hit_rate
                 );
             }
-            for m in r.icl.iter().flat_map(|p| &p.results) {
+            for m in r.icl.iter().flat_map(|p| &p.summary) {
                 eprintln!(
-                    "{:13} ε {:>5} ROUGE-L F1 {:.4} spent {:?} ({:.0} s)",
+                    "{:13} ε {:>5} ROUGE-L F1 {} spent {:?} ({:.0} s)",
                     m.method,
                     m.target_epsilon.map_or("-".into(), |e| e.to_string()),
-                    m.rouge_l_f1,
+                    m.rouge_l_f1.display(4),
                     m.spent_epsilon,
                     m.seconds
                 );
             }
-            for m in r.icl.iter().flat_map(|p| &p.mia) {
+            for m in r
+                .icl
+                .iter()
+                .filter_map(|p| p.mia.as_ref())
+                .flat_map(|m| &m.results)
+            {
                 eprintln!(
-                    "MIA {:22} ε {:?} AUC {:.3}",
-                    m.method, m.target_epsilon, m.auc
+                    "MIA {:12} ε {:?} AUC {}",
+                    m.method,
+                    m.target_epsilon,
+                    m.auc.display(3)
                 );
             }
             eprintln!(

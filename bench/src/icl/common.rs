@@ -27,7 +27,7 @@ pub struct IclConfig {
     pub wordnet: PathBuf,
     /// |D|, the private demonstrations.
     pub private_demos: usize,
-    /// Test queries n_test.
+    /// Test queries n_test of each seed (the seeds' queries are different nouns).
     pub test_queries: usize,
     /// Public inputs of DPS-MOZO+Off.
     pub public_inputs: usize,
@@ -41,10 +41,17 @@ pub struct IclConfig {
     pub epsilons: Vec<f64>,
     /// δ.
     pub delta: f64,
-    /// Seed of the split and of the sampling.
+    /// Seed of the split and of the sampling (each seed of the run derives its own).
     pub seed: u64,
-    /// Examples of the membership-inference attack (the first test queries; 0: none).
+    /// Seeds: independent deployments, each with its own test queries, private
+    /// demonstrations, public inputs, randomness and budget ([`super::split`]).
+    #[serde(default = "one")]
+    pub seeds: usize,
+    /// Examples m of each membership-inference repetition (0: no attack).
     pub mia_examples: usize,
+    /// Repetitions of the membership-inference attack, on disjoint example sets.
+    #[serde(default = "one")]
+    pub mia_repetitions: usize,
     /// The sentence-transformers folder of the embedding baseline (None: not run).
     #[serde(default)]
     pub embedding_model: Option<PathBuf>,
@@ -59,7 +66,11 @@ pub struct IclConfig {
     pub esa_candidates: usize,
 }
 
-/// One method's result.
+fn one() -> usize {
+    1
+}
+
+/// One method's result on one seed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IclResult {
     /// `zero-shot`, `few-shot`, `dps-mozo+on` or `dps-mozo+off`.

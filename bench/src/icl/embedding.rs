@@ -41,10 +41,12 @@ struct Query {
     candidate_embeddings: Vec<Vec<f32>>,
 }
 
-/// Runs the baseline at every ε of `config`, plus the noiseless row.
+/// Runs the baseline at every ε of `config`, plus the noiseless row, with the
+/// subsets, candidates and noise drawn from `seed` (one seed of the run).
 #[allow(clippy::too_many_arguments)]
 pub fn run_embedding_baseline(
     config: &IclConfig,
+    seed: u64,
     encoder_dir: &Path,
     runner: &IclRunner,
     tokenizer: &Tokenizer,
@@ -65,7 +67,7 @@ pub fn run_embedding_baseline(
     }
     let encoder = SentenceEncoder::<Flex>::load(encoder_dir, &Default::default())?;
     let mut order: Vec<usize> = (0..private.len()).collect();
-    order.shuffle(&mut ChaCha20Rng::seed_from_u64(config.seed ^ 0xe5a));
+    order.shuffle(&mut ChaCha20Rng::seed_from_u64(seed ^ 0xe5a));
     let subsets: Vec<Vec<u32>> = order
         .chunks(shots)
         .take(n)
@@ -81,7 +83,7 @@ pub fn run_embedding_baseline(
     bar.set_message("embedding baseline");
     bar.set_length(queries.len() as u64);
     bar.set_position(0);
-    let mut rng = ChaCha20Rng::seed_from_u64(config.seed ^ 0xca7d);
+    let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0xca7d);
     let mut generated = 0;
     let mut per_query = Vec::with_capacity(queries.len());
     for q in queries {
@@ -132,7 +134,7 @@ pub fn run_embedding_baseline(
         parameters(None),
         started,
     ));
-    let mut noise = PrivacyRng::from_seed(config.seed ^ 0x5eed);
+    let mut noise = PrivacyRng::from_seed(seed ^ 0x5eed);
     for &eps in &config.epsilons {
         let t = Instant::now();
         // The embeddings' dimension (the charge's grid term grows with it).

@@ -2,11 +2,14 @@
 //! built from a real corpus — WordNet 3.1's noun definitions ([`wordnet`]) — scored
 //! with ROUGE-L F1 against WordNet's own definition.
 //!
-//! A seeded shuffle of the nouns gives three disjoint sets: the private
-//! demonstrations D (word and definition), the test queries (words; their
-//! definitions are the references) and, for DPS-MOZO+Off, public inputs (words
-//! only). Methods, each generating up to `max_tokens` tokens per query and
-//! stopping at the first line break:
+//! The run has `seeds` seeds, each an independent deployment ([`split`]): its own
+//! private demonstrations D (word and definition), its own test queries (words;
+//! their definitions are the references; no two seeds share one), its own public
+//! inputs for DPS-MOZO+Off (words only), its own mechanism randomness and its own
+//! privacy budget per method, calibrated to its queries. Each figure is reported as
+//! the mean over seeds with a 95% interval ([`summary`], as the paper reports the
+//! mean and standard deviation over five seeds). Methods, each generating up to
+//! `max_tokens` tokens per query and stopping at the first line break:
 //! - zero-shot (no demonstration, charges 0);
 //! - few-shot: the normalised product of `n_shots` one-shot distributions, no
 //!   mixing — non-private (+∞);
@@ -14,16 +17,21 @@
 //!   tokens fit (ε, δ), every token charged before it is released;
 //! - DPS-MOZO+Off at each ε: DP outputs for the public inputs within (ε, δ), then
 //!   ordinary few-shot decoding with those DP demonstrations (post-processing:
-//!   nothing more is charged).
-//!
+//!   nothing more is charged);
 //! - the Wu et al. (2023) embedding-space aggregation at each ε ([`embedding`]),
 //!   when a sentence encoder (all-MiniLM-L6-v2, `cargo xtask fetch-models --only
 //!   minilm`) is given; otherwise the report says why it is missing.
+//!
+//! The membership-inference attack ([`mia`]) runs once, over `mia_repetitions`
+//! disjoint example sets of `mia_examples` each, with DPS-MOZO+On's per-token radius
+//! at each ε.
 
 mod common;
 pub mod embedding;
 pub mod mia;
 pub mod source;
+pub mod split;
+pub mod summary;
 pub mod wordnet;
 
 use std::time::Instant;
@@ -36,15 +44,16 @@ use privmix_mechanisms::{
     PrivacyRng, Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
 };
 use privmix_models::{Model, Tokenizer};
-use rand::SeedableRng;
-use rand::seq::SliceRandom;
-use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
+use crate::stats::Interval;
 use common::{Decoded, demo_text, query_text, scored, tokens};
 pub use common::{HEADER, IclConfig, IclResult};
 use source::{DpPromptSource, IclRunner, PromptSource};
+use split::{SeedSplit, SplitSizes, seed_of};
+pub use summary::{IclSeed, IclSummary};
+use summary::{same_epsilon, summarise};
 use wordnet::{Definition, load_nouns};
 
 /// Everything the ICL experiment measured.
@@ -54,13 +63,50 @@ pub struct IclResults {
     pub config: IclConfig,
     /// Nouns kept from WordNet.
     pub nouns: usize,
-    /// Results, one per method and ε.
-    pub results: Vec<IclResult>,
-    /// The membership-inference attack, one result per method.
-    pub mia: Vec<mia::MiaResult>,
+    /// One row per method and ε: the mean over seeds with its interval.
+    pub summary: Vec<IclSummary>,
+    /// Each seed's own results.
+    pub seeds: Vec<IclSeed>,
+    /// The membership-inference attack (None: not run).
+    pub mia: Option<mia::MiaRun>,
     /// Why the embedding baseline did not run (None: it ran).
     #[serde(default)]
     pub embedding_skipped: Option<String>,
+    /// Wall seconds of the whole ICL run (model loading included).
+    pub seconds: f64,
+}
+
+impl IclResults {
+    fn row(&self, method: &str, epsilon: Option<f64>) -> Option<&IclSummary> {
+        self.summary
+            .iter()
+            .find(|r| r.method == method && same_epsilon(r.target_epsilon, epsilon))
+    }
+
+    /// ROUGE-L F1 of `method` (`zero-shot`, `few-shot`, `dps-mozo+on`,
+    /// `dps-mozo+off`, `wu-embedding-agg`, `embedding-agg (no noise)`) at target
+    /// `epsilon` (None for the baselines): mean and 95% interval over seeds.
+    pub fn rouge(&self, method: &str, epsilon: Option<f64>) -> Option<Interval> {
+        self.row(method, epsilon).map(|r| r.rouge_l_f1)
+    }
+
+    /// Each seed's mean ROUGE-L F1 of `method` at `epsilon`, in seed order (for
+    /// paired comparisons: [`Interval::of_differences`]).
+    pub fn rouge_per_seed(&self, method: &str, epsilon: Option<f64>) -> Option<Vec<f64>> {
+        self.row(method, epsilon).map(|r| r.per_seed.clone())
+    }
+
+    /// The membership-inference AUC-ROC (a fraction in [0, 1]) of `method`
+    /// (`few-shot` with None: one shot without privacy; `dps-mozo+on` with
+    /// Some(ε); `zero-shot` with None): mean and 95% interval over repetitions.
+    pub fn mia_auc(&self, method: &str, epsilon: Option<f64>) -> Option<Interval> {
+        self.mia
+            .as_ref()?
+            .results
+            .iter()
+            .find(|r| r.method == method && same_epsilon(r.target_epsilon, epsilon))
+            .map(|r| r.auc)
+    }
 }
 
 /// Generates an answer for every query with `step`, stopping at a line break, at
@@ -125,15 +171,49 @@ fn finite(e: f64) -> Option<f64> {
     e.is_finite().then_some(e)
 }
 
+/// What every seed shares: the model, the prompt pieces, the radii.
+struct Shared<'a> {
+    config: &'a IclConfig,
+    runner: &'a IclRunner,
+    tokenizer: &'a Tokenizer,
+    header: Vec<u32>,
+    stop: Option<u32>,
+    orders: Orders,
+    bar: &'a indicatif::ProgressBar,
+}
+
+/// DPS-MOZO+On's per-token radius at each ε: the largest whose
+/// `test_queries × max_tokens` charged tokens fit (ε, δ) with `n_shots` of
+/// `private_demos` demonstrations drawn per token.
+fn on_radii(config: &IclConfig, orders: &Orders) -> Result<Vec<(f64, f64)>, BenchError> {
+    let tokens = (config.test_queries * config.max_tokens) as u64;
+    config
+        .epsilons
+        .iter()
+        .map(|&eps| {
+            let r = calibrate_radius(
+                orders,
+                eps,
+                config.delta,
+                tokens,
+                config.n_shots,
+                config.private_demos,
+            )?;
+            Ok((eps, r))
+        })
+        .collect()
+}
+
 /// Runs every method (see the module docs).
 pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchError> {
+    let started = Instant::now();
     let bar = if progress {
         indicatif::ProgressBar::new(0)
     } else {
         indicatif::ProgressBar::hidden()
     };
     if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg:28} [{bar:30}] {pos}/{len} queries {elapsed_precise}",
+        "{msg:36} [{bar:30}] {pos}/{len} queries {elapsed_precise}",
     ) {
         bar.set_style(style.progress_chars("=> "));
     }
@@ -141,63 +221,124 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
     let tokenizer = crate::experiment::tokenizer_for(&config.model, config.tokenizer.as_deref())?;
     let model = Model::<Flex>::load(&config.model, &device)?;
     let runner: IclRunner = EnsembleRunner::new(model, &[])?;
-    let mut nouns = load_nouns(&config.wordnet)?;
-    let total = nouns.len();
-    let need = config.private_demos + config.test_queries + config.public_inputs;
-    if need > total || config.private_demos < config.n_shots || config.test_queries == 0 {
-        return Err(BenchError::Config(format!(
-            "{need} nouns asked for ({} private ≥ n_shots {}, {} test, {} public), {total} kept",
-            config.private_demos, config.n_shots, config.test_queries, config.public_inputs
-        )));
+    let nouns = load_nouns(&config.wordnet)?;
+    let sizes = SplitSizes {
+        seeds: config.seeds,
+        test_queries: config.test_queries,
+        private_demos: config.private_demos,
+        public_inputs: config.public_inputs,
+        mia_repetitions: if config.mia_examples >= 2 {
+            config.mia_repetitions
+        } else {
+            0
+        },
+        mia_examples: config.mia_examples,
+    };
+    let split = split::split(nouns.len(), &sizes, config.n_shots, config.seed)?;
+    let pick =
+        |idx: &[usize]| -> Vec<Definition> { idx.iter().map(|&i| nouns[i].clone()).collect() };
+    let stop = tokens(&tokenizer, "\n")?;
+    let shared = Shared {
+        config,
+        runner: &runner,
+        tokenizer: &tokenizer,
+        header: tokens(&tokenizer, HEADER)?,
+        stop: (stop.len() == 1).then(|| stop[0]),
+        orders: Orders::dp_accounting_default(),
+        bar: &bar,
+    };
+    let radii = on_radii(config, &shared.orders)?;
+    let mut seeds = Vec::with_capacity(split.seeds.len());
+    let mut embedding_skipped = None;
+    for (s, part) in split.seeds.iter().enumerate() {
+        let seed = seed_of(config.seed, s);
+        let label = format!("seed {}/{}", s + 1, split.seeds.len());
+        let (results, skipped) = run_seed(&shared, &pick, part, seed, &radii, &label)?;
+        embedding_skipped = skipped;
+        seeds.push(IclSeed { seed, results });
     }
-    nouns.shuffle(&mut ChaCha20Rng::seed_from_u64(config.seed));
-    let private = &nouns[..config.private_demos];
-    let queries = &nouns[config.private_demos..config.private_demos + config.test_queries];
-    let public = &nouns[config.private_demos + config.test_queries..need];
+    let mia = if split.mia.is_empty() {
+        None
+    } else {
+        let sets: Vec<Vec<Definition>> = split.mia.iter().map(|set| pick(set)).collect();
+        bar.set_message("membership inference");
+        bar.set_length((sets.len() * config.mia_examples) as u64);
+        bar.set_position(0);
+        Some(mia::membership_inference(
+            &runner,
+            &tokenizer,
+            &sets,
+            config.top_k,
+            &radii,
+            || bar.inc(1),
+        )?)
+    };
+    bar.finish_and_clear();
+    Ok(IclResults {
+        config: config.clone(),
+        nouns: nouns.len(),
+        summary: summarise(&seeds)?,
+        seeds,
+        mia,
+        embedding_skipped,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
 
-    let header = tokens(&tokenizer, HEADER)?;
+/// Every method on one seed's split, with randomness from `seed`; also why the
+/// embedding baseline did not run (None: it ran).
+fn run_seed(
+    sh: &Shared<'_>,
+    pick: &dyn Fn(&[usize]) -> Vec<Definition>,
+    part: &SeedSplit,
+    seed: u64,
+    radii: &[(f64, f64)],
+    label: &str,
+) -> Result<(Vec<IclResult>, Option<String>), BenchError> {
+    let config = sh.config;
+    let (private, queries, public) = (pick(&part.private), pick(&part.queries), pick(&part.public));
     let demos = private
         .iter()
-        .map(|d| tokens(&tokenizer, &demo_text(d)))
+        .map(|d| tokens(sh.tokenizer, &demo_text(d)))
         .collect::<Result<Vec<_>, _>>()?;
-    let orders = Orders::dp_accounting_default();
-    let stop = tokens(&tokenizer, "\n")?;
-    let stop = (stop.len() == 1).then(|| stop[0]);
     let base = DpsMozoConfig::new(config.n_shots, config.top_k, 0.0)?;
     let mut results = Vec::new();
-    let mut radii = Vec::new();
-    let mut rng = PrivacyRng::from_seed(config.seed);
+    let mut rng = PrivacyRng::from_seed(seed);
 
     // Baselines.
     let run_method = |mechanism: &mut dyn IclMechanism,
                       account: &mut dyn Account,
                       rng: &mut PrivacyRng|
      -> Result<Decoded, BenchError> {
-        let mut src = PromptSource::new(&runner, header.clone(), demos.clone());
-        bar.set_message(mechanism.name().to_string());
-        decode_all(&tokenizer, queries, config.max_tokens, &bar, |context| {
-            Ok(mechanism.step(&mut src, context, rng, account)?)
-        })
+        let mut src = PromptSource::new(sh.runner, sh.header.clone(), demos.clone());
+        sh.bar.set_message(format!("{label} {}", mechanism.name()));
+        decode_all(
+            sh.tokenizer,
+            &queries,
+            config.max_tokens,
+            sh.bar,
+            |context| Ok(mechanism.step(&mut src, context, rng, account)?),
+        )
     };
     let t = Instant::now();
-    let mut account = Unbudgeted::new(orders.clone());
+    let mut account = Unbudgeted::new(sh.orders.clone());
     let decoded = run_method(&mut ZeroShot::new(config.top_k)?, &mut account, &mut rng)?;
     results.push(scored(
         "zero-shot",
         None,
-        queries,
+        &queries,
         decoded,
         Some(0.0),
         format!("top-k {}", config.top_k),
         t,
     ));
     let t = Instant::now();
-    let mut account = Unbudgeted::new(orders.clone());
+    let mut account = Unbudgeted::new(sh.orders.clone());
     let decoded = run_method(&mut FewShotProduct::new(base), &mut account, &mut rng)?;
     results.push(scored(
         "few-shot",
         None,
-        queries,
+        &queries,
         decoded,
         None,
         format!(
@@ -207,31 +348,18 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         t,
     ));
 
-    for &eps in &config.epsilons {
-        // The largest radius whose `tokens` charged tokens fit (ε, δ).
-        let radius_for = |tokens: u64| {
-            calibrate_radius(
-                &orders,
-                eps,
-                config.delta,
-                tokens,
-                config.n_shots,
-                config.private_demos,
-            )
-        };
+    for &(eps, radius) in radii {
         // +On: every generated token of every query is charged.
         let t = Instant::now();
         let on_tokens = (config.test_queries * config.max_tokens) as u64;
-        let radius = radius_for(on_tokens)?;
-        radii.push((eps, radius));
-        let mut budget = Budget::new(orders.clone(), eps, config.delta)?;
+        let mut budget = Budget::new(sh.orders.clone(), eps, config.delta)?;
         let cfg = DpsMozoConfig::new(config.n_shots, config.top_k, radius)?;
         let decoded = run_method(&mut DpsMozo::new(cfg), &mut budget, &mut rng)?;
         let spent = budget.spent_epsilon(config.delta)?.epsilon;
         results.push(scored(
             "dps-mozo+on",
             Some(eps),
-            queries,
+            &queries,
             decoded,
             finite(spent),
             format!("radius {radius:.3e} calibrated to {on_tokens} tokens"),
@@ -242,32 +370,45 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         if config.public_inputs > 0 {
             let t = Instant::now();
             let off_tokens = (config.public_inputs * config.max_tokens) as u64;
-            let radius = radius_for(off_tokens)?;
-            let mut budget = Budget::new(orders.clone(), eps, config.delta)?;
+            let radius = calibrate_radius(
+                &sh.orders,
+                eps,
+                config.delta,
+                off_tokens,
+                config.n_shots,
+                config.private_demos,
+            )?;
+            let mut budget = Budget::new(sh.orders.clone(), eps, config.delta)?;
             let mut mechanism =
                 DpsMozo::new(DpsMozoConfig::new(config.n_shots, config.top_k, radius)?);
             let inputs = public
                 .iter()
-                .map(|d| tokens(&tokenizer, &query_text(&d.word)))
+                .map(|d| tokens(sh.tokenizer, &query_text(&d.word)))
                 .collect::<Result<Vec<_>, _>>()?;
-            let mut src = PromptSource::new(&runner, header.clone(), demos.clone());
+            let mut src = PromptSource::new(sh.runner, sh.header.clone(), demos.clone());
+            sh.bar
+                .set_message(format!("{label} dps-mozo+off (offline)"));
             let dp_demos = generate_dp_demonstrations(
                 &mut mechanism,
                 &mut src,
                 &inputs,
                 config.max_tokens,
-                stop,
+                sh.stop,
                 &mut rng,
                 &mut budget,
             )?;
             let spent = budget.spent_epsilon(config.delta)?.epsilon;
             let online = DpFewShot::new(&dp_demos, config.top_k)?;
-            let mut few = DpPromptSource::new(&runner, &tokenizer, header.clone());
-            let mut free = Unbudgeted::new(orders.clone());
-            bar.set_message("dps-mozo+off (online)");
-            let decoded = decode_all(&tokenizer, queries, config.max_tokens, &bar, |context| {
-                Ok(online.step(&mut few, context, &mut rng, &mut free)?)
-            })?;
+            let mut few = DpPromptSource::new(sh.runner, sh.tokenizer, sh.header.clone());
+            let mut free = Unbudgeted::new(sh.orders.clone());
+            sh.bar.set_message(format!("{label} dps-mozo+off (online)"));
+            let decoded = decode_all(
+                sh.tokenizer,
+                &queries,
+                config.max_tokens,
+                sh.bar,
+                |context| Ok(online.step(&mut few, context, &mut rng, &mut free)?),
+            )?;
             let zero_after = free.spent().epsilon(config.delta)?.epsilon;
             if zero_after != 0.0 {
                 return Err(BenchError::Config(format!(
@@ -277,7 +418,7 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
             results.push(scored(
                 "dps-mozo+off",
                 Some(eps),
-                queries,
+                &queries,
                 decoded,
                 finite(spent),
                 format!(
@@ -295,24 +436,131 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
             dir.display()
         )),
         Some(dir) => {
+            sh.bar.set_message(format!("{label} embedding baseline"));
             results.extend(embedding::run_embedding_baseline(
-                config, dir, &runner, &tokenizer, &header, private, queries, &bar,
+                config,
+                seed,
+                dir,
+                sh.runner,
+                sh.tokenizer,
+                &sh.header,
+                &private,
+                &queries,
+                sh.bar,
             )?);
             None
         }
     };
-    bar.finish_and_clear();
-    let mia = if config.mia_examples >= 2 {
-        let examples = &queries[..config.mia_examples.min(queries.len())];
-        mia::membership_inference(&runner, &tokenizer, examples, config.top_k, &radii)?
-    } else {
-        Vec::new()
-    };
-    Ok(IclResults {
-        config: config.clone(),
-        nouns: total,
-        results,
-        mia,
-        embedding_skipped,
-    })
+    Ok((results, embedding_skipped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary::tests::result;
+    use super::*;
+
+    fn results() -> IclResults {
+        let seeds: Vec<IclSeed> = [0.2, 0.3, 0.25, 0.22, 0.28]
+            .iter()
+            .enumerate()
+            .map(|(s, &f1)| IclSeed {
+                seed: s as u64,
+                results: vec![
+                    result("zero-shot", None, f1 - 0.1, Some(0.0)),
+                    result("few-shot", None, f1 + 0.1, None),
+                    result("dps-mozo+on", Some(1.0), f1, Some(0.9)),
+                    result("dps-mozo+on", Some(8.0), f1 + 0.05, Some(7.9)),
+                ],
+            })
+            .collect();
+        let mia = mia::MiaRun {
+            repetitions: 2,
+            examples: 3,
+            results: vec![
+                mia::MiaResult {
+                    method: "few-shot".into(),
+                    target_epsilon: None,
+                    radius: None,
+                    auc: Interval::of(&[0.9, 0.8]).unwrap(),
+                    per_repetition: vec![0.9, 0.8],
+                    members: Vec::new(),
+                },
+                mia::MiaResult {
+                    method: "dps-mozo+on".into(),
+                    target_epsilon: Some(1.0),
+                    radius: Some(0.01),
+                    auc: Interval::of(&[0.5, 0.6]).unwrap(),
+                    per_repetition: vec![0.5, 0.6],
+                    members: Vec::new(),
+                },
+            ],
+            forward_seconds: 0.0,
+            mixing_seconds: 0.0,
+        };
+        IclResults {
+            config: serde_json::from_value(serde_json::json!({
+                "model": "m", "tokenizer": null, "wordnet": "w", "private_demos": 8,
+                "test_queries": 1, "public_inputs": 0, "n_shots": 2, "top_k": 5,
+                "max_tokens": 3, "epsilons": [1.0, 8.0], "delta": 1e-5, "seed": 0,
+                "mia_examples": 3
+            }))
+            .unwrap(),
+            nouns: 100,
+            summary: summarise(&seeds).unwrap(),
+            seeds,
+            mia: Some(mia),
+            embedding_skipped: None,
+            seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn accessors_find_each_method_and_epsilon() {
+        let r = results();
+        // A configuration of before the seeds reads as one seed and one repetition.
+        assert_eq!((r.config.seeds, r.config.mia_repetitions), (1, 1));
+        let on1 = r.rouge("dps-mozo+on", Some(1.0)).unwrap();
+        assert!((on1.mean - 0.25).abs() < 1e-12 && on1.n == 5);
+        assert_eq!(
+            r.rouge_per_seed("dps-mozo+on", Some(1.0)).unwrap(),
+            [0.2, 0.3, 0.25, 0.22, 0.28]
+        );
+        let on8 = r.rouge_per_seed("dps-mozo+on", Some(8.0)).unwrap();
+        assert!((on8[1] - 0.35).abs() < 1e-12);
+        assert!((r.rouge("few-shot", None).unwrap().mean - 0.35).abs() < 1e-12);
+        assert!((r.rouge("zero-shot", None).unwrap().mean - 0.15).abs() < 1e-12);
+        // Absent: another ε, a baseline asked with an ε, an unknown method.
+        assert!(r.rouge("dps-mozo+on", Some(2.0)).is_none());
+        assert!(r.rouge("few-shot", Some(1.0)).is_none());
+        assert!(r.rouge("dps-mozo+off", Some(1.0)).is_none());
+        assert!(r.rouge_per_seed("wu-embedding-agg", Some(1.0)).is_none());
+        let auc = r.mia_auc("few-shot", None).unwrap();
+        assert!((auc.mean - 0.85).abs() < 1e-12 && auc.n == 2);
+        assert!((r.mia_auc("dps-mozo+on", Some(1.0)).unwrap().mean - 0.55).abs() < 1e-12);
+        assert!(r.mia_auc("dps-mozo+on", None).is_none());
+        assert!(r.mia_auc("dps-mozo+on", Some(8.0)).is_none());
+        // Paired comparison over seeds, as the claims use it.
+        let d = Interval::of_differences(
+            &r.rouge_per_seed("few-shot", None).unwrap(),
+            &r.rouge_per_seed("dps-mozo+on", Some(1.0)).unwrap(),
+        )
+        .unwrap();
+        assert!((d.mean - 0.1).abs() < 1e-12);
+        // The JSON round trip keeps everything the accessors read.
+        let back: IclResults = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        // (serde_json's float parsing may differ in the last bit.)
+        let near = |a: Option<Interval>, b: Option<Interval>| {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let d = [a.mean - b.mean, a.low - b.low, a.high - b.high];
+            assert!(
+                d.iter().all(|x| x.abs() < 1e-12) && a.n == b.n,
+                "{a:?} {b:?}"
+            );
+        };
+        near(
+            back.rouge("dps-mozo+on", Some(8.0)),
+            r.rouge("dps-mozo+on", Some(8.0)),
+        );
+        near(back.mia_auc("few-shot", None), r.mia_auc("few-shot", None));
+    }
 }

@@ -1,21 +1,31 @@
 //! The model behind the ICL mechanisms: the zero-shot prompt and the one-shot
-//! prompts of one step in one batched forward (rows of different lengths,
-//! padded, `EnsembleRunner::decoder` with the base model on every row).
+//! prompts of one step, base model on every row (`EnsembleRunner::decoder`).
 //!
 //! Prompts are token pieces joined as ids: `header`, then for a one-shot prompt the
 //! demonstration `Word: w\nDefinition: g\n\n`, then the context (the query
 //! `Word: w\nDefinition:` and the tokens generated so far). Log-probabilities
 //! stand in for logits: they differ from them by one constant per row, which
 //! softmax — and therefore DPS-MOZO's logit mixing — ignores.
+//!
+//! What is computed once and reused (the KV cache keeps every row exactly what it
+//! would be alone: padding slots are masked and take no position):
+//! - each demonstration's prefix, `header` and the demonstration, is prefilled the
+//!   first time it is drawn; a step clones the drawn demonstrations' prefixes into
+//!   one batch and feeds them the context only;
+//! - the zero-shot row is its own decoder over `header` and the context, extended
+//!   by the new tokens as the context grows, so it reads nothing but public text.
 
 use burn::backend::Flex;
 use privmix_ensemble::rows::RowLayout;
-use privmix_ensemble::runner::EnsembleRunner;
+use privmix_ensemble::runner::{Decoder, EnsembleRunner};
 use privmix_mechanisms::{DpDemonstration, FewShotSource, IclSource, MechanismError};
 use privmix_models::{Model, Tokenizer};
 
 /// The runner the ICL experiment uses (base model only, no adapters).
 pub type IclRunner = EnsembleRunner<Flex, Model<Flex>>;
+
+/// An incremental decoder of the runner.
+pub type IclDecoder<'a> = Decoder<'a, Flex, Model<Flex>>;
 
 fn source_error(e: impl std::fmt::Display) -> MechanismError {
     MechanismError::Source(e.to_string())
@@ -32,11 +42,21 @@ fn forward_rows(runner: &IclRunner, rows: &[Vec<u32>]) -> Result<Vec<Vec<f64>>, 
         .collect())
 }
 
+fn to_f64(rows: &privmix_ensemble::rows::LogProbRows) -> Vec<Vec<f64>> {
+    (0..rows.rows())
+        .map(|r| rows.row(r).iter().map(|&x| f64::from(x)).collect())
+        .collect()
+}
+
 /// An [`IclSource`] over one model and a private demonstration set.
 pub struct PromptSource<'a> {
     runner: &'a IclRunner,
     header: Vec<u32>,
     demos: Vec<Vec<u32>>,
+    /// Demonstration j's prefilled prefix (`header`, demonstration j), once drawn.
+    prefixes: Vec<Option<IclDecoder<'a>>>,
+    /// The zero-shot decoder, the context it has been fed and its last row.
+    zero: Option<(IclDecoder<'a>, Vec<u32>, Vec<f64>)>,
     prepared: Option<Prepared>,
     /// Model forwards run (for the report).
     pub forwards: usize,
@@ -55,18 +75,12 @@ impl<'a> PromptSource<'a> {
         Self {
             runner,
             header,
+            prefixes: (0..demos.len()).map(|_| None).collect(),
             demos,
+            zero: None,
             prepared: None,
             forwards: 0,
         }
-    }
-
-    fn zero_row(&self, context: &[u32]) -> Vec<u32> {
-        [self.header.as_slice(), context].concat()
-    }
-
-    fn one_shot_row(&self, demo: usize, context: &[u32]) -> Vec<u32> {
-        [self.header.as_slice(), &self.demos[demo], context].concat()
     }
 
     fn check_demo(&self, demo: usize) -> Result<(), MechanismError> {
@@ -79,6 +93,86 @@ impl<'a> PromptSource<'a> {
             )))
         }
     }
+
+    fn check_context(context: &[u32]) -> Result<(), MechanismError> {
+        if context.is_empty() {
+            return Err(source_error("an empty context"));
+        }
+        Ok(())
+    }
+
+    /// The zero-shot row after `header` and `context`, feeding its decoder only the
+    /// tokens it has not seen when `context` extends what it was fed.
+    fn zero_row(&mut self, context: &[u32]) -> Result<Vec<f64>, MechanismError> {
+        Self::check_context(context)?;
+        if let Some((decoder, fed, last)) = &mut self.zero
+            && context.starts_with(fed)
+        {
+            let new = &context[fed.len()..];
+            if new.is_empty() {
+                return Ok(last.clone());
+            }
+            let out = if let [token] = new {
+                decoder.next_log_probs(*token)
+            } else {
+                decoder.prefill(new)
+            }
+            .map_err(source_error)?;
+            self.forwards += 1;
+            *last = to_f64(&out).remove(0);
+            fed.extend_from_slice(new);
+            return Ok(last.clone());
+        }
+        let mut decoder = self
+            .runner
+            .decoder(RowLayout::public_only(1))
+            .map_err(source_error)?;
+        let out = decoder
+            .prefill(&[self.header.as_slice(), context].concat())
+            .map_err(source_error)?;
+        self.forwards += 1;
+        let last = to_f64(&out).remove(0);
+        self.zero = Some((decoder, context.to_vec(), last.clone()));
+        Ok(last)
+    }
+
+    /// Demonstration `demo`'s prefilled prefix (made on first use).
+    fn prefix(&mut self, demo: usize) -> Result<IclDecoder<'a>, MechanismError> {
+        self.check_demo(demo)?;
+        if let Some(d) = &self.prefixes[demo] {
+            return Ok(d.clone());
+        }
+        let mut decoder = self
+            .runner
+            .decoder(RowLayout::public_only(1))
+            .map_err(source_error)?;
+        decoder
+            .prefill(&[self.header.as_slice(), &self.demos[demo]].concat())
+            .map_err(source_error)?;
+        self.forwards += 1;
+        self.prefixes[demo] = Some(decoder.clone());
+        Ok(decoder)
+    }
+
+    /// The one-shot rows of `drawn` after `context`, in one batch over their prefixes.
+    fn one_shot_rows(
+        &mut self,
+        drawn: &[usize],
+        context: &[u32],
+    ) -> Result<Vec<Vec<f64>>, MechanismError> {
+        Self::check_context(context)?;
+        let Some((&first, rest)) = drawn.split_first() else {
+            return Ok(Vec::new());
+        };
+        let mut batch = self.prefix(first)?;
+        for &d in rest {
+            let next = self.prefix(d)?;
+            batch.append(next).map_err(source_error)?;
+        }
+        let out = batch.prefill(context).map_err(source_error)?;
+        self.forwards += 1;
+        Ok(to_f64(&out))
+    }
 }
 
 impl IclSource for PromptSource<'_> {
@@ -90,10 +184,8 @@ impl IclSource for PromptSource<'_> {
         for &d in drawn {
             self.check_demo(d)?;
         }
-        let mut rows = vec![self.zero_row(context)];
-        rows.extend(drawn.iter().map(|&d| self.one_shot_row(d, context)));
-        let rows = forward_rows(self.runner, &rows)?;
-        self.forwards += 1;
+        let mut rows = vec![self.zero_row(context)?];
+        rows.extend(self.one_shot_rows(drawn, context)?);
         self.prepared = Some(Prepared {
             context: context.to_vec(),
             drawn: drawn.to_vec(),
@@ -108,8 +200,7 @@ impl IclSource for PromptSource<'_> {
         {
             return Ok(p.rows[0].clone());
         }
-        self.forwards += 1;
-        Ok(forward_rows(self.runner, &[self.zero_row(context)])?.remove(0))
+        self.zero_row(context)
     }
 
     fn one_shot_logits(
@@ -124,8 +215,7 @@ impl IclSource for PromptSource<'_> {
         {
             return Ok(p.rows[1 + i].clone());
         }
-        self.forwards += 1;
-        Ok(forward_rows(self.runner, &[self.one_shot_row(demo, context)])?.remove(0))
+        Ok(self.one_shot_rows(&[demo], context)?.remove(0))
     }
 }
 
@@ -178,5 +268,95 @@ impl FewShotSource for DpPromptSource<'_> {
         let demo_ids = self.rendered.as_deref().unwrap_or_default();
         let row = [self.header.as_slice(), demo_ids, context].concat();
         Ok(forward_rows(self.runner, &[row])?.remove(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The tiny Llama fixture (vocabulary 256) of the models crate.
+    fn runner() -> IclRunner {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/hf/llama");
+        let model = Model::<Flex>::load(&dir, &Default::default()).unwrap();
+        EnsembleRunner::new(model, &[]).unwrap()
+    }
+
+    fn close(a: &[f64], b: &[f64]) {
+        assert_eq!(a.len(), b.len());
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(worst < 1e-4, "largest difference {worst}");
+    }
+
+    /// The cached prefixes and the growing zero-shot decoder give the rows a full
+    /// forward of each whole prompt gives.
+    #[test]
+    fn cached_rows_equal_whole_prompt_forwards() {
+        let runner = runner();
+        let header = vec![71, 105, 118, 101, 10];
+        let demos = vec![
+            vec![
+                87, 58, 32, 99, 97, 116, 10, 68, 58, 32, 97, 110, 105, 109, 97, 108, 10, 10,
+            ],
+            vec![
+                87, 58, 32, 111, 97, 107, 10, 68, 58, 32, 116, 114, 101, 101, 10, 10,
+            ],
+            vec![87, 58, 32, 120, 10, 68, 58, 32, 121, 10, 10],
+        ];
+        let mut src = PromptSource::new(&runner, header.clone(), demos.clone());
+        let mut context = vec![87, 58, 32, 100, 111, 103, 10, 68, 58];
+        for step in 0..4 {
+            let drawn: &[usize] = if step % 2 == 0 { &[0, 2] } else { &[1, 2] };
+            src.prepare(drawn, &context).unwrap();
+            let mut whole = vec![[header.as_slice(), &context].concat()];
+            whole.extend(
+                drawn
+                    .iter()
+                    .map(|&d| [header.as_slice(), &demos[d], &context].concat()),
+            );
+            let expected = forward_rows(&runner, &whole).unwrap();
+            close(&src.zero_shot_logits(&context).unwrap(), &expected[0]);
+            for (i, &d) in drawn.iter().enumerate() {
+                close(&src.one_shot_logits(d, &context).unwrap(), &expected[1 + i]);
+            }
+            // A demonstration not drawn at this step: its own forward.
+            close(
+                &src.one_shot_logits(1 - (step % 2), &context).unwrap(),
+                &forward_rows(
+                    &runner,
+                    &[[header.as_slice(), &demos[1 - (step % 2)], &context].concat()],
+                )
+                .unwrap()[0],
+            );
+            context.push(97 + step as u32);
+        }
+        // A new query (not an extension): the zero-shot decoder starts over.
+        let other = vec![87, 58, 32, 122, 10, 68, 58];
+        close(
+            &src.zero_shot_logits(&other).unwrap(),
+            &forward_rows(&runner, &[[header.as_slice(), &other].concat()]).unwrap()[0],
+        );
+        assert!(src.prepare(&[3], &other).is_err());
+
+        // Prefixes of different lengths prefilled in one padded batch, then one
+        // shared context (the membership-inference attack's forwards).
+        let prefixes = vec![header.clone(), [header.as_slice(), &demos[0]].concat()];
+        let mut batch = runner.decoder(RowLayout::public_only(2)).unwrap();
+        batch.prefill_rows(&prefixes).unwrap();
+        let rows = to_f64(&batch.clone().prefill(&other).unwrap());
+        let whole: Vec<Vec<u32>> = prefixes
+            .iter()
+            .map(|p| [p.as_slice(), &other].concat())
+            .collect();
+        let expected = forward_rows(&runner, &whole).unwrap();
+        close(&rows[0], &expected[0]);
+        close(&rows[1], &expected[1]);
+        assert!(src.zero_shot_logits(&[]).is_err());
     }
 }
