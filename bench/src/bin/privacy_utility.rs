@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use privmix_bench::BenchError;
-use privmix_bench::claims::perplexity_claims;
+use privmix_bench::claims::{icl_claims, perplexity_claims};
 use privmix_bench::experiment::canary::CanaryPlan;
 use privmix_bench::experiment::{DpSgdPlan, ExperimentConfig, ScoringPlan, TrainingPlan, run};
 use privmix_bench::icl::{IclConfig, run_icl};
@@ -317,6 +317,9 @@ fn main() -> ExitCode {
         let mut claims = Vec::new();
         if let Some(r) = &perplexity {
             claims.extend(perplexity_claims(r));
+        }
+        if let Some(i) = &icl {
+            claims.extend(icl_claims(i));
         }
         phases.finish(&mut info);
         let report = Report {
