@@ -150,7 +150,8 @@ fn share_verdict(ours: &Interval, paper: f64) -> (Verdict, String) {
     }
 }
 
-/// The share of the gap from `from` to `to` that `x` closes, per seed.
+/// The share of the gap from `from` to `to` that `x` closes, per seed (NaN
+/// where the gap is zero, which [`Interval::of`] refuses).
 fn shares(from: &[f64], to: &[f64], x: &[f64]) -> Vec<f64> {
     from.iter()
         .zip(to)
@@ -586,7 +587,14 @@ pub fn icl_claims(icl: &IclResults) -> Vec<Claim> {
                 .iter()
                 .find(|(x, _)| *x == e)
                 .map(|(_, v)| (v - 22.13) / (28.62 - 22.13));
-            let (verdict, why, ours) = match (Interval::of(&share), paper) {
+            let share_of = if share.iter().all(|x| x.is_finite()) {
+                Interval::of(&share)
+            } else {
+                Err(crate::error::BenchError::Config(
+                    "zero-shot and few-shot score the same on a seed: no gap to share".into(),
+                ))
+            };
+            let (verdict, why, ours) = match (share_of, paper) {
                 (Ok(s), Some(p)) => {
                     let (v, why) = share_verdict(&s, p);
                     (v, why, s.display(2))
