@@ -36,13 +36,6 @@ pub struct Report {
     pub icl: Option<IclResults>,
 }
 
-fn fmt_eps(e: Option<f64>) -> String {
-    match e {
-        Some(e) => format!("{e:.3}"),
-        None => "∞".into(),
-    }
-}
-
 /// Writes `results.json`, the CSVs, the plots and `README.md` into `dir`.
 pub fn write_report(dir: &Path, report: &Report) -> Result<(), BenchError> {
     std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;

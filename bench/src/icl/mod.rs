@@ -456,7 +456,7 @@ fn run_seed(
 
 #[cfg(test)]
 mod tests {
-    use super::summary::tests::result;
+    use super::summary::test_result as result;
     use super::*;
 
     fn results() -> IclResults {

@@ -100,29 +100,31 @@ pub fn summarise(seeds: &[IclSeed]) -> Result<Vec<IclSummary>, BenchError> {
         .collect()
 }
 
+/// A result row for tests.
 #[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-
-    pub(in crate::icl) fn result(
-        method: &str,
-        eps: Option<f64>,
-        f1: f64,
-        spent: Option<f64>,
-    ) -> IclResult {
-        IclResult {
-            method: method.into(),
-            target_epsilon: eps,
-            rouge_l_f1: f1,
-            per_query: vec![f1],
-            spent_epsilon: spent,
-            tokens: 10,
-            mean_lambda: eps.map(|_| 0.5),
-            examples: Vec::new(),
-            parameters: String::new(),
-            seconds: 1.0,
-        }
+pub(crate) fn test_result(
+    method: &str,
+    eps: Option<f64>,
+    f1: f64,
+    spent: Option<f64>,
+) -> IclResult {
+    IclResult {
+        method: method.into(),
+        target_epsilon: eps,
+        rouge_l_f1: f1,
+        per_query: vec![f1],
+        spent_epsilon: spent,
+        tokens: 10,
+        mean_lambda: eps.map(|_| 0.5),
+        examples: Vec::new(),
+        parameters: String::new(),
+        seconds: 1.0,
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn rows_gather_every_seed() {
@@ -132,8 +134,8 @@ pub(super) mod tests {
             .map(|(s, &(f1, spent))| IclSeed {
                 seed: s as u64,
                 results: vec![
-                    result("few-shot", None, f1 + 0.1, None),
-                    result("dps-mozo+on", Some(1.0), f1, Some(spent)),
+                    test_result("few-shot", None, f1 + 0.1, None),
+                    test_result("dps-mozo+on", Some(1.0), f1, Some(spent)),
                 ],
             })
             .collect();
@@ -154,11 +156,11 @@ pub(super) mod tests {
         let seeds = vec![
             IclSeed {
                 seed: 0,
-                results: vec![result("dps-mozo+on", Some(1.0), 0.2, Some(1.0))],
+                results: vec![test_result("dps-mozo+on", Some(1.0), 0.2, Some(1.0))],
             },
             IclSeed {
                 seed: 1,
-                results: vec![result("dps-mozo+on", Some(2.0), 0.2, Some(1.0))],
+                results: vec![test_result("dps-mozo+on", Some(2.0), 0.2, Some(1.0))],
             },
         ];
         assert!(summarise(&seeds).is_err());

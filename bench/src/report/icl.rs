@@ -5,7 +5,6 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::fmt_eps;
 use crate::error::BenchError;
 use crate::icl::{IclResults, IclSummary};
 use crate::plots::{Series, epsilon_range, line_plot};
@@ -182,4 +181,11 @@ pub fn icl_plot(dir: &Path, icl: &IclResults) -> Result<String, BenchError> {
         false,
     )?;
     Ok(file.to_string())
+}
+
+fn fmt_eps(e: Option<f64>) -> String {
+    match e {
+        Some(e) => format!("{e:.3}"),
+        None => "∞".into(),
+    }
 }

@@ -28,6 +28,7 @@
 //!   does not pay page faults on hundreds of MB of fresh allocations.
 
 mod kernels;
+mod pool;
 mod step;
 #[cfg(test)]
 mod tests;

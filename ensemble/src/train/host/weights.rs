@@ -9,7 +9,7 @@ use privmix_models::layers::{Linear, RmsNorm, RopeStyle};
 use privmix_models::runtime::to_vec;
 use privmix_models::{Llama, Model, Projection};
 
-use super::step::Pool;
+use super::pool::Pool;
 use crate::train::error::TrainError;
 
 /// One projection: `y = x · w_t (+ bias)`, `w_t: [fan_in, fan_out]`.
