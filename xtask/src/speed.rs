@@ -164,7 +164,7 @@ fn lavapipe_icd() -> Option<String> {
 }
 
 /// Runs `cmd` and parses the last line of its stdout as JSON.
-fn run_json(mut cmd: Command, what: &str) -> Result<Value, String> {
+pub(crate) fn run_json(mut cmd: Command, what: &str) -> Result<Value, String> {
     eprintln!("xtask: {what}");
     let out = cmd
         .current_dir(workspace_root())

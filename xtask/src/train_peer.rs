@@ -22,6 +22,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use crate::speed::run_json;
 use crate::workspace::{cargo, workspace_root};
 
 /// Threads given to both engines.
@@ -163,27 +164,6 @@ fn venv(dir: &Path) -> Result<String, String> {
             .map_err(|e| format!("cannot write {}: {e}", ready.display()))?;
     }
     Ok(py.to_string_lossy().into_owned())
-}
-
-/// Runs `cmd` and parses the last line of its stdout as JSON.
-fn run_json(mut cmd: Command, what: &str) -> Result<Value, String> {
-    eprintln!("xtask: {what}");
-    let out = cmd
-        .current_dir(workspace_root())
-        .output()
-        .map_err(|e| format!("could not start {what}: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(3).collect();
-        return Err(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or("");
-    serde_json::from_str(line).map_err(|e| format!("{what} printed no JSON ({e}): {line:?}"))
 }
 
 /// The `tokens_per_s` list of one run's JSON line.
