@@ -89,7 +89,8 @@ pub fn markdown(title: &str, results: &ExperimentResults, plots: &[String]) -> S
     let _ = writeln!(
         s,
         "Validation loss (nats per token, {} held-out blocks): public model {public_loss:.4}; \
-         members {mean_member:.4} on average ({lo:.4}–{hi:.4}){}.\n",
+         members {mean_member:.4} on average ({lo:.4}–{hi:.4}) — the members' figures are a \
+         private diagnostic (computed from their weights, released by no mechanism){}.\n",
         c.validation_blocks,
         if results.members_cached {
             "; adapters from the cache"
