@@ -101,6 +101,31 @@ pub(crate) fn cuda_check() -> Result<(), String> {
     crate::workspace::cargo(&["check", "-p", "privmix", "--features", "cuda"])
 }
 
+/// On CI (`CI` set in the environment), removes `target/debug` and
+/// `target/package` once the last step that reads them has run: a CI machine's disk
+/// can be small, and the release build of the bench smoke and the fuzzers need
+/// their own room. A developer's build cache is left alone.
+pub(crate) fn free_debug_builds() -> Result<(), String> {
+    if std::env::var_os("CI").is_none() {
+        return Ok(());
+    }
+    let root = crate::workspace::workspace_root();
+    for dir in ["target/debug", "target/package"] {
+        let path = root.join(dir);
+        if path.exists() {
+            std::fs::remove_dir_all(&path)
+                .map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+            eprintln!(
+                "xtask: removed {} (CI: its builds are done with)",
+                path.display()
+            );
+        }
+    }
+    // For the record, as `.ci/run` prints it at the start.
+    let _ = std::process::Command::new("df").args(["-h", "."]).status();
+    Ok(())
+}
+
 fn lavapipe_present() -> bool {
     lavapipe_icd().is_some()
 }

@@ -231,6 +231,8 @@ fn test(tests_only: bool) -> Result<(), String> {
     // crate packaged and built from its package alone.
     publish::examples()?;
     publish::package()?;
+    // On CI, the debug builds are done with: free their disk for the release build.
+    ci::free_debug_builds()?;
     // The README's main job, end to end on the tiny model (release build of the bench).
     ci::bench_smoke()?;
     // The header parsers under libFuzzer, 30 s each.
