@@ -65,6 +65,9 @@ fn tok_err(message: impl Into<String>) -> ModelError {
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// `inner`'s number of ids, added tokens included: `tokenizers` counts them
+    /// by building its whole vocabulary map, too slow for every `decode`.
+    vocab_size: usize,
     bos_id: Option<u32>,
     eos_id: Option<u32>,
     add_bos: bool,
@@ -118,6 +121,7 @@ impl Tokenizer {
             None => eos_id.into_iter().collect(),
         };
         Ok(Self {
+            vocab_size: inner.get_vocab_size(true),
             inner,
             bos_id,
             eos_id,
@@ -146,6 +150,7 @@ impl Tokenizer {
             inner.add_special_tokens(&[AddedToken::from("<|endoftext|>", true)]);
         }
         Ok(Self {
+            vocab_size: inner.get_vocab_size(true),
             inner,
             bos_id: eot,
             eos_id: eot,
@@ -218,6 +223,7 @@ impl Tokenizer {
         inner.add_tokens(&user);
         let default_add_bos = model == "llama";
         Ok(Self {
+            vocab_size: inner.get_vocab_size(true),
             inner,
             bos_id,
             eos_id,
@@ -284,7 +290,7 @@ impl Tokenizer {
 
     /// Number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.vocab_size
     }
 }
 

@@ -30,7 +30,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha20Rng;
 
 use super::common::{Decoded, IclConfig, IclResult, demo_text, query_text, scored, tokens};
-use super::source::IclRunner;
+use super::source::{IclDecoder, IclRunner};
 use super::wordnet::Definition;
 use crate::error::BenchError;
 
@@ -84,19 +84,31 @@ pub fn run_embedding_baseline(
     bar.set_length(queries.len() as u64);
     bar.set_position(0);
     let mut rng = ChaCha20Rng::seed_from_u64(seed ^ 0xca7d);
+    // The prompts' prefixes are the same for every query: the subsets' few-shot
+    // prefixes (one padded batch) and the zero-shot header (C rows) are prefilled
+    // once, and each query starts from clones of them.
+    let mut few_shot_prefixes = runner.decoder(RowLayout::public_only(n))?;
+    few_shot_prefixes.prefill_rows(&subsets)?;
+    let mut zero_shot_prefixes = runner.decoder(RowLayout::public_only(c))?;
+    zero_shot_prefixes.prefill(header)?;
     let mut generated = 0;
     let mut per_query = Vec::with_capacity(queries.len());
     for q in queries {
         let query = tokens(tokenizer, &query_text(&q.word))?;
-        let prompts: Vec<Vec<u32>> = subsets.iter().map(|s| [s, &query[..]].concat()).collect();
-        let (outputs, t1) = decode_batch(runner, tokenizer, &prompts, config.max_tokens, |lp| {
-            argmax(lp)
-        })?;
-        let zero = [header, &query[..]].concat();
-        let (candidates, t2) =
-            decode_batch(runner, tokenizer, &vec![zero; c], config.max_tokens, |lp| {
-                sample_top_k(lp, config.top_k, &mut rng)
-            })?;
+        let (outputs, t1) = decode_batch(
+            few_shot_prefixes.clone(),
+            tokenizer,
+            &query,
+            config.max_tokens,
+            argmax,
+        )?;
+        let (candidates, t2) = decode_batch(
+            zero_shot_prefixes.clone(),
+            tokenizer,
+            &query,
+            config.max_tokens,
+            |lp| sample_top_k(lp, config.top_k, &mut rng),
+        )?;
         generated += t1 + t2;
         let texts: Vec<&str> = outputs.iter().map(String::as_str).collect();
         let cands: Vec<&str> = candidates.iter().map(String::as_str).collect();
@@ -198,40 +210,47 @@ fn closest(target: &[f64], embeddings: &[Vec<f32>]) -> usize {
     best
 }
 
-/// Decodes every prompt in one padded batch, choosing each row's next token
-/// with `pick` from its log-probabilities, until each row has produced a line
-/// break or the end-of-sequence token, or `max_tokens` tokens. Returns each
-/// row's first line and the number of tokens generated.
+/// Feeds `query` to every row of `decoder` (each row holding its prompt's prefix),
+/// then decodes all rows in one batch, choosing each row's next token with `pick`
+/// from its log-probabilities, until each row has produced a line break or the
+/// end-of-sequence token, or `max_tokens` tokens. Returns each row's first line and
+/// the number of tokens generated.
 fn decode_batch(
-    runner: &IclRunner,
+    mut decoder: IclDecoder<'_>,
     tokenizer: &Tokenizer,
-    prompts: &[Vec<u32>],
+    query: &[u32],
     max_tokens: usize,
     mut pick: impl FnMut(&[f32]) -> u32,
 ) -> Result<(Vec<String>, usize), BenchError> {
-    let mut decoder = runner.decoder(RowLayout::public_only(prompts.len()))?;
-    let mut out = decoder.prefill_rows(prompts)?;
+    let rows = decoder.layout().len();
+    let mut out = decoder.prefill(query)?;
     let eos = tokenizer.eos_id();
-    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
-    let mut done = vec![false; prompts.len()];
+    let mut generated: Vec<Vec<u32>> = vec![Vec::new(); rows];
+    // The original rows still decoding, in the decoder's row order: a finished
+    // row is dropped from the batch, so later steps compute only live rows.
+    let mut live: Vec<usize> = (0..rows).collect();
     let mut count = 0;
     for step in 0..max_tokens {
-        let mut next = Vec::with_capacity(prompts.len());
-        for (r, row) in generated.iter_mut().enumerate() {
-            let token = pick(out.row(r));
-            if !done[r] {
-                count += 1;
-                if Some(token) == eos {
-                    done[r] = true;
-                } else {
-                    row.push(token);
-                    done[r] = tokenizer.decode(row)?.contains('\n');
-                }
+        let mut keep = Vec::with_capacity(live.len());
+        let mut next = Vec::with_capacity(live.len());
+        for (i, &r) in live.iter().enumerate() {
+            let token = pick(out.row(i));
+            count += 1;
+            if Some(token) == eos {
+                continue;
             }
-            next.push(token);
+            generated[r].push(token);
+            if !tokenizer.decode(&generated[r])?.contains('\n') {
+                keep.push(i);
+                next.push(token);
+            }
         }
-        if done.iter().all(|&d| d) || step + 1 == max_tokens {
+        if keep.is_empty() || step + 1 == max_tokens {
             break;
+        }
+        if keep.len() < live.len() {
+            decoder.retain_rows(&keep)?;
+            live = keep.iter().map(|&i| live[i]).collect();
         }
         out = decoder.next_log_probs_rows(&next)?;
     }

@@ -31,17 +31,6 @@ fn source_error(e: impl std::fmt::Display) -> MechanismError {
     MechanismError::Source(e.to_string())
 }
 
-/// The rows of one batched forward, as f64 vectors.
-fn forward_rows(runner: &IclRunner, rows: &[Vec<u32>]) -> Result<Vec<Vec<f64>>, MechanismError> {
-    let mut decoder = runner
-        .decoder(RowLayout::public_only(rows.len()))
-        .map_err(source_error)?;
-    let out = decoder.prefill_rows(rows).map_err(source_error)?;
-    Ok((0..rows.len())
-        .map(|r| out.row(r).iter().map(|&x| f64::from(x)).collect())
-        .collect())
-}
-
 fn to_f64(rows: &privmix_ensemble::rows::LogProbRows) -> Vec<Vec<f64>> {
     (0..rows.rows())
         .map(|r| rows.row(r).iter().map(|&x| f64::from(x)).collect())
@@ -221,11 +210,18 @@ impl IclSource for PromptSource<'_> {
 
 /// The online phase of DPS-MOZO+Off: the DP demonstrations (public input and DP
 /// output, cut at the first line break) in the prompt before the context.
+///
+/// The prompt's prefix (`header` and the rendered demonstrations) is the same for
+/// every query: it is prefilled once, and each query's decoder starts from a clone
+/// of it and is extended token by token as the context grows.
 pub struct DpPromptSource<'a> {
     runner: &'a IclRunner,
     tokenizer: &'a Tokenizer,
     header: Vec<u32>,
-    rendered: Option<Vec<u32>>,
+    /// The demonstrations rendered and prefilled after `header`, once.
+    prefix: Option<(Vec<DpDemonstration>, IclDecoder<'a>)>,
+    /// The current query's decoder, the context it has been fed and its last row.
+    current: Option<(IclDecoder<'a>, Vec<u32>, Vec<f64>)>,
 }
 
 impl<'a> DpPromptSource<'a> {
@@ -235,7 +231,8 @@ impl<'a> DpPromptSource<'a> {
             runner,
             tokenizer,
             header,
-            rendered: None,
+            prefix: None,
+            current: None,
         }
     }
 
@@ -254,6 +251,24 @@ impl<'a> DpPromptSource<'a> {
         }
         Ok(ids)
     }
+
+    /// The decoder prefilled with `header` and `demos` (made once per set of demonstrations).
+    fn prefix(&mut self, demos: &[DpDemonstration]) -> Result<IclDecoder<'a>, MechanismError> {
+        if let Some((seen, decoder)) = &self.prefix
+            && seen.as_slice() == demos
+        {
+            return Ok(decoder.clone());
+        }
+        let ids = [self.header.clone(), self.render(demos)?].concat();
+        let mut decoder = self
+            .runner
+            .decoder(RowLayout::public_only(1))
+            .map_err(source_error)?;
+        decoder.prefill(&ids).map_err(source_error)?;
+        self.prefix = Some((demos.to_vec(), decoder.clone()));
+        self.current = None;
+        Ok(decoder)
+    }
 }
 
 impl FewShotSource for DpPromptSource<'_> {
@@ -262,12 +277,31 @@ impl FewShotSource for DpPromptSource<'_> {
         demos: &[DpDemonstration],
         context: &[u32],
     ) -> Result<Vec<f64>, MechanismError> {
-        if self.rendered.is_none() {
-            self.rendered = Some(self.render(demos)?);
+        if context.is_empty() {
+            return Err(source_error("an empty context"));
         }
-        let demo_ids = self.rendered.as_deref().unwrap_or_default();
-        let row = [self.header.as_slice(), demo_ids, context].concat();
-        Ok(forward_rows(self.runner, &[row])?.remove(0))
+        let mut prefix = self.prefix(demos)?;
+        if let Some((decoder, fed, last)) = &mut self.current
+            && context.starts_with(fed)
+        {
+            let new = &context[fed.len()..];
+            if new.is_empty() {
+                return Ok(last.clone());
+            }
+            let out = if let [token] = new {
+                decoder.next_log_probs(*token)
+            } else {
+                decoder.prefill(new)
+            }
+            .map_err(source_error)?;
+            *last = to_f64(&out).remove(0);
+            fed.extend_from_slice(new);
+            return Ok(last.clone());
+        }
+        let out = prefix.prefill(context).map_err(source_error)?;
+        let last = to_f64(&out).remove(0);
+        self.current = Some((prefix, context.to_vec(), last.clone()));
+        Ok(last)
     }
 }
 
@@ -276,6 +310,18 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    /// The rows of one batched forward of whole prompts, as f64 vectors.
+    fn forward_rows(
+        runner: &IclRunner,
+        rows: &[Vec<u32>],
+    ) -> Result<Vec<Vec<f64>>, MechanismError> {
+        let mut decoder = runner
+            .decoder(RowLayout::public_only(rows.len()))
+            .map_err(source_error)?;
+        let out = decoder.prefill_rows(rows).map_err(source_error)?;
+        Ok(to_f64(&out))
+    }
 
     /// The tiny Llama fixture (vocabulary 256) of the models crate.
     fn runner() -> IclRunner {
@@ -358,5 +404,59 @@ mod tests {
         close(&rows[0], &expected[0]);
         close(&rows[1], &expected[1]);
         assert!(src.zero_shot_logits(&[]).is_err());
+    }
+
+    /// DPS-MOZO+Off's online source: the cached prefix of DP demonstrations and
+    /// the decoder extended token by token give what a forward of the whole prompt
+    /// gives, across queries and after the demonstrations change.
+    #[test]
+    fn dp_prompt_rows_equal_whole_prompt_forwards() {
+        let runner = runner();
+        let tokenizer = Tokenizer::from_file(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../cli/tests/fixtures/tokenizer/tokenizer.json"),
+        )
+        .unwrap();
+        let header = tokenizer.encode("Give definitions.\n", false).unwrap();
+        let demo = |input: &str, output: &str| DpDemonstration {
+            input: tokenizer.encode(input, false).unwrap(),
+            output: tokenizer.encode(output, false).unwrap(),
+        };
+        let demos = vec![
+            demo("Word: cat\nDefinition:", " an animal\nWord: x"),
+            demo("Word: oak\nDefinition:", " a tree"),
+        ];
+        let rendered = tokenizer
+            .encode(
+                "Word: cat\nDefinition: an animal\n\nWord: oak\nDefinition: a tree\n\n",
+                false,
+            )
+            .unwrap();
+        let mut src = DpPromptSource::new(&runner, &tokenizer, header.clone());
+        let whole = |demo_ids: &[u32], context: &[u32]| {
+            forward_rows(&runner, &[[header.as_slice(), demo_ids, context].concat()]).unwrap()[0]
+                .clone()
+        };
+        for query in ["Word: dog\nDefinition:", "Word: elm\nDefinition:"] {
+            let mut context = tokenizer.encode(query, false).unwrap();
+            for step in 0..3u32 {
+                let got = src.few_shot_logits(&demos, &context).unwrap();
+                close(&got, &whole(&rendered, &context));
+                // Asked again without a new token: the same row.
+                close(&src.few_shot_logits(&demos, &context).unwrap(), &got);
+                context.push(97 + step);
+            }
+        }
+        // Other demonstrations: a new prefix.
+        let other = vec![demo("Word: sun\nDefinition:", " a star")];
+        let rendered = tokenizer
+            .encode("Word: sun\nDefinition: a star\n\n", false)
+            .unwrap();
+        let context = tokenizer.encode("Word: dog\nDefinition:", false).unwrap();
+        close(
+            &src.few_shot_logits(&other, &context).unwrap(),
+            &whole(&rendered, &context),
+        );
+        assert!(src.few_shot_logits(&other, &[]).is_err());
     }
 }
