@@ -497,7 +497,8 @@ fn canary_claims(audit: &CanaryAudit) -> Vec<Claim> {
 pub fn markdown(claims: &[Claim]) -> String {
     let mut s = String::from(
         "## Claims of the papers\n\nEach claim: the paper's figure, ours (mean [95% interval] over \
-         seeds, or Clopper–Pearson for counts), and a verdict by the rule given. Our model, data \
+         seeds — for perplexities the geometric mean and the interval of their logarithms — \
+         or Clopper–Pearson for counts), and a verdict by the rule given. Our model, data \
          and scale differ from every paper's, so the verdicts compare shapes (orderings, shares \
          of a gap, ratios), not numbers. A claim that is not reproduced is a finding: the \
          explanation says what our figures show.\n\n\

@@ -64,6 +64,29 @@ impl Interval {
         })
     }
 
+    /// The geometric mean of positive `values` (one per seed) and the 95%
+    /// Student-t interval of their logarithms, mapped back by `exp`. For
+    /// perplexities (each seed's `exp` of its mean negative log-likelihood) this
+    /// is the t-interval of the seeds' mean losses in perplexity units: it stays
+    /// positive, and a seed of much harder text widens it multiplicatively.
+    ///
+    /// Errors: no value, or a value that is not finite and positive.
+    pub fn geometric(values: &[f64]) -> Result<Self, BenchError> {
+        if let Some(v) = values.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+            return Err(BenchError::Config(format!(
+                "a geometric interval over a value that is not finite and positive: {v}"
+            )));
+        }
+        let logs: Vec<f64> = values.iter().map(|v| v.ln()).collect();
+        let log = Self::of(&logs)?;
+        Ok(Self {
+            mean: log.mean.exp(),
+            low: log.low.exp(),
+            high: log.high.exp(),
+            n: log.n,
+        })
+    }
+
     /// The interval of the per-seed differences `a[i] − b[i]` (paired seeds).
     pub fn of_differences(a: &[f64], b: &[f64]) -> Result<Self, BenchError> {
         if a.len() != b.len() {
@@ -139,6 +162,22 @@ mod tests {
         assert!((i.low - (3.0 - half)).abs() < 1e-6);
         assert!((i.high - (3.0 + half)).abs() < 1e-6);
         assert!(i.contains(3.0) && i.below(6.0) && i.above(0.0));
+    }
+
+    #[test]
+    fn geometric_interval_is_the_log_interval_mapped_back() {
+        // Logs 0, ln 10, ln 100: mean ln 10, s² = (ln 10)², half-width
+        // t₀.₉₇₅,₂ · ln 10 / √3 (closed form).
+        let i = Interval::geometric(&[1.0, 10.0, 100.0]).unwrap();
+        let half = 4.302652730 * 10f64.ln() / 3f64.sqrt();
+        assert!((i.mean - 10.0).abs() < 1e-9);
+        assert!((i.low - (10f64.ln() - half).exp()).abs() < 1e-6);
+        assert!((i.high - (10f64.ln() + half).exp()).abs() < 1e-4);
+        // Positive however wide (the arithmetic interval of these goes below 0).
+        assert!(i.low > 0.0 && Interval::of(&[1.0, 10.0, 100.0]).unwrap().low < 0.0);
+        assert!(Interval::geometric(&[1.0, 0.0]).is_err());
+        assert!(Interval::geometric(&[1.0, -2.0]).is_err());
+        assert!(Interval::geometric(&[]).is_err());
     }
 
     #[test]

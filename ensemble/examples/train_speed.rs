@@ -3,8 +3,16 @@
 //! Opacus for DP-SGD) on the same GGUF file, shapes and threads.
 //!
 //! `cargo run --release -p privmix-ensemble --example train_speed -- [MODEL]
-//!  [--mode lora|dpsgd] [--path fastest|autodiff] [--steps N] [--warmup N]
+//!  [--mode lora|dpsgd|products] [--path fastest|autodiff] [--steps N] [--warmup N]
 //!  [--rows R] [--seq T]`
+//!
+//! `products` times only the step's frozen-weight matrix products (no
+//! attention, norms, loss, LoRA factors or optimizer): each of the
+//! forward's `tokens × fan_in · fan_in × fan_out` products and the
+//! backward's transposed ones, with the head, through the `gemm` crate's
+//! packed kernels split by rows over rayon's threads as the host step runs
+//! them. No step can beat that time with these kernels, so its tokens/s is
+//! the ceiling of any f32 step on this machine's arithmetic.
 //!
 //! MODEL defaults to the models crate's tiny Llama fixture. Each step is a
 //! full optimizer step: forward, backward and AdamW on `R` blocks of `T`
@@ -22,7 +30,8 @@ use privmix_ensemble::lora::LoraConfig;
 use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, StepPath, TrainConfig, Trainer,
 };
-use privmix_models::{LanguageModel, Model};
+
+use privmix_models::{LanguageModel, LlamaConfig, Model};
 
 type AB = Autodiff<Flex>;
 
@@ -71,7 +80,7 @@ fn parse() -> Result<Args, String> {
             _ => return Err(format!("unknown argument {arg}")),
         }
     }
-    if a.mode != "lora" && a.mode != "dpsgd" {
+    if !["lora", "dpsgd", "products"].contains(&a.mode.as_str()) {
         return Err(format!("unknown mode {}", a.mode));
     }
     Ok(a)
@@ -94,6 +103,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut seconds = Vec::with_capacity(a.steps);
     let mut losses = Vec::with_capacity(total);
     let host = match a.mode.as_str() {
+        "products" => {
+            let Model::Llama(llama) = &model else {
+                return Err("--mode products needs a Llama-family model".into());
+            };
+            for i in 0..total {
+                let elapsed = frozen_products_seconds(&llama.config, a.rows * a.seq);
+                if i >= a.warmup {
+                    seconds.push(elapsed);
+                }
+            }
+            true
+        }
         "lora" => {
             let mut cfg = TrainConfig::new(lora, total, 1);
             cfg.batch_size = a.rows;
@@ -149,4 +170,121 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     println!("{json}");
     Ok(())
+}
+
+/// Seconds to run every frozen-weight product of one training step over
+/// `tokens` tokens of a Llama `config` (see the module docs): per layer the
+/// q, k, v, o, gate, up and down products and their backward products
+/// (`dy · Wᵀ`; layer 0's q, k and v ones are not needed), then the head's
+/// forward and backward products.
+fn frozen_products_seconds(config: &LlamaConfig, tokens: usize) -> f64 {
+    let h = config.hidden_size;
+    let qw = config.num_attention_heads * config.head_dim;
+    let kw = config.num_key_value_heads * config.head_dim;
+    let inter = config.intermediate_size;
+    // (fan_in, fan_out, backward product needed) of each projection.
+    let layer = |first: bool| {
+        [
+            (h, qw, !first),
+            (h, kw, !first),
+            (h, kw, !first),
+            (qw, h, true),
+            (h, inter, true),
+            (h, inter, true),
+            (inter, h, true),
+        ]
+    };
+    let mut products: Vec<(usize, usize, bool)> = (0..config.num_hidden_layers)
+        .flat_map(|l| layer(l == 0))
+        .collect();
+    products.push((h, config.vocab_size, true));
+    let largest = products.iter().map(|&(i, o, _)| i * o).max().unwrap_or(0);
+    let weights: Vec<f32> = (0..largest).map(|i| (i % 17) as f32 * 1e-3).collect();
+    let widest = products
+        .iter()
+        .map(|&(i, o, _)| i.max(o))
+        .max()
+        .unwrap_or(0);
+    let input: Vec<f32> = (0..tokens * widest)
+        .map(|i| (i % 13) as f32 * 1e-2)
+        .collect();
+    let mut out = vec![0.0f32; tokens * widest];
+    let start = Instant::now();
+    for &(fan_in, fan_out, backward) in &products {
+        // Forward: x[tokens, fan_in] · Wᵗ[fan_in, fan_out] (row-major, as the host step stores it).
+        rows_split_product(
+            &mut out,
+            tokens,
+            fan_in,
+            fan_out,
+            &input,
+            (fan_out, 1),
+            &weights,
+        );
+        if backward {
+            // Backward: dy[tokens, fan_out] · W[fan_out, fan_in] (the step's second copy).
+            rows_split_product(
+                &mut out,
+                tokens,
+                fan_out,
+                fan_in,
+                &input,
+                (fan_in, 1),
+                &weights,
+            );
+        }
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// `out[m, n] = lhs[m, k] · rhs`, `rhs[l, j]` at `rhs[l · strides.0 + j · strides.1]`,
+/// the rows split over rayon's threads, each part one single-threaded `gemm` call.
+fn rows_split_product(
+    out: &mut [f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    lhs: &[f32],
+    strides: (usize, usize),
+    rhs: &[f32],
+) {
+    use rayon::prelude::*;
+    let threads = rayon::current_num_threads().max(1);
+    let per = m.div_ceil(threads).next_multiple_of(8).max(8);
+    assert!(lhs.len() >= m * k && out.len() >= m * n);
+    assert!((k - 1) * strides.0 + (n - 1) * strides.1 < rhs.len());
+    out[..m * n]
+        .par_chunks_mut(per * n)
+        .enumerate()
+        .for_each(|(i, part)| {
+            let rows = part.len() / n;
+            let lhs = &lhs[i * per * k..];
+            assert!(lhs.len() >= rows * k);
+            // SAFETY: the asserts above keep every index the call reads or
+            // writes inside its slice; `part` is borrowed mutably, alone.
+            #[allow(unsafe_code)]
+            unsafe {
+                gemm::gemm(
+                    rows,
+                    n,
+                    k,
+                    part.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    lhs.as_ptr(),
+                    1,
+                    k as isize,
+                    rhs.as_ptr(),
+                    strides.1 as isize,
+                    strides.0 as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::None,
+                );
+            }
+        });
 }

@@ -84,7 +84,7 @@ pub(crate) fn section(quick: bool) -> String {
         ("lora", "PyTorch + PEFT"),
         ("dpsgd", "PyTorch + PEFT + Opacus"),
     ] {
-        let mut rows = [
+        let mut rows = vec![
             Row {
                 label: format!("privmix ({THREADS} threads)"),
                 rates: Ok(Vec::new()),
@@ -94,11 +94,25 @@ pub(crate) fn section(quick: bool) -> String {
                 rates: Ok(Vec::new()),
             },
         ];
-        for _ in 0..rounds {
+        // The LoRA step's ceiling on this machine: its frozen-weight products alone.
+        let ceiling = mode == "lora";
+        if ceiling {
+            rows.push(Row {
+                label: format!(
+                    "privmix, frozen-weight products only ({THREADS} threads): \
+                     the ceiling of an f32 step"
+                ),
+                rates: Ok(Vec::new()),
+            });
+        }
+        let run_ours = |mode: &str| {
             let mut mine = Command::new(&example);
             mine.args([&gguf_arg, "--mode", mode, "--steps", &steps])
                 .env("RAYON_NUM_THREADS", THREADS);
-            let ours_run = ours.clone().and_then(|()| run_json(mine, "train_speed"));
+            ours.clone().and_then(|()| run_json(mine, "train_speed"))
+        };
+        for _ in 0..rounds {
+            let ours_run = run_ours(mode);
             let peer_run = python.clone().and_then(|py| {
                 let mut cmd = Command::new(py);
                 cmd.arg(&script).args([
@@ -112,7 +126,11 @@ pub(crate) fn section(quick: bool) -> String {
                 ]);
                 run_json(cmd, "peft_step.py")
             });
-            for (row, run) in rows.iter_mut().zip([ours_run, peer_run]) {
+            let mut runs = vec![ours_run, peer_run];
+            if ceiling {
+                runs.push(run_ours("products"));
+            }
+            for (row, run) in rows.iter_mut().zip(runs) {
                 match (&mut row.rates, run.and_then(|v| rates(&v))) {
                     (Ok(all), Ok(more)) => all.extend(more),
                     (Ok(_), Err(e)) => row.rates = Err(e),
@@ -127,6 +145,10 @@ pub(crate) fn section(quick: bool) -> String {
         "Produced by `cargo xtask bench --train-only` (`xtask/src/train_peer.rs`): \
          `models-cache/smollm2.gguf`, {rounds} round(s) alternating the engines, each \
          timing {steps} steps after one warm-up step; tokens/s = 4 × 128 / step time. \
+         The ceiling row times only the LoRA step's products with the frozen weights \
+         (forward and backward, head included; `train_speed --mode products`), through \
+         the same `gemm` kernels split by rows over the same threads: no f32 step on \
+         this machine runs faster than it, so its ratio to the peer bounds ours. \
          Load average at the start: {}.\n",
         load.trim()
     );
@@ -195,7 +217,7 @@ fn summary(rates: &[f64]) -> Option<(f64, f64, f64)> {
     })
 }
 
-fn render(s: &mut String, mode: &str, rows: &[Row; 2]) {
+fn render(s: &mut String, mode: &str, rows: &[Row]) {
     let title = match mode {
         "lora" => "LoRA step (forward, backward, AdamW)",
         _ => "DP-SGD step (per-example gradients, clipping, noise, AdamW)",

@@ -49,7 +49,9 @@ pub struct SummaryRow {
     pub mechanism: String,
     /// Target ε (None: the public model, the non-private ensemble).
     pub target_epsilon: Option<f64>,
-    /// Perplexity with its 95% interval over seeds (None: infinite on a seed).
+    /// Perplexity over seeds: the geometric mean with the 95% t-interval of the
+    /// seeds' log-perplexities mapped back ([`Interval::geometric`]; None:
+    /// infinite on a seed).
     pub perplexity: Option<Interval>,
     /// Each seed's perplexity.
     pub perplexity_per_seed: Vec<f64>,
@@ -134,7 +136,7 @@ pub fn summarize(seeds: &[Vec<MechanismResult>]) -> Result<Vec<SummaryRow>, Benc
         rows.push(SummaryRow {
             mechanism: m.mechanism.clone(),
             target_epsilon: m.target_epsilon,
-            perplexity: Interval::of(&ppl).ok(),
+            perplexity: Interval::geometric(&ppl).ok(),
             perplexity_per_seed: ppl,
             spent_epsilon: spent.and_then(|v| Interval::of(&v).ok()),
             queries: m.queries,

@@ -126,8 +126,8 @@ pub fn markdown(title: &str, results: &ExperimentResults, plots: &[String]) -> S
         s,
         "### Perplexity and privacy\n\n\
          Every held-out position is one query, charged as if its token were released; \
-         perplexity is exp(mean NLL) over a seed's queries, reported as the mean over seeds \
-         [95% Student-t interval]. 'spent ε' is the accountant's (ε, δ) after all of a seed's \
+         perplexity is exp(mean NLL) over a seed's queries, reported as the geometric mean over \
+         seeds [95% Student-t interval of the seeds' log-perplexities, mapped back by exp]. 'spent ε' is the accountant's (ε, δ) after all of a seed's \
          queries. PMixED and SubMix are calibrated to spend the target over exactly these \
          queries; AdaPMixED's member filter is calibrated so the whole run fits the target; when \
          a budget refuses a charge the public model answers ('budget out'). S&A-Laplace and \

@@ -177,7 +177,7 @@ impl Ctx<'_> {
             false,
             1.0,
             Mat::rows(&logits, v),
-            Mat::transposed(&m.head.w_t, v),
+            Mat::rows(&m.head.w, h),
         );
         pool.give(logits);
         let mut dx = pool.take(n * h);
@@ -373,7 +373,7 @@ impl Ctx<'_> {
             accumulate,
             1.0,
             Mat::rows(dy, lin.fan_out),
-            Mat::transposed(&lin.w_t, lin.fan_out),
+            Mat::rows(&lin.w, lin.fan_in),
         );
     }
 

@@ -13,9 +13,16 @@ use super::pool::Pool;
 use crate::train::error::TrainError;
 
 /// One projection: `y = x · w_t (+ bias)`, `w_t: [fan_in, fan_out]`.
+///
+/// The weights are kept twice, row-major both ways: the forward product reads
+/// `w_t`, the backward product `dx = dy · w_tᵀ` reads `w` (`[fan_out, fan_in]`),
+/// so that each streams its right-hand side along rows: read the other way,
+/// the backward products pack a strided operand, which slows `gemm`'s kernels
+/// most on the head's wide shape.
 #[derive(Debug)]
 pub(crate) struct HostLinear {
     pub w_t: Vec<f32>,
+    pub w: Vec<f32>,
     pub bias: Option<Vec<f32>>,
     pub fan_in: usize,
     pub fan_out: usize,
@@ -23,13 +30,38 @@ pub(crate) struct HostLinear {
 
 impl HostLinear {
     fn read<B: Backend>(l: &Linear<B>) -> Result<Self, TrainError> {
+        let (fan_in, fan_out) = (l.in_features(), l.out_features());
+        let w_t = to_vec(l.weight_t().clone())?;
+        if w_t.len() != fan_in * fan_out {
+            return Err(TrainError::BadData(format!(
+                "a projection of {fan_in} × {fan_out} holds {} weights",
+                w_t.len()
+            )));
+        }
         Ok(Self {
-            w_t: to_vec(l.weight_t().clone())?,
+            w: transpose(&w_t, fan_in, fan_out),
+            w_t,
             bias: l.bias().map(|b| to_vec(b.clone())).transpose()?,
-            fan_in: l.in_features(),
-            fan_out: l.out_features(),
+            fan_in,
+            fan_out,
         })
     }
+}
+
+/// The transpose of row-major `a: [rows, cols]`, row-major `[cols, rows]`.
+fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut t = vec![0.0f32; a.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    t[c * rows + r] = a[r * cols + c];
+                }
+            }
+        }
+    }
+    t
 }
 
 /// One decoder block.
@@ -124,5 +156,24 @@ impl HostLlama {
             inv_freq: inv_freq(c.rope_theta, c.head_dim, c.rope_scaling),
             pool: Mutex::new(Pool::default()),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transpose;
+
+    #[test]
+    fn transpose_moves_every_entry_across_tile_edges() {
+        // 37 × 70 crosses the 32-wide tiles' edges both ways.
+        let (rows, cols) = (37, 70);
+        let a: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let t = transpose(&a, rows, cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                assert_eq!(t[c * rows + r], a[r * cols + c], "({r}, {c})");
+            }
+        }
+        assert_eq!(transpose(&t, cols, rows), a);
     }
 }
