@@ -31,6 +31,11 @@ pub struct RunInfo {
     pub phases: Vec<(String, f64)>,
     /// Seconds from start to the report.
     pub wall_seconds: f64,
+    /// `(part, seconds)` of work read from the cache instead of redone, each as
+    /// measured when an earlier run made it: the run's whole cost is
+    /// `wall_seconds` plus these.
+    #[serde(default)]
+    pub reused: Vec<(String, f64)>,
 }
 
 impl RunInfo {
@@ -51,6 +56,7 @@ impl RunInfo {
             started: utc_now(),
             phases: Vec::new(),
             wall_seconds: 0.0,
+            reused: Vec::new(),
         }
     }
 
@@ -75,6 +81,21 @@ impl RunInfo {
         s.push_str("\n| phase | wall time |\n|---|---|\n");
         for (phase, secs) in &self.phases {
             let _ = writeln!(s, "| {phase} | {} |", minutes(*secs));
+        }
+        let reused: f64 = self.reused.iter().map(|(_, secs)| secs).sum();
+        if reused > 0.0 {
+            s.push_str(
+                "\nReused from the cache (work of earlier runs of the same configuration, \
+                 timed when it was done):\n\n| part | time when made |\n|---|---|\n",
+            );
+            for (part, secs) in self.reused.iter().filter(|(_, secs)| *secs > 0.0) {
+                let _ = writeln!(s, "| {part} | {} |", minutes(*secs));
+            }
+            let _ = writeln!(
+                s,
+                "| **whole run: wall time + reused** | **{}** |",
+                minutes(self.wall_seconds + reused)
+            );
         }
         s.push('\n');
         s
@@ -130,7 +151,7 @@ impl Phases {
     }
 }
 
-fn commit() -> String {
+pub(crate) fn commit() -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -201,5 +222,16 @@ mod tests {
         phases.finish(&mut info);
         assert_eq!(info.phases.len(), 1);
         assert!(info.markdown().contains("| data |"));
+        assert!(!info.markdown().contains("Reused"));
+        // Reused work is listed and added to the wall time for the whole run.
+        info.wall_seconds = 60.0;
+        info.reused = vec![("adapters".into(), 240.0), ("nothing".into(), 0.0)];
+        let md = info.markdown();
+        assert!(md.contains("| adapters | 4.0 min |"), "{md}");
+        assert!(!md.contains("| nothing |"), "{md}");
+        assert!(
+            md.contains("| **whole run: wall time + reused** | **5.0 min** |"),
+            "{md}"
+        );
     }
 }

@@ -296,6 +296,7 @@ fn main() -> ExitCode {
         },
         esa_shots: a.esa_shots,
         esa_candidates: a.esa_candidates,
+        cache_dir: Some(config.cache_dir.clone()),
     };
     let mut info = RunInfo::collect();
     let mut phases = Phases::new();
@@ -322,6 +323,20 @@ fn main() -> ExitCode {
             claims.extend(icl_claims(i));
         }
         phases.finish(&mut info);
+        for (name, r) in [("record", &perplexity), ("user", &user_level)] {
+            if let Some(r) = r {
+                info.reused.push((
+                    format!("perplexity, {name} level: adapters trained by an earlier run"),
+                    r.reused_training_seconds,
+                ));
+            }
+        }
+        if let Some(i) = &icl {
+            info.reused.push((
+                "ICL: seeds and attack run by an earlier run".into(),
+                i.reused_seconds,
+            ));
+        }
         let report = Report {
             run: info.clone(),
             claims,

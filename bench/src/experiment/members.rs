@@ -5,6 +5,7 @@
 //! the training plan and the seed — names its folder; anything else retrains.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use burn::backend::{Autodiff, Flex};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -65,6 +66,9 @@ pub struct TrainedMembers {
     pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// True when every adapter came from the cache.
     pub cached: bool,
+    /// Seconds the adapters loaded from the cache took to train, as measured
+    /// when they were trained (0 for those cached before that was recorded).
+    pub reused_seconds: f64,
 }
 
 fn lora_config(plan: &TrainingPlan) -> Result<LoraConfig, BenchError> {
@@ -73,14 +77,14 @@ fn lora_config(plan: &TrainingPlan) -> Result<LoraConfig, BenchError> {
 }
 
 /// A short hex digest of `value`'s JSON.
-fn digest(value: &serde_json::Value) -> String {
+pub(crate) fn digest(value: &serde_json::Value) -> String {
     let hash = Sha256::digest(value.to_string().as_bytes());
     hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// The base model's name and the size of its file — or, for an HF folder, of
 /// every file in it — for the cache key.
-fn model_identity(path: &Path) -> serde_json::Value {
+pub(crate) fn model_identity(path: &Path) -> serde_json::Value {
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let sizes: Vec<(String, u64)> = match std::fs::read_dir(path) {
         Ok(entries) => {
@@ -160,6 +164,7 @@ pub fn train_members(
     let mut members = Vec::new();
     let mut member_steps = Vec::new();
     let mut cached = true;
+    let mut reused_seconds = 0.0;
     for (i, blocks) in data.members.iter().enumerate() {
         let batch = plan.batch.min(blocks.len());
         let steps = steps_for(plan.epochs, blocks.len(), batch);
@@ -173,9 +178,13 @@ pub fn train_members(
             .cache_dir
             .join(format!("member-{i}-{}", digest(&key)));
         let adapter = match load_cached(&dir, &base)? {
-            Some((adapter, _)) => adapter,
+            Some((adapter, meta)) => {
+                reused_seconds += train_seconds(&meta);
+                adapter
+            }
             None => {
                 cached = false;
+                let started = Instant::now();
                 let mut train_config =
                     TrainConfig::new(lora.clone(), steps, config.seed + i as u64);
                 train_config.batch_size = batch;
@@ -189,7 +198,12 @@ pub fn train_members(
                 }
                 pb.finish_and_clear();
                 let adapter = trainer.adapter::<Flex>()?;
-                save_cached(&dir, &adapter, json!({ "steps": steps }))?;
+                let seconds = started.elapsed().as_secs_f64();
+                save_cached(
+                    &dir,
+                    &adapter,
+                    json!({ "steps": steps, TRAIN_SECONDS: seconds }),
+                )?;
                 adapter
             }
         };
@@ -221,8 +235,9 @@ pub fn train_members(
         let mut sweep_adapters = Vec::new();
         for &lr in &dp.learning_rates {
             for &epochs in &dp.epochs {
-                let (run, adapter, fresh) = trainer.train(sweep_target, lr, epochs)?;
-                cached &= !fresh;
+                let (run, adapter, reused) = trainer.train(sweep_target, lr, epochs)?;
+                cached &= reused.is_some();
+                reused_seconds += reused.unwrap_or(0.0);
                 dp_sgd_sweep.push(run);
                 sweep_adapters.push(adapter);
             }
@@ -244,9 +259,10 @@ pub fn train_members(
                 dp_sgd.push((chosen.clone(), sweep_adapters[best].clone()));
                 continue;
             }
-            let (run, adapter, fresh) =
+            let (run, adapter, reused) =
                 trainer.train(target, chosen.learning_rate, chosen.epochs)?;
-            cached &= !fresh;
+            cached &= reused.is_some();
+            reused_seconds += reused.unwrap_or(0.0);
             dp_sgd.push((run, adapter));
         }
         let adapters: Vec<_> = dp_sgd.iter().map(|(_, a)| a.clone()).collect();
@@ -263,6 +279,7 @@ pub fn train_members(
         dp_sgd,
         dp_sgd_sweep,
         cached,
+        reused_seconds,
     })
 }
 
@@ -279,14 +296,14 @@ struct DpTraining<'a> {
 }
 
 impl DpTraining<'_> {
-    /// Trains (or loads) DP-SGD at `target` ε with `lr` for `epochs`; the bool
-    /// is true when it was trained now.
+    /// Trains (or loads) DP-SGD at `target` ε with `lr` for `epochs`; with the
+    /// seconds a cached adapter took to train (None: trained now).
     fn train(
         &self,
         target: f64,
         lr: f64,
         epochs: f64,
-    ) -> Result<(DpSgdRun, LoraAdapter<Flex>, bool), BenchError> {
+    ) -> Result<(DpSgdRun, LoraAdapter<Flex>, Option<f64>), BenchError> {
         let config = self.config;
         let steps = ((epochs / self.q).ceil() as usize).max(1);
         let sigma = dp_sgd_sigma(target, config.delta, steps as u64, self.q)?;
@@ -314,9 +331,10 @@ impl DpTraining<'_> {
         let dir = config
             .cache_dir
             .join(format!("dp-sgd-{target}-{}", digest(&key)));
-        let (adapter, fresh) = match load_cached(&dir, self.base)? {
-            Some((adapter, _)) => (adapter, false),
+        let (adapter, reused) = match load_cached(&dir, self.base)? {
+            Some((adapter, meta)) => (adapter, Some(train_seconds(&meta))),
             None => {
+                let started = Instant::now();
                 let mut trainer =
                     DpSgdTrainer::<Train, _>::new(self.model, self.records.to_vec(), dp_config)?;
                 let pb = bar(
@@ -330,8 +348,13 @@ impl DpTraining<'_> {
                 }
                 pb.finish_and_clear();
                 let adapter = trainer.adapter::<Flex>()?;
-                save_cached(&dir, &adapter, json!({ "sigma": sigma, "q": self.q }))?;
-                (adapter, true)
+                let seconds = started.elapsed().as_secs_f64();
+                save_cached(
+                    &dir,
+                    &adapter,
+                    json!({ "sigma": sigma, "q": self.q, TRAIN_SECONDS: seconds }),
+                )?;
+                (adapter, None)
             }
         };
         // The accountant's ε for the steps the plan runs (whether trained now or
@@ -351,7 +374,7 @@ impl DpTraining<'_> {
                 chosen: false,
             },
             adapter,
-            fresh,
+            reused,
         ))
     }
 }
@@ -359,6 +382,15 @@ impl DpTraining<'_> {
 /// Written last into a cached adapter's folder: a folder without it is an
 /// interrupted save, and is redone.
 const META_FILE: &str = "privmix_meta.json";
+
+/// The metadata key of the seconds an adapter took to train.
+const TRAIN_SECONDS: &str = "train_seconds";
+
+/// The training seconds a cached adapter's metadata records (0 where an
+/// older run did not record them).
+fn train_seconds(meta: &serde_json::Value) -> f64 {
+    meta[TRAIN_SECONDS].as_f64().unwrap_or(0.0)
+}
 
 fn load_cached(
     dir: &Path,

@@ -86,6 +86,10 @@ pub struct ExperimentResults {
     pub validation: (f64, Vec<f64>),
     /// Whether the members came from the cache.
     pub members_cached: bool,
+    /// Seconds the adapters loaded from the cache took to train when they were
+    /// trained (by an earlier run): compute this run reused.
+    #[serde(default)]
+    pub reused_training_seconds: f64,
     /// Every point of the DP-SGD sweep.
     pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// The DP-SGD models of the table, one per target ε.
@@ -241,6 +245,7 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         member_steps: trained.member_steps.clone(),
         validation: trained.validation.clone(),
         members_cached: trained.cached,
+        reused_training_seconds: trained.reused_seconds,
         dp_sgd_sweep: trained.dp_sgd_sweep.clone(),
         dp_sgd: trained.dp_sgd.iter().map(|(r, _)| r.clone()).collect(),
         seeds,

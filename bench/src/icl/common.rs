@@ -64,6 +64,10 @@ pub struct IclConfig {
     /// Embedding baseline: public zero-shot candidates C per query.
     #[serde(default)]
     pub esa_candidates: usize,
+    /// Where each seed's results and the attack's are kept, so that a run
+    /// stopped part-way resumes where it stopped ([`super::cache`]; None: not kept).
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
 }
 
 fn one() -> usize {

@@ -26,6 +26,7 @@
 //! disjoint example sets of `mia_examples` each, with DPS-MOZO+On's per-token radius
 //! at each ε.
 
+mod cache;
 mod common;
 pub mod embedding;
 pub mod mia;
@@ -74,6 +75,10 @@ pub struct IclResults {
     pub embedding_skipped: Option<String>,
     /// Wall seconds of the whole ICL run (model loading included).
     pub seconds: f64,
+    /// Seconds the seeds and the attack read from the cache took when an
+    /// earlier run of the same configuration and commit made them.
+    #[serde(default)]
+    pub reused_seconds: f64,
 }
 
 impl IclResults {
@@ -248,30 +253,47 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         bar: &bar,
     };
     let radii = on_radii(config, &shared.orders)?;
+    let cache = cache::PartCache::new(config, &crate::run_info::commit());
+    let mut reused_seconds = 0.0;
     let mut seeds = Vec::with_capacity(split.seeds.len());
     let mut embedding_skipped = None;
     for (s, part) in split.seeds.iter().enumerate() {
         let seed = seed_of(config.seed, s);
-        let label = format!("seed {}/{}", s + 1, split.seeds.len());
-        let (results, skipped) = run_seed(&shared, &pick, part, seed, &radii, &label)?;
+        let name = format!("seed-{s}");
+        let (results, skipped) = match cache.get(&name)? {
+            Some((done, seconds)) => {
+                reused_seconds += seconds;
+                done
+            }
+            None => {
+                let t = Instant::now();
+                let label = format!("seed {}/{}", s + 1, split.seeds.len());
+                let done: (Vec<IclResult>, Option<String>) =
+                    run_seed(&shared, &pick, part, seed, &radii, &label)?;
+                cache.put(&name, &done, t.elapsed().as_secs_f64())?;
+                done
+            }
+        };
         embedding_skipped = skipped;
         seeds.push(IclSeed { seed, results });
     }
     let mia = if split.mia.is_empty() {
         None
+    } else if let Some((done, seconds)) = cache.get::<mia::MiaRun>("mia")? {
+        reused_seconds += seconds;
+        Some(done)
     } else {
+        let t = Instant::now();
         let sets: Vec<Vec<Definition>> = split.mia.iter().map(|set| pick(set)).collect();
         bar.set_message("membership inference");
         bar.set_length((sets.len() * config.mia_examples) as u64);
         bar.set_position(0);
-        Some(mia::membership_inference(
-            &runner,
-            &tokenizer,
-            &sets,
-            config.top_k,
-            &radii,
-            || bar.inc(1),
-        )?)
+        let done =
+            mia::membership_inference(&runner, &tokenizer, &sets, config.top_k, &radii, || {
+                bar.inc(1)
+            })?;
+        cache.put("mia", &done, t.elapsed().as_secs_f64())?;
+        Some(done)
     };
     bar.finish_and_clear();
     Ok(IclResults {
@@ -282,6 +304,7 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         mia,
         embedding_skipped,
         seconds: started.elapsed().as_secs_f64(),
+        reused_seconds,
     })
 }
 
@@ -511,6 +534,7 @@ mod tests {
             mia: Some(mia),
             embedding_skipped: None,
             seconds: 0.0,
+            reused_seconds: 0.0,
         }
     }
 
