@@ -65,7 +65,7 @@ pub struct IclConfig {
     #[serde(default)]
     pub esa_candidates: usize,
     /// Where each seed's results and the attack's are kept, so that a run
-    /// stopped part-way resumes where it stopped ([`super::cache`]; None: not kept).
+    /// stopped part-way resumes where it stopped (see `docs/privacy-utility.md`; None: not kept).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
 }
