@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use privmix_models::cpu::vexp::exp_shifted_in_place;
 use privmix_models::{Projection, Site};
 use rayon::prelude::*;
 
@@ -753,15 +754,7 @@ fn cross_entropy(logits: &mut [f32], width: usize, targets: &[usize], weight: f3
         .for_each(|((row, loss), &target)| {
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let at_target = row[target];
-            let mut sum = 0.0f64;
-            for chunk in row.chunks_mut(64) {
-                let mut part = 0.0f32;
-                for s in chunk {
-                    *s = (*s - max).exp();
-                    part += *s;
-                }
-                sum += f64::from(part);
-            }
+            let sum = exp_shifted_in_place(row, max);
             *loss = f64::from(max) + sum.ln() - f64::from(at_target);
             let c = (f64::from(weight) / sum) as f32;
             for s in row.iter_mut() {
