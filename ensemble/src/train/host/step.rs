@@ -484,13 +484,9 @@ impl Ctx<'_> {
                     gemm_into(p, t, t, t, hd, false, scale, qh, kt);
                     for (i, row) in p.chunks_mut(t).enumerate() {
                         let max = row[..=i].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        let mut sum = 0.0f32;
+                        let inv = (1.0 / exp_shifted_in_place(&mut row[..=i], max)) as f32;
                         for s in &mut row[..=i] {
-                            *s = (*s - max).exp();
-                            sum += *s;
-                        }
-                        for s in &mut row[..=i] {
-                            *s /= sum;
+                            *s *= inv;
                         }
                         row[i + 1..].fill(0.0);
                     }
