@@ -44,8 +44,8 @@ pub struct PromptSource<'a> {
     demos: Vec<Vec<u32>>,
     /// Demonstration j's prefilled prefix (`header`, demonstration j), once drawn.
     prefixes: Vec<Option<IclDecoder<'a>>>,
-    /// The zero-shot decoder, the context it has been fed and its last row.
-    zero: Option<(IclDecoder<'a>, Vec<u32>, Vec<f64>)>,
+    /// The zero-shot decoder, grown along the current query's context.
+    zero: Option<GrowingRow<'a>>,
     prepared: Option<Prepared>,
     /// Model forwards run (for the report).
     pub forwards: usize,
@@ -55,6 +55,53 @@ struct Prepared {
     context: Vec<u32>,
     drawn: Vec<usize>,
     rows: Vec<Vec<f64>>,
+}
+
+/// One decoder row grown along a context: the decoder, the context it has been fed
+/// (after its prompt prefix) and its last log-probabilities.
+struct GrowingRow<'a> {
+    decoder: IclDecoder<'a>,
+    fed: Vec<u32>,
+    last: Vec<f64>,
+}
+
+impl<'a> GrowingRow<'a> {
+    /// Feeds `decoder` (holding whatever it was prefilled with) `prefix` then `context`.
+    fn start(
+        mut decoder: IclDecoder<'a>,
+        prefix: &[u32],
+        context: &[u32],
+    ) -> Result<Self, MechanismError> {
+        let out = decoder
+            .prefill(&[prefix, context].concat())
+            .map_err(source_error)?;
+        Ok(Self {
+            decoder,
+            fed: context.to_vec(),
+            last: to_f64(&out).remove(0),
+        })
+    }
+
+    /// The row after `context` when it extends what was fed, feeding only the new
+    /// tokens, with whether a forward ran; None when it does not extend it.
+    fn extend(&mut self, context: &[u32]) -> Result<Option<(Vec<f64>, bool)>, MechanismError> {
+        if !context.starts_with(&self.fed) {
+            return Ok(None);
+        }
+        let new = &context[self.fed.len()..];
+        if new.is_empty() {
+            return Ok(Some((self.last.clone(), false)));
+        }
+        let out = if let [token] = new {
+            self.decoder.next_log_probs(*token)
+        } else {
+            self.decoder.prefill(new)
+        }
+        .map_err(source_error)?;
+        self.last = to_f64(&out).remove(0);
+        self.fed.extend_from_slice(new);
+        Ok(Some((self.last.clone(), true)))
+    }
 }
 
 impl<'a> PromptSource<'a> {
@@ -94,34 +141,20 @@ impl<'a> PromptSource<'a> {
     /// tokens it has not seen when `context` extends what it was fed.
     fn zero_row(&mut self, context: &[u32]) -> Result<Vec<f64>, MechanismError> {
         Self::check_context(context)?;
-        if let Some((decoder, fed, last)) = &mut self.zero
-            && context.starts_with(fed)
+        if let Some(row) = &mut self.zero
+            && let Some((last, ran)) = row.extend(context)?
         {
-            let new = &context[fed.len()..];
-            if new.is_empty() {
-                return Ok(last.clone());
-            }
-            let out = if let [token] = new {
-                decoder.next_log_probs(*token)
-            } else {
-                decoder.prefill(new)
-            }
-            .map_err(source_error)?;
-            self.forwards += 1;
-            *last = to_f64(&out).remove(0);
-            fed.extend_from_slice(new);
-            return Ok(last.clone());
+            self.forwards += usize::from(ran);
+            return Ok(last);
         }
-        let mut decoder = self
+        let decoder = self
             .runner
             .decoder(RowLayout::public_only(1))
             .map_err(source_error)?;
-        let out = decoder
-            .prefill(&[self.header.as_slice(), context].concat())
-            .map_err(source_error)?;
+        let row = GrowingRow::start(decoder, &self.header, context)?;
         self.forwards += 1;
-        let last = to_f64(&out).remove(0);
-        self.zero = Some((decoder, context.to_vec(), last.clone()));
+        let last = row.last.clone();
+        self.zero = Some(row);
         Ok(last)
     }
 
@@ -220,8 +253,8 @@ pub struct DpPromptSource<'a> {
     header: Vec<u32>,
     /// The demonstrations rendered and prefilled after `header`, once.
     prefix: Option<(Vec<DpDemonstration>, IclDecoder<'a>)>,
-    /// The current query's decoder, the context it has been fed and its last row.
-    current: Option<(IclDecoder<'a>, Vec<u32>, Vec<f64>)>,
+    /// The current query's decoder, grown along its context.
+    current: Option<GrowingRow<'a>>,
 }
 
 impl<'a> DpPromptSource<'a> {
@@ -280,27 +313,19 @@ impl FewShotSource for DpPromptSource<'_> {
         if context.is_empty() {
             return Err(source_error("an empty context"));
         }
-        let mut prefix = self.prefix(demos)?;
-        if let Some((decoder, fed, last)) = &mut self.current
-            && context.starts_with(fed)
+        let same_demos = self
+            .prefix
+            .as_ref()
+            .is_some_and(|(seen, _)| seen.as_slice() == demos);
+        if same_demos
+            && let Some(row) = &mut self.current
+            && let Some((last, _)) = row.extend(context)?
         {
-            let new = &context[fed.len()..];
-            if new.is_empty() {
-                return Ok(last.clone());
-            }
-            let out = if let [token] = new {
-                decoder.next_log_probs(*token)
-            } else {
-                decoder.prefill(new)
-            }
-            .map_err(source_error)?;
-            *last = to_f64(&out).remove(0);
-            fed.extend_from_slice(new);
-            return Ok(last.clone());
+            return Ok(last);
         }
-        let out = prefix.prefill(context).map_err(source_error)?;
-        let last = to_f64(&out).remove(0);
-        self.current = Some((prefix, context.to_vec(), last.clone()));
+        let row = GrowingRow::start(self.prefix(demos)?, &[], context)?;
+        let last = row.last.clone();
+        self.current = Some(row);
         Ok(last)
     }
 }
