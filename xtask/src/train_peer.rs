@@ -50,11 +50,13 @@ const PEER_PACKAGES: [&str; 10] = [
 struct Row {
     label: String,
     rates: Result<Vec<f64>, String>,
+    /// The median rate of each round.
+    rounds: Vec<f64>,
 }
 
 /// Runs the step and returns its Markdown section.
 pub(crate) fn section(quick: bool) -> String {
-    let (rounds, steps) = if quick { (1, 2) } else { (3, 3) };
+    let (rounds, steps) = if quick { (1, 2) } else { (5, 3) };
     let root = workspace_root();
     let gguf = root.join("models-cache").join("smollm2.gguf");
     let mut s = String::from("## LoRA fine-tuning beside PyTorch + PEFT\n\n");
@@ -88,10 +90,12 @@ pub(crate) fn section(quick: bool) -> String {
             Row {
                 label: format!("privmix ({THREADS} threads)"),
                 rates: Ok(Vec::new()),
+                rounds: Vec::new(),
             },
             Row {
                 label: format!("{peer_label} ({THREADS} threads)"),
                 rates: Ok(Vec::new()),
+                rounds: Vec::new(),
             },
         ];
         // The LoRA step's ceiling on this machine: its frozen-weight products alone.
@@ -103,6 +107,7 @@ pub(crate) fn section(quick: bool) -> String {
                      the ceiling of an f32 step"
                 ),
                 rates: Ok(Vec::new()),
+                rounds: Vec::new(),
             });
         }
         let run_ours = |mode: &str| {
@@ -132,7 +137,10 @@ pub(crate) fn section(quick: bool) -> String {
             }
             for (row, run) in rows.iter_mut().zip(runs) {
                 match (&mut row.rates, run.and_then(|v| rates(&v))) {
-                    (Ok(all), Ok(more)) => all.extend(more),
+                    (Ok(all), Ok(more)) => {
+                        row.rounds.extend(summary(&more).map(|(m, _, _)| m));
+                        all.extend(more);
+                    }
                     (Ok(_), Err(e)) => row.rates = Err(e),
                     (Err(_), _) => {}
                 }
@@ -246,7 +254,22 @@ fn render(s: &mut String, mode: &str, rows: &[Row]) {
             }
         }
     }
+    // Rounds alternate the engines, so a round's two medians met the same state
+    // of the machine: their ratio drifts less than the ratio of whole-run medians.
+    if let Some((m, lo, hi)) = summary(&paired_ratios(&rows[0].rounds, &rows[1].rounds)) {
+        let _ = writeln!(
+            s,
+            "\nPaired by round (ours / peer, each round's medians): median {m:.2}× \
+             (range {lo:.2}–{hi:.2}× over {} rounds).",
+            rows[0].rounds.len().min(rows[1].rounds.len())
+        );
+    }
     s.push('\n');
+}
+
+/// `ours[i] / peer[i]` for every round both engines finished.
+fn paired_ratios(ours: &[f64], peer: &[f64]) -> Vec<f64> {
+    ours.iter().zip(peer).map(|(a, b)| a / b).collect()
 }
 
 #[cfg(test)]
@@ -267,5 +290,9 @@ mod tests {
         }
         assert_eq!(summary(&[3.0, 1.0, 2.0, 10.0]), Some((2.5, 1.0, 10.0)));
         assert_eq!(summary(&[]), None);
+        assert_eq!(
+            paired_ratios(&[200.0, 150.0, 9.0], &[100.0, 150.0]),
+            vec![2.0, 1.0]
+        );
     }
 }
