@@ -11,5 +11,6 @@ mod sites;
 pub use adapter::{LoraAdapter, LoraFactors};
 pub use config::{KNOWN_TARGET_MODULES, LoraConfig};
 pub use error::LoraError;
+pub(crate) use peft::transpose;
 pub use peft::{ADAPTER_CONFIG, ADAPTER_WEIGHTS};
 pub use sites::{BaseShapes, LoraBase, module_name, module_path, parse_module_path, site_order};

@@ -42,11 +42,18 @@ fn factor_name(site: Site, a: bool) -> String {
     format!("{PREFIX}{path}.lora_{}.weight", if a { "A" } else { "B" })
 }
 
-fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0.0; v.len()];
-    for i in 0..rows {
-        for j in 0..cols {
-            t[j * rows + i] = v[i * cols + j];
+/// The transpose of row-major `a: [rows, cols]`, row-major `[cols, rows]`
+/// (in 32 × 32 tiles, so both sides stay in cache on large weights).
+pub(crate) fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut t = vec![0.0f32; a.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    t[c * rows + r] = a[r * cols + c];
+                }
+            }
         }
     }
     t
@@ -214,5 +221,19 @@ mod tests {
             transpose(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 2, 3),
             [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
         );
+    }
+
+    #[test]
+    fn transpose_moves_every_entry_across_tile_edges() {
+        // 37 × 70 crosses the 32-wide tiles' edges both ways.
+        let (rows, cols) = (37, 70);
+        let a: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let t = transpose(&a, rows, cols);
+        for r in 0..rows {
+            for c in 0..cols {
+                assert_eq!(t[c * rows + r], a[r * cols + c], "({r}, {c})");
+            }
+        }
+        assert_eq!(transpose(&t, cols, rows), a);
     }
 }

@@ -10,6 +10,7 @@ use privmix_models::runtime::to_vec;
 use privmix_models::{Llama, Model, Projection};
 
 use super::pool::Pool;
+use crate::lora::transpose;
 use crate::train::error::TrainError;
 
 /// One projection: `y = x · w_t (+ bias)`, `w_t: [fan_in, fan_out]`.
@@ -46,22 +47,6 @@ impl HostLinear {
             fan_out,
         })
     }
-}
-
-/// The transpose of row-major `a: [rows, cols]`, row-major `[cols, rows]`.
-fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    const TILE: usize = 32;
-    let mut t = vec![0.0f32; a.len()];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    t[c * rows + r] = a[r * cols + c];
-                }
-            }
-        }
-    }
-    t
 }
 
 /// One decoder block.
@@ -156,24 +141,5 @@ impl HostLlama {
             inv_freq: inv_freq(c.rope_theta, c.head_dim, c.rope_scaling),
             pool: Mutex::new(Pool::default()),
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::transpose;
-
-    #[test]
-    fn transpose_moves_every_entry_across_tile_edges() {
-        // 37 × 70 crosses the 32-wide tiles' edges both ways.
-        let (rows, cols) = (37, 70);
-        let a: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
-        let t = transpose(&a, rows, cols);
-        for r in 0..rows {
-            for c in 0..cols {
-                assert_eq!(t[c * rows + r], a[r * cols + c], "({r}, {c})");
-            }
-        }
-        assert_eq!(transpose(&t, cols, rows), a);
     }
 }
