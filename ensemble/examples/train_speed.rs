@@ -3,7 +3,7 @@
 //! Opacus for DP-SGD) on the same GGUF file, shapes and threads.
 //!
 //! `cargo run --release -p privmix-ensemble --example train_speed -- [MODEL]
-//!  [--mode lora|dpsgd|products] [--path fastest|autodiff] [--steps N] [--warmup N]
+//!  [--mode lora|dpsgd|products|shapes] [--path fastest|autodiff] [--steps N] [--warmup N]
 //!  [--rows R] [--seq T]`
 //!
 //! `products` times only the step's frozen-weight matrix products (no
@@ -13,6 +13,11 @@
 //! packed kernels split by rows over rayon's threads as the host step runs
 //! them. No step can beat that time with these kernels, so its tokens/s is
 //! the ceiling of any f32 step on this machine's arithmetic.
+//!
+//! `shapes` times each projection's product on its own, the forward and the
+//! backward one, with the weight stored either way round (`w_t`:
+//! `[fan_in, fan_out]`, `w`: `[fan_out, fan_in]`, both row-major), and prints
+//! GFLOP/s per shape: which layout suits which product on this CPU.
 //!
 //! MODEL defaults to the models crate's tiny Llama fixture. Each step is a
 //! full optimizer step: forward, backward and AdamW on `R` blocks of `T`
@@ -80,7 +85,7 @@ fn parse() -> Result<Args, String> {
             _ => return Err(format!("unknown argument {arg}")),
         }
     }
-    if !["lora", "dpsgd", "products"].contains(&a.mode.as_str()) {
+    if !["lora", "dpsgd", "products", "shapes"].contains(&a.mode.as_str()) {
         return Err(format!("unknown mode {}", a.mode));
     }
     Ok(a)
@@ -90,6 +95,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = parse()?;
     let model = Model::<AB>::load(&a.model, &Default::default())?;
     let vocab = model.vocab_size();
+    if a.mode == "shapes" {
+        let Model::Llama(llama) = &model else {
+            return Err("--mode shapes needs a Llama-family model".into());
+        };
+        println!("{}", product_shapes(&llama.config, a.rows * a.seq));
+        return Ok(());
+    }
     let blocks: Vec<Vec<u32>> = (0..a.rows)
         .map(|r| {
             (0..=a.seq)
@@ -235,6 +247,51 @@ fn frozen_products_seconds(config: &LlamaConfig, tokens: usize) -> f64 {
         }
     }
     start.elapsed().as_secs_f64()
+}
+
+/// GFLOP/s of each projection's forward and backward product over `tokens`
+/// tokens, with the weight stored either way round (see the module docs).
+fn product_shapes(config: &LlamaConfig, tokens: usize) -> serde_json::Value {
+    let h = config.hidden_size;
+    let shapes = [
+        ("q/o", h, config.num_attention_heads * config.head_dim),
+        ("k/v", h, config.num_key_value_heads * config.head_dim),
+        ("gate/up", h, config.intermediate_size),
+        ("down", config.intermediate_size, h),
+        ("head", h, config.vocab_size),
+    ];
+    let gflops = |k: usize, n: usize, strides: (usize, usize)| {
+        let lhs = vec![0.01f32; tokens * k];
+        let rhs = vec![0.02f32; k * n];
+        let mut out = vec![0.0f32; tokens * n];
+        let reps = (1_500_000_000 / (tokens * k * n)).max(2);
+        let start = Instant::now();
+        for _ in 0..reps {
+            rows_split_product(&mut out, tokens, k, n, &lhs, strides, &rhs);
+        }
+        2.0 * (tokens * k * n * reps) as f64 / start.elapsed().as_secs_f64() / 1e9
+    };
+    let rows: Vec<serde_json::Value> = shapes
+        .iter()
+        .map(|&(name, fan_in, fan_out)| {
+            serde_json::json!({
+                "shape": name,
+                "fan_in": fan_in,
+                "fan_out": fan_out,
+                "forward_w_t": gflops(fan_in, fan_out, (fan_out, 1)),
+                "forward_w": gflops(fan_in, fan_out, (1, fan_in)),
+                "backward_w_t": gflops(fan_out, fan_in, (1, fan_out)),
+                "backward_w": gflops(fan_out, fan_in, (fan_in, 1)),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "engine": "privmix",
+        "mode": "shapes",
+        "threads": rayon::current_num_threads(),
+        "tokens": tokens,
+        "gflops": rows,
+    })
 }
 
 /// `out[m, n] = lhs[m, k] · rhs`, `rhs[l, j]` at `rhs[l · strides.0 + j · strides.1]`,
