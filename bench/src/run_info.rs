@@ -170,6 +170,35 @@ pub(crate) fn commit() -> String {
     }
 }
 
+/// The version of the code at `paths` (relative to the repository's root): the
+/// git id of each at HEAD (`absent` for one HEAD does not hold), or None when any
+/// of them has uncommitted changes, or outside a git checkout.
+pub fn source_version(paths: &[&str]) -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    git(&["rev-parse", "HEAD"])?;
+    let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+    let specs: Vec<String> = paths.iter().map(|p| format!(":/{p}")).collect();
+    status.extend(specs.iter().map(String::as_str));
+    if !git(&status)?.is_empty() {
+        return None;
+    }
+    let ids: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let id = git(&["rev-parse", &format!("HEAD:{p}")]).unwrap_or_else(|| "absent".into());
+            format!("{p}={id}")
+        })
+        .collect();
+    Some(format!("{} {}", env!("PRIVMIX_BENCH_RUSTC"), ids.join(" ")))
+}
+
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -232,6 +261,42 @@ mod tests {
         assert!(
             md.contains("| **whole run: wall time + reused** | **5.0 min** |"),
             "{md}"
+        );
+    }
+
+    /// Each source is named with its id at HEAD (`absent` where HEAD has none);
+    /// none is given where a source has uncommitted changes (checked against
+    /// `git status` directly).
+    #[test]
+    fn source_version_names_each_source_at_head() {
+        let status = std::process::Command::new("git")
+            .args([
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ":/bench/Cargo.toml",
+            ])
+            .output();
+        let Some(status) = status.ok().filter(|o| o.status.success()) else {
+            assert!(source_version(&["bench/Cargo.toml"]).is_none());
+            return;
+        };
+        let version = source_version(&["bench/Cargo.toml", "no/such/path"]);
+        if !status.stdout.is_empty() {
+            assert!(version.is_none());
+            return;
+        }
+        let version = version.unwrap();
+        assert!(version.starts_with("rustc "), "{version}");
+        assert!(version.ends_with(" no/such/path=absent"), "{version}");
+        let id = version
+            .split(' ')
+            .find_map(|p| p.strip_prefix("bench/Cargo.toml="))
+            .unwrap();
+        assert!(
+            id.len() >= 40 && id.chars().all(|c| c.is_ascii_hexdigit()),
+            "{version}"
         );
     }
 }

@@ -5,9 +5,13 @@
 //! the first seed not done, and reports the compute it reused.
 //!
 //! The key is a hash of the whole configuration (the cache folder aside), the
-//! part's name, the model file's identity, and the commit of the working tree.
-//! Results of a tree with uncommitted changes, or of an unknown commit, are
-//! neither written nor read: nothing vouches for the code that made them.
+//! part's name, the model file's identity, the compiler, and the committed
+//! version of the code that decides the results ([`ICL_SOURCES`]: the crates the
+//! experiment runs through, the bench modules it uses, the manifests and the
+//! lockfile) — so a commit that touches only the report, the docs or other tools
+//! keeps the cache. Results made while any of those sources has uncommitted
+//! changes, or outside a git checkout, are neither written nor read: nothing
+//! vouches for the code that made them.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +29,28 @@ struct Entry<T> {
     value: T,
 }
 
+/// The sources, relative to the repository's root, whose committed version keys
+/// the cache: everything the ICL experiment's results are computed by.
+pub const ICL_SOURCES: &[&str] = &[
+    "Cargo.toml",
+    "Cargo.lock",
+    ".cargo",
+    "renyi",
+    "accountant",
+    "mixing",
+    "mechanisms",
+    "models",
+    "ensemble",
+    "bench/Cargo.toml",
+    "bench/build.rs",
+    "bench/src/lib.rs",
+    "bench/src/error.rs",
+    "bench/src/rouge.rs",
+    "bench/src/stats.rs",
+    "bench/src/experiment",
+    "bench/src/icl",
+];
+
 /// The cache of one run's parts (inactive without a folder or a clean commit).
 pub(crate) struct PartCache {
     dir: Option<PathBuf>,
@@ -32,16 +58,16 @@ pub(crate) struct PartCache {
 }
 
 impl PartCache {
-    /// The cache for `config` at `commit` (as [`crate::run_info::commit`] gives it).
-    pub fn new(config: &IclConfig, commit: &str) -> Self {
-        let clean = commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit());
+    /// The cache for `config` made by the code at `version`
+    /// ([`crate::run_info::source_version`] of [`ICL_SOURCES`]; None: inactive).
+    pub fn new(config: &IclConfig, version: Option<&str>) -> Self {
         let key = serde_json::json!({
             "config": IclConfig { cache_dir: None, ..config.clone() },
             "model": model_identity(&config.model),
-            "commit": commit,
+            "code": version,
         });
         Self {
-            dir: config.cache_dir.clone().filter(|_| clean),
+            dir: config.cache_dir.clone().filter(|_| version.is_some()),
             key,
         }
     }
@@ -99,36 +125,36 @@ mod tests {
     }
 
     #[test]
-    fn parts_come_back_for_the_same_configuration_and_commit_only() {
+    fn parts_come_back_for_the_same_configuration_and_code_only() {
         let dir = std::env::temp_dir().join(format!("privmix-icl-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let commit = "0123456789abcdef0123456789abcdef01234567";
-        let cache = PartCache::new(&config(&dir), commit);
+        let code = Some("models=0123456789abcdef0123456789abcdef01234567");
+        let cache = PartCache::new(&config(&dir), code);
         assert!(cache.get::<Vec<u32>>("seed-0").unwrap().is_none());
         cache.put("seed-0", &vec![1u32, 2], 12.5).unwrap();
         assert_eq!(
             cache.get::<Vec<u32>>("seed-0").unwrap(),
             Some((vec![1, 2], 12.5))
         );
-        // Another part, another configuration, another commit: nothing.
+        // Another part, another configuration, other code: nothing.
         assert!(cache.get::<Vec<u32>>("seed-1").unwrap().is_none());
         let mut other = config(&dir);
         other.top_k = 6;
         assert!(
-            PartCache::new(&other, commit)
+            PartCache::new(&other, code)
                 .get::<Vec<u32>>("seed-0")
                 .unwrap()
                 .is_none()
         );
-        let later = "1123456789abcdef0123456789abcdef01234567";
+        let later = Some("models=1123456789abcdef0123456789abcdef01234567");
         assert!(
             PartCache::new(&config(&dir), later)
                 .get::<Vec<u32>>("seed-0")
                 .unwrap()
                 .is_none()
         );
-        // A dirty tree neither reads nor writes.
-        let dirty = PartCache::new(&config(&dir), &format!("{commit}-dirty"));
+        // Uncommitted sources neither read nor write.
+        let dirty = PartCache::new(&config(&dir), None);
         assert!(dirty.get::<Vec<u32>>("seed-0").unwrap().is_none());
         dirty.put("seed-5", &vec![3u32], 1.0).unwrap();
         assert!(cache.get::<Vec<u32>>("seed-5").unwrap().is_none());

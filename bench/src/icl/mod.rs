@@ -22,13 +22,19 @@
 //!   when a sentence encoder (all-MiniLM-L6-v2, `cargo xtask fetch-models --only
 //!   minilm`) is given; otherwise the report says why it is missing.
 //!
+//! Zero-shot, few-shot and +On answer a seed's queries together, one token of
+//! each unfinished query per round, each query with its own random stream
+//! ([`lockstep`]): a round's one-shot prompts run as a few batched forwards.
+//!
 //! The membership-inference attack ([`mia`]) runs once, over `mia_repetitions`
 //! disjoint example sets of `mia_examples` each, with DPS-MOZO+On's per-token radius
 //! at each ε.
 
 mod cache;
+pub use cache::ICL_SOURCES;
 mod common;
 pub mod embedding;
+mod lockstep;
 pub mod mia;
 pub mod source;
 pub mod split;
@@ -253,7 +259,10 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         bar: &bar,
     };
     let radii = on_radii(config, &shared.orders)?;
-    let cache = cache::PartCache::new(config, &crate::run_info::commit());
+    let cache = cache::PartCache::new(
+        config,
+        crate::run_info::source_version(cache::ICL_SOURCES).as_deref(),
+    );
     let mut reused_seconds = 0.0;
     let mut seeds = Vec::with_capacity(split.seeds.len());
     let mut embedding_skipped = None;
@@ -335,12 +344,15 @@ fn run_seed(
      -> Result<Decoded, BenchError> {
         let mut src = PromptSource::new(sh.runner, sh.header.clone(), demos.clone());
         sh.bar.set_message(format!("{label} {}", mechanism.name()));
-        decode_all(
+        lockstep::decode_lockstep(
+            mechanism,
+            &mut src,
             sh.tokenizer,
             &queries,
             config.max_tokens,
+            rng,
+            account,
             sh.bar,
-            |context| Ok(mechanism.step(&mut src, context, rng, account)?),
         )
     };
     let t = Instant::now();

@@ -158,6 +158,16 @@ impl<'a> PromptSource<'a> {
         Ok(last)
     }
 
+    /// The model the prompts run through.
+    pub(super) fn runner(&self) -> &'a IclRunner {
+        self.runner
+    }
+
+    /// The instruction every prompt starts with.
+    pub(super) fn header(&self) -> &[u32] {
+        &self.header
+    }
+
     /// Demonstration `demo`'s prefilled prefix (made on first use).
     fn prefix(&mut self, demo: usize) -> Result<IclDecoder<'a>, MechanismError> {
         self.check_demo(demo)?;
@@ -196,6 +206,43 @@ impl<'a> PromptSource<'a> {
         Ok(to_f64(&out))
     }
 }
+
+impl PromptSource<'_> {
+    /// The one-shot rows of many `(demonstration, context)` requests (any
+    /// queries), in batches of at most [`ONE_SHOT_BATCH_ROWS`] rows: the drawn
+    /// prefixes cloned into one decoder, each row fed its own context, left-padded
+    /// with masked slots so that every row is what it would be alone.
+    pub(super) fn one_shot_batch(
+        &mut self,
+        requests: &[(usize, &[u32])],
+    ) -> Result<Vec<Vec<f64>>, MechanismError> {
+        let mut rows = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks(ONE_SHOT_BATCH_ROWS) {
+            let Some((&(first, _), rest)) = chunk.split_first() else {
+                continue;
+            };
+            let mut batch = self.prefix(first)?;
+            for &(d, _) in rest {
+                let next = self.prefix(d)?;
+                batch.append(next).map_err(source_error)?;
+            }
+            let contexts: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|&(_, c)| {
+                    Self::check_context(c)?;
+                    Ok(c.to_vec())
+                })
+                .collect::<Result<_, MechanismError>>()?;
+            let out = batch.prefill_rows(&contexts).map_err(source_error)?;
+            self.forwards += 1;
+            rows.extend(to_f64(&out));
+        }
+        Ok(rows)
+    }
+}
+
+/// Rows of one batched one-shot forward at most (bounds the joined KV cache).
+pub const ONE_SHOT_BATCH_ROWS: usize = 64;
 
 impl IclSource for PromptSource<'_> {
     fn demonstrations(&self) -> usize {
@@ -330,14 +377,15 @@ impl FewShotSource for DpPromptSource<'_> {
     }
 }
 
+/// What the tests of the ICL modules share: the tiny model and exact references.
 #[cfg(test)]
-mod tests {
+pub(super) mod fixtures {
     use std::path::Path;
 
     use super::*;
 
     /// The rows of one batched forward of whole prompts, as f64 vectors.
-    fn forward_rows(
+    pub(crate) fn forward_rows(
         runner: &IclRunner,
         rows: &[Vec<u32>],
     ) -> Result<Vec<Vec<f64>>, MechanismError> {
@@ -349,13 +397,13 @@ mod tests {
     }
 
     /// The tiny Llama fixture (vocabulary 256) of the models crate.
-    fn runner() -> IclRunner {
+    pub(crate) fn runner() -> IclRunner {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/hf/llama");
         let model = Model::<Flex>::load(&dir, &Default::default()).unwrap();
         EnsembleRunner::new(model, &[]).unwrap()
     }
 
-    fn close(a: &[f64], b: &[f64]) {
+    pub(crate) fn close(a: &[f64], b: &[f64]) {
         assert_eq!(a.len(), b.len());
         let worst = a
             .iter()
@@ -364,6 +412,21 @@ mod tests {
             .fold(0.0, f64::max);
         assert!(worst < 1e-4, "largest difference {worst}");
     }
+
+    /// The byte-level tokenizer fixture (ids fit the tiny model's vocabulary).
+    pub(crate) fn tokenizer() -> Tokenizer {
+        Tokenizer::from_file(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../cli/tests/fixtures/tokenizer/tokenizer.json"),
+        )
+        .unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{close, forward_rows, runner, tokenizer};
+    use super::*;
 
     /// The cached prefixes and the growing zero-shot decoder give the rows a full
     /// forward of each whole prompt gives.
@@ -437,11 +500,7 @@ mod tests {
     #[test]
     fn dp_prompt_rows_equal_whole_prompt_forwards() {
         let runner = runner();
-        let tokenizer = Tokenizer::from_file(
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../cli/tests/fixtures/tokenizer/tokenizer.json"),
-        )
-        .unwrap();
+        let tokenizer = tokenizer();
         let header = tokenizer.encode("Give definitions.\n", false).unwrap();
         let demo = |input: &str, output: &str| DpDemonstration {
             input: tokenizer.encode(input, false).unwrap(),
