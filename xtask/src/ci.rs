@@ -180,6 +180,8 @@ pub(crate) fn bench_smoke() -> Result<(), String> {
         "speaker",
         "--epsilons",
         "1,8",
+        "--icl-epsilons",
+        "1,8",
         "--icl-private",
         "8",
         "--icl-test",

