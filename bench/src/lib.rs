@@ -27,3 +27,21 @@ pub mod run_info;
 pub mod stats;
 
 pub use error::BenchError;
+
+/// The backend the experiments run on: burn-flex on the CPU, or burn's CUDA
+/// backend when the crate is built with its `cuda` feature (`cargo run --release
+/// -p privmix-bench --features cuda --bin privacy-utility`). Fine-tuning takes
+/// the host step on burn-flex and burn autodiff on CUDA (see
+/// `privmix_ensemble::train::StepPath`).
+#[cfg(not(feature = "cuda"))]
+pub type Backend = burn::backend::Flex;
+/// The backend the experiments run on (see the CPU build's documentation).
+#[cfg(feature = "cuda")]
+pub type Backend = burn::backend::Cuda;
+
+/// The backend's name, for the report.
+pub const BACKEND_NAME: &str = if cfg!(feature = "cuda") {
+    "cuda (burn)"
+} else {
+    "flex (burn, CPU)"
+};

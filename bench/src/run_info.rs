@@ -21,6 +21,9 @@ pub struct RunInfo {
     pub available_threads: usize,
     /// Threads of rayon's pool, which every kernel runs on.
     pub threads: usize,
+    /// The burn backend the experiments ran on ([`crate::BACKEND_NAME`]).
+    #[serde(default)]
+    pub backend: String,
     /// `rustc --version` of the compiler that built this binary.
     pub rustc: String,
     /// The build profile (`release` or `debug`).
@@ -47,6 +50,7 @@ impl RunInfo {
             cpu: cpu_model(),
             available_threads: std::thread::available_parallelism().map_or(0, |n| n.get()),
             threads: rayon::current_num_threads(),
+            backend: crate::BACKEND_NAME.to_string(),
             rustc: env!("PRIVMIX_BENCH_RUSTC").to_string(),
             profile: if cfg!(debug_assertions) {
                 "debug".into()
@@ -71,6 +75,7 @@ impl RunInfo {
                 "threads",
                 format!("{} (of {} available)", self.threads, self.available_threads),
             ),
+            ("backend", self.backend.clone()),
             ("rustc", self.rustc.clone()),
             ("profile", self.profile.clone()),
             ("started (UTC)", self.started.clone()),
@@ -251,6 +256,10 @@ mod tests {
         phases.finish(&mut info);
         assert_eq!(info.phases.len(), 1);
         assert!(info.markdown().contains("| data |"));
+        assert!(
+            info.markdown()
+                .contains(&format!("| backend | {} |", crate::BACKEND_NAME))
+        );
         assert!(!info.markdown().contains("Reused"));
         // Reused work is listed and added to the wall time for the whole run.
         info.wall_seconds = 60.0;

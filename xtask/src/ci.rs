@@ -88,7 +88,8 @@ pub(crate) fn wgpu_tests() -> Result<(), String> {
 }
 
 /// `cargo check`s the models with only the CUDA backend enabled, and the `privmix`
-/// command line (generate, score, serve) with its `cuda` feature.
+/// command line (generate, score, serve) and the privacy–utility experiment with
+/// their `cuda` features (one invocation, so burn is checked once for both).
 pub(crate) fn cuda_check() -> Result<(), String> {
     crate::workspace::cargo(&[
         "check",
@@ -98,7 +99,15 @@ pub(crate) fn cuda_check() -> Result<(), String> {
         "--features",
         "cuda",
     ])?;
-    crate::workspace::cargo(&["check", "-p", "privmix", "--features", "cuda"])
+    crate::workspace::cargo(&[
+        "check",
+        "-p",
+        "privmix",
+        "-p",
+        "privmix-bench",
+        "--features",
+        "privmix/cuda,privmix-bench/cuda",
+    ])
 }
 
 /// On CI (`CI` set in the environment), removes `target/debug` and

@@ -18,7 +18,7 @@
 
 use std::time::Instant;
 
-use burn::backend::Flex;
+use crate::Backend;
 use privmix_accountant::Orders;
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
@@ -137,7 +137,7 @@ pub fn canary_audit(
     audit_config.training.learning_rate = plan.learning_rate;
     audit_config.dp_sgd = None;
     let trained = train_members(&audit_config, &audit_data, progress)?;
-    let model = Model::<Flex>::load(&config.model, &Default::default())?;
+    let model = Model::<Backend>::load(&config.model, &Default::default())?;
     let vocab = model.vocab_size();
     let runner = EnsembleRunner::new(model, &trained.members)?;
     let layout = RowLayout::public_and_members(n);

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::backend::{Autodiff, Flex};
+use burn::backend::Autodiff;
+
+use crate::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
@@ -25,7 +27,7 @@ pub use super::config::TrainingPlan;
 use super::data::ExperimentData;
 use crate::error::BenchError;
 
-type Train = Autodiff<Flex>;
+type Train = Autodiff<Backend>;
 
 /// One DP-SGD model: a point of the sweep or a row of the table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,13 +57,13 @@ pub struct DpSgdRun {
 /// The fine-tuned adapters.
 pub struct TrainedMembers {
     /// Member adapters, in member order.
-    pub members: Vec<LoraAdapter<Flex>>,
+    pub members: Vec<LoraAdapter<Backend>>,
     /// Optimizer steps of each member.
     pub member_steps: Vec<usize>,
     /// Validation loss of the public model and of each member (nats per token).
     pub validation: (f64, Vec<f64>),
     /// `(run, adapter)` of each DP-SGD model of the table, one per target ε.
-    pub dp_sgd: Vec<(DpSgdRun, LoraAdapter<Flex>)>,
+    pub dp_sgd: Vec<(DpSgdRun, LoraAdapter<Backend>)>,
     /// Every point of the DP-SGD sweep (at the largest target ε).
     pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// True when every adapter came from the cache.
@@ -74,6 +76,16 @@ pub struct TrainedMembers {
 fn lora_config(plan: &TrainingPlan) -> Result<LoraConfig, BenchError> {
     let targets: Vec<&str> = plan.targets.iter().map(String::as_str).collect();
     Ok(LoraConfig::new(plan.rank, plan.alpha, &targets)?)
+}
+
+/// `key` with the backend named when it is not the CPU one (CUDA training runs
+/// other arithmetic and takes other times, so its adapters are kept apart; the
+/// CPU's keys stay what they were before the backend could be chosen).
+pub(crate) fn backend_key(mut key: serde_json::Value) -> serde_json::Value {
+    if cfg!(feature = "cuda") {
+        key["backend"] = serde_json::Value::from(crate::BACKEND_NAME);
+    }
+    key
 }
 
 /// A short hex digest of `value`'s JSON.
@@ -123,13 +135,13 @@ fn bar(len: u64, what: &str, show: bool) -> ProgressBar {
 /// one batched teacher-forced pass per block.
 pub fn validation_losses(
     model_path: &Path,
-    adapters: &[LoraAdapter<Flex>],
+    adapters: &[LoraAdapter<Backend>],
     blocks: &[Vec<u32>],
 ) -> Result<(f64, Vec<f64>), BenchError> {
     if blocks.is_empty() {
         return Err(BenchError::Config("no validation block".into()));
     }
-    let model = Model::<Flex>::load(model_path, &Default::default())?;
+    let model = Model::<Backend>::load(model_path, &Default::default())?;
     let runner = EnsembleRunner::new(model, adapters)?;
     let layout = RowLayout::public_and_members(adapters.len());
     let mut sums = vec![0.0f64; adapters.len() + 1];
@@ -168,12 +180,12 @@ pub fn train_members(
     for (i, blocks) in data.members.iter().enumerate() {
         let batch = plan.batch.min(blocks.len());
         let steps = steps_for(plan.epochs, blocks.len(), batch);
-        let key = json!({
+        let key = backend_key(json!({
             "model": model_identity(&config.model),
             "blocks": digest(&json!(blocks)),
             "plan": plan,
             "seed": config.seed + i as u64,
-        });
+        }));
         let dir = config
             .cache_dir
             .join(format!("member-{i}-{}", digest(&key)));
@@ -197,7 +209,7 @@ pub fn train_members(
                     pb.inc(1);
                 }
                 pb.finish_and_clear();
-                let adapter = trainer.adapter::<Flex>()?;
+                let adapter = trainer.adapter::<Backend>()?;
                 let seconds = started.elapsed().as_secs_f64();
                 save_cached(
                     &dir,
@@ -303,7 +315,7 @@ impl DpTraining<'_> {
         target: f64,
         lr: f64,
         epochs: f64,
-    ) -> Result<(DpSgdRun, LoraAdapter<Flex>, Option<f64>), BenchError> {
+    ) -> Result<(DpSgdRun, LoraAdapter<Backend>, Option<f64>), BenchError> {
         let config = self.config;
         let steps = ((epochs / self.q).ceil() as usize).max(1);
         let sigma = dp_sgd_sigma(target, config.delta, steps as u64, self.q)?;
@@ -323,11 +335,11 @@ impl DpTraining<'_> {
             // reported beside it is what the same run costs with OS noise.
             noise: NoiseSource::Seeded(config.seed + 1000),
         };
-        let key = json!({
+        let key = backend_key(json!({
             "model": model_identity(&config.model),
             "blocks": digest(&json!(self.records)),
             "dp": format!("{dp_config:?}"),
-        });
+        }));
         let dir = config
             .cache_dir
             .join(format!("dp-sgd-{target}-{}", digest(&key)));
@@ -347,7 +359,7 @@ impl DpTraining<'_> {
                     pb.inc(1);
                 }
                 pb.finish_and_clear();
-                let adapter = trainer.adapter::<Flex>()?;
+                let adapter = trainer.adapter::<Backend>()?;
                 let seconds = started.elapsed().as_secs_f64();
                 save_cached(
                     &dir,
@@ -395,7 +407,7 @@ fn train_seconds(meta: &serde_json::Value) -> f64 {
 fn load_cached(
     dir: &Path,
     base: &privmix_ensemble::lora::BaseShapes,
-) -> Result<Option<(LoraAdapter<Flex>, serde_json::Value)>, BenchError> {
+) -> Result<Option<(LoraAdapter<Backend>, serde_json::Value)>, BenchError> {
     let meta: PathBuf = dir.join(META_FILE);
     if !meta.is_file() {
         return Ok(None);
@@ -409,7 +421,7 @@ fn load_cached(
 
 fn save_cached(
     dir: &Path,
-    adapter: &LoraAdapter<Flex>,
+    adapter: &LoraAdapter<Backend>,
     meta: serde_json::Value,
 ) -> Result<(), BenchError> {
     adapter.save_peft(dir)?;

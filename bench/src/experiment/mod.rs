@@ -30,7 +30,7 @@ pub mod scoring;
 
 use std::time::Instant;
 
-use burn::backend::Flex;
+use crate::Backend;
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_models::{LanguageModel, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
@@ -198,7 +198,7 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
     ));
 
     let t2 = Instant::now();
-    let model = Model::<Flex>::load(&config.model, &device)?;
+    let model = Model::<Backend>::load(&config.model, &device)?;
     let vocab = model.vocab_size();
     if tokenizer.vocab_size() > vocab {
         return Err(BenchError::Config(format!(

@@ -8,7 +8,7 @@
 //! ([`privmix_mechanisms::EnsembleMechanism::release`]), in order, so a budget that runs out, a
 //! an AdaPMixED screen or a member leaving its filter affect the later queries as when serving.
 
-use burn::backend::Flex;
+use crate::Backend;
 use privmix_accountant::Orders;
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
@@ -27,7 +27,7 @@ use crate::error::BenchError;
 /// `seed`.
 pub fn score_mechanisms(
     config: &ExperimentConfig,
-    runner: &EnsembleRunner<Flex, Model<Flex>>,
+    runner: &EnsembleRunner<Backend, Model<Backend>>,
     vocab: usize,
     eval: &[Vec<u32>],
     trained: &TrainedMembers,

@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 
 use super::common::IclConfig;
 use crate::error::BenchError;
-use crate::experiment::members::{digest, model_identity};
+use crate::experiment::members::{backend_key, digest, model_identity};
 
 /// One part's cached result and the seconds it took when it was made.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -61,11 +61,11 @@ impl PartCache {
     /// The cache for `config` made by the code at `version`
     /// ([`crate::run_info::source_version`] of [`ICL_SOURCES`]; None: inactive).
     pub fn new(config: &IclConfig, version: Option<&str>) -> Self {
-        let key = serde_json::json!({
+        let key = backend_key(serde_json::json!({
             "config": IclConfig { cache_dir: None, ..config.clone() },
             "model": model_identity(&config.model),
             "code": version,
-        });
+        }));
         Self {
             dir: config.cache_dir.clone().filter(|_| version.is_some()),
             key,

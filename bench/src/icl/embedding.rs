@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use burn::backend::Flex;
+use crate::Backend;
 use privmix_accountant::{Budget, Orders};
 use privmix_ensemble::rows::RowLayout;
 use privmix_mechanisms::{EmbeddingSpaceAggregation, PrivacyRng, clipped_mean};
@@ -65,7 +65,7 @@ pub fn run_embedding_baseline(
             private.len()
         )));
     }
-    let encoder = SentenceEncoder::<Flex>::load(encoder_dir, &Default::default())?;
+    let encoder = SentenceEncoder::<Backend>::load(encoder_dir, &Default::default())?;
     let mut order: Vec<usize> = (0..private.len()).collect();
     order.shuffle(&mut ChaCha20Rng::seed_from_u64(seed ^ 0xe5a));
     let subsets: Vec<Vec<u32>> = order

@@ -43,7 +43,7 @@ pub mod wordnet;
 
 use std::time::Instant;
 
-use burn::backend::Flex;
+use crate::Backend;
 use privmix_accountant::{Budget, Orders};
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_mechanisms::{
@@ -230,7 +230,7 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
     }
     let device = Default::default();
     let tokenizer = crate::experiment::tokenizer_for(&config.model, config.tokenizer.as_deref())?;
-    let model = Model::<Flex>::load(&config.model, &device)?;
+    let model = Model::<Backend>::load(&config.model, &device)?;
     let runner: IclRunner = EnsembleRunner::new(model, &[])?;
     let nouns = load_nouns(&config.wordnet)?;
     let sizes = SplitSizes {

@@ -15,17 +15,17 @@
 //! - the zero-shot row is its own decoder over `header` and the context, extended
 //!   by the new tokens as the context grows, so it reads nothing but public text.
 
-use burn::backend::Flex;
+use crate::Backend;
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
 use privmix_mechanisms::{DpDemonstration, FewShotSource, IclSource, MechanismError};
 use privmix_models::{Model, Tokenizer};
 
 /// The runner the ICL experiment uses (base model only, no adapters).
-pub type IclRunner = EnsembleRunner<Flex, Model<Flex>>;
+pub type IclRunner = EnsembleRunner<Backend, Model<Backend>>;
 
 /// An incremental decoder of the runner.
-pub type IclDecoder<'a> = Decoder<'a, Flex, Model<Flex>>;
+pub type IclDecoder<'a> = Decoder<'a, Backend, Model<Backend>>;
 
 fn source_error(e: impl std::fmt::Display) -> MechanismError {
     MechanismError::Source(e.to_string())
@@ -399,7 +399,7 @@ pub(super) mod fixtures {
     /// The tiny Llama fixture (vocabulary 256) of the models crate.
     pub(crate) fn runner() -> IclRunner {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/hf/llama");
-        let model = Model::<Flex>::load(&dir, &Default::default()).unwrap();
+        let model = Model::<Backend>::load(&dir, &Default::default()).unwrap();
         EnsembleRunner::new(model, &[]).unwrap()
     }
 
