@@ -24,7 +24,7 @@
 //!
 //! Zero-shot, few-shot and +On answer a seed's queries together, one token of
 //! each unfinished query per round, each query with its own random stream
-//! ([`lockstep`]): a round's one-shot prompts run as a few batched forwards.
+//! (`lockstep.rs`): a round's one-shot prompts run as a few batched forwards.
 //!
 //! The membership-inference attack ([`mia`]) runs once, over `mia_repetitions`
 //! disjoint example sets of `mia_examples` each, with DPS-MOZO+On's per-token radius
