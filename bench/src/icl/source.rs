@@ -382,7 +382,13 @@ impl FewShotSource for DpPromptSource<'_> {
 pub(super) mod fixtures {
     use std::path::Path;
 
-    use super::*;
+    use privmix_ensemble::rows::RowLayout;
+    use privmix_ensemble::runner::EnsembleRunner;
+    use privmix_mechanisms::MechanismError;
+    use privmix_models::{Model, Tokenizer};
+
+    use crate::Backend;
+    use crate::icl::source::{IclRunner, source_error, to_f64};
 
     /// The rows of one batched forward of whole prompts, as f64 vectors.
     pub(crate) fn forward_rows(
