@@ -30,11 +30,15 @@ use super::host::{DropoutPlan, HostSlot, StepPath};
 use super::loss::check_blocks;
 use super::params::LoraParams;
 use super::privacy::{DpSgdEpsilon, clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
-use super::trainable::{Dropout, loss_and_gradient};
+use super::trainable::{Dropout, block_losses_and_gradients};
 
 /// Examples per batched pass of the host step (bounds its memory: the
 /// logits alone take `examples × seq × vocab` floats).
 const HOST_EXAMPLES: usize = 8;
+
+/// Examples per batched pass of burn autodiff (each with its own copy of
+/// the factors; bounds the pass's memory).
+const AUTODIFF_EXAMPLES: usize = 16;
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraConfig};
 
 /// Where the privacy-relevant coins (Poisson sampling and Gaussian noise) come
@@ -236,19 +240,23 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
             }
             return Ok(out);
         }
-        picked
-            .iter()
-            .enumerate()
-            .map(|(k, &i)| {
-                loss_and_gradient(
-                    self.model,
-                    &self.params,
-                    &[&self.data[i]],
-                    Some(dropout(k)),
-                    &self.device,
-                )
-            })
-            .collect()
+        // burn autodiff: a batch of examples per pass, each through its own
+        // copy of the factors (`PerRowTrainable`), so that each copy's
+        // gradient is its example's.
+        let mut out = Vec::with_capacity(picked.len());
+        for (chunk, ids) in picked.chunks(AUTODIFF_EXAMPLES).enumerate() {
+            let blocks: Vec<&Vec<u32>> = ids.iter().map(|&i| &self.data[i]).collect();
+            let first = chunk * AUTODIFF_EXAMPLES;
+            let passes: Vec<Dropout> = (first..first + ids.len()).map(dropout).collect();
+            out.extend(block_losses_and_gradients(
+                self.model,
+                &self.params,
+                &blocks,
+                &passes,
+                &self.device,
+            )?);
+        }
+        Ok(out)
     }
 
     /// One DP-SGD step (an empty Poisson draw still releases noise and counts).

@@ -25,15 +25,12 @@ pub fn check_blocks(blocks: &[Vec<u32>]) -> Result<usize, TrainError> {
     Ok(len)
 }
 
-/// Mean over all predicted positions of `−log p(block[i+1] | block[..=i])`,
-/// for blocks of one length (each block's first `len − 1` tokens are the
-/// input, the last `len − 1` the targets), as a one-element tensor on the
-/// model's device (differentiable when the backend is).
-pub fn mean_nll<B: Backend, M: LanguageModel<B> + ?Sized>(
+/// `log p(block[i+1] | block[..=i])` of every position, `[blocks, len − 1, 1]`.
+fn target_log_probs<B: Backend, M: LanguageModel<B> + ?Sized>(
     model: &M,
     blocks: &[&Vec<u32>],
     delta: Option<&dyn LinearDelta<B>>,
-) -> Result<Tensor<B, 1>, TrainError> {
+) -> Result<Tensor<B, 3>, TrainError> {
     let owned: Vec<Vec<u32>> = blocks.iter().map(|b| (*b).clone()).collect();
     let len = check_blocks(&owned)?;
     let n = len - 1;
@@ -49,5 +46,32 @@ pub fn mean_nll<B: Backend, M: LanguageModel<B> + ?Sized>(
         TensorData::new(targets, [rows.len(), n, 1]),
         &model.device(),
     );
-    Ok(log_softmax(logits).gather(2, idx).mean().neg().reshape([1]))
+    Ok(log_softmax(logits).gather(2, idx))
+}
+
+/// Mean over all predicted positions of `−log p(block[i+1] | block[..=i])`,
+/// for blocks of one length (each block's first `len − 1` tokens are the
+/// input, the last `len − 1` the targets), as a one-element tensor on the
+/// model's device (differentiable when the backend is).
+pub fn mean_nll<B: Backend, M: LanguageModel<B> + ?Sized>(
+    model: &M,
+    blocks: &[&Vec<u32>],
+    delta: Option<&dyn LinearDelta<B>>,
+) -> Result<Tensor<B, 1>, TrainError> {
+    Ok(target_log_probs(model, blocks, delta)?
+        .mean()
+        .neg()
+        .reshape([1]))
+}
+
+/// Each block's own mean next-token loss (as [`mean_nll`] of that block
+/// alone), `[blocks]`, from one batched forward.
+pub fn block_mean_nll<B: Backend, M: LanguageModel<B> + ?Sized>(
+    model: &M,
+    blocks: &[&Vec<u32>],
+    delta: Option<&dyn LinearDelta<B>>,
+) -> Result<Tensor<B, 1>, TrainError> {
+    let lp = target_log_probs(model, blocks, delta)?;
+    let [rows, n, _] = lp.dims();
+    Ok(lp.reshape([rows, n]).mean_dim(1).neg().reshape([rows]))
 }
