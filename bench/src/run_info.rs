@@ -156,15 +156,17 @@ impl Phases {
     }
 }
 
+/// `git args…`'s trimmed output, or None where git fails or is missing.
+fn git(args: &[&str]) -> Option<String> {
+    std::process::Command::new("git")
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
 pub(crate) fn commit() -> String {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
     match git(&["rev-parse", "HEAD"]) {
         Some(head) => {
             let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
@@ -179,14 +181,6 @@ pub(crate) fn commit() -> String {
 /// git id of each at HEAD (`absent` for one HEAD does not hold), or None when any
 /// of them has uncommitted changes, or outside a git checkout.
 pub fn source_version(paths: &[&str]) -> Option<String> {
-    let git = |args: &[&str]| {
-        std::process::Command::new("git")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
     git(&["rev-parse", "HEAD"])?;
     let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
     let specs: Vec<String> = paths.iter().map(|p| format!(":/{p}")).collect();

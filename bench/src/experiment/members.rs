@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::backend::Autodiff;
-
-use crate::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
@@ -25,6 +23,7 @@ use sha2::{Digest, Sha256};
 use super::config::ExperimentConfig;
 pub use super::config::TrainingPlan;
 use super::data::ExperimentData;
+use crate::Backend;
 use crate::error::BenchError;
 
 type Train = Autodiff<Backend>;

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use privmix_mechanisms::StepOutcome;
 use privmix_models::Tokenizer;
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +118,72 @@ pub(super) struct Decoded {
     pub(super) predictions: Vec<String>,
     pub(super) tokens: usize,
     pub(super) lambdas: Vec<f64>,
+}
+
+impl Decoded {
+    /// Nothing decoded yet.
+    pub(super) fn new() -> Self {
+        Self {
+            predictions: Vec::new(),
+            tokens: 0,
+            lambdas: Vec::new(),
+        }
+    }
+
+    /// Counts one released token, and the mean λ of its step when it mixed.
+    pub(super) fn count(&mut self, outcome: &StepOutcome) {
+        self.tokens += 1;
+        let l = &outcome.diagnostics.lambdas;
+        if !l.is_empty() {
+            self.lambdas.push(l.iter().sum::<f64>() / l.len() as f64);
+        }
+    }
+}
+
+/// One query's answer as it grows: the query's prompt, then the released tokens.
+pub(super) struct Answer {
+    /// The query's prompt ids and the tokens released so far.
+    pub(super) context: Vec<u32>,
+    prompt_len: usize,
+    text: String,
+    /// Whether the answer has ended (end-of-sequence token or a line break).
+    pub(super) done: bool,
+}
+
+impl Answer {
+    /// The empty answer to the query for `word`.
+    pub(super) fn new(tokenizer: &Tokenizer, word: &str) -> Result<Self, BenchError> {
+        let context = tokens(tokenizer, &query_text(word))?;
+        Ok(Self {
+            prompt_len: context.len(),
+            context,
+            text: String::new(),
+            done: false,
+        })
+    }
+
+    /// Takes one released token: the end-of-sequence token ends the answer
+    /// (and is not kept), as does a line break in its text.
+    pub(super) fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> Result<(), BenchError> {
+        if Some(token) == tokenizer.eos_id() {
+            self.done = true;
+            return Ok(());
+        }
+        self.context.push(token);
+        self.text = tokenizer.decode(&self.context[self.prompt_len..])?;
+        self.done = self.text.contains('\n');
+        Ok(())
+    }
+
+    /// What the answer predicts: its first line, trimmed.
+    pub(super) fn prediction(&self) -> String {
+        self.text
+            .split('\n')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    }
 }
 
 /// One method's [`IclResult`] from what it decoded for `queries`: each answer's

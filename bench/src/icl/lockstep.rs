@@ -25,7 +25,7 @@ use privmix_mechanisms::{Account, IclMechanism, IclSource, MechanismError, Priva
 use privmix_models::Tokenizer;
 use rand::RngCore;
 
-use super::common::{Decoded, query_text, tokens};
+use super::common::{Answer, Decoded};
 use super::source::{IclDecoder, PromptSource};
 use super::wordnet::Definition;
 use crate::error::BenchError;
@@ -103,13 +103,10 @@ impl IclSource for Served<'_> {
     }
 }
 
-/// One query being answered.
+/// One query being answered, with its own random stream.
 struct Query {
-    context: Vec<u32>,
-    prompt_len: usize,
-    text: String,
+    answer: Answer,
     rng: PrivacyRng,
-    done: bool,
 }
 
 /// The zero-shot rows of the unfinished queries: one decoder row per query over
@@ -137,12 +134,12 @@ impl<'a> ZeroRows<'a> {
                     .map_err(err)?;
                 let prompts: Vec<Vec<u32>> = live
                     .iter()
-                    .map(|&q| [source.header(), &queries[q].context].concat())
+                    .map(|&q| [source.header(), &queries[q].answer.context].concat())
                     .collect();
                 let out = decoder.prefill_rows(&prompts).map_err(err)?;
                 self.rows = live
                     .iter()
-                    .map(|&q| (q, queries[q].context.len()))
+                    .map(|&q| (q, queries[q].answer.context.len()))
                     .collect();
                 self.decoder = Some(decoder);
                 out
@@ -162,7 +159,7 @@ impl<'a> ZeroRows<'a> {
                 }
                 let mut next = Vec::with_capacity(live.len());
                 for (q, fed) in &mut self.rows {
-                    let context = &queries[*q].context;
+                    let context = &queries[*q].answer.context;
                     if context.len() != *fed + 1 {
                         return Err(MechanismError::Source(
                             "lockstep: a query's context did not grow by one token".into(),
@@ -196,32 +193,25 @@ pub(super) fn decode_lockstep(
 ) -> Result<Decoded, BenchError> {
     bar.set_length(queries.len() as u64);
     bar.set_position(0);
-    let eos = tokenizer.eos_id();
     let demonstrations = source.demonstrations();
     let mut state = queries
         .iter()
         .map(|q| {
-            let context = tokens(tokenizer, &query_text(&q.word))?;
             Ok(Query {
-                prompt_len: context.len(),
-                context,
-                text: String::new(),
+                answer: Answer::new(tokenizer, &q.word)?,
                 rng: PrivacyRng::from_seed(rng.next_u64()),
-                done: max_tokens == 0,
             })
         })
         .collect::<Result<Vec<_>, BenchError>>()?;
-    let mut out = Decoded {
-        predictions: Vec::new(),
-        tokens: 0,
-        lambdas: Vec::new(),
-    };
+    let mut out = Decoded::new();
     let mut zero = ZeroRows {
         decoder: None,
         rows: Vec::new(),
     };
     for _round in 0..max_tokens {
-        let live: Vec<usize> = (0..state.len()).filter(|&q| !state[q].done).collect();
+        let live: Vec<usize> = (0..state.len())
+            .filter(|&q| !state[q].answer.done)
+            .collect();
         if live.is_empty() {
             break;
         }
@@ -233,8 +223,7 @@ pub(super) fn decode_lockstep(
                 drawn: None,
             };
             let mut rng = state[q].rng.clone();
-            let query = &state[q];
-            match mechanism.step(&mut recorder, &query.context, &mut rng, account) {
+            match mechanism.step(&mut recorder, &state[q].answer.context, &mut rng, account) {
                 Err(MechanismError::Source(m)) if m == PENDING => {}
                 Err(e) => return Err(e.into()),
                 Ok(_) => {
@@ -250,7 +239,7 @@ pub(super) fn decode_lockstep(
         let zero_rows = zero.rows(source, &live, &state)?;
         let mut requests: Vec<(usize, &[u32])> = Vec::new();
         for (&q, d) in live.iter().zip(&drawn) {
-            requests.extend(d.iter().map(|&j| (j, state[q].context.as_slice())));
+            requests.extend(d.iter().map(|&j| (j, state[q].answer.context.as_slice())));
         }
         let one_shot = source.one_shot_batch(&requests)?;
         // 3. The steps, replayed on those rows.
@@ -266,8 +255,8 @@ pub(super) fn decode_lockstep(
                 rows,
             };
             let query = &mut state[q];
-            let outcome = match mechanism.step(&mut served, &query.context, &mut query.rng, account)
-            {
+            let context = &query.answer.context;
+            let outcome = match mechanism.step(&mut served, context, &mut query.rng, account) {
                 Ok(outcome) => outcome,
                 Err(MechanismError::ChargeRefused(_)) => {
                     exhausted = true;
@@ -275,20 +264,9 @@ pub(super) fn decode_lockstep(
                 }
                 Err(e) => return Err(e.into()),
             };
-            out.tokens += 1;
-            let l = &outcome.diagnostics.lambdas;
-            if !l.is_empty() {
-                out.lambdas.push(l.iter().sum::<f64>() / l.len() as f64);
-            }
-            let token = outcome.token as u32;
-            if Some(token) == eos {
-                query.done = true;
-            } else {
-                query.context.push(token);
-                query.text = tokenizer.decode(&query.context[query.prompt_len..])?;
-                query.done = query.text.contains('\n');
-            }
-            if query.done {
+            out.count(&outcome);
+            query.answer.push(tokenizer, outcome.token as u32)?;
+            if query.answer.done {
                 bar.inc(1);
             }
         }
@@ -297,10 +275,7 @@ pub(super) fn decode_lockstep(
         }
     }
     bar.set_position(queries.len() as u64);
-    out.predictions = state
-        .iter()
-        .map(|q| q.text.split('\n').next().unwrap_or("").trim().to_string())
-        .collect();
+    out.predictions = state.iter().map(|q| q.answer.prediction()).collect();
     Ok(out)
 }
 
@@ -309,7 +284,7 @@ mod tests {
     use privmix_accountant::Orders;
     use privmix_mechanisms::{DpsMozo, DpsMozoConfig, FewShotProduct, Unbudgeted, ZeroShot};
 
-    use super::super::common::demo_text;
+    use super::super::common::{demo_text, query_text};
     use super::super::source::ONE_SHOT_BATCH_ROWS;
     use super::super::source::fixtures::{close, forward_rows, runner, tokenizer};
     use super::*;

@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
 use crate::stats::Interval;
-use common::{Decoded, demo_text, query_text, scored, tokens};
+use common::{Answer, Decoded, demo_text, query_text, scored, tokens};
 pub use common::{HEADER, IclConfig, IclResult};
 use source::{DpPromptSource, IclRunner, PromptSource};
 use split::{SeedSplit, SplitSizes, seed_of};
@@ -131,22 +131,15 @@ fn decode_all(
 ) -> Result<Decoded, BenchError> {
     bar.set_length(queries.len() as u64);
     bar.set_position(0);
-    let eos = tokenizer.eos_id();
-    let mut out = Decoded {
-        predictions: Vec::new(),
-        tokens: 0,
-        lambdas: Vec::new(),
-    };
+    let mut out = Decoded::new();
     let mut exhausted = false;
     for q in queries {
-        let mut context = tokens(tokenizer, &query_text(&q.word))?;
-        let prompt_len = context.len();
-        let mut text = String::new();
+        let mut answer = Answer::new(tokenizer, &q.word)?;
         for _ in 0..max_tokens {
             if exhausted {
                 break;
             }
-            let outcome = match step(&context) {
+            let outcome = match step(&answer.context) {
                 Ok(outcome) => outcome,
                 // The budget cannot pay for another token: nothing more is released,
                 // this answer ends here and later queries get none.
@@ -156,23 +149,13 @@ fn decode_all(
                 }
                 Err(e) => return Err(e),
             };
-            out.tokens += 1;
-            if !outcome.diagnostics.lambdas.is_empty() {
-                let l = &outcome.diagnostics.lambdas;
-                out.lambdas.push(l.iter().sum::<f64>() / l.len() as f64);
-            }
-            let token = outcome.token as u32;
-            if Some(token) == eos {
-                break;
-            }
-            context.push(token);
-            text = tokenizer.decode(&context[prompt_len..])?;
-            if text.contains('\n') {
+            out.count(&outcome);
+            answer.push(tokenizer, outcome.token as u32)?;
+            if answer.done {
                 break;
             }
         }
-        out.predictions
-            .push(text.split('\n').next().unwrap_or("").trim().to_string());
+        out.predictions.push(answer.prediction());
         bar.inc(1);
     }
     Ok(out)

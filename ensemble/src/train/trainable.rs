@@ -219,8 +219,8 @@ impl<B: AutodiffBackend> PerRowTrainable<B> {
             }
             if let Some(g) = b.grad(grads) {
                 let g = to_vec(g)?;
-                let per = g.len() / self.rows.max(1);
-                for (row, chunk) in out.iter_mut().zip(g.chunks(per.max(1))) {
+                let per = params.config().r * l.fan_out;
+                for (row, chunk) in out.iter_mut().zip(g.chunks(per)) {
                     row[l.b_offset..l.b_offset + per].copy_from_slice(chunk);
                 }
             }
