@@ -58,7 +58,7 @@ struct Args {
     #[arg(long, default_value_t = 128)]
     block: usize,
     /// Training records at most, chosen by a keyed hash of their ids (0: all).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 512)]
     max_records: usize,
     /// Seeds: independent deployments, each on its own held-out blocks.
     #[arg(long, default_value_t = 5)]
