@@ -22,6 +22,7 @@ use statrs::distribution::{Beta, ContinuousCDF};
 
 use crate::experiment::ExperimentResults;
 use crate::experiment::canary::CanaryAudit;
+use crate::experiment::long::LongDeployment;
 use crate::icl::IclResults;
 use crate::stats::Interval;
 
@@ -311,18 +312,22 @@ pub fn perplexity_claims(r: &ExperimentResults) -> Vec<Claim> {
             ));
         }
     }
-    out.push(claim(
-        &format!("{ADAPMIXED}, Table 1 (99,840 queries)"),
-        "at 99,840 queries AdaPMixED (29.99 at ε 5.248) beats DP-SGD (32.53); PMixED is the public model",
-        "DP-SGD 32.53, AdaPMixED 29.99 at ε = 5.248",
-        format!("our deployments answer {queries} queries"),
-        Verdict::NotComparable,
-        format!(
-            "needs one deployment of 99,840 queries: {} held-out blocks of {} tokens",
-            (99_840f64 / (r.config.block - 1) as f64).ceil(),
-            r.config.block
-        ),
-    ));
+    match &r.long_deployment {
+        Some(d) => out.extend(long_deployment_claims(d, top)),
+        None => out.push(claim(
+            &format!("{ADAPMIXED}, Table 1 (99,840 queries)"),
+            "at 99,840 queries AdaPMixED (29.99 at ε 5.248) beats DP-SGD (32.53); PMixED is the public model",
+            "DP-SGD 32.53, AdaPMixED 29.99 at ε = 5.248",
+            format!("our deployments answer {queries} queries"),
+            Verdict::NotComparable,
+            format!(
+                "needs one deployment of 99,840 queries ({} held-out blocks of {} tokens): \
+                 `--long-queries 99840`, part of `--paper-scale`",
+                (99_840f64 / (r.config.block - 1) as f64).ceil(),
+                r.config.block
+            ),
+        )),
+    }
 
     // SubMix Fig. 2 at ε = 2.
     let e2 = eps.iter().copied().find(|&e| e == 2.0).unwrap_or(top);
@@ -407,6 +412,89 @@ pub fn perplexity_claims(r: &ExperimentResults) -> Vec<Claim> {
     if let Some(audit) = &r.canary {
         out.extend(canary_claims(audit));
     }
+    out
+}
+
+/// Largest share of the public → non-private gap a mechanism may close and
+/// still be "the public model".
+const PUBLIC_SHARE: f64 = 0.1;
+
+/// The AdaPMixED paper's 99,840-query claims, on the long deployment at ε `top`:
+/// orderings and shares judged on the deployment's chunks, paired (each chunk is
+/// the same queries for every mechanism).
+fn long_deployment_claims(d: &LongDeployment, top: f64) -> Vec<Claim> {
+    let source = format!("{ADAPMIXED}, Table 1 (WikiText-103, GPT-2, 99,840 queries)");
+    let setting = format!(
+        "One deployment of {} queries at ε = {top}; interval over its {} consecutive runs of blocks.",
+        d.queries,
+        d.rows.first().map_or(0, |r| r.chunk_perplexities.len())
+    );
+    let chunks = |m: &str, t: Option<f64>| {
+        d.row(m, t)
+            .filter(|r| r.chunk_perplexities.iter().all(|p| p.is_finite()))
+            .map(|r| r.chunk_perplexities.clone())
+    };
+    let show = |m: &str, t: Option<f64>| match d.row(m, t) {
+        Some(r) => format!(
+            "{m} {}{}",
+            r.interval.map_or("∞".into(), |i| i.display(2)),
+            r.spent_epsilon
+                .filter(|_| t.is_some())
+                .map_or(String::new(), |e| format!(" (ε spent {e:.3})"))
+        ),
+        None => format!("{m} not run"),
+    };
+    let mut out = Vec::new();
+    let (verdict, why) = match (chunks("adapmixed", Some(top)), chunks("dp-sgd", Some(top))) {
+        (Some(a), Some(b)) => below(&a, &b),
+        _ => (
+            Verdict::NotComparable,
+            "a row is missing or infinite in a run".into(),
+        ),
+    };
+    out.push(claim(
+        &source,
+        "AdaPMixED is below DP-SGD at the same ε over a long deployment",
+        "AdaPMixED 29.99 (ε 5.248) vs DP-SGD(ε=8) 32.53",
+        format!(
+            "{}; {}; {}",
+            show("adapmixed", Some(top)),
+            show("dp-sgd", Some(top)),
+            show("public", None)
+        ),
+        verdict,
+        format!("{why}. {setting}"),
+    ));
+    let gap = match (
+        chunks("public", None),
+        chunks("ensemble", None),
+        chunks("pmixed", Some(top)),
+    ) {
+        (Some(p), Some(e), Some(x)) => Interval::of(&shares(&p, &e, &x)).ok(),
+        _ => None,
+    };
+    let rule = format!("reproduced when the share's interval lies below {PUBLIC_SHARE}");
+    let (verdict, ours, why) = match gap {
+        Some(g) if g.high < PUBLIC_SHARE => (Verdict::Reproduced, g.display(3), rule),
+        Some(g) => (Verdict::NotReproduced, g.display(3), rule),
+        None => (
+            Verdict::NotComparable,
+            "—".into(),
+            format!("a row is missing, infinite, or the gap is zero in a run ({rule})"),
+        ),
+    };
+    out.push(claim(
+        &source,
+        "PMixED at 100k queries is the public model: it closes almost none of the public → non-private gap",
+        "PMixED ≈ public 40.86",
+        format!(
+            "share closed {ours}; {}; {}",
+            show("pmixed", Some(top)),
+            show("public", None)
+        ),
+        verdict,
+        format!("{why}. {setting}"),
+    ));
     out
 }
 
@@ -689,6 +777,7 @@ pub fn icl_claims(icl: &IclResults) -> Vec<Claim> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiment::long::LongRow;
 
     /// Exact Clopper–Pearson bounds: for k = 0 the upper end is 1 − 0.025^{1/n};
     /// for k = n the lower end is 0.025^{1/n}.
@@ -724,5 +813,48 @@ mod tests {
         assert_eq!(share_verdict(&i(0.6, 0.8), 0.68).0, Verdict::Reproduced);
         assert_eq!(share_verdict(&i(0.1, 0.3), 0.68).0, Verdict::NotReproduced);
         assert_eq!(share_verdict(&i(-1.0, 3.0), 0.68).0, Verdict::NotComparable);
+    }
+
+    fn long_row(mechanism: &str, target: Option<f64>, chunks: &[f64]) -> LongRow {
+        LongRow {
+            mechanism: mechanism.into(),
+            target_epsilon: target,
+            perplexity: chunks[0],
+            chunk_perplexities: chunks.to_vec(),
+            interval: Interval::geometric(chunks).ok(),
+            spent_epsilon: target.map(|t| t - 0.5),
+            shares: (1.0, 0.0, 0.0),
+            parameters: String::new(),
+        }
+    }
+
+    #[test]
+    fn long_deployment_claims_judge_paired_runs() {
+        let deployment = |ada: &[f64], pmixed: &[f64]| LongDeployment {
+            queries: 99_840,
+            blocks: 787,
+            rows: vec![
+                long_row("public", None, &[40.0, 42.0, 41.0]),
+                long_row("ensemble", None, &[30.0, 31.0, 30.5]),
+                long_row("pmixed", Some(8.0), pmixed),
+                long_row("adapmixed", Some(8.0), ada),
+                long_row("dp-sgd", Some(8.0), &[35.0, 36.0, 35.5]),
+            ],
+        };
+        // AdaPMixED below DP-SGD in every run; PMixED within 10% of the gap of public.
+        let c = long_deployment_claims(&deployment(&[32.0, 33.0, 32.4], &[39.9, 41.9, 40.9]), 8.0);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].verdict, Verdict::Reproduced, "{:?}", c[0]);
+        assert_eq!(c[1].verdict, Verdict::Reproduced, "{:?}", c[1]);
+        // AdaPMixED above DP-SGD; PMixED closing half the gap.
+        let c = long_deployment_claims(&deployment(&[37.0, 38.0, 37.1], &[35.0, 36.5, 35.7]), 8.0);
+        assert_eq!(c[0].verdict, Verdict::NotReproduced, "{:?}", c[0]);
+        assert_eq!(c[1].verdict, Verdict::NotReproduced, "{:?}", c[1]);
+        // A missing row decides nothing.
+        let mut d = deployment(&[32.0, 33.0, 32.4], &[39.9, 41.9, 40.9]);
+        d.rows
+            .retain(|r| r.mechanism != "dp-sgd" && r.mechanism != "ensemble");
+        let c = long_deployment_claims(&d, 8.0);
+        assert!(c.iter().all(|c| c.verdict == Verdict::NotComparable));
     }
 }

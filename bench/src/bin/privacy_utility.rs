@@ -69,6 +69,10 @@ struct Args {
     /// Held-out validation blocks (members' loss, the DP-SGD sweep).
     #[arg(long, default_value_t = 8)]
     validation_blocks: usize,
+    /// Queries of one long deployment at the largest ε (the AdaPMixED paper's
+    /// 99,840; 0: none), scored after the seeds at the record level.
+    #[arg(long, default_value_t = 0)]
+    long_queries: u64,
     /// Passes over each member's blocks.
     #[arg(long, default_value_t = 2.0)]
     epochs: f64,
@@ -226,6 +230,7 @@ fn main() -> ExitCode {
             dp_sgd_batch = 256,
             dp_sgd_lrs = vec![0.0005, 0.001, 0.002, 0.004],
             dp_sgd_epochs = vec![1.0, 3.0, 10.0],
+            long_queries = 99_840,
         );
     }
     let config = ExperimentConfig {
@@ -240,6 +245,7 @@ fn main() -> ExitCode {
         eval_blocks: a.eval_blocks,
         seeds: a.seeds,
         validation_blocks: a.validation_blocks,
+        long_queries: a.long_queries,
         max_records: (a.max_records > 0).then_some(a.max_records),
         training: TrainingPlan {
             rank: a.rank,
@@ -269,11 +275,12 @@ fn main() -> ExitCode {
     };
     // The user-level table: the same plan over users, without DP-SGD (whose
     // per-example clipping protects one record, not one user) and without the
-    // canary audit (run once, at the record level).
+    // canary audit and the long deployment (run once, at the record level).
     let user_config = (!a.skip_user_level).then(|| ExperimentConfig {
         user_unit: a.user_unit.clone(),
         dp_sgd: None,
         canary: None,
+        long_queries: 0,
         ..config.clone()
     });
     let icl = IclConfig {

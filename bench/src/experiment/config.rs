@@ -37,8 +37,17 @@ pub struct ExperimentConfig {
     /// Held-out blocks (disjoint from every seed's) on which the members and the
     /// DP-SGD sweep are validated.
     pub validation_blocks: usize,
+    /// Queries of one long deployment at the largest target ε (the AdaPMixED
+    /// paper's 99,840; 0: none): the held-out blocks other than the validation
+    /// ones, in their shuffled order, the last one cut so that the deployment
+    /// answers exactly this many. It is a deployment of its own, apart from the
+    /// seeds, and may reuse their blocks.
+    #[serde(default)]
+    pub long_queries: u64,
     /// At most this many training records (blocks): units are taken in the
-    /// order of a keyed hash of their ids, each while it still fits (None: all).
+    /// order of a keyed hash of their ids, each while it still fits, then the
+    /// first unit passed over of each member left without data, so a cap may
+    /// be exceeded by a few units (None: all).
     pub max_records: Option<usize>,
     /// Fine-tuning of the members.
     pub training: TrainingPlan,

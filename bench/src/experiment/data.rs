@@ -69,6 +69,9 @@ pub struct ExperimentData {
     pub eval: Vec<Vec<Vec<u32>>>,
     /// Held-out validation blocks, disjoint from every seed's.
     pub validation: Vec<Vec<u32>>,
+    /// The long deployment's blocks (empty when none is asked for): they answer
+    /// exactly `long_queries` queries and hold no validation block.
+    pub long: Vec<Vec<u32>>,
 }
 
 impl ExperimentData {
@@ -186,10 +189,25 @@ pub fn prepare_from_corpus(
             .collect::<Result<Vec<_>, BenchError>>()?;
         keyed.sort_by(|a, b| (a.0, &a.1.0).cmp(&(b.0, &b.1.0)));
         let mut total = 0;
+        let mut filled = vec![false; n];
+        let mut passed = Vec::new();
         units = Vec::new();
         for (_, u) in keyed {
             if total + u.1.len() <= cap {
                 total += u.1.len();
+                filled[hash_member(config.seed, &u.0, n)?] = true;
+                units.push(u);
+            } else {
+                passed.push(u);
+            }
+        }
+        // Large units (users) can leave a member without data under the cap:
+        // such a member takes the first unit passed over that hashes to it, so
+        // the cap may be exceeded by a few units.
+        for u in passed {
+            let member = hash_member(config.seed, &u.0, n)?;
+            if !filled[member] {
+                filled[member] = true;
                 units.push(u);
             }
         }
@@ -229,6 +247,12 @@ pub fn prepare_from_corpus(
         .collect();
     let start = config.seeds * config.eval_blocks;
     let validation = pool[start..start + config.validation_blocks].to_vec();
+    let long = long_deployment_blocks(
+        config.long_queries,
+        pool[..start]
+            .iter()
+            .chain(&pool[start + config.validation_blocks..]),
+    )?;
     Ok(ExperimentData {
         unit,
         units: units.len(),
@@ -236,5 +260,72 @@ pub fn prepare_from_corpus(
         members,
         eval,
         validation,
+        long,
     })
+}
+
+/// The first blocks of `pool` that answer exactly `queries` queries (a block of
+/// n tokens answers n − 1), the last one cut short as needed.
+fn long_deployment_blocks<'a>(
+    queries: u64,
+    pool: impl Iterator<Item = &'a Vec<u32>>,
+) -> Result<Vec<Vec<u32>>, BenchError> {
+    let mut left = queries;
+    let mut blocks = Vec::new();
+    let mut available = 0u64;
+    for block in pool {
+        if left == 0 {
+            break;
+        }
+        let answers = (block.len() as u64).saturating_sub(1);
+        available += answers;
+        if answers == 0 {
+            continue;
+        }
+        let take = answers.min(left);
+        blocks.push(block[..take as usize + 1].to_vec());
+        left -= take;
+    }
+    if left > 0 {
+        return Err(BenchError::Config(format!(
+            "a long deployment of {queries} queries asked for; the held-out blocks outside \
+             the validation ones answer {available}"
+        )));
+    }
+    Ok(blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::long_deployment_blocks;
+
+    fn pool() -> Vec<Vec<u32>> {
+        (0..4u32)
+            .map(|b| (0..5).map(|t| 10 * b + t).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_long_deployment_answers_exactly_its_queries() {
+        let pool = pool();
+        // Blocks of 5 tokens answer 4 queries each: 10 = 4 + 4 + 2.
+        let long = long_deployment_blocks(10, pool.iter()).unwrap();
+        assert_eq!(
+            long,
+            vec![pool[0].clone(), pool[1].clone(), vec![20, 21, 22]]
+        );
+        let answered: usize = long.iter().map(|b| b.len() - 1).sum();
+        assert_eq!(answered, 10);
+        assert_eq!(long_deployment_blocks(8, pool.iter()).unwrap().len(), 2);
+        assert!(long_deployment_blocks(0, pool.iter()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_long_deployment_the_pool_cannot_fill_is_refused() {
+        let pool = pool();
+        let e = long_deployment_blocks(17, pool.iter())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("17 queries") && e.contains("answer 16"), "{e}");
+    }
 }

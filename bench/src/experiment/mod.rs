@@ -19,12 +19,15 @@
 //!    perplexity is read from the law of the token each step would release
 //!    ([`induced`] for the S&A-Laplace and GNMax baselines).
 //! 4. [`summarize`]: each figure as its mean over seeds with a 95% interval.
+//! 5. [`long`]: optionally, one long deployment at the largest ε (the AdaPMixED
+//!    paper's 99,840 queries), its interval over consecutive runs of its blocks.
 
 pub mod canary;
 mod config;
 mod contenders;
 pub mod data;
 pub mod induced;
+pub mod long;
 pub mod members;
 pub mod scoring;
 
@@ -102,6 +105,9 @@ pub struct ExperimentResults {
     pub phases: Vec<(String, f64)>,
     /// The canary-extraction audit, when run.
     pub canary: Option<canary::CanaryAudit>,
+    /// The long deployment, when asked for (`long_queries`).
+    #[serde(default)]
+    pub long_deployment: Option<long::LongDeployment>,
 }
 
 impl ExperimentResults {
@@ -221,11 +227,22 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
             progress,
         )?);
     }
-    drop(runner);
     phases.push((
         format!("scoring ({} seeds)", seeds.len()),
         t2.elapsed().as_secs_f64(),
     ));
+    let long_deployment = if data.long.is_empty() {
+        None
+    } else {
+        let t = Instant::now();
+        let d = score_long_deployment(config, &runner, vocab, &data.long, &trained, progress)?;
+        phases.push((
+            format!("long deployment ({} queries)", d.queries),
+            t.elapsed().as_secs_f64(),
+        ));
+        Some(d)
+    };
+    drop(runner);
     let canary = match &config.canary {
         Some(plan) => {
             let t3 = Instant::now();
@@ -252,8 +269,53 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         summary,
         phases,
         canary,
+        long_deployment,
     })
 }
+
+/// Scores the long deployment: the public model, the non-private ensemble,
+/// PMixED, AdaPMixED and SubMix at the largest target ε, calibrated to all its
+/// queries, and the DP-SGD models; randomness from a seed apart from every
+/// repetition's.
+fn score_long_deployment(
+    config: &ExperimentConfig,
+    runner: &EnsembleRunner<Backend, Model<Backend>>,
+    vocab: usize,
+    blocks: &[Vec<u32>],
+    trained: &TrainedMembers,
+    progress: bool,
+) -> Result<long::LongDeployment, BenchError> {
+    let top = config
+        .epsilons
+        .iter()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
+    let long_config = ExperimentConfig {
+        epsilons: vec![top],
+        prediction_baselines: false,
+        ..config.clone()
+    };
+    let mut results = score_mechanisms(
+        &long_config,
+        runner,
+        vocab,
+        blocks,
+        trained,
+        config.seed ^ LONG_DEPLOYMENT_KEY,
+        progress,
+    )?;
+    // Per-query traces of ~10⁵ queries stay out of the JSON; the chunks keep the shape.
+    for r in &mut results {
+        r.spent_trace.clear();
+        r.lambda_trace.clear();
+        r.greedy_hits.clear();
+    }
+    let block_queries: Vec<u64> = blocks.iter().map(|b| b.len() as u64 - 1).collect();
+    long::LongDeployment::summarise(&results, &block_queries)
+}
+
+/// Keys the long deployment's randomness apart from the repetitions' seeds.
+const LONG_DEPLOYMENT_KEY: u64 = 0x4c4f_4e47_4445_504c;
 
 /// The tokenizer of the run: the configured file, the folder's tokenizer.json, or
 /// the GGUF's own vocabulary.

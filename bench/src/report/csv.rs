@@ -1,5 +1,6 @@
 //! `rows.csv`: every row the report measured, one line per seed (RFC 4180
-//! quoting), and `summary.csv`: the means and intervals over seeds.
+//! quoting), and `summary.csv`: the means and intervals over seeds (and over the
+//! runs of blocks of the long deployment, when there is one).
 
 use std::fmt::Write as _;
 
@@ -77,6 +78,32 @@ pub fn summary_rows(experiment: &str, results: &ExperimentResults) -> String {
             m.shares.1,
             m.shares.2
         );
+    }
+    if let Some(d) = &results.long_deployment {
+        // The long deployment's rows: "seeds" counts its runs of blocks.
+        let experiment = format!("{experiment}, long deployment of {} queries", d.queries);
+        for r in &d.rows {
+            let (pm, pl, ph) = r
+                .interval
+                .map_or((String::from("inf"), String::new(), String::new()), |i| {
+                    (i.mean.to_string(), i.low.to_string(), i.high.to_string())
+                });
+            let spent = r
+                .spent_epsilon
+                .map_or(String::from("inf"), |e| e.to_string());
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{pm},{pl},{ph},{spent},,,{},{},{}",
+                field(&experiment),
+                field(&results.unit),
+                field(&r.mechanism),
+                opt(r.target_epsilon),
+                r.chunk_perplexities.len(),
+                r.shares.0,
+                r.shares.1,
+                r.shares.2
+            );
+        }
     }
     s
 }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::experiment::canary::CanaryAudit;
+use crate::experiment::long::LongDeployment;
 use crate::experiment::{DpSgdRun, ExperimentResults, SummaryRow};
 
 fn fmt_interval(i: Option<crate::stats::Interval>, digits: usize) -> String {
@@ -157,9 +158,48 @@ pub fn markdown(title: &str, results: &ExperimentResults, plots: &[String]) -> S
     for p in plots {
         let _ = writeln!(s, "![{p}]({p})\n");
     }
+    if let Some(long) = &results.long_deployment {
+        s.push_str(&long_markdown(long));
+    }
     if let Some(audit) = &results.canary {
         s.push_str(&canary_markdown(audit));
     }
+    s
+}
+
+fn long_markdown(d: &LongDeployment) -> String {
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "### One long deployment (AdaPMixED, arXiv:2410.02016, Table 1: 99,840 queries)
+
+         {} queries over {} held-out blocks, one budget per mechanism calibrated to all of them,          at the largest target ε. Perplexity over all the queries; the interval is over {}          consecutive runs of the blocks (one deployment: the runs share the mechanisms'          state).
+",
+        d.queries,
+        d.blocks,
+        d.rows.first().map_or(0, |r| r.chunk_perplexities.len())
+    );
+    let _ = writeln!(
+        s,
+        "| mechanism | target ε | perplexity | over runs | spent ε | private answers | screened | budget out | parameters |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in &d.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} | {} |",
+            r.mechanism,
+            r.target_epsilon.map_or("—".into(), |e| format!("{e}")),
+            r.perplexity,
+            fmt_interval(r.interval, 2),
+            r.spent_epsilon.map_or("∞".into(), |e| format!("{e:.3}")),
+            pct(r.shares.0),
+            pct(r.shares.1),
+            pct(r.shares.2),
+            r.parameters
+        );
+    }
+    s.push('\n');
     s
 }
 
