@@ -297,7 +297,84 @@ fn long_deployment_blocks<'a>(
 
 #[cfg(test)]
 mod tests {
-    use super::long_deployment_blocks;
+    use super::*;
+    use crate::experiment::config::{ScoringPlan, TrainingPlan};
+    use privmix_ensemble::data::Corpus;
+
+    fn config(members: usize, cap: usize) -> ExperimentConfig {
+        ExperimentConfig {
+            model: "unused".into(),
+            tokenizer: None,
+            corpus_dir: "unused".into(),
+            user_unit: "speaker".into(),
+            cache_dir: "unused".into(),
+            members,
+            held_out_fraction: 0.3,
+            block: 16,
+            eval_blocks: 1,
+            seeds: 1,
+            validation_blocks: 1,
+            long_queries: 0,
+            max_records: Some(cap),
+            training: TrainingPlan {
+                rank: 1,
+                alpha: 2.0,
+                targets: Vec::new(),
+                epochs: 1.0,
+                batch: 1,
+                learning_rate: 1e-3,
+            },
+            dp_sgd: None,
+            prediction_baselines: false,
+            epsilons: vec![1.0],
+            delta: 1e-5,
+            scoring: ScoringPlan::default(),
+            seed: 1,
+            canary: None,
+        }
+    }
+
+    /// Speakers of very different sizes: under a small cap the large ones do not
+    /// fit, and some member would get nothing.
+    #[test]
+    fn a_record_cap_leaves_no_member_without_data() {
+        let tokenizer = Tokenizer::from_file(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../cli/tests/fixtures/tokenizer/tokenizer.json"),
+        )
+        .unwrap();
+        let play_ids: Vec<String> = (0..12).map(|p| format!("play{p}")).collect();
+        let mut plays = Vec::new();
+        let mut speakers = Vec::new();
+        for (p, id) in play_ids.iter().enumerate() {
+            let mut text = String::new();
+            for k in 0..6 {
+                // 40 to 400 bytes: 2 to 24 blocks of 16 bytes.
+                let line = format!("{id} speaker {k} says something. ").repeat(1 + (p + k) % 10);
+                speakers.push((format!("{id}/S{k}"), line.clone()));
+                text.push_str(&line);
+            }
+            plays.push((id.clone(), text));
+        }
+        let plays = Corpus::from_pairs(plays).unwrap();
+        let speakers = Corpus::from_pairs(speakers).unwrap();
+        let unit = PrivacyUnit::User(UserUnit::Speaker);
+        let mut filled = 0;
+        for (members, cap) in [(8, 20), (16, 30), (4, 8)] {
+            let c = config(members, cap);
+            let data = prepare_from_corpus(&c, &tokenizer, &plays, Some(&speakers), unit).unwrap();
+            assert!(
+                data.members.iter().all(|m| !m.is_empty()),
+                "{members} members, cap {cap}"
+            );
+            let blocks: usize = data.members.iter().map(Vec::len).sum();
+            if blocks > cap {
+                filled += 1;
+            }
+        }
+        // The cap alone left a member empty in some setting: the rule was needed.
+        assert!(filled > 0);
+    }
 
     fn pool() -> Vec<Vec<u32>> {
         (0..4u32)
