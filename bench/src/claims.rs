@@ -166,7 +166,7 @@ fn shares(from: &[f64], to: &[f64], x: &[f64]) -> Vec<f64> {
 pub fn perplexity_claims(r: &ExperimentResults) -> Vec<Claim> {
     let mut out = Vec::new();
     let eps = &r.config.epsilons;
-    let top = eps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let top = r.config.largest_epsilon();
     let queries = r.summary.first().map_or(0, |s| s.queries);
     let public = ppl(r, "public", None);
     let at = |m: &str, e: f64| ppl(r, m, Some(e));

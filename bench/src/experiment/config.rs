@@ -67,6 +67,17 @@ pub struct ExperimentConfig {
     pub canary: Option<CanaryPlan>,
 }
 
+impl ExperimentConfig {
+    /// The largest target ε (the DP-SGD sweep's, the long deployment's and the
+    /// papers' ε = 8 comparisons'); −∞ when there is none.
+    pub fn largest_epsilon(&self) -> f64 {
+        self.epsilons
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
 /// How each member is fine-tuned.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainingPlan {

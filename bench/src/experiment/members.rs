@@ -228,11 +228,7 @@ pub fn train_members(
     if let Some(dp) = &config.dp_sgd {
         let all = data.all_records();
         let q = (dp.batch as f64 / all.len() as f64).min(1.0);
-        let sweep_target = config
-            .epsilons
-            .iter()
-            .copied()
-            .fold(f64::NEG_INFINITY, f64::max);
+        let sweep_target = config.largest_epsilon();
         let trainer = DpTraining {
             config,
             model: &model,

@@ -285,11 +285,7 @@ fn score_long_deployment(
     trained: &TrainedMembers,
     progress: bool,
 ) -> Result<long::LongDeployment, BenchError> {
-    let top = config
-        .epsilons
-        .iter()
-        .copied()
-        .fold(f64::NEG_INFINITY, f64::max);
+    let top = config.largest_epsilon();
     let long_config = ExperimentConfig {
         epsilons: vec![top],
         prediction_baselines: false,

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::experiment::ExperimentResults;
+use crate::stats::Interval;
 
 /// Quotes a field when it holds a comma, a quote or a line break.
 pub fn field(s: &str) -> String {
@@ -17,6 +18,14 @@ pub fn field(s: &str) -> String {
 
 fn opt(x: Option<f64>) -> String {
     x.map_or(String::new(), |x| format!("{x}"))
+}
+
+/// An interval's mean, low and high; `inf` and two empty fields when there is
+/// none (an infinite figure).
+fn interval_fields(i: Option<Interval>) -> (String, String, String) {
+    i.map_or((String::from("inf"), String::new(), String::new()), |i| {
+        (i.mean.to_string(), i.low.to_string(), i.high.to_string())
+    })
 }
 
 /// Header of [`per_seed_rows`].
@@ -56,16 +65,8 @@ pub const SUMMARY_HEADER: &str = "experiment,unit,mechanism,target_epsilon,seeds
 pub fn summary_rows(experiment: &str, results: &ExperimentResults) -> String {
     let mut s = String::new();
     for m in &results.summary {
-        let (pm, pl, ph) = m
-            .perplexity
-            .map_or((String::from("inf"), String::new(), String::new()), |i| {
-                (i.mean.to_string(), i.low.to_string(), i.high.to_string())
-            });
-        let (em, el, eh) = m
-            .spent_epsilon
-            .map_or((String::from("inf"), String::new(), String::new()), |i| {
-                (i.mean.to_string(), i.low.to_string(), i.high.to_string())
-            });
+        let (pm, pl, ph) = interval_fields(m.perplexity);
+        let (em, el, eh) = interval_fields(m.spent_epsilon);
         let _ = writeln!(
             s,
             "{},{},{},{},{},{pm},{pl},{ph},{em},{el},{eh},{},{},{}",
@@ -83,11 +84,7 @@ pub fn summary_rows(experiment: &str, results: &ExperimentResults) -> String {
         // The long deployment's rows: "seeds" counts its runs of blocks.
         let experiment = format!("{experiment}, long deployment of {} queries", d.queries);
         for r in &d.rows {
-            let (pm, pl, ph) = r
-                .interval
-                .map_or((String::from("inf"), String::new(), String::new()), |i| {
-                    (i.mean.to_string(), i.low.to_string(), i.high.to_string())
-                });
+            let (pm, pl, ph) = interval_fields(r.interval);
             let spent = r
                 .spent_epsilon
                 .map_or(String::from("inf"), |e| e.to_string());

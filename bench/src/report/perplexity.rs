@@ -172,10 +172,11 @@ fn long_markdown(d: &LongDeployment) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "### One long deployment (AdaPMixED, arXiv:2410.02016, Table 1: 99,840 queries)
-
-         {} queries over {} held-out blocks, one budget per mechanism calibrated to all of them,          at the largest target ε. Perplexity over all the queries; the interval is over {}          consecutive runs of the blocks (one deployment: the runs share the mechanisms'          state).
-",
+        "### One long deployment (AdaPMixED, arXiv:2410.02016, Table 1: 99,840 queries)\n\n\
+         {} queries over {} held-out blocks, one budget per mechanism calibrated to all of them, \
+         at the largest target ε. Perplexity over all the queries; the interval is over {} \
+         consecutive runs of the blocks (one deployment: the runs share the mechanisms' \
+         state).\n",
         d.queries,
         d.blocks,
         d.rows.first().map_or(0, |r| r.chunk_perplexities.len())
