@@ -127,6 +127,22 @@ const SHARE_WIDTH: f64 = 0.5;
 /// How far from the paper's share ours may lie and still reproduce it.
 const SHARE_TOLERANCE: f64 = 0.25;
 
+/// The verdict "not comparable" when our share's interval is wider than
+/// [`SHARE_WIDTH`] (too few seeds or queries to tell), quoting `rule`; the
+/// first test of every share verdict.
+fn too_wide_to_compare(ours: &Interval, rule: &str) -> Option<(Verdict, String)> {
+    (ours.high - ours.low > SHARE_WIDTH).then(|| {
+        (
+            Verdict::NotComparable,
+            format!(
+                "our interval is {:.2} wide (over {} seeds): too wide to compare ({rule})",
+                ours.high - ours.low,
+                ours.n
+            ),
+        )
+    })
+}
+
 /// A share of a gap against the paper's: reproduced when our whole interval
 /// lies within ±[`SHARE_TOLERANCE`] of it; not comparable when our interval is
 /// wider than [`SHARE_WIDTH`] (too few seeds or queries to tell).
@@ -134,15 +150,8 @@ fn share_verdict(ours: &Interval, paper: f64) -> (Verdict, String) {
     let rule = format!(
         "reproduced when our interval lies within ±{SHARE_TOLERANCE} of the paper's {paper:.2}"
     );
-    if ours.high - ours.low > SHARE_WIDTH {
-        return (
-            Verdict::NotComparable,
-            format!(
-                "our interval is {:.2} wide (over {} seeds): too wide to compare ({rule})",
-                ours.high - ours.low,
-                ours.n
-            ),
-        );
+    if let Some(too_wide) = too_wide_to_compare(ours, &rule) {
+        return too_wide;
     }
     if ours.low >= paper - SHARE_TOLERANCE && ours.high <= paper + SHARE_TOLERANCE {
         (Verdict::Reproduced, rule)
@@ -161,15 +170,8 @@ fn share_at_least_verdict(ours: &Interval, paper: f64) -> (Verdict, String) {
          {SHARE_TOLERANCE} (the claim is that the gap is closed or more than closed, so a \
          share above the paper's counts for it)"
     );
-    if ours.high - ours.low > SHARE_WIDTH {
-        return (
-            Verdict::NotComparable,
-            format!(
-                "our interval is {:.2} wide (over {} seeds): too wide to compare ({rule})",
-                ours.high - ours.low,
-                ours.n
-            ),
-        );
+    if let Some(too_wide) = too_wide_to_compare(ours, &rule) {
+        return too_wide;
     }
     if ours.low >= paper - SHARE_TOLERANCE {
         (Verdict::Reproduced, rule)
@@ -640,6 +642,9 @@ pub fn markdown(claims: &[Claim]) -> String {
 /// normalised product is that distribution at temperature 1/`n_shots`, sharper
 /// than the zero-shot row's sampling at temperature 1 (DPS-MOZO, Alg. 1).
 fn sharpening(icl: &IclResults, method: &str, epsilon: f64) -> String {
+    if method != "dps-mozo+on" {
+        return String::new();
+    }
     let n = icl.config.n_shots;
     let lambda = icl
         .summary
@@ -647,14 +652,14 @@ fn sharpening(icl: &IclResults, method: &str, epsilon: f64) -> String {
         .find(|r| r.method == method && r.target_epsilon == Some(epsilon))
         .and_then(|r| r.mean_lambda);
     match lambda {
-        Some(l) if method == "dps-mozo+on" => format!(
+        Some(l) => format!(
             " (mean λ {l:.3}, a private diagnostic: at λ = 0 the {n} mixed distributions are the \
              zero-shot one on its top {k}, whose normalised product is the zero-shot \
              distribution at temperature 1/{n}, sharper than the zero-shot row's sampling at \
              temperature 1; the nearer λ is to 0, the more of the gain is that sharpening)",
             k = icl.config.top_k
         ),
-        _ => String::new(),
+        None => String::new(),
     }
 }
 
