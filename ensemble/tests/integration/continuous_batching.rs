@@ -1,0 +1,441 @@
+//! Continuous batching: requests of their own prompts and row
+//! layouts, each prefilled in a decoder of its own, join one running batch
+//! at step boundaries (`Decoder::append`) and leave it when done
+//! (`Decoder::retain_rows`). Every row's log-probabilities at every step
+//! equal those of its request decoded alone: bit for bit where a row's
+//! computation does not depend on the rows beside it (plain flex with f32
+//! safetensors weights: per-row products, and host attention, in which the
+//! masked padding slots get probability exactly 0), and otherwise within
+//! the padded-batch tolerance of `models/tests/runtime_batch_props.rs`
+//! (1e-5; 1e-3 through an f16 cache, where a sum-order difference can move
+//! a key to the neighbouring f16) where burn's ops sum the padded slots
+//! (`Autodiff<Flex>`), and of the host step's tests (1e-4) for the Q8_0
+//! GGUF, whose products switch kernels at 8 rows on AVX-512 CPUs. With the
+//! tiny Llama (PEFT and random members) and the tiny Gemma 3 (sliding
+//! window 4, random members), f32 and f16 caches.
+
+use crate::lora_support;
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::Backend;
+use lora_support::*;
+use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
+use privmix_ensemble::rows::{LogProbRows, RowLayout};
+use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
+use privmix_models::{KvPrecision, LanguageModel, Model};
+use proptest::prelude::*;
+
+/// The padded-batch tolerance of the models' tests (logits there,
+/// log-probabilities here).
+const TOL: f32 = 1e-5;
+
+/// The same through an f16 cache on the tensor path: keys and values
+/// whose f32 sums differ in order may round to neighbouring f16s (2⁻¹¹
+/// of them apart).
+const F16_TOL: f32 = 1e-3;
+
+/// What a schedule must meet: the same bits, or a tolerance.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Exact,
+    Within(f32),
+}
+
+/// [`TOL`], or [`F16_TOL`] for an f16 cache.
+fn tolerance(kv: KvPrecision) -> Expect {
+    Expect::Within(if kv == KvPrecision::F16 { F16_TOL } else { TOL })
+}
+
+/// One request: its prompt, its rows, the step boundary at which it joins
+/// the batch and how many decode steps it runs there.
+#[derive(Debug, Clone)]
+struct Request {
+    prompt: Vec<u32>,
+    layout: RowLayout,
+    arrive: usize,
+    steps: usize,
+}
+
+/// Row `row`'s token of request `id` at its decode step `step` (each row
+/// its own, so that rows swapped or misaligned would show).
+fn token(id: usize, row: usize, step: usize, vocab: usize) -> u32 {
+    ((17 * id + 31 * row + 7 * step + 5) % vocab) as u32
+}
+
+fn tokens(id: usize, rows: usize, step: usize, vocab: usize) -> Vec<u32> {
+    (0..rows).map(|row| token(id, row, step, vocab)).collect()
+}
+
+type Runner<B> = EnsembleRunner<B, Model<B>>;
+
+/// Request `id` decoded alone: its prefill's rows, then each step's.
+fn alone<B: Backend>(runner: &Runner<B>, id: usize, req: &Request) -> Vec<LogProbRows> {
+    let vocab = runner.model().vocab_size();
+    let mut d = runner.decoder(req.layout.clone()).unwrap();
+    let mut out = vec![d.prefill(&req.prompt).unwrap()];
+    for step in 0..req.steps {
+        let t = tokens(id, req.layout.len(), step, vocab);
+        out.push(d.next_log_probs_rows(&t).unwrap());
+    }
+    out
+}
+
+/// Every request through one batch: at each step boundary the finished
+/// requests leave and the arriving ones, each prefilled alone, join; then
+/// one step of all rows. Returns each request's prefill and step rows.
+/// Checks on the way that the cache holds as many slots per row as the
+/// longest context in the batch (padding left by rows that left is gone).
+fn batched<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> Vec<Vec<LogProbRows>> {
+    let vocab = runner.model().vocab_size();
+    let mut batch = runner.empty_decoder();
+    assert!(batch.is_empty());
+    let mut active: Vec<usize> = Vec::new();
+    let mut done = vec![0usize; reqs.len()];
+    let mut out = vec![Vec::new(); reqs.len()];
+    let last_arrival = reqs.iter().map(|r| r.arrive).max().unwrap_or(0);
+    for clock in 0.. {
+        let (mut keep, mut first) = (Vec::new(), 0);
+        active.retain(|&id| {
+            let rows = reqs[id].layout.len();
+            let stays = done[id] < reqs[id].steps;
+            if stays {
+                keep.extend(first..first + rows);
+            }
+            first += rows;
+            stays
+        });
+        batch.retain_rows(&keep).unwrap();
+        for (id, req) in reqs.iter().enumerate().filter(|(_, r)| r.arrive == clock) {
+            let mut d = runner.decoder(req.layout.clone()).unwrap();
+            out[id].push(d.prefill(&req.prompt).unwrap());
+            batch.append(d).unwrap();
+            active.push(id);
+        }
+        let rows: usize = active.iter().map(|&id| reqs[id].layout.len()).sum();
+        assert_eq!(batch.len(), rows);
+        let longest = (0..rows).map(|r| batch.context_len(r).unwrap()).max();
+        assert_eq!(batch.cache_slots(), longest.unwrap_or(0), "step {clock}");
+        if active.is_empty() {
+            if clock >= last_arrival {
+                break;
+            }
+            continue;
+        }
+        let t: Vec<u32> = active
+            .iter()
+            .flat_map(|&id| tokens(id, reqs[id].layout.len(), done[id], vocab))
+            .collect();
+        let step = batch.next_log_probs_rows(&t).unwrap();
+        assert_eq!(step.rows(), rows);
+        let mut first = 0;
+        for &id in &active {
+            let n = reqs[id].layout.len();
+            out[id].push(step.slice(first..first + n).unwrap());
+            done[id] += 1;
+            first += n;
+        }
+    }
+    out
+}
+
+/// The largest difference between joined and alone over every request,
+/// step and row, and whether all were equal bit for bit.
+fn compare<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> (f32, bool) {
+    let joined = batched(runner, reqs);
+    let (mut worst, mut exact) = (0.0f32, true);
+    for (id, req) in reqs.iter().enumerate() {
+        let want = alone(runner, id, req);
+        assert_eq!(joined[id].len(), want.len(), "request {id}: steps");
+        for (step, (got, want)) in joined[id].iter().zip(&want).enumerate() {
+            assert_eq!(got.layout(), want.layout(), "request {id} step {step}");
+            let (g, w) = (got.as_flat(), want.as_flat());
+            assert!(g.iter().all(|x| x.is_finite()));
+            exact &= g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+            worst = worst.max(max_abs_diff(g, w));
+        }
+    }
+    (worst, exact)
+}
+
+/// Three members over `model`: on the tiny Llama the PEFT fixtures and a
+/// random adapter; on other bases random adapters only.
+fn members<B: Backend>(model: &Model<B>, llama: bool) -> Vec<LoraAdapter<B>> {
+    let base = model.base_shapes().unwrap();
+    let device = model.device();
+    let random = |r: usize, targets: &[&str], seed: u64| {
+        let c = LoraConfig::new(r, 2.0 * r as f64, targets).unwrap();
+        LoraAdapter::random(c, &base, 0.1, seed, &device).unwrap()
+    };
+    let third = random(
+        3,
+        &["k_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        7,
+    );
+    if llama {
+        let peft = |name: &str| LoraAdapter::load_peft(peft_dir(name), &base, &device).unwrap();
+        vec![peft("full"), peft("rslora"), third]
+    } else {
+        vec![
+            random(4, &["q_proj", "v_proj", "down_proj"], 3),
+            random(2, &["q_proj", "k_proj", "v_proj", "o_proj", "up_proj"], 5),
+            third,
+        ]
+    }
+}
+
+fn runner<B: Backend>(model: Model<B>, llama: bool, kv: KvPrecision) -> Runner<B> {
+    let ms = members(&model, llama);
+    EnsembleRunner::new(model, &ms)
+        .unwrap()
+        .with_kv_precision(kv)
+}
+
+/// Three requests: A (public + 3 members, 10-token prompt) from the start
+/// for 6 steps; B (members 2 and 0, 3 tokens) joins at step 2 and leaves
+/// early, after 2 steps; C (SubMix pair (1, 2) behind the public row, 9
+/// tokens, a prefill longer than a host step) joins at step 3 and outlives
+/// A, whose leaving frees the 4 slots C's rows never held. Up to 9 rows at
+/// once.
+fn schedule() -> Vec<Request> {
+    vec![
+        Request {
+            prompt: vec![5, 17, 99, 3, 250, 8, 41, 77, 12, 200],
+            layout: RowLayout::public_and_members(3),
+            arrive: 0,
+            steps: 6,
+        },
+        Request {
+            prompt: vec![9, 8, 7],
+            layout: RowLayout::members(&[2, 0]),
+            arrive: 2,
+            steps: 2,
+        },
+        Request {
+            prompt: (0..9).map(|i| (40 + 19 * i) % 256).collect(),
+            layout: RowLayout::submix_pairs(&[(1, 2)]),
+            arrive: 3,
+            steps: 5,
+        },
+    ]
+}
+
+fn check_schedule<B: Backend>(runner: &Runner<B>, expect: Expect, what: &str) {
+    let (worst, bitwise) = compare(runner, &schedule());
+    println!("{what}: joined vs alone max |Δ log p| {worst:e}, bit for bit: {bitwise}");
+    match expect {
+        Expect::Exact => assert!(bitwise, "{what}: rows differ from alone by up to {worst}"),
+        Expect::Within(tol) => assert!(worst <= tol, "{what}: rows differ from alone by {worst}"),
+    }
+}
+
+#[test]
+fn joined_requests_equal_each_alone_on_the_host_path() {
+    for kv in [KvPrecision::F32, KvPrecision::F16] {
+        let r = runner(tiny_llama(), true, kv);
+        check_schedule(
+            &r,
+            Expect::Exact,
+            &format!("tiny llama, plain flex, {kv:?} cache"),
+        );
+    }
+}
+
+#[test]
+fn joined_requests_equal_each_alone_with_a_sliding_window() {
+    let dir = llama_dir().join("../gemma3");
+    for kv in [KvPrecision::F32, KvPrecision::F16] {
+        let model = Model::<Flex>::load(&dir, &dev()).unwrap();
+        check_schedule(
+            &runner(model, false, kv),
+            Expect::Exact,
+            &format!("tiny gemma 3, plain flex, {kv:?} cache"),
+        );
+    }
+}
+
+/// The Q8_0 GGUF's decode steps run in host memory end to end
+/// (`llama/host_step.rs`). On an AVX-512 CPU its products take another
+/// kernel from 8 rows (`f32_tiles`), whose sums run in another order, so a
+/// row there differs from alone by rounding, within the tolerance the
+/// host step's own tests give two such kernels (1e-4,
+/// `models/tests/llama_host_step.rs`); elsewhere bit for bit.
+#[test]
+fn joined_requests_equal_each_alone_through_the_host_step() {
+    let path = llama_dir().join("../../gguf/llama_q8_0.gguf");
+    for kv in [KvPrecision::F32, KvPrecision::F16] {
+        let model = Model::<Flex>::load_gguf(&path, &dev()).unwrap();
+        let tol = if kv == KvPrecision::F16 {
+            F16_TOL
+        } else {
+            1e-4
+        };
+        check_schedule(
+            &runner(model, true, kv),
+            Expect::Within(tol),
+            &format!("tiny llama Q8_0 GGUF, {kv:?} cache"),
+        );
+    }
+}
+
+/// On `Autodiff<Flex>` the caches hold burn tensors and attention is
+/// burn's eager attention over the padded slots.
+#[test]
+fn joined_requests_equal_each_alone_on_the_tensor_path() {
+    type AB = Autodiff<Flex>;
+    for kv in [KvPrecision::F32, KvPrecision::F16] {
+        let model = Model::<AB>::load(llama_dir(), &Default::default()).unwrap();
+        check_schedule(
+            &runner(model, true, kv),
+            tolerance(kv),
+            &format!("tiny llama, Autodiff<Flex> tensors, {kv:?} cache"),
+        );
+    }
+}
+
+/// A request's layout: public and members, members only, or public rows.
+fn layouts() -> impl Strategy<Value = RowLayout> {
+    prop_oneof![
+        (0usize..=3).prop_map(RowLayout::public_and_members),
+        prop::collection::vec(0usize..3, 1..=3).prop_map(|m| RowLayout::members(&m)),
+        (1usize..=2).prop_map(RowLayout::public_only),
+    ]
+}
+
+fn requests() -> impl Strategy<Value = Vec<Request>> {
+    let request = (
+        prop::collection::vec(0u32..256, 1..=14),
+        layouts(),
+        0usize..5,
+        1usize..5,
+    )
+        .prop_map(|(prompt, layout, arrive, steps)| Request {
+            prompt,
+            layout,
+            arrive,
+            steps,
+        });
+    prop::collection::vec(request, 2..=3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random schedules of 2–3 requests (prompts of 1–14 tokens, any
+    /// layouts, joining at steps 0–4, each leaving after 1–4 steps): rows
+    /// equal their request alone, bit for bit on the host path.
+    #[test]
+    fn random_join_and_leave_schedules_equal_each_request_alone(
+        reqs in requests(),
+        f16 in any::<bool>(),
+        tensors in any::<bool>(),
+    ) {
+        let kv = if f16 { KvPrecision::F16 } else { KvPrecision::F32 };
+        let (worst, exact) = if tensors {
+            let model = Model::<Autodiff<Flex>>::load(llama_dir(), &Default::default()).unwrap();
+            compare(&runner(model, true, kv), &reqs)
+        } else {
+            compare(&runner(tiny_llama(), true, kv), &reqs)
+        };
+        if tensors {
+            let tol = if f16 { F16_TOL } else { TOL };
+            prop_assert!(worst <= tol, "tensor path: {}", worst);
+        } else {
+            prop_assert!(exact, "host path: rows differ by up to {}", worst);
+        }
+    }
+}
+
+#[test]
+fn empty_batches_join_and_drain() {
+    let r = runner(tiny_llama(), true, KvPrecision::F32);
+    let mut batch = r.empty_decoder();
+    assert_eq!((batch.len(), batch.cache_slots()), (0, 0));
+    assert!(matches!(
+        batch.next_log_probs_rows(&[]),
+        Err(EnsembleError::BadInput(_))
+    ));
+    assert!(matches!(
+        batch.prefill(&[1, 2]),
+        Err(EnsembleError::BadInput(_))
+    ));
+    assert!(matches!(
+        batch.next_log_probs(3),
+        Err(EnsembleError::BadInput(_))
+    ));
+    // An empty decoder joined to an empty one, and to a prefilled one.
+    batch.append(r.empty_decoder()).unwrap();
+    let mut one = r.decoder(RowLayout::public_and_members(1)).unwrap();
+    let first = one.prefill(&[4, 5, 6]).unwrap();
+    let mut copy = one.clone();
+    batch.append(one).unwrap();
+    assert_eq!((batch.len(), batch.cache_slots()), (2, 3));
+    assert_eq!(batch.context_len(1), Some(3));
+    assert_eq!(batch.context_len(2), None);
+    let got = batch.next_log_probs_rows(&[7, 8]).unwrap();
+    assert_eq!(got, copy.next_log_probs_rows(&[7, 8]).unwrap());
+    assert_ne!(got.row(0), first.row(0));
+    // Drained, then refilled.
+    batch.retain_rows(&[]).unwrap();
+    assert_eq!((batch.len(), batch.cache_slots()), (0, 0));
+    let mut again = r.decoder(RowLayout::members(&[2])).unwrap();
+    again.prefill(&[1]).unwrap();
+    let mut twin = again.clone();
+    batch.append(again).unwrap();
+    assert_eq!(
+        batch.next_log_probs_rows(&[9]).unwrap(),
+        twin.next_log_probs_rows(&[9]).unwrap()
+    );
+}
+
+#[test]
+fn rows_kept_in_any_order_keep_their_members_and_contexts() {
+    let r = runner(tiny_llama(), true, KvPrecision::F32);
+    let mut a = r.decoder(RowLayout::public_and_members(2)).unwrap();
+    a.prefill(&[10, 11, 12, 13]).unwrap();
+    let mut b = r.decoder(RowLayout::members(&[1])).unwrap();
+    b.prefill(&[20, 21]).unwrap();
+    let (mut a_alone, mut b_alone) = (a.clone(), b.clone());
+    a.append(b).unwrap();
+    assert_eq!(a.layout().rows(), &[None, Some(0), Some(1), Some(1)]);
+    // Row 3 (b's) first, then a's row 1; the others leave.
+    a.retain_rows(&[3, 1]).unwrap();
+    assert_eq!(a.layout().rows(), &[Some(1), Some(0)]);
+    assert_eq!(
+        (a.context_len(0), a.context_len(1), a.cache_slots()),
+        (Some(2), Some(4), 4)
+    );
+    let got = a.next_log_probs_rows(&[30, 31]).unwrap();
+    let want_b = b_alone.next_log_probs_rows(&[30]).unwrap();
+    let want_a = a_alone.next_log_probs_rows(&[0, 31, 0]).unwrap();
+    assert_eq!(got.row(0), want_b.row(0));
+    assert_eq!(got.row(1), want_a.row(1));
+    let (first, second) = (got.slice(0..1).unwrap(), got.slice(1..2).unwrap());
+    assert_eq!(first.layout().rows(), &[Some(1)]);
+    assert_eq!((first.row(0), second.row(0)), (got.row(0), got.row(1)));
+    assert!(got.slice(1..3).is_none());
+    assert_eq!(got.slice(2..2).unwrap().rows(), 0);
+}
+
+#[test]
+fn bad_joins_and_row_indices_get_typed_errors() {
+    let model = tiny_llama();
+    let ms = members(&model, true);
+    let r = EnsembleRunner::new(model.clone(), &ms).unwrap();
+    let other = EnsembleRunner::new(model, &ms).unwrap();
+    let mut d = r.decoder(RowLayout::public_and_members(3)).unwrap();
+    d.prefill(&[1, 2, 3]).unwrap();
+    let before = d.clone().next_log_probs(4).unwrap();
+    let mut foreign = other.decoder(RowLayout::members(&[0])).unwrap();
+    foreign.prefill(&[5]).unwrap();
+    assert!(matches!(d.append(foreign), Err(EnsembleError::BadInput(_))));
+    assert!(matches!(
+        d.retain_rows(&[0, 4]),
+        Err(EnsembleError::BadInput(_))
+    ));
+    assert_eq!(d.len(), 4);
+    assert_eq!(d.next_log_probs(4).unwrap(), before);
+    assert!(matches!(
+        d.next_log_probs_rows(&[1, 2]),
+        Err(EnsembleError::BadInput(_))
+    ));
+}

@@ -1,0 +1,10 @@
+//! The integration tests of this crate, one module per file, in one test
+//! binary: each file under `tests/` would be its own crate linked on its own.
+
+mod batched;
+mod errors;
+mod extremes;
+mod golden_values;
+mod mixture;
+mod properties;
+mod round;
