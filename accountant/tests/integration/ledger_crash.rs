@@ -61,9 +61,11 @@ fn child_lock_probe() {
 }
 
 fn spawn_child(test: &str, ledger: &Path) -> (Child, BufReader<ChildStdout>) {
+    // libtest names a test by its path below the crate root: `ledger_crash::<test>`.
+    let name = format!("ledger_crash::{test}");
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
-            test,
+            name.as_str(),
             "--exact",
             "--ignored",
             "--nocapture",

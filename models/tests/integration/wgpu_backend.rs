@@ -143,7 +143,7 @@ fn open_wgpu_device_without_a_driver_is_a_typed_error() {
     let output = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "open_wgpu_device_without_a_driver_is_a_typed_error",
+            "wgpu_backend::open_wgpu_device_without_a_driver_is_a_typed_error",
             "--nocapture",
         ])
         .env(CHILD, "1")
