@@ -18,7 +18,7 @@
 use privmix_accountant::{Orders, RdpCurve};
 
 use crate::MechanismError;
-use crate::pmixed::bounds::{averaging_slack, mixture_bound_up};
+use crate::pmixed::bounds::{averaging_slack, mixture_bound_up, second_order_bound_up};
 use privmix_renyi::round::{add_up, div_down, div_up, mul_up, sub_down, sub_up, usize_down};
 
 /// The values of p tried in the weak triangle inequality.
@@ -166,17 +166,61 @@ impl MemberFilter {
     }
 }
 
-/// The private answer's loss of a member within `d` of p₀ (at α_c), among `members`,
-/// at each tracked order β (`proof.md`, "Per-step losses against W"): the joint-convexity
-/// bound `ln(1 + (e^{(β−1)d} − 1)/N)/(β − 1)` plus the f64 averaging slack
+/// The private answer's loss of a member within `d` of p₀ (at α_c), among `members`
+/// whose slots are all within `radius` of p₀, at each tracked order β (`proof.md`,
+/// "Per-step losses against W"): the smaller of the joint-convexity bound
+/// `ln(1 + (e^{(β−1)d} − 1)/N)/(β − 1)` and the one-sided second-order bound
+/// ([`second_order_bound_up`], `../pmixed/proof.md`), plus the f64 averaging slack
 /// [`averaging_slack`]`(β, N)` of the N slots' average (`../pmixed/proof.md`,
-/// "Rounding"), rounded up.
-pub fn private_loss(tracked: &[f64], d: f64, members: usize) -> Vec<f64> {
+/// "Rounding"), rounded up. Never above the loss at `d = radius`, so every member's
+/// loss is at most the worst one. `d` is rounded up to a multiple of `radius/64` for
+/// the second-order bound (a member within d is within any larger radius), which keeps
+/// the number of distinct moment bounds per run at 64.
+pub fn private_loss(
+    tracked: &[f64],
+    d: f64,
+    radius: f64,
+    alpha_c: f64,
+    members: usize,
+) -> Vec<f64> {
+    let worst = private_loss_at(tracked, radius, radius, alpha_c, members);
+    if d >= radius {
+        return worst;
+    }
+    let steps = if radius > 0.0 {
+        mul_up(64.0, div_up(d, radius)).ceil()
+    } else {
+        64.0
+    };
+    let quantised = if steps >= 64.0 {
+        radius
+    } else {
+        mul_up(radius, steps / 64.0).min(radius)
+    };
     let n = members.max(1);
     let w = div_up(1.0, usize_down(n)).min(1.0);
     tracked
         .iter()
-        .map(|&b| add_up(mixture_bound_up(b, d, w), averaging_slack(b, n as u64)))
+        .zip(&worst)
+        .map(|(&b, &at_radius)| {
+            let first = mixture_bound_up(b, d, w);
+            let second = second_order_bound_up(b, alpha_c, quantised, radius, w, true);
+            add_up(first.min(second), averaging_slack(b, n as u64)).min(at_radius)
+        })
+        .collect()
+}
+
+/// [`private_loss`] without the cap at the worst member and without quantising `d`.
+fn private_loss_at(tracked: &[f64], d: f64, radius: f64, alpha_c: f64, members: usize) -> Vec<f64> {
+    let n = members.max(1);
+    let w = div_up(1.0, usize_down(n)).min(1.0);
+    tracked
+        .iter()
+        .map(|&b| {
+            let first = mixture_bound_up(b, d, w);
+            let second = second_order_bound_up(b, alpha_c, d, radius, w, true);
+            add_up(first.min(second), averaging_slack(b, n as u64))
+        })
         .collect()
 }
 
@@ -197,17 +241,24 @@ mod tests {
     }
 
     #[test]
-    fn the_private_loss_is_the_mixture_bound_plus_exactly_the_slack() {
+    fn the_private_loss_is_at_most_the_first_order_bound_plus_the_slack() {
         let tracked = [1.5, 2.0, 8.0, 18.0];
-        for (d, n) in [(0.5, 10usize), (1e-3, 1), (0.0, 100)] {
-            let loss = private_loss(&tracked, d, n);
-            for (&b, &l) in tracked.iter().zip(&loss) {
+        let (alpha_c, radius) = (40.0, 0.5);
+        for (d, n) in [(0.5, 10usize), (1e-3, 1), (0.0, 100), (0.2, 16)] {
+            let loss = private_loss(&tracked, d, radius, alpha_c, n);
+            let worst = private_loss(&tracked, radius, radius, alpha_c, n);
+            for ((&b, &l), &top) in tracked.iter().zip(&loss).zip(&worst) {
                 let w = div_up(1.0, usize_down(n));
                 let slack = averaging_slack(b, n as u64);
-                assert_eq!(l, add_up(mixture_bound_up(b, d, w), slack), "{b} {d} {n}");
+                assert!(l <= add_up(mixture_bound_up(b, d, w), slack), "{b} {d} {n}");
+                assert!(l >= slack && l <= top, "{b} {d} {n}: {l} {top}");
                 assert!(slack > 0.0 && slack < 1e-8);
             }
         }
+        // Many members: the second-order bound is far below the first-order one.
+        let loss = private_loss(&[2.0], 0.1, 0.1, 36.0, 16);
+        let first = mixture_bound_up(2.0, 0.1, 1.0 / 16.0);
+        assert!(loss[0] < first / 10.0, "{} vs {first}", loss[0]);
     }
 
     #[test]

@@ -201,7 +201,13 @@ impl AdapmixedConfig {
     pub fn worst_query_loss(&self, members: usize) -> Result<Vec<f64>, MechanismError> {
         let tracked = Orders::new(self.tracked())?;
         let screen = self.screening_cost(&tracked, members)?;
-        let private = private_loss(&self.tracked(), self.radius, members);
+        let private = private_loss(
+            &self.tracked(),
+            self.radius,
+            self.radius,
+            self.alpha_c,
+            members,
+        );
         Ok(screen
             .epsilons()
             .iter()
@@ -705,7 +711,7 @@ impl Adapmixed {
             let value = answer.solutions[i].value;
             let d =
                 add_up(value, add_up(mul_up(value, error.relative), error.absolute)).min(c.radius);
-            if !filter.admit(i, &private_loss(&tracked_list, d, n)) {
+            if !filter.admit(i, &private_loss(&tracked_list, d, c.radius, c.alpha_c, n)) {
                 left = true;
             }
         }
@@ -717,7 +723,13 @@ impl Adapmixed {
                 .expect("a member just left");
             answer = self.private_answer(&after)?;
         }
-        filter.add_worst(&private_loss(&tracked_list, c.radius, n));
+        filter.add_worst(&private_loss(
+            &tracked_list,
+            c.radius,
+            c.radius,
+            c.alpha_c,
+            n,
+        ));
         let charge = filter.next_charge(account.orders())?;
         account.charge(&charge, self.name())?;
         self.buffers.sum = std::mem::take(&mut answer.sum);

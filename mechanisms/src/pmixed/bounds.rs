@@ -43,6 +43,9 @@ pub use super::averaging::{
     MAX_VOCAB, averaging_log_ratio, averaging_slack, gamma_up, row_mass_deviation,
     screening_sum_error,
 };
+pub use super::second_order::{
+    MAX_SECOND_ORDER, log_moment_up, moment_bound_up, second_order_bound_up,
+};
 
 /// Checks an enforcement order α_c: finite and > 1.
 pub fn check_enforcement_order(alpha_c: f64) -> Result<(), MechanismError> {
@@ -117,10 +120,25 @@ pub fn changed_member_weight(members: u64, q: f64) -> f64 {
 }
 
 /// The proven per-query bound of PMixED under changed-member adjacency at order α:
-/// `ln(1 + w·(e^{(α−1)cb} − 1))/(α − 1)` with `w` = [`changed_member_weight`],
+/// the smaller of the first-order bound [`first_order_bound_at`] and the second-order
+/// bound [`second_order_bound_up`] (`proof.md`, "The second-order bound"), both
 /// rounded up; +∞ above α_max. `members = 0` or b = 0 or q = 0 give 0 (the output is
 /// p₀ whatever the data).
 pub fn pmixed_bound_at(alpha: f64, alpha_c: f64, radius: f64, members: u64, q: f64) -> f64 {
+    let first = first_order_bound_at(alpha, alpha_c, radius, members, q);
+    if first == 0.0 || first == f64::INFINITY {
+        return first;
+    }
+    let w = changed_member_weight(members, q);
+    first.min(second_order_bound_up(
+        alpha, alpha_c, radius, radius, w, false,
+    ))
+}
+
+/// The first-order (joint-convexity) bound of PMixED at order α:
+/// `ln(1 + w·(e^{(α−1)cb} − 1))/(α − 1)` with `w` = [`changed_member_weight`],
+/// rounded up; +∞ above α_max (`proof.md`, Steps 1–3).
+pub fn first_order_bound_at(alpha: f64, alpha_c: f64, radius: f64, members: u64, q: f64) -> f64 {
     let w = changed_member_weight(members, q);
     if w == 0.0 || radius == 0.0 {
         return 0.0;
@@ -226,25 +244,29 @@ mod tests {
         let a: f64 = 8.0;
         for m in 1..6u64 {
             let exact = ((m as f64 - 1.0 + ((a - 1.0) * c * b).exp()) / m as f64).ln() / (a - 1.0);
-            let got = pmixed_bound_at(a, ac, b, m, 1.0);
+            let got = first_order_bound_at(a, ac, b, m, 1.0);
             assert!(
                 got >= exact && got <= exact * (1.0 + 1e-13),
                 "{got} {exact}"
             );
         }
         // One member alone: the whole triangle bound c·b.
-        let one = pmixed_bound_at(a, ac, b, 1, 1.0);
+        let one = first_order_bound_at(a, ac, b, 1, 1.0);
         assert!(one >= c * b && one <= c * b * (1.0 + 1e-13), "{one}");
         // Non-increasing in N, non-decreasing in q.
-        assert!(pmixed_bound_at(4.0, ac, b, 3, 1.0) <= pmixed_bound_at(4.0, ac, b, 2, 1.0));
-        assert!(pmixed_bound_at(4.0, ac, b, 3, 0.5) <= pmixed_bound_at(4.0, ac, b, 3, 1.0));
-        assert_eq!(pmixed_bound_at(19.0, ac, b, 3, 1.0), f64::INFINITY);
-        assert_eq!(pmixed_bound_at(19.0, ac, b, 1, 1.0), f64::INFINITY);
-        assert_eq!(pmixed_bound_at(4.0, ac, 0.0, 3, 1.0), 0.0);
-        assert_eq!(pmixed_bound_at(4.0, ac, b, 3, 0.0), 0.0);
+        assert!(
+            first_order_bound_at(4.0, ac, b, 3, 1.0) <= first_order_bound_at(4.0, ac, b, 2, 1.0)
+        );
+        assert!(
+            first_order_bound_at(4.0, ac, b, 3, 0.5) <= first_order_bound_at(4.0, ac, b, 3, 1.0)
+        );
+        assert_eq!(first_order_bound_at(19.0, ac, b, 3, 1.0), f64::INFINITY);
+        assert_eq!(first_order_bound_at(19.0, ac, b, 1, 1.0), f64::INFINITY);
+        assert_eq!(first_order_bound_at(4.0, ac, 0.0, 3, 1.0), 0.0);
+        assert_eq!(first_order_bound_at(4.0, ac, b, 3, 0.0), 0.0);
         // Huge exponents stay finite and ≈ c·b + ln w.
         // α_c = 3: c = 5/2, α_max = 9/5; at α = 3/2, N = 2: ε = 2.5e4 − 2·ln 2 (to 1e-12).
-        let big = pmixed_bound_at(1.5, 3.0, 1e4, 2, 1.0);
+        let big = first_order_bound_at(1.5, 3.0, 1e4, 2, 1.0);
         let expect = 2.5e4 - 2.0 * 2f64.ln();
         assert!(big >= expect && big <= expect + 1e-8, "{big}");
     }

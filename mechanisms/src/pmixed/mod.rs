@@ -31,6 +31,7 @@
 
 pub(crate) mod averaging;
 pub mod bounds;
+mod second_order;
 
 use privmix_accountant::{Orders, RdpCurve};
 use privmix_mixing::{PmixedProjection, Solution};

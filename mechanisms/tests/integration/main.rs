@@ -15,6 +15,7 @@ mod pmixed_exact;
 mod pmixed_paper_bound;
 mod release;
 mod submix_paper_protocol;
+mod tight_pmixed_search;
 mod verify_adapmixed;
 mod verify_dps_mozo;
 mod verify_noise_baselines;

@@ -170,6 +170,78 @@ fn three_token_runs_are_covered() {
     check(&table, &other, 8.0, 1.0, 1.0, 3);
 }
 
+/// A one-context table (T = 1) from explicit rows.
+fn one_row(public: &[f64], members: Vec<Vec<f64>>) -> Table {
+    let mut t = Table {
+        vocab: public.len(),
+        rows: Default::default(),
+    };
+    t.rows.insert(vec![], (public.to_vec(), members));
+    t
+}
+
+/// The second-order bound's extremes (`src/pmixed/proof.md`, "The second-order bound")
+/// at up to 16 members: antiparallel members at the ball's edge (the raw rows lie far
+/// outside it, so λ puts their mixtures on the boundary), the others' average on
+/// either side, and rare public tokens with large member ratios.
+#[test]
+fn second_order_extremes_up_to_sixteen_members_are_covered() {
+    let up = vec![0.9, 0.1];
+    let down = vec![0.1, 0.9];
+    let flip = one_row(&[0.5, 0.5], vec![up.clone(), down.clone()]);
+    let rare_public = [1e-6, 0.5, 0.5 - 1e-6];
+    let rare = one_row(
+        &rare_public,
+        vec![vec![0.5, 0.25, 0.25], vec![1e-9, 0.2, 0.8 - 1e-9]],
+    );
+    let four_public = [0.4, 0.3, 0.2, 0.1];
+    let four = one_row(
+        &four_public,
+        vec![vec![0.1, 0.2, 0.3, 0.4], vec![0.7, 0.3, 0.0, 0.0]],
+    );
+    for n in [2usize, 4, 16] {
+        for (alpha_c, radius) in [(36.0, 0.0408), (36.0, 0.1336), (18.0, 0.5)] {
+            // Every other member on the changed member's side, or on the opposite one.
+            for others in [&up, &down] {
+                let mut members = vec![others.clone(); n];
+                members[0] = down.clone();
+                check(
+                    &one_row(&[0.5, 0.5], members),
+                    &flip,
+                    alpha_c,
+                    radius,
+                    1.0,
+                    1,
+                );
+            }
+            let mut members = vec![rare_public.to_vec(); n];
+            members[0] = vec![0.5, 0.25, 0.25];
+            check(
+                &one_row(&rare_public, members),
+                &rare,
+                alpha_c,
+                radius,
+                1.0,
+                1,
+            );
+            let mut members = vec![vec![0.7, 0.3, 0.0, 0.0]; n];
+            members[0] = vec![0.1, 0.2, 0.3, 0.4];
+            check(
+                &one_row(&four_public, members),
+                &four,
+                alpha_c,
+                radius,
+                1.0,
+                1,
+            );
+        }
+    }
+    // Poisson subsampling at 8 members (every draw enumerated by the verifier).
+    let mut members = vec![up.clone(); 8];
+    members[0] = down.clone();
+    check(&one_row(&[0.5, 0.5], members), &flip, 36.0, 0.1336, 0.5, 1);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 48,
@@ -192,6 +264,31 @@ proptest! {
         let table = Table::random(seed, v, n, steps);
         let other = Table::random(seed ^ 0xABCD, v, 2, steps);
         check(&table, &other, alpha_c, radius, q, steps);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 12,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
+
+    /// Up to 16 members at q = 1, where the second-order bound is far below the
+    /// first-order one: one query's exact law is cheap because only one member changes.
+    #[test]
+    fn random_tables_with_many_members_are_covered(
+        seed in any::<u64>(),
+        v in 2usize..=4,
+        n in 4usize..=16,
+        alpha_c in prop::sample::select(vec![18.0, 36.0]),
+        radius in prop::sample::select(vec![0.04, 0.13, 0.5]),
+    ) {
+        let table = Table::random(seed, v, n, 1);
+        let other = Table::random(seed ^ 0xABCD, v, 2, 1);
+        check(&table, &other, alpha_c, radius, 1.0, 1);
     }
 }
 
