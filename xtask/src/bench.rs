@@ -52,6 +52,19 @@ pub(crate) struct Options {
     pub experiment_args: Vec<String>,
     /// Leave `docs/performance.md` as it is.
     pub no_page: bool,
+    /// How the experiment binary is built.
+    pub experiment_build: ExperimentBuild,
+}
+
+/// How `cargo xtask bench` builds the privacy–utility binary.
+#[derive(Clone, Copy)]
+pub(crate) enum ExperimentBuild {
+    /// `--release`: what measurements use.
+    Release,
+    /// The binary that `cargo xtask test`'s workspace test run built (its `cargo test`
+    /// arguments, run again with `--no-run`): its smoke run reuses that build instead
+    /// of compiling everything again in release.
+    Tests(&'static [&'static str]),
 }
 
 pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
@@ -63,6 +76,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         train_only,
         experiment_args,
         no_page,
+        experiment_build,
     } = options;
     let mut command = String::from("cargo xtask bench");
     for (flag, on) in [
@@ -92,7 +106,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
     let out = crate::workspace::from_root(out);
     fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     if experiment_only {
-        let section = experiment(&out, quick, &experiment_args)?;
+        let section = experiment(&out, quick, &experiment_args, experiment_build)?;
         let report = format!("# privmix privacy–utility report\n\n{section}");
         return write_report(&out.join("experiment.md"), &report);
     }
@@ -151,37 +165,68 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         ("train", train),
     ])?;
     // Last, the privacy–utility experiment on SmolLM2 and Shakespeare.
-    report.push_str(&experiment(&out, quick, &experiment_args)?);
+    report.push_str(&experiment(
+        &out,
+        quick,
+        &experiment_args,
+        experiment_build,
+    )?);
     write_report(&out.join("README.md"), &report)
 }
 
 /// Fetches SmolLM2, all-MiniLM-L6-v2, the plays and WordNet if needed, runs the `privacy-utility` binary
 /// (release build) into `out/privacy-utility`, and returns its report as a
 /// section of the main report (image links made relative to `out`).
-fn experiment(out: &Path, quick: bool, extra: &[String]) -> Result<String, String> {
+fn experiment(
+    out: &Path,
+    quick: bool,
+    extra: &[String],
+    build: ExperimentBuild,
+) -> Result<String, String> {
     let cache = Path::new("models-cache");
     crate::fetch::run(cache, Some("smollm2"))?;
     crate::fetch::run(cache, Some("minilm"))?;
     crate::data::run(cache)?;
     let dir = out.join("privacy-utility");
-    let dir_arg = dir.to_string_lossy().into_owned();
-    let mut args = vec![
-        "run",
-        "--release",
-        "-p",
-        "privmix-bench",
-        "--bin",
-        "privacy-utility",
-        "--",
-        "--out",
-        &dir_arg,
-    ];
+    let mut args = vec!["--out".to_string(), dir.to_string_lossy().into_owned()];
     if quick {
-        args.push("--quick");
+        args.push("--quick".into());
     }
-    args.extend(extra.iter().map(String::as_str));
+    args.extend(extra.iter().cloned());
     let started = std::time::Instant::now();
-    cargo(&args)?;
+    match build {
+        ExperimentBuild::Release => {
+            let mut cargo_args = vec![
+                "run",
+                "--release",
+                "-p",
+                "privmix-bench",
+                "--bin",
+                "privacy-utility",
+                "--",
+            ];
+            cargo_args.extend(args.iter().map(String::as_str));
+            cargo(&cargo_args)?;
+        }
+        ExperimentBuild::Tests(test_command) => {
+            let mut cargo_args = test_command.to_vec();
+            cargo_args.push("--no-run");
+            let executable = crate::workspace::built_executables(&cargo_args)?
+                .into_iter()
+                .find(|e| e.name == "privacy-utility" && e.kinds.iter().any(|k| k == "bin"))
+                .ok_or("the tests' build has no privacy-utility binary")?
+                .path;
+            eprintln!("xtask: {} {}", executable.display(), args.join(" "));
+            let status = std::process::Command::new(&executable)
+                .args(&args)
+                .current_dir(workspace_root())
+                .status()
+                .map_err(|e| format!("could not start {}: {e}", executable.display()))?;
+            if !status.success() {
+                return Err(format!("privacy-utility failed ({status})"));
+            }
+        }
+    }
     let minutes = started.elapsed().as_secs_f64() / 60.0;
     let text = fs::read_to_string(dir.join("README.md"))
         .map_err(|e| format!("the experiment wrote no report: {e}"))?;

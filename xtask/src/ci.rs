@@ -33,6 +33,12 @@ fn proptest_seed() -> Result<u64, String> {
 /// exported (`PROPTEST_RNG_SEED`, `PROPTEST_RNG_ALGORITHM`) and printed, so that
 /// every property test is deterministic on a given commit and a failure can be
 /// rerun with the printed command.
+///
+/// The models are built with their `wgpu` feature too, so that burn is compiled
+/// once for the flex and wgpu tests alike (a separate wgpu run rebuilt burn and
+/// everything above it with other features); the wgpu tests
+/// (`privmix-models`' `wgpu_backend` module) run on Mesa's lavapipe, a CPU Vulkan
+/// driver, which must be installed.
 pub(crate) fn workspace_tests() -> Result<(), String> {
     let seed = proptest_seed()?.to_string();
     eprintln!(
@@ -40,52 +46,44 @@ pub(crate) fn workspace_tests() -> Result<(), String> {
          property test with PROPTEST_RNG_SEED={seed} \
          PROPTEST_RNG_ALGORITHM={PROPTEST_ALGORITHM} cargo test -p <crate> <test>)"
     );
-    crate::workspace::cargo_with_env(
-        &["test", "--workspace", "--no-fail-fast"],
-        &[
-            ("PROPTEST_RNG_SEED", OsStr::new(&seed)),
-            ("PROPTEST_RNG_ALGORITHM", OsStr::new(PROPTEST_ALGORITHM)),
-        ],
-    )
-}
-
-/// Where Debian's `mesa-vulkan-drivers` puts the lavapipe (CPU Vulkan) driver manifest.
-const LAVAPIPE_ICD_DIR: &str = "/usr/share/vulkan/icd.d";
-
-/// Runs the wgpu test target of `privmix-models` on lavapipe.
-///
-/// wgpu needs a Vulkan driver; on a machine without a GPU that is lavapipe. Without
-/// it the tests would fail deep inside wgpu, so say what to install instead.
-pub(crate) fn wgpu_tests() -> Result<(), String> {
-    if !lavapipe_present() {
+    let Some(icd) = lavapipe_icd() else {
         return Err(format!(
             "no lavapipe Vulkan driver in {LAVAPIPE_ICD_DIR}: install it with \
              `apt-get install mesa-vulkan-drivers` (the wgpu tests run on the CPU through it)"
         ));
-    }
+    };
     // wgpu (through winit/xdg conventions) warns or fails without a runtime dir on
     // headless machines; give it a private one.
     let runtime_dir = std::env::temp_dir().join("privmix-xdg-runtime");
     std::fs::create_dir_all(&runtime_dir)
         .map_err(|e| format!("cannot create {}: {e}", runtime_dir.display()))?;
-    let icd = lavapipe_icd().unwrap_or_default();
     crate::workspace::cargo_with_env(
+        &WORKSPACE_TEST,
         &[
-            "test",
-            "-p",
-            "privmix-models",
-            "--features",
-            "wgpu",
-            "--test",
-            "wgpu_backend",
-        ],
-        &[
+            ("PROPTEST_RNG_SEED", OsStr::new(&seed)),
+            ("PROPTEST_RNG_ALGORITHM", OsStr::new(PROPTEST_ALGORITHM)),
             ("XDG_RUNTIME_DIR", runtime_dir.as_os_str()),
             // Pick lavapipe even where other Vulkan drivers are installed.
-            ("VK_ICD_FILENAMES", icd.as_ref()),
+            ("VK_ICD_FILENAMES", OsStr::new(&icd)),
         ],
     )
 }
+
+/// The workspace's test command. The bench smoke runs the experiment binary this
+/// run built (for the bench crate's integration tests), so nothing is compiled twice:
+/// any other `cargo build` differs in profile or in the features that the
+/// dev-dependencies unify, and would rebuild burn and everything above it.
+pub(crate) const WORKSPACE_TEST: [&str; 6] = [
+    "test",
+    "--workspace",
+    "--no-fail-fast",
+    "--features",
+    "privmix-models/wgpu",
+    "--locked",
+];
+
+/// Where Debian's `mesa-vulkan-drivers` puts the lavapipe (CPU Vulkan) driver manifest.
+const LAVAPIPE_ICD_DIR: &str = "/usr/share/vulkan/icd.d";
 
 /// `cargo check`s the models with only the CUDA backend enabled, and the `privmix`
 /// command line (generate, score, serve) and the privacy–utility experiment with
@@ -112,8 +110,7 @@ pub(crate) fn cuda_check() -> Result<(), String> {
 
 /// On CI (`CI` set in the environment), removes `target/debug` and
 /// `target/package` once the last step that reads them has run: a CI machine's disk
-/// can be small, and the release build of the bench smoke and the fuzzers need
-/// their own room. A developer's build cache is left alone.
+/// can be small, and the fuzzers' build needs its own room. A developer's build cache is left alone.
 pub(crate) fn free_debug_builds() -> Result<(), String> {
     if std::env::var_os("CI").is_none() {
         return Ok(());
@@ -133,10 +130,6 @@ pub(crate) fn free_debug_builds() -> Result<(), String> {
     // For the record, as `.ci/run` prints it at the start.
     let _ = std::process::Command::new("df").args(["-h", "."]).status();
     Ok(())
-}
-
-fn lavapipe_present() -> bool {
-    lavapipe_icd().is_some()
 }
 
 fn lavapipe_icd() -> Option<String> {
@@ -229,6 +222,7 @@ pub(crate) fn bench_smoke() -> Result<(), String> {
             train_only: false,
             experiment_args: args,
             no_page: true,
+            experiment_build: crate::bench::ExperimentBuild::Tests(&WORKSPACE_TEST),
         },
     )?;
     let report = std::fs::read_to_string(out.join("experiment.md"))

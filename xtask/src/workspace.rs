@@ -26,6 +26,79 @@ pub(crate) fn cargo_with_env(args: &[&str], env: &[(&str, &OsStr)]) -> Result<()
     }
 }
 
+/// Runs `cargo <args> --message-format json-render-diagnostics` and returns, for
+/// every executable cargo reports (built or already fresh), its package name,
+/// target name, target kinds and path. Test harnesses (`profile.test`) are left out.
+pub(crate) fn built_executables(args: &[&str]) -> Result<Vec<Executable>, String> {
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let output = cargo_command()
+        .args(args)
+        .args(["--message-format", "json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start cargo {}: {e}", args.join(" ")))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`cargo {}` failed ({})",
+            args.join(" "),
+            output.status
+        ));
+    }
+    let mut built = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if m["reason"] != "compiler-artifact" || m["profile"]["test"] != false {
+            continue;
+        }
+        let Some(path) = m["executable"].as_str() else {
+            continue;
+        };
+        let package = m["package_id"]
+            .as_str()
+            .and_then(package_name)
+            .ok_or_else(|| format!("cannot read the package of {line}"))?;
+        let kinds = m["target"]["kind"]
+            .as_array()
+            .map(|k| {
+                k.iter()
+                    .filter_map(|k| k.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        built.push(Executable {
+            package,
+            name: m["target"]["name"].as_str().unwrap_or_default().to_string(),
+            kinds,
+            path: PathBuf::from(path),
+        });
+    }
+    Ok(built)
+}
+
+/// An executable target that cargo built.
+pub(crate) struct Executable {
+    /// Its package's name.
+    pub package: String,
+    /// The target's name.
+    pub name: String,
+    /// The target's kinds (`bin`, `example`, …).
+    pub kinds: Vec<String>,
+    /// The executable.
+    pub path: PathBuf,
+}
+
+/// The package name in a cargo package id: `path+file:///…/renyi#privmix-renyi@0.1.0`
+/// (or `…#0.1.0` when the folder is the name).
+pub(crate) fn package_name(id: &str) -> Option<String> {
+    let (location, fragment) = id.rsplit_once('#')?;
+    match fragment.split_once('@') {
+        Some((name, _version)) => Some(name.to_string()),
+        None => location.rsplit('/').next().map(str::to_string),
+    }
+}
+
 /// The cargo that runs this task (`$CARGO`, else `cargo` on the path), started
 /// in the workspace root.
 pub(crate) fn cargo_command() -> Command {
@@ -49,4 +122,21 @@ pub(crate) fn workspace_root() -> PathBuf {
         .parent()
         .expect("xtask lives one level below the workspace root")
         .to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::package_name;
+
+    #[test]
+    fn package_names_from_ids() {
+        assert_eq!(
+            package_name("path+file:///w/renyi#privmix-renyi@0.1.0").as_deref(),
+            Some("privmix-renyi")
+        );
+        assert_eq!(
+            package_name("path+file:///w/privmix#0.1.0").as_deref(),
+            Some("privmix")
+        );
+    }
 }
