@@ -5,7 +5,7 @@
 //! version 0.1.2) exactly: lowercase the text, replace every run of characters outside
 //! `[a-z0-9]` by a space, split on whitespace, drop empty tokens. Precision is
 //! `LCS / |prediction|`, recall `LCS / |target|`, F1 `2PR / (P + R)` (0 when `P + R = 0`), and
-//! an empty side scores 0 everywhere. `tests/rouge_golden.rs` checks this against scores that
+//! an empty side scores 0 everywhere. `tests/integration/rouge_golden.rs` checks this against scores that
 //! `rouge-score` itself produced (`tests/fixtures/rouge/make_rouge.py`).
 //!
 //! Stemming (`use_stemmer=True` in `rouge-score`, NLTK's Porter stemmer in its NLTK_EXTENSIONS

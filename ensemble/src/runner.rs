@@ -17,7 +17,7 @@ use crate::stacked::{FactorPrecision, RowAdapters, StackedAdapters};
 /// Every step runs the rows of a [`RowLayout`] through the base model once,
 /// with [`StackedAdapters`] adding each row's member update at every adapted
 /// projection. Row `i` therefore computes exactly what the model with member
-/// `layout[i]`'s adapter computes alone (tested to 1e-4 in `tests/runner.rs`),
+/// `layout[i]`'s adapter computes alone (tested to 1e-4 in `tests/integration/runner.rs`),
 /// and the base weights are read once per step for all rows.
 #[derive(Debug, Clone)]
 pub struct EnsembleRunner<B: Backend, M> {

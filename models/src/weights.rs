@@ -84,7 +84,7 @@ pub enum DecodeProducts {
     /// [`crate::cpu::tiles_q8`]): about 3×
     /// the multiply-adds per second, so a step with many rows (an ensemble)
     /// costs much less. The logits move by about as much as llama.cpp's
-    /// differ from an f32 forward (see `tests/llama_cpp_agreement.rs`).
+    /// differ from an f32 forward (see `tests/integration/llama_cpp_agreement.rs`).
     /// Weights whose output width is not a multiple of 16 keep f32
     /// activations.
     Int8Activations,

@@ -9,7 +9,7 @@ the concatenation of all tensors:
 
 Run from the workspace root after `cargo xtask fetch-models`:
     python3 models/tests/real_weights_checksums.py
-and paste the printed values into models/tests/real_weights.rs.
+and paste the printed values into models/tests/integration/real_weights.rs.
 Output on 2026-11-22 (gguf 0.19.0, numpy as installed):
     smollm2: values=134515008 plain=0x03ec200aca7218c0 weighted=0xbbed993955da7580
     gemma3: values=268098176 plain=0x07ae17e11e89f304 weighted=0x04a50de6d2949f12

@@ -1,4 +1,4 @@
-"""Golden values for tests/upstream.rs: subsampling bounds and events.
+"""Golden values for tests/integration/upstream.rs: subsampling bounds and events.
 
 Independent sources, each named beside its numbers:
   * dp_accounting 0.4.4 (`_compute_rdp_sample_wor_gaussian`, Wang, Balle &

@@ -1,6 +1,6 @@
 """Golden RDP values for the Laplace mechanism and k-ary randomized response
 (accountant/src/event/laplace, accountant/src/event/randomized_response;
-checked by tests/closed_forms.rs).
+checked by tests/integration/closed_forms.rs).
 
 Two independent computations of each, in 50-digit mpmath, that must agree:
   * Laplace, scale b, centres 0 and 1: numerical quadrature of

@@ -1,4 +1,4 @@
-"""Reference epsilons for the PLD accountant (accountant/src/pld, tests/pld.rs).
+"""Reference epsilons for the PLD accountant (accountant/src/pld, tests/integration/pld.rs).
 
 Composed Poisson-subsampled Gaussian (DP-SGD), add/remove-one adjacency, from
 two upstream numerical accountants:

@@ -1,4 +1,4 @@
-"""Golden values for the Poisson-subsampled Gaussian (accountant/src/poisson*, tests/upstream.rs).
+"""Golden values for the Poisson-subsampled Gaussian (accountant/src/poisson*, tests/integration/upstream.rs).
 
 Two independent sources:
   * mpmath quadrature of A_alpha = E_{z~N(0,s^2)}[((1-q) + q exp((2z-1)/(2 s^2)))^alpha]

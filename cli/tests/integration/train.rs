@@ -176,7 +176,7 @@ fn base() -> (Model<B>, privmix_ensemble::lora::BaseShapes) {
 }
 
 /// PEFT compatibility of a trained member, by the mechanism of
-/// ensemble/tests/peft.rs: `save_peft`'s output is what `peft` 0.21.2 was
+/// ensemble/tests/integration/peft.rs: `save_peft`'s output is what `peft` 0.21.2 was
 /// shown to load (check_ours.py on the committed `ours/` folder), so a member
 /// must be that format (same config keys and fixed fields, tensor names
 /// `base_model.model.<module>.lora_{A,B}.weight` in F32 with PEFT's `[r, in]`

@@ -27,7 +27,7 @@ pub struct LoraFactors<B: Backend> {
 /// A LoRA adapter (Hu et al. 2022): for every targeted projection `y = x W`
 /// of the base model, `y = x W + scale · (x A) B` with rank-`r` factors and
 /// `scale` from [`LoraConfig::scale`]. Equivalent to the merged weight
-/// `W + scale · A B` (tested in `tests/merged.rs`).
+/// `W + scale · A B` (tested in `tests/integration/merged.rs`).
 ///
 /// Construction checks every factor against the base model's
 /// [`BaseShapes`], so an adapter can only exist for a base it fits.

@@ -2,7 +2,7 @@
 //! moments, the step, the sampling RNG's state and the evaluation
 //! bookkeeping — everything the trajectory depends on, so that a run
 //! interrupted and resumed gives bit-for-bit the adapter of an uninterrupted
-//! one with the same seed (tested in `tests/train.rs`).
+//! one with the same seed (tested in `tests/integration/train.rs`).
 //!
 //! Layout: `dir/step-NNNNNNNN/{adapter/, best/, optimizer.safetensors,
 //! trainer.json}` and `dir/latest` naming the newest complete one (written

@@ -6,7 +6,7 @@
 //! computation does not depend on the rows beside it (plain flex with f32
 //! safetensors weights: per-row products, and host attention, in which the
 //! masked padding slots get probability exactly 0), and otherwise within
-//! the padded-batch tolerance of `models/tests/runtime_batch_props.rs`
+//! the padded-batch tolerance of `models/tests/integration/runtime_batch_props.rs`
 //! (1e-5; 1e-3 through an f16 cache, where a sum-order difference can move
 //! a key to the neighbouring f16) where burn's ops sum the padded slots
 //! (`Autodiff<Flex>`), and of the host step's tests (1e-4) for the Q8_0
@@ -258,7 +258,7 @@ fn joined_requests_equal_each_alone_with_a_sliding_window() {
 /// kernel from 8 rows (`f32_tiles`), whose sums run in another order, so a
 /// row there differs from alone by rounding, within the tolerance the
 /// host step's own tests give two such kernels (1e-4,
-/// `models/tests/llama_host_step.rs`); elsewhere bit for bit.
+/// `models/tests/integration/llama_host_step.rs`); elsewhere bit for bit.
 #[test]
 fn joined_requests_equal_each_alone_through_the_host_step() {
     let path = llama_dir().join("../../gguf/llama_q8_0.gguf");

@@ -12,7 +12,7 @@
 //!
 //! privmix constrains the **max divergence** both ways, `Dsym_∞(mᵢ, z) ≤ b`
 //! (z = softmax(l₀)), not the paper's `Dsym_α ≤ βα` at one finite α: the paper's
-//! per-token bound (Thm B.3) does not hold (`tests/dps_mozo_paper_bound.rs` keeps
+//! per-token bound (Thm B.3) does not hold (`tests/integration/dps_mozo_paper_bound.rs` keeps
 //! counterexamples). Under **replace-one** adjacency of the private demonstrations
 //! (|D| public and fixed; add/remove is not claimed), the token a step realises in f64
 //! is ε-DP for a fixed subset with `ε = 4b` plus a proven rounding slack, hence

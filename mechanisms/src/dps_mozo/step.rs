@@ -146,7 +146,7 @@ fn release(
 ///   draws exactly in proportion to stated f64 weights, and the charge's slack covers
 ///   their rounding (`src/dps_mozo/proof.md`, "The realised per-token ε").
 ///
-/// `tests/verify_dps_mozo.rs` checks this exactly, transcript by transcript, for +On
+/// `tests/integration/verify_dps_mozo.rs` checks this exactly, transcript by transcript, for +On
 /// and +Off (vocabularies ≤ 4, ≤ 3 tokens, orders 1.5–32, both directions).
 #[derive(Debug, Clone)]
 pub struct DpsMozo {
@@ -341,7 +341,7 @@ pub struct DpDemonstration {
 /// DP outputs. They can only be made by [`generate_dp_demonstrations`], which charged
 /// every generated token; by post-processing (arXiv 2501.19287, Thm A.1) any later use
 /// of them — as ordinary few-shot demonstrations, with any decoding, for any number of
-/// queries — costs nothing more ([`DpFewShot`] charges zero). `tests/verify_dps_mozo.rs`
+/// queries — costs nothing more ([`DpFewShot`] charges zero). `tests/integration/verify_dps_mozo.rs`
 /// checks that decoding reads only these (and the context) and that the law of the
 /// demonstrations and the decoded tokens together stays within their cost.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,7 +21,7 @@
 //! of [`second_order_bound_up`] (the binomial expansion of Wang, Balle &
 //! Kasiviswanathan, arXiv:1808.00087 Thm 9, with moments certified by duality),
 //! which is second order in w. The paper's `4βα` bound (arXiv:2410.02016 Thm 3.1) is not
-//! proven as used (`tests/pmixed_paper_bound.rs` keeps a counterexample); the
+//! proven as used (`tests/integration/pmixed_paper_bound.rs` keeps a counterexample); the
 //! accountant's `privmix_accountant::pmixed_query` keeps its formula for reports only.
 //! The full argument, step by step, is in `proof.md` beside this file
 //! (`src/pmixed/proof.md`).

@@ -25,7 +25,7 @@
 //!
 //! The paper's Alg. 2 (`λ* = mean(λᵢ^pair)`, a data-dependent charge, STOP when a part's
 //! budget runs out; Prop. 3.1) has no data-independent bound at all and its STOP time
-//! leaks (`tests/submix_paper_protocol.rs`); anchoring each part to p₀ within radius b
+//! leaks (`tests/integration/submix_paper_protocol.rs`); anchoring each part to p₀ within radius b
 //! is what makes the release provable. Both arguments are written out in `proof.md`
 //! beside this file (`src/submix/proof.md`).
 

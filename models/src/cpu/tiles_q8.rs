@@ -17,7 +17,7 @@
 //! from the product with the exact `x` (checked by the tests). That is the
 //! size of llama.cpp's own rounding, not the same rounding (llama.cpp rounds
 //! ties away from zero, keeps its KV cache in f16 and sums in other orders;
-//! `tests/llama_cpp_agreement.rs` compares the two). It is opt-in:
+//! `tests/integration/llama_cpp_agreement.rs` compares the two). It is opt-in:
 //! [`crate::weights::DecodeProducts::Int8Activations`].
 //!
 //! Kernels ([`super::dispatch`]): AVX-512 with VNNI, whose `vpdpbusd` does

@@ -4,7 +4,7 @@
 //! (`ggml/src/ggml-quants.c`) and the numpy dequantisers of the Python `gguf`
 //! package (`gguf/quants.py`), operation for operation in `f32` (products and
 //! sums in the same order, no fused multiply-add), so results agree bit for
-//! bit with the Python package (checked by `tests/gguf_golden.rs`).
+//! bit with the Python package (checked by `tests/integration/gguf_golden.rs`).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};

@@ -23,7 +23,7 @@
 //! other delta is added right after the product, for all rows at once.
 //!
 //! Same computation as [`super::tensor`], step for step; only the order of
-//! f32 sums may differ (tested against it in `tests/llama_host_step.rs`).
+//! f32 sums may differ (tested against it in `tests/integration/llama_host_step.rs`).
 
 use std::sync::Arc;
 

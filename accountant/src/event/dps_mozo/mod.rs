@@ -22,7 +22,7 @@ use privmix_renyi::round::mul_up;
 /// Thm 28) to the *normalised pointwise product* of next-token distributions over
 /// one vocabulary, which is not a product measure; renormalisation acts like
 /// conditioning and can exceed 4βα (privmix-mechanisms keeps counterexamples in
-/// `tests/dps_mozo_paper_bound.rs`, 42× over at α = 2). privmix's DPS-MOZO
+/// `tests/integration/dps_mozo_paper_bound.rs`, 42× over at α = 2). privmix's DPS-MOZO
 /// mechanism therefore enforces a max-divergence constraint and charges its own
 /// proven per-token bound (`privmix_mechanisms::dps_mozo`); this function stays
 /// for comparison with the paper's reported figures.

@@ -56,7 +56,7 @@ pub(crate) fn pmixed_query_at(alpha: f64, beta: f64, members: u64) -> f64 {
 /// inequality the proof cites (Steinke 2022, Lemma 33.7) is a zCDP statement
 /// whose proof moves to other orders (Hölder); with λ enforced at a single
 /// order the bound can fail (privmix-mechanisms keeps a counterexample in
-/// `tests/pmixed_paper_bound.rs`). privmix's PMixED and AdaPMixED mechanisms
+/// `tests/integration/pmixed_paper_bound.rs`). privmix's PMixED and AdaPMixED mechanisms
 /// charge the proven bound of `privmix_mechanisms::bounds` (Mironov,
 /// arXiv:1702.07476, Prop. 11, from a constraint at one enforcement order);
 /// this function stays for comparison with the papers.

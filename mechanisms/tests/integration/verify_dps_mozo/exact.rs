@@ -29,7 +29,7 @@
 //!   (each finite log-probability's `exp(l − max)`, floored at `exp(−708)` so that nothing
 //!   underflows to 0), computed HERE by `law::realised` from that documentation, not by
 //!   calling the sampler. This is the law "as it runs", f64 rounding and all; the charge
-//!   claims it (`dps_mozo_charge`'s realised ε). `tests/verify_dps_mozo.rs` ties these
+//!   claims it (`dps_mozo_charge`'s realised ε). `tests/integration/verify_dps_mozo.rs` ties these
 //!   weights to the running sampler bit for bit (streams placing the uniform at the edges
 //!   of every cell draw that cell).
 //!
