@@ -5,21 +5,23 @@
 //! the individual filter of Feldman & Zrnic ("Individual Privacy Accounting via a Rényi
 //! Filter", arXiv:2008.11193, Thm 3.1), which bounds the run against the corpus `W` whose
 //! changed member is the public model. After t queries the run is within
-//! `G_t(β) = min(B(β), Σ_s ρmax_s(β))` of `W` at every tracked β; a changed member costs,
-//! by Mironov's weak triangle inequality ("Rényi Differential Privacy", arXiv:1702.07476,
-//! Prop. 11),
+//! `G_t(β) = min(B(β), t·ρmax(β))` of `W` at every tracked β (`ρmax` one query's worst
+//! loss, whatever the screening decides); a changed member costs, by Mironov's weak
+//! triangle inequality ("Rényi Differential Privacy", arXiv:1702.07476, Prop. 11),
 //!
 //! `U_t(α) = min_p (α − 1/p)/(α − 1)·G_t(pα) + G_t((pα − 1)/(p − 1))`,
 //!
-//! and query t charges `U_t − U_{t−1}` (rounded up), so the account holds `U_t`: nothing
-//! in it depends on the data beyond the published screening decisions. The argument is
+//! and query t charges `U_t − U_{t−1}` (rounded up) before it reads any member, so the
+//! account holds `U_t`, a function of t, N and the configuration only. The argument is
 //! written out in `proof.md` beside this file (`src/adapmixed/proof.md`).
 
 use privmix_accountant::{Orders, RdpCurve};
 
-use crate::MechanismError;
 use crate::pmixed::bounds::{averaging_slack, mixture_bound_up, second_order_bound_up};
-use privmix_renyi::round::{add_up, div_down, div_up, mul_up, sub_down, sub_up, usize_down};
+use crate::{Account, MechanismError};
+use privmix_renyi::round::{
+    add_up, div_down, div_up, mul_up, sub_down, sub_up, u64_up, usize_down,
+};
 
 /// The values of p tried in the weak triangle inequality.
 const TRIANGLE_P: [f64; 24] = [
@@ -58,29 +60,45 @@ pub fn changed_member_epsilon(tracked: &[f64], g: &[f64], alpha: f64) -> f64 {
 }
 
 /// The per-member filter of one AdaPMixED run: each member's spent loss and whether it
-/// is still active, the run's data-independent bound `G_t` against the emptied-member
-/// corpus, and the changed-member curve already charged.
+/// is still active, and the run's data-independent schedule of charges.
+///
+/// The schedule: after t queries the run is within `G_t(β) = min(B(β), t·ρmax(β))` of
+/// the emptied-member corpus at every tracked β, `ρmax` one query's worst loss
+/// (screening plus a private answer, whatever the screening decides), and the account
+/// holds `U_t`, the changed-member conversion of `G_t`. Query t's charge `U_t − U_{t−1}`
+/// is a function of t, N and the configuration only, and is taken *before* the query
+/// reads any member ([`MemberFilter::charge_next_query`]); a refused charge changes
+/// nothing here (`proof.md`, "What is charged").
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemberFilter {
     tracked: Vec<f64>,
     budget: Option<Vec<f64>>,
     spent: Vec<Vec<f64>>,
     active: Vec<bool>,
-    worst: Vec<f64>,
+    worst_query: Vec<f64>,
+    queries: u64,
     charged: Option<(Orders, Vec<f64>)>,
 }
 
 impl MemberFilter {
     /// A fresh filter for `members` members at the `tracked` orders (increasing), with a
-    /// budget per tracked order (`None`: no filter, members never leave).
-    pub fn new(members: usize, tracked: Vec<f64>, budget: Option<Vec<f64>>) -> Self {
+    /// budget per tracked order (`None`: no filter, members never leave), and one
+    /// query's worst loss `worst_query` at the tracked orders (every member's loss in
+    /// one query, screening and private answer together, is at most it).
+    pub fn new(
+        members: usize,
+        tracked: Vec<f64>,
+        budget: Option<Vec<f64>>,
+        worst_query: Vec<f64>,
+    ) -> Self {
         let k = tracked.len();
         Self {
             tracked,
             budget,
             spent: vec![vec![0.0; k]; members],
             active: vec![true; members],
-            worst: vec![0.0; k],
+            worst_query,
+            queries: 0,
             charged: None,
         }
     }
@@ -88,6 +106,11 @@ impl MemberFilter {
     /// The number of members the filter was made for.
     pub fn members(&self) -> usize {
         self.active.len()
+    }
+
+    /// The number of queries whose charge the account accepted.
+    pub fn queries(&self) -> u64 {
+        self.queries
     }
 
     /// Whether each member is still active (for audits; this is private state and must
@@ -120,25 +143,27 @@ impl MemberFilter {
         fits
     }
 
-    /// Adds one sub-step's worst-case loss to `G` (every member's loss is at most it).
-    pub fn add_worst(&mut self, loss: &[f64]) {
-        for (w, &l) in self.worst.iter_mut().zip(loss) {
-            *w = add_up(*w, l);
-        }
-    }
-
-    /// `G_t` at the tracked orders: `min(B, Σ worst)`.
-    pub fn bound(&self) -> Vec<f64> {
+    /// `G_t` at the tracked orders after `queries` queries: `min(B, t·ρmax)`, rounded
+    /// up. A function of t and the configuration only.
+    pub fn bound_after(&self, queries: u64) -> Vec<f64> {
+        let t = u64_up(queries);
+        let worst = self.worst_query.iter().map(|&w| mul_up(t, w));
         match &self.budget {
-            None => self.worst.clone(),
-            Some(b) => self.worst.iter().zip(b).map(|(&w, &b)| w.min(b)).collect(),
+            None => worst.collect(),
+            Some(b) => worst.zip(b).map(|(w, &b)| w.min(b)).collect(),
         }
     }
 
-    /// The charge that brings the account to `U_t` at `orders`: `U_t − U_{t−1}` rounded
-    /// up (+∞ at an order the first time `U` is +∞ there, then 0).
-    pub fn next_charge(&mut self, orders: &Orders) -> Result<RdpCurve, MechanismError> {
-        let g = self.bound();
+    /// `G_t` after the queries charged so far.
+    pub fn bound(&self) -> Vec<f64> {
+        self.bound_after(self.queries)
+    }
+
+    /// The charge that brings the account from `U_{t−1}` to `U_t` at `orders` for the
+    /// next query t: `U_t − U_{t−1}` rounded up (+∞ at an order the first time `U` is
+    /// +∞ there, then 0), and the `U_t` it brings the account to. Changes nothing.
+    pub fn next_charge(&self, orders: &Orders) -> Result<(RdpCurve, Vec<f64>), MechanismError> {
+        let g = self.bound_after(self.queries.saturating_add(1));
         let now: Vec<f64> = orders
             .as_slice()
             .iter()
@@ -146,6 +171,7 @@ impl MemberFilter {
             .collect();
         let before = match &self.charged {
             Some((o, v)) if o == orders => v.clone(),
+            // Nothing charged yet at these orders: the whole `U_t`.
             _ => vec![0.0; orders.len()],
         };
         let step: Vec<f64> = now
@@ -161,8 +187,23 @@ impl MemberFilter {
                 }
             })
             .collect();
-        self.charged = Some((orders.clone(), now));
-        Ok(RdpCurve::new(orders.clone(), step)?)
+        Ok((RdpCurve::new(orders.clone(), step)?, now))
+    }
+
+    /// Charges `account` the next query's step of the schedule
+    /// ([`MemberFilter::next_charge`]) before anything of the query is computed. Only
+    /// once the account has accepted it does the filter count the query; a refusal
+    /// returns the account's error and leaves the filter as it was.
+    pub fn charge_next_query(
+        &mut self,
+        account: &mut dyn Account,
+        label: &str,
+    ) -> Result<RdpCurve, MechanismError> {
+        let (step, now) = self.next_charge(account.orders())?;
+        account.charge(&step, label)?;
+        self.charged = Some((account.orders().clone(), now));
+        self.queries = self.queries.saturating_add(1);
+        Ok(step)
     }
 }
 
@@ -262,25 +303,78 @@ mod tests {
     }
 
     #[test]
-    fn the_filter_drops_a_member_that_would_overspend_and_charges_increments() {
+    fn the_filter_drops_a_member_that_would_overspend_and_charges_the_schedule() {
         let tracked = vec![2.0, 4.0];
-        let mut f = MemberFilter::new(2, tracked.clone(), Some(vec![1.0, 2.0]));
+        let worst = vec![0.6, 0.6];
+        let mut f = MemberFilter::new(2, tracked.clone(), Some(vec![1.0, 2.0]), worst);
         assert!(f.admit(0, &[0.6, 0.6]));
         assert!(!f.admit(0, &[0.6, 0.6]));
         assert!(!f.admit(0, &[0.0, 0.0]), "a member that left stays out");
         assert!(f.admit(1, &[0.6, 0.6]));
         assert_eq!(f.active(), &[false, true]);
         let orders = Orders::new(vec![1.5, 2.0]).unwrap();
-        f.add_worst(&[0.6, 0.6]);
-        let c1 = f.next_charge(&orders).unwrap();
-        f.add_worst(&[0.6, 0.6]);
-        let c2 = f.next_charge(&orders).unwrap();
-        // G is capped by B: (1.0, 1.2) after two steps.
+        let mut account = crate::Unbudgeted::new(orders.clone());
+        let c1 = f.charge_next_query(&mut account, "t").unwrap();
+        let c2 = f.charge_next_query(&mut account, "t").unwrap();
+        // G is capped by B: (1.0, 1.2) after two queries, whatever the members did.
         let g = f.bound();
         assert_eq!(g[0], 1.0);
         assert!(g[1] >= 1.2 && g[1] < 1.2 + 1e-14, "{g:?}");
         let total = c1.compose(&c2).unwrap();
         let u = changed_member_epsilon(&tracked, &f.bound(), 1.5);
         assert!(total.at(1.5).unwrap() >= u);
+    }
+
+    /// Issue 39 §2: a refused charge recorded nothing in the account but advanced
+    /// what the filter had charged, so the next accepted charge was short.
+    #[test]
+    fn a_refused_charge_leaves_the_filter_as_it_was() {
+        let tracked = vec![2.0, 4.0];
+        let mut f = MemberFilter::new(3, tracked, Some(vec![5.0, 5.0]), vec![0.5, 0.5]);
+        let orders = Orders::new(vec![1.5, 2.0]).unwrap();
+        let before = f.clone();
+        let mut tiny = privmix_accountant::Budget::new(orders.clone(), 1e-9, 1e-5).unwrap();
+        for _ in 0..3 {
+            assert!(matches!(
+                f.charge_next_query(&mut tiny, "t"),
+                Err(MechanismError::ChargeRefused(_))
+            ));
+            assert_eq!(f, before);
+        }
+        let mut account = crate::Unbudgeted::new(orders.clone());
+        let first = f.charge_next_query(&mut account, "t").unwrap();
+        let (fresh, _) = before.next_charge(&orders).unwrap();
+        assert_eq!(first, fresh);
+        assert_eq!(f.queries(), 1);
+    }
+
+    #[test]
+    fn the_schedule_depends_on_the_query_count_only() {
+        let tracked = vec![2.0, 4.0];
+        let worst = vec![0.3, 0.4];
+        let orders = Orders::new(vec![1.5, 2.0]).unwrap();
+        let mut a = MemberFilter::new(2, tracked.clone(), Some(vec![1.0, 1.0]), worst.clone());
+        let mut b = MemberFilter::new(2, tracked, Some(vec![1.0, 1.0]), worst);
+        // Different members leave in a and b; the charges are the same.
+        assert!(!a.admit(0, &[2.0, 2.0]));
+        assert!(b.admit(1, &[0.1, 0.1]));
+        let (mut acc_a, mut acc_b) = (
+            crate::Unbudgeted::new(orders.clone()),
+            crate::Unbudgeted::new(orders.clone()),
+        );
+        for _ in 0..6 {
+            assert_eq!(
+                a.charge_next_query(&mut acc_a, "t").unwrap(),
+                b.charge_next_query(&mut acc_b, "t").unwrap()
+            );
+        }
+        // After the cap, nothing more is charged.
+        assert!(
+            a.charge_next_query(&mut acc_a, "t")
+                .unwrap()
+                .epsilons()
+                .iter()
+                .all(|&x| x == 0.0)
+        );
     }
 }

@@ -19,10 +19,13 @@
 //!
 //! Guarantee: changed-member adjacency (a unit's data lies in one member's shard; adding,
 //! removing or replacing it changes that member's distributions arbitrarily, N fixed).
-//! Each query's charge is data-independent — it depends on N, the configuration and the
-//! screening decisions already published — and the account holds the run's proven RDP
-//! after every query ([`crate::adapmixed::filter`]: the filter theorem of Feldman & Zrnic
-//! and Mironov's weak triangle inequality). With a filter budget B the whole run costs at
+//! Each query's charge is a fixed step of a schedule that depends on N, the
+//! configuration and the number of queries already charged only, and it is taken before
+//! the query reads any member; a refused charge changes nothing (issue 39: a charge
+//! sized by the screening decision let a refusal reveal it). After t queries the account
+//! holds the proven RDP of a t-query run ([`crate::adapmixed::filter`]: the filter
+//! theorem of Feldman & Zrnic, plain composition with fixed per-query bounds (Mironov,
+//! arXiv:1702.07476, Prop. 1) and Mironov's weak triangle inequality). With a filter budget B the whole run costs at
 //! most the changed-member conversion of B, however many queries it answers; members
 //! whose distributions stay near p₀ spend little and stay longest. The argument is
 //! written out in `proof.md` beside this file (`src/adapmixed/proof.md`).
@@ -395,7 +398,12 @@ impl Adapmixed {
         let c = &self.config;
         let mut filter = match &self.filter {
             Some(f) => f.clone(),
-            None => MemberFilter::new(members, c.tracked(), c.filter_budget.clone()),
+            None => MemberFilter::new(
+                members,
+                c.tracked(),
+                c.filter_budget.clone(),
+                c.worst_query_loss(members)?,
+            ),
         };
         let tracked = Orders::new(c.tracked())?;
         let loss = c.screening_cost(&tracked, members)?.epsilons().to_vec();
@@ -634,7 +642,12 @@ impl Adapmixed {
                     reason: "the number of members changed during an AdaPMixED run",
                 });
             }
-            None => MemberFilter::new(n, c.tracked(), c.filter_budget.clone()),
+            None => MemberFilter::new(
+                n,
+                c.tracked(),
+                c.filter_budget.clone(),
+                c.worst_query_loss(n)?,
+            ),
         };
         let result = self.query_with(ensemble, noise, account, &mut filter, &c);
         self.filter = Some(filter);
@@ -652,12 +665,16 @@ impl Adapmixed {
         let n = ensemble.len();
         let tracked_list = c.tracked();
         let tracked = Orders::new(tracked_list.clone())?;
+        // The query's step of the data-independent schedule, charged before any member
+        // is read: its size depends on the number of queries already charged only, so
+        // whether the account accepts it says nothing about the members. A refusal
+        // returns here and leaves the filter as it was (`proof.md`, "What is charged").
+        let charge = filter.charge_next_query(account, self.name())?;
         // Sub-step 1: the screening. Every active member pays its (data-independent) cost.
         let screen_loss = c.screening_cost(&tracked, n)?.epsilons().to_vec();
         for i in 0..n {
             filter.admit(i, &screen_loss);
         }
-        filter.add_worst(&screen_loss);
         let effective = self.effective(ensemble, filter.active())?;
         let current = effective.as_ref().unwrap_or(ensemble);
         let screening = self.screening_vector(current)?;
@@ -685,8 +702,6 @@ impl Adapmixed {
         };
         let decision = self.decide(current, &screening.indices, &noisy)?;
         if !decision.answer_privately {
-            let charge = filter.next_charge(account.orders())?;
-            account.charge(&charge, "adapmixed-screened")?;
             return Ok(Release {
                 distribution: ensemble.public().to_vec(),
                 charge,
@@ -723,15 +738,6 @@ impl Adapmixed {
                 .expect("a member just left");
             answer = self.private_answer(&after)?;
         }
-        filter.add_worst(&private_loss(
-            &tracked_list,
-            c.radius,
-            c.radius,
-            c.alpha_c,
-            n,
-        ));
-        let charge = filter.next_charge(account.orders())?;
-        account.charge(&charge, self.name())?;
         self.buffers.sum = std::mem::take(&mut answer.sum);
         Ok(Release {
             charge,

@@ -48,7 +48,7 @@ fn the_charge_is_the_same_on_corpora_that_differ_in_one_member() {
     // Finding: with p₀ = [.5, .5], A = [.9, .1], B = p₀, the paper's per-token charge
     // is 0.2694 at α = 18 on {A, B, B} and exactly 0 on {B, B} (its leave-one-out loss
     // is 0): the printed ε told the corpora apart. Now a query's charge depends on N,
-    // the configuration and the published screening decision only.
+    // the configuration and the number of queries charged before it only.
     let p0 = [0.5, 0.5];
     let a = [0.9, 0.1];
     let with_a = Ensemble::from_probabilities(&p0, &[a, p0, p0].concat()).unwrap();
@@ -97,14 +97,20 @@ fn screening_routes_by_threshold() {
     .unwrap();
     let out = public.step(&e, &mut rng, &mut acc).unwrap();
     assert_eq!(out.diagnostics.public_reason, Some(PublicReason::Screened));
-    // A screened query charges less than a private one.
+    // A screened query charges what a private one does: the charge is taken before
+    // the screening, so its size cannot follow the decision (issue 39, §2).
     let screened = out.charge.at(2.0).unwrap();
     assert!(screened > 0.0);
-    let mut private = Adapmixed::new(always_private()).unwrap();
+    let mut private = Adapmixed::new(AdapmixedConfig {
+        sigma: 0.5,
+        ..always_private()
+    })
+    .unwrap();
+    let mut acc = Unbudgeted::new(orders());
     let out = private.step(&e, &mut rng, &mut acc).unwrap();
     assert_eq!(out.diagnostics.public_reason, None);
     assert_eq!(out.diagnostics.lambdas.len(), 3);
-    assert!(out.charge.at(2.0).unwrap() > screened);
+    assert_eq!(out.charge.at(2.0).unwrap(), screened);
     // Negative noisy entries are clipped; all-negative answers publicly.
     let s = private.screening_vector(&e).unwrap();
     let d = private.decide(&e, &s.indices, &[-1.0; 4]).unwrap();

@@ -4,6 +4,7 @@
 mod verifier;
 
 mod adapmixed_exact;
+mod adapmixed_refusal;
 mod adapmixed_step;
 mod baselines_exact;
 mod dps_mozo_exact;
