@@ -779,6 +779,10 @@ proptest! {
         rng_algorithm: RngAlgorithm::ChaCha,
         rng_seed: RngSeed::Fixed(0x05EE_DD95_1102),
         max_shrink_iters: 256,
+        // The committed regressions beside this file are read first.
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
         ..ProptestConfig::default()
     })]
 
