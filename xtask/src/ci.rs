@@ -8,8 +8,9 @@ use std::path::Path;
 
 /// The proptest seed CI uses when `PROPTEST_RNG_SEED` is not set: every property
 /// test then draws the same cases on every run of a commit, so a failure seen once
-/// is seen again (and its shrunk case is written to the test's
-/// `.proptest-regressions` file beside the source, which is committed).
+/// is seen again (and its shrunk case is written to the test's regression file,
+/// under the crate's `proptest-regressions/` or `tests/proptest-regressions/`,
+/// which is committed).
 const PROPTEST_SEED: u64 = 0x5052_4956_4d49_5845; // "PRIVMIXE"
 
 /// Proptest's ChaCha generator: the algorithm is pinned with the seed, so that a
