@@ -48,7 +48,10 @@ pub(crate) fn run(seconds: u32) -> Result<(), String> {
         eprintln!("xtask: cargo fuzz run {target} for {seconds} s");
         let status = crate::workspace::cargo_command()
             .env("RUSTC_BOOTSTRAP", "1")
-            .args(["fuzz", "run", target, "--sanitizer", "none", "--"])
+            // `--dev`: unoptimised (with debug assertions), which compiles burn and
+            // the models in a fraction of a release build's time; a time-bounded run
+            // tries fewer inputs, each checked more strictly.
+            .args(["fuzz", "run", target, "--dev", "--sanitizer", "none", "--"])
             .arg(format!("-max_total_time={seconds}"))
             // A fixed seed: CI replays the same mutation sequence (bounded by time).
             .args([
@@ -78,7 +81,16 @@ fn ensure_cargo_fuzz() -> Result<(), String> {
     }
     eprintln!("xtask: cargo install cargo-fuzz --locked --version {CARGO_FUZZ}");
     let status = crate::workspace::cargo_command()
-        .args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ])
+        // `--debug`: the tool only drives cargo, so its optimised build is not worth
+        // its compile time.
+        .args([
+            "install",
+            "cargo-fuzz",
+            "--locked",
+            "--debug",
+            "--version",
+            CARGO_FUZZ,
+        ])
         .status()
         .map_err(|e| format!("could not start cargo install: {e}"))?;
     if status.success() {

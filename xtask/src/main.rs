@@ -218,10 +218,20 @@ fn test_steps(tests_only: bool, steps: &mut steps::Steps) -> Result<(), String> 
                 "warnings",
             ])
         })?;
-        // Broken or private intra-doc links and malformed doc comments fail too.
+        // Broken or private intra-doc links and malformed doc comments fail too. The
+        // examples are documented too: they turn on the dev-dependencies' features, as
+        // clippy's `--all-targets` did, so the dependencies clippy checked are reused
+        // instead of checked again with other features.
         steps.run("rustdoc", || {
             cargo_with_env(
-                &["doc", "--workspace", "--no-deps"],
+                &[
+                    "doc",
+                    "--workspace",
+                    "--no-deps",
+                    "--lib",
+                    "--bins",
+                    "--examples",
+                ],
                 &[("RUSTDOCFLAGS", OsStr::new("-D warnings"))],
             )
         })?;
