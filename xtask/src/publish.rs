@@ -48,16 +48,19 @@ pub(crate) fn package() -> Result<(), String> {
     }
     crate::workspace::cargo(&args)?;
     let root = workspace_root();
+    let dirs = crate_dirs()?;
     for crate_name in PUBLISHED {
         let listed = package_files(crate_name)?;
-        let dir = crate_dir(crate_name)?;
+        let dir = dirs
+            .get(crate_name)
+            .ok_or_else(|| format!("{crate_name} is not a workspace member"))?;
         let read = checked_sources(crate_name)?;
         let mut missing: Vec<String> = Vec::new();
         for source in &read {
             if !source.starts_with(&root) || source.starts_with(root.join("target")) {
                 continue; // registry sources and build-script outputs
             }
-            match source.strip_prefix(&dir) {
+            match source.strip_prefix(dir) {
                 Ok(rel) if listed.contains(&rel.to_string_lossy().replace('\\', "/")) => {}
                 _ => missing.push(source.display().to_string()),
             }
@@ -102,8 +105,8 @@ fn package_files(crate_name: &str) -> Result<std::collections::BTreeSet<String>,
         .collect())
 }
 
-/// The folder of a workspace member, from `cargo metadata`.
-fn crate_dir(crate_name: &str) -> Result<PathBuf, String> {
+/// Every workspace member's folder by package name, from `cargo metadata`.
+fn crate_dirs() -> Result<BTreeMap<String, PathBuf>, String> {
     let output = crate::workspace::cargo_command()
         .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
         .output()
@@ -113,45 +116,32 @@ fn crate_dir(crate_name: &str) -> Result<PathBuf, String> {
     }
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
         .map_err(|e| format!("cannot read cargo metadata's output: {e}"))?;
-    metadata["packages"]
+    Ok(metadata["packages"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|p| p["name"] == crate_name)
-        .and_then(|p| p["manifest_path"].as_str())
-        .and_then(|m| Path::new(m).parent())
-        .map(Path::to_path_buf)
-        .ok_or_else(|| format!("{crate_name} is not a workspace member"))
+        .filter_map(|p| {
+            let name = p["name"].as_str()?.to_string();
+            let dir = Path::new(p["manifest_path"].as_str()?).parent()?;
+            Some((name, dir.to_path_buf()))
+        })
+        .collect())
 }
 
 /// `cargo check -p <crate>` (its lib and binaries, its own features), returning every
 /// source file rustc read for that crate's targets, from their dep-info files.
 fn checked_sources(crate_name: &str) -> Result<Vec<PathBuf>, String> {
     let args = ["check", "-p", crate_name, "--locked"];
-    eprintln!("xtask: cargo {}", args.join(" "));
-    let output = crate::workspace::cargo_command()
-        .args(args)
-        .args(["--message-format", "json-render-diagnostics"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("could not start cargo check: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "`cargo check -p {crate_name}` failed ({}): the crate does not build on its own",
-            output.status
-        ));
-    }
+    let artifacts = crate::workspace::compiler_artifacts(&args)
+        .map_err(|e| format!("{e}: {crate_name} does not build on its own"))?;
     let mut sources = Vec::new();
     let mut targets = 0;
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
+    for m in artifacts {
         let ours = m["package_id"]
             .as_str()
             .and_then(crate::workspace::package_name)
             .is_some_and(|name| name == crate_name);
-        if m["reason"] != "compiler-artifact" || !ours {
+        if !ours {
             continue;
         }
         let Some(kinds) = m["target"]["kind"].as_array() else {

@@ -26,10 +26,9 @@ pub(crate) fn cargo_with_env(args: &[&str], env: &[(&str, &OsStr)]) -> Result<()
     }
 }
 
-/// Runs `cargo <args> --message-format json-render-diagnostics` and returns, for
-/// every executable cargo reports (built or already fresh), its package name,
-/// target name, target kinds and path. Test harnesses (`profile.test`) are left out.
-pub(crate) fn built_executables(args: &[&str]) -> Result<Vec<Executable>, String> {
+/// Runs `cargo <args> --message-format json-render-diagnostics` and returns cargo's
+/// `compiler-artifact` messages (one per unit built or already fresh).
+pub(crate) fn compiler_artifacts(args: &[&str]) -> Result<Vec<serde_json::Value>, String> {
     eprintln!("xtask: cargo {}", args.join(" "));
     let output = cargo_command()
         .args(args)
@@ -44,12 +43,20 @@ pub(crate) fn built_executables(args: &[&str]) -> Result<Vec<Executable>, String
             output.status
         ));
     }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .collect())
+}
+
+/// For every executable that `cargo <args>` reports (built or already fresh), its
+/// package name, target name, target kinds and path. Test harnesses
+/// (`profile.test`) are left out.
+pub(crate) fn built_executables(args: &[&str]) -> Result<Vec<Executable>, String> {
     let mut built = Vec::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if m["reason"] != "compiler-artifact" || m["profile"]["test"] != false {
+    for m in compiler_artifacts(args)? {
+        if m["profile"]["test"] != false {
             continue;
         }
         let Some(path) = m["executable"].as_str() else {
@@ -58,7 +65,7 @@ pub(crate) fn built_executables(args: &[&str]) -> Result<Vec<Executable>, String
         let package = m["package_id"]
             .as_str()
             .and_then(package_name)
-            .ok_or_else(|| format!("cannot read the package of {line}"))?;
+            .ok_or_else(|| format!("cannot read the package of {m}"))?;
         let kinds = m["target"]["kind"]
             .as_array()
             .map(|k| {
