@@ -1,125 +1,137 @@
 //! PMixED under the exact transcript verifier (`verifier/`): T ≤ 3 adaptively chosen
-//! queries, Poisson subsampling integrated out by the verifier, on the dataset and on
+//! queries, every Poisson draw enumerated and each draw's RELEASED distribution checked
+//! against the verifier's own recomputation (`verifier/pmixed.rs`), run against an
+//! unbudgeted account and against budgets that run out mid-run, on the dataset and on
 //! every changed-member neighbour (member i's distributions replaced by another
 //! table's, by a near-deterministic one, or by the public model: an emptied shard).
+//! Each transcript records every step's token, refusal or error, the charge the step
+//! reports and the account's spent curve after it; the divergence of the two laws must
+//! stay within the total the account realised.
+//!
+//! The `wrong_*` tests run deliberately wrong mechanisms (wrappers around PMixED) and
+//! show that the verifier catches each.
 
 use crate::verifier;
 
-use privmix_accountant::Orders;
+use privmix_accountant::{Orders, RdpCurve};
 use privmix_mechanisms::{
-    Ensemble, EnsembleMechanism, Pmixed, PmixedConfig, PrivacyRng, Unbudgeted,
+    Account, Ensemble, EnsembleMechanism, MechanismError, Pmixed, PrivacyRng, Release,
 };
 use proptest::prelude::*;
-use verifier::{Law, ORDERS, SLACK, Table, assert_covered, bits, dsym_vec, mix, stateless_run_law};
+use verifier::pmixed::{Mixtures, Spec, branches, poisson, subset_seeds};
+use verifier::{AccountKind, Acct, Branch, Law, ORDERS, Table, assert_realised, mix, run_law};
+
+const DELTA: f64 = 1e-5;
 
 /// The orders of the account in these runs.
 fn orders() -> Orders {
     Orders::new(ORDERS.to_vec()).unwrap()
 }
 
-/// Member i's λ at one query, read from the mechanism's public output for a draw of
-/// {i} alone, after checking with the verifier's own divergence that it satisfies the
-/// constraint the proof assumes: `Dsym_{α_c}(λpᵢ + (1−λ)p₀, p₀) ≤ b`.
-fn checked_lambda(mech: &Pmixed, public: &[f64], member: &[f64]) -> f64 {
-    let e = Ensemble::from_probabilities(public, member).unwrap();
-    let lambda = mech.output_distribution(&e, &[0]).unwrap().solutions[0].lambda;
-    assert!((0.0..=1.0).contains(&lambda), "λ {lambda}");
-    let c = mech.config();
-    let d = dsym_vec(&mix(lambda, member, public), public, c.alpha_c());
-    assert!(
-        d <= c.radius() * (1.0 + SLACK) + 1e-15,
-        "λ {lambda} breaks its constraint: Dsym {d} > b {}",
-        c.radius()
-    );
-    lambda
-}
-
-/// The exact token law of one PMixED query, computed by the verifier: the Poisson
-/// average over every subset S of the members of the mean of their mixtures.
-fn query_law(mech: &Pmixed, public: &[f64], members: &[Vec<f64>]) -> Vec<f64> {
-    let n = members.len();
-    let q = mech.config().q();
-    let lambdas: Vec<f64> = members
-        .iter()
-        .map(|m| checked_lambda(mech, public, m))
-        .collect();
-    let mut law = vec![0.0; public.len()];
-    for mask in 0u32..1 << n {
-        let k = mask.count_ones() as i32;
-        let p = q.powi(k) * (1.0 - q).powi(n as i32 - k);
-        if p == 0.0 {
-            continue;
-        }
-        if k == 0 {
-            law.iter_mut().zip(public).for_each(|(l, &x)| *l += p * x);
-            continue;
-        }
-        for (i, m) in members.iter().enumerate() {
-            if mask >> i & 1 == 1 {
-                let mixed = mix(lambdas[i], m, public);
-                law.iter_mut()
-                    .zip(&mixed)
-                    .for_each(|(l, &x)| *l += p * x / f64::from(k as u32));
-            }
+/// The account of a run on ensembles of `n` members.
+fn account(spec: &Spec, n: usize, kind: AccountKind) -> Acct {
+    match kind {
+        AccountKind::Unbudgeted => Acct::free(&orders()),
+        AccountKind::RunsOutAfter(k) => {
+            let step = spec.config().curve(&orders(), n as u64).unwrap();
+            let before = if k == 0 {
+                RdpCurve::zero(orders())
+            } else {
+                step.self_compose(k as u64)
+            };
+            Acct::budget_between(&before, &step.self_compose(k as u64 + 1), DELTA)
         }
     }
-    law
 }
 
-/// The per-step charge the mechanism makes on this table (read from a real step
-/// through an account), as bits for the transcript.
-fn step_charge(mech: &mut Pmixed, table: &Table) -> Vec<f64> {
-    let (public, members) = table.at(&[]);
-    let e = Ensemble::from_probabilities(public, &members.concat()).unwrap();
-    let mut account = Unbudgeted::new(orders());
-    let mut rng = PrivacyRng::from_seed(1);
-    let outcome = mech.step(&e, &mut rng, &mut account).unwrap();
-    outcome.charge.epsilons().to_vec()
+/// The law of a T-step run of `mech` (claiming to be PMixED with `spec`) on `table`.
+fn law<M: EnsembleMechanism + Clone>(
+    spec: &Spec,
+    mech: &M,
+    account: &Acct,
+    table: &Table,
+    steps: usize,
+) -> Law {
+    let mut mixtures = Mixtures::default();
+    run_law(mech, account, table, steps, |m, a, p, ms| {
+        branches(spec, &mut mixtures, m, a, p, ms)
+    })
 }
 
-/// The law of a T-token run on `table`, with the charge per step.
-fn run_law(mech: &mut Pmixed, table: &Table, steps: usize) -> (Law, Vec<f64>) {
-    let charge = step_charge(mech, table);
-    let m = mech.clone();
-    let law = stateless_run_law(steps, &bits(&charge), |context| {
-        let (public, members) = table.at(context);
-        query_law(&m, public, members)
-    });
-    (law, charge)
-}
-
-/// Checks every changed-member neighbour of `table` (replaced by `other`'s member j,
-/// for every j, and emptied) over T = `steps` tokens.
-fn check(table: &Table, other: &Table, alpha_c: f64, radius: f64, q: f64, steps: usize) {
-    let mut mech = Pmixed::new(PmixedConfig::new(alpha_c, radius, q).unwrap());
-    let (law, charge) = run_law(&mut mech, table, steps);
-    let charged = |alpha: f64| {
-        let i = ORDERS.iter().position(|&a| a == alpha).unwrap();
-        charge[i] * steps as f64
-    };
-    let case = format!("α_c {alpha_c}, b {radius}, q {q}, N {}", table.members());
+/// The neighbours of `table`: each member emptied, and replaced by each of `other`'s.
+fn neighbours(table: &Table, other: &Table) -> Vec<(&'static str, String, Table)> {
+    let mut out = Vec::new();
     for i in 0..table.members() {
-        let emptied = table.emptied(i);
-        let (law_e, _) = run_law(&mut mech, &emptied, steps);
-        assert_covered(
-            ("PMixED", "changed member (emptied → p₀)", steps),
-            &format!("{case}, member {i} emptied"),
-            &law,
-            &law_e,
-            charged,
-        );
+        out.push((
+            "changed member (emptied → p₀)",
+            format!("member {i} emptied"),
+            table.emptied(i),
+        ));
         for j in 0..other.members() {
-            let changed = table.with_member(i, other, j);
-            let (law_c, _) = run_law(&mut mech, &changed, steps);
-            assert_covered(
-                ("PMixED", "changed member (arbitrary)", steps),
-                &format!("{case}, member {i} → other {j}"),
-                &law,
-                &law_c,
-                charged,
+            out.push((
+                "changed member (arbitrary)",
+                format!("member {i} → other {j}"),
+                table.with_member(i, other, j),
+            ));
+        }
+    }
+    out
+}
+
+/// Checks `mech` on `table` and every neighbour against each account of `kinds`.
+fn check_mech<M: EnsembleMechanism + Clone>(
+    mech: &M,
+    table: &Table,
+    other: &Table,
+    spec: Spec,
+    steps: usize,
+    kinds: &[AccountKind],
+) {
+    for &kind in kinds {
+        let acct = account(&spec, table.members(), kind);
+        let base = law(&spec, mech, &acct, table, steps);
+        let case = format!("{spec:?}, N {}, {kind:?}", table.members());
+        for (adjacency, what, neighbour) in neighbours(table, other) {
+            let law_n = law(&spec, mech, &acct, &neighbour, steps);
+            assert_realised(
+                ("PMixED", adjacency, acct.kind(), steps),
+                &format!("{case}, {what}"),
+                &ORDERS,
+                &base,
+                &law_n,
             );
         }
     }
+}
+
+/// The unbudgeted account and a budget that runs out at the last step.
+fn kinds(steps: usize) -> [AccountKind; 2] {
+    [
+        AccountKind::Unbudgeted,
+        AccountKind::RunsOutAfter(steps - 1),
+    ]
+}
+
+fn check(table: &Table, other: &Table, alpha_c: f64, radius: f64, q: f64, steps: usize) {
+    let spec = Spec { alpha_c, radius, q };
+    check_mech(
+        &Pmixed::new(spec.config()),
+        table,
+        other,
+        spec,
+        steps,
+        &kinds(steps),
+    );
+}
+
+/// A one-context table (T = 1) from explicit rows.
+fn one_row(public: &[f64], members: Vec<Vec<f64>>) -> Table {
+    let mut t = Table {
+        vocab: public.len(),
+        rows: Default::default(),
+    };
+    t.rows.insert(vec![], (public.to_vec(), members));
+    t
 }
 
 /// Finding: replace-one at N = 1 was charged ε(α; 2) = 0.0703 at α_c = 36, b = 0.05,
@@ -128,21 +140,20 @@ fn check(table: &Table, other: &Table, alpha_c: f64, radius: f64, q: f64, steps:
 #[test]
 fn one_member_changed_to_its_opposite_is_covered() {
     let p0 = vec![0.5, 0.5];
-    let mut a = Table {
-        vocab: 2,
-        rows: Default::default(),
-    };
-    a.rows.insert(vec![], (p0.clone(), vec![vec![1.0, 0.0]]));
-    let mut b = a.clone();
-    b.rows.insert(vec![], (p0.clone(), vec![vec![0.0, 1.0]]));
+    let a = one_row(&p0, vec![vec![1.0, 0.0]]);
+    let b = one_row(&p0, vec![vec![0.0, 1.0]]);
     for (q, old_charge) in [(1.0, 0.0703), (0.5, 0.0295)] {
-        let mut mech = Pmixed::new(PmixedConfig::new(36.0, 0.05, q).unwrap());
-        let (la, charge) = run_law(&mut mech, &a, 1);
-        let (lb, _) = run_law(&mut mech, &b, 1);
+        let spec = Spec {
+            alpha_c: 36.0,
+            radius: 0.05,
+            q,
+        };
+        let mech = Pmixed::new(spec.config());
+        let acct = Acct::free(&orders());
+        let la = law(&spec, &mech, &acct, &a, 1);
+        let lb = law(&spec, &mech, &acct, &b, 1);
         let d18 = verifier::renyi(&la, &lb, 18.0);
         assert!(d18 > old_charge, "q {q}: the old charge covered it ({d18})");
-        let at18 = charge[ORDERS.iter().position(|&x| x == 18.0).unwrap()];
-        assert!(d18 <= at18, "q {q}: exact {d18} > charged {at18}");
         check(&a, &b, 36.0, 0.05, q, 1);
     }
 }
@@ -168,16 +179,20 @@ fn three_token_runs_are_covered() {
     let other = Table::random(12, 3, 2, 3);
     check(&table, &other, 36.0, 0.2, 0.5, 3);
     check(&table, &other, 8.0, 1.0, 1.0, 3);
-}
-
-/// A one-context table (T = 1) from explicit rows.
-fn one_row(public: &[f64], members: Vec<Vec<f64>>) -> Table {
-    let mut t = Table {
-        vocab: public.len(),
-        rows: Default::default(),
+    // A budget that runs out after the first token of three: two refusals follow.
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.2,
+        q: 0.5,
     };
-    t.rows.insert(vec![], (public.to_vec(), members));
-    t
+    check_mech(
+        &Pmixed::new(spec.config()),
+        &table,
+        &other,
+        spec,
+        3,
+        &[AccountKind::RunsOutAfter(1)],
+    );
 }
 
 /// The second-order bound's extremes (`src/pmixed/proof.md`, "The second-order bound")
@@ -236,10 +251,22 @@ fn second_order_extremes_up_to_sixteen_members_are_covered() {
             );
         }
     }
-    // Poisson subsampling at 8 members (every draw enumerated by the verifier).
+    // Poisson subsampling at 8 members (every draw's release checked).
     let mut members = vec![up.clone(); 8];
     members[0] = down.clone();
-    check(&one_row(&[0.5, 0.5], members), &flip, 36.0, 0.1336, 0.5, 1);
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.1336,
+        q: 0.5,
+    };
+    check_mech(
+        &Pmixed::new(spec.config()),
+        &one_row(&[0.5, 0.5], members),
+        &flip,
+        spec,
+        1,
+        &[AccountKind::Unbudgeted],
+    );
 }
 
 proptest! {
@@ -260,10 +287,17 @@ proptest! {
         alpha_c in prop::sample::select(vec![4.0, 8.0, 18.0, 36.0]),
         radius in prop::sample::select(vec![0.01, 0.1, 0.5, 2.0]),
         q in prop::sample::select(vec![1.0, 0.7, 0.3]),
+        runs_out in 0usize..=2,
     ) {
         let table = Table::random(seed, v, n, steps);
         let other = Table::random(seed ^ 0xABCD, v, 2, steps);
-        check(&table, &other, alpha_c, radius, q, steps);
+        let spec = Spec { alpha_c, radius, q };
+        let kind = if runs_out >= steps {
+            AccountKind::Unbudgeted
+        } else {
+            AccountKind::RunsOutAfter(runs_out)
+        };
+        check_mech(&Pmixed::new(spec.config()), &table, &other, spec, steps, &[kind]);
     }
 }
 
@@ -288,8 +322,274 @@ proptest! {
     ) {
         let table = Table::random(seed, v, n, 1);
         let other = Table::random(seed ^ 0xABCD, v, 2, 1);
-        check(&table, &other, alpha_c, radius, 1.0, 1);
+        let spec = Spec { alpha_c, radius, q: 1.0 };
+        check_mech(&Pmixed::new(spec.config()), &table, &other, spec, 1, &[AccountKind::Unbudgeted]);
     }
+}
+
+// ---------------------------------------------------------------------------------
+// Deliberately wrong mechanisms: each must make the verifier fail.
+
+/// What a wrong PMixED does differently.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Bug {
+    /// Releases honestly but reports the draw shifted by one member.
+    MisreportsDrawn,
+    /// Releases the average of EVERY member's mixture (no subsampling) while reporting
+    /// the Poisson draw and its λs, and charging the subsampled charge.
+    IgnoresTheDraw,
+    /// Reports half the charge it takes from the account.
+    ReportsLessThanItCharges,
+    /// Takes and reports half the charge.
+    ChargesHalf,
+    /// Charges nothing when member 0 puts most mass on token 0 (a data-dependent
+    /// charge: with a budget, a refusal on one side only).
+    ChargeDependsOnData,
+    /// Fails with an error when member 0 puts most mass on token 0 (after charging).
+    ErrsOnData,
+}
+
+#[derive(Debug, Clone)]
+struct Wrong {
+    inner: Pmixed,
+    bug: Bug,
+}
+
+impl Wrong {
+    fn member0_likes_token0(e: &Ensemble) -> bool {
+        let m = e.member(0);
+        m[0] >= m.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+impl EnsembleMechanism for Wrong {
+    fn release(
+        &mut self,
+        e: &Ensemble,
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<Release, MechanismError> {
+        let curve = self
+            .inner
+            .config()
+            .curve(account.orders(), e.len() as u64)?;
+        let half = RdpCurve::from_fn(account.orders().clone(), |a| curve.at(a).unwrap() / 2.0)?;
+        match self.bug {
+            Bug::MisreportsDrawn => {
+                let mut r = self.inner.release(e, rng, account)?;
+                r.diagnostics.drawn = r
+                    .diagnostics
+                    .drawn
+                    .iter()
+                    .map(|i| (i + 1) % e.len())
+                    .collect();
+                Ok(r)
+            }
+            Bug::IgnoresTheDraw => {
+                let mut r = self.inner.release(e, rng, account)?;
+                let all: Vec<usize> = (0..e.len()).collect();
+                r.distribution = self.inner.output_distribution(e, &all)?.distribution;
+                Ok(r)
+            }
+            Bug::ReportsLessThanItCharges => {
+                let mut r = self.inner.release(e, rng, account)?;
+                r.charge = half;
+                Ok(r)
+            }
+            Bug::ChargesHalf | Bug::ChargeDependsOnData | Bug::ErrsOnData => {
+                let charge = match self.bug {
+                    Bug::ChargesHalf => half,
+                    Bug::ChargeDependsOnData if Self::member0_likes_token0(e) => {
+                        RdpCurve::zero(account.orders().clone())
+                    }
+                    _ => curve,
+                };
+                let mut free = privmix_mechanisms::Unbudgeted::new(account.orders().clone());
+                let mut r = self.inner.release(e, rng, &mut free)?;
+                account.charge(&charge, "wrong")?;
+                if self.bug == Bug::ErrsOnData && Self::member0_likes_token0(e) {
+                    return Err(MechanismError::EmptyVocabulary);
+                }
+                r.charge = charge;
+                Ok(r)
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "wrong-pmixed"
+    }
+}
+
+/// Runs `f` and returns its panic message (panics itself if `f` passed).
+fn fails(what: &str, f: impl FnOnce()) -> String {
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let Err(payload) = caught else {
+        panic!("the verifier did not catch {what}");
+    };
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// The same rows at every context of fewer than `depth` tokens.
+fn constant(public: &[f64], members: Vec<Vec<f64>>, depth: usize) -> Table {
+    let mut t = Table {
+        vocab: public.len(),
+        rows: Default::default(),
+    };
+    for c in verifier::contexts(public.len(), depth) {
+        t.rows.insert(c, (public.to_vec(), members.clone()));
+    }
+    t
+}
+
+/// The opposite one-hot members (the worst case of one query), beside a member at p₀.
+fn opposites() -> (Table, Table) {
+    (
+        constant(&[0.5, 0.5], vec![vec![1.0, 0.0], vec![0.5, 0.5]], 3),
+        constant(&[0.5, 0.5], vec![vec![0.0, 1.0], vec![0.5, 0.5]], 3),
+    )
+}
+
+fn check_wrong(bug: Bug, spec: Spec, kind: AccountKind, steps: usize) -> String {
+    let (table, other) = opposites();
+    let mech = Wrong {
+        inner: Pmixed::new(spec.config()),
+        bug,
+    };
+    fails(&format!("{bug:?}"), || {
+        check_mech(&mech, &table, &other, spec, steps, &[kind])
+    })
+}
+
+/// A mechanism that misreports which members it drew: its reports are checked against
+/// its released outputs.
+#[test]
+fn wrong_reports_of_the_draw_are_caught() {
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.5,
+        q: 0.5,
+    };
+    let msg = check_wrong(Bug::MisreportsDrawn, spec, AccountKind::Unbudgeted, 1);
+    assert!(msg.contains("reports other members"), "{msg}");
+}
+
+/// A mechanism that uses members it did not draw (no subsampling) while reporting the
+/// draw: the law built from its reports (the old verifier's) is the honest one and
+/// passes; the released distributions differ from the recomputation, and the law built
+/// from them alone (no recomputation check) breaks the subsampled charge.
+#[test]
+fn wrong_use_of_undrawn_members_is_caught() {
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.05,
+        q: 0.1,
+    };
+    let msg = check_wrong(Bug::IgnoresTheDraw, spec, AccountKind::Unbudgeted, 1);
+    assert!(msg.contains("the verifier computes"), "{msg}");
+
+    let (table, other) = opposites();
+    let mech = Wrong {
+        inner: Pmixed::new(spec.config()),
+        bug: Bug::IgnoresTheDraw,
+    };
+    let acct = Acct::free(&orders());
+    // Every draw's release, with no check: the law of what it releases, or of what it
+    // reports.
+    let expand = |from_reports: bool| {
+        move |m: &Wrong, a: &Acct, p: &[f64], ms: &[Vec<f64>]| -> Vec<Branch<Wrong>> {
+            let n = ms.len();
+            let seeds = subset_seeds(n, spec.q);
+            let e = Ensemble::from_probabilities(p, &ms.concat()).unwrap();
+            (0u32..1 << n)
+                .map(|mask| {
+                    let (mut m2, mut a2) = (m.clone(), a.clone());
+                    let seed = seeds[mask as usize].unwrap();
+                    let mut r = m2.release(&e, &mut PrivacyRng::from_seed(seed), &mut a2);
+                    if let (true, Ok(r)) = (from_reports, &mut r) {
+                        let d = &r.diagnostics;
+                        r.distribution = if d.drawn.is_empty() {
+                            p.to_vec()
+                        } else {
+                            let rows: Vec<Vec<f64>> = d
+                                .drawn
+                                .iter()
+                                .zip(&d.lambdas)
+                                .map(|(&i, &l)| mix(l, &ms[i], p))
+                                .collect();
+                            verifier::pmixed::average(&rows, p.len())
+                        };
+                    }
+                    Branch {
+                        weight: poisson(mask, n, spec.q),
+                        mech: m2,
+                        account: a2,
+                        result: r,
+                    }
+                })
+                .collect()
+        }
+    };
+    let key = ("PMixED (wrong)", "demonstration", "unbudgeted", 1);
+    let reported = run_law(&mech, &acct, &table, 1, expand(true));
+    let reported_n = run_law(&mech, &acct, &other, 1, expand(true));
+    assert_realised(key, "from reports", &ORDERS, &reported, &reported_n);
+    let released = run_law(&mech, &acct, &table, 1, expand(false));
+    let released_n = run_law(&mech, &acct, &other, 1, expand(false));
+    let msg = fails("IgnoresTheDraw by divergence", || {
+        assert_realised(key, "from releases", &ORDERS, &released, &released_n)
+    });
+    assert!(msg.contains("> realised charge"), "{msg}");
+}
+
+/// A step that reports less than the account took, and one that takes less than the
+/// divergence needs.
+#[test]
+fn wrong_charges_are_caught() {
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.05,
+        q: 1.0,
+    };
+    let msg = check_wrong(
+        Bug::ReportsLessThanItCharges,
+        spec,
+        AccountKind::Unbudgeted,
+        1,
+    );
+    assert!(msg.contains("reported a charge"), "{msg}");
+    let msg = check_wrong(Bug::ChargesHalf, spec, AccountKind::Unbudgeted, 2);
+    assert!(msg.contains("> realised charge"), "{msg}");
+}
+
+/// A charge that depends on the data (with a budget: a refusal on one side only), and
+/// an error that does: both are in the transcript a user sees.
+#[test]
+fn wrong_refusals_and_errors_are_caught() {
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.05,
+        q: 1.0,
+    };
+    let msg = check_wrong(
+        Bug::ChargeDependsOnData,
+        spec,
+        AccountKind::RunsOutAfter(1),
+        2,
+    );
+    assert!(
+        msg.contains("differs between transcripts") || msg.contains("> realised charge"),
+        "{msg}"
+    );
+    let msg = check_wrong(Bug::ErrsOnData, spec, AccountKind::Unbudgeted, 1);
+    assert!(
+        msg.contains("> realised charge") || msg.contains("differs"),
+        "{msg}"
+    );
 }
 
 /// Prints this file's coverage rows (run with `--nocapture`); runs last by name.

@@ -2,84 +2,63 @@
 //! queries on a corpus of k parts (two halves each) and on every changed-part
 //! neighbour — one half's model replaced (a user of that half added, removed or
 //! replaced), both halves replaced, or a half emptied (its model is the public one).
+//! Each step's RELEASED distribution is checked against the verifier's recomputation
+//! (`verifier/submix.rs`) and the law is built from it; runs go against an unbudgeted
+//! account and against budgets that run out mid-run, each transcript recording every
+//! step's token or refusal, its charge and the account's spent curve after it.
 
 use crate::verifier;
 
-use privmix_accountant::Orders;
+use privmix_accountant::{Orders, RdpCurve};
 use privmix_mechanisms::{
-    Ensemble, EnsembleMechanism, PrivacyRng, SubMix, SubmixConfig, Unbudgeted,
+    Account, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Release, SubMix, SubmixConfig,
 };
 use proptest::prelude::*;
-use verifier::{Law, ORDERS, SLACK, Table, assert_covered, bits, dsym_vec, mix, stateless_run_law};
+use verifier::submix::{Parts, branches};
+use verifier::{AccountKind, Acct, Law, ORDERS, Table, assert_realised, run_law};
+
+const DELTA: f64 = 1e-5;
 
 fn orders() -> Orders {
     Orders::new(ORDERS.to_vec()).unwrap()
 }
 
-fn ensemble(public: &[f64], members: &[Vec<f64>]) -> Ensemble {
-    Ensemble::from_probabilities(public, &members.concat()).unwrap()
-}
-
-/// The exact token law of one query, computed by the verifier from the λ the mechanism
-/// chose (its solvers are what is under test), after checking each λ with the
-/// verifier's own divergence against the anchoring constraint the proof assumes.
-fn query_law(mech: &SubMix, public: &[f64], members: &[Vec<f64>]) -> Vec<f64> {
-    let c = *mech.config();
-    let lambdas = mech
-        .distribution(&ensemble(public, members))
-        .unwrap()
-        .lambdas;
-    let k = members.len() / 2;
-    let mut law = vec![0.0; public.len()];
-    for (part, &lambda) in lambdas.iter().enumerate() {
-        let hbar: Vec<f64> = members[2 * part]
-            .iter()
-            .zip(&members[2 * part + 1])
-            .map(|(a, b)| 0.5 * (a + b))
-            .collect();
-        let mixed = mix(lambda, &hbar, public);
-        let d = dsym_vec(&mixed, public, c.alpha_c());
-        assert!(
-            d <= c.radius() * (1.0 + SLACK) + 1e-15,
-            "part {part}: λ {lambda} breaks the anchor: Dsym {d} > b {}",
-            c.radius()
-        );
-        law.iter_mut()
-            .zip(&mixed)
-            .for_each(|(l, &x)| *l += x / k as f64);
+fn account(config: &SubmixConfig, kind: AccountKind) -> Acct {
+    match kind {
+        AccountKind::Unbudgeted => Acct::free(&orders()),
+        AccountKind::RunsOutAfter(k) => {
+            let step = config.curve(&orders()).unwrap();
+            let before = if k == 0 {
+                RdpCurve::zero(orders())
+            } else {
+                step.self_compose(k as u64)
+            };
+            Acct::budget_between(&before, &step.self_compose(k as u64 + 1), DELTA)
+        }
     }
-    law
 }
 
-fn run_law(mech: &mut SubMix, table: &Table, steps: usize) -> (Law, Vec<f64>) {
-    let (public, members) = table.at(&[]);
-    let mut account = Unbudgeted::new(orders());
-    let charge = mech
-        .step(
-            &ensemble(public, members),
-            &mut PrivacyRng::from_seed(1),
-            &mut account,
-        )
-        .unwrap()
-        .charge
-        .epsilons()
-        .to_vec();
-    let m = mech.clone();
-    let law = stateless_run_law(steps, &bits(&charge), |context| {
-        let (public, members) = table.at(context);
-        query_law(&m, public, members)
-    });
-    (law, charge)
+fn law<M: EnsembleMechanism + Clone>(
+    config: &SubmixConfig,
+    mech: &M,
+    account: &Acct,
+    table: &Table,
+    steps: usize,
+) -> Law {
+    let mut parts = Parts::default();
+    run_law(mech, account, table, steps, |m, a, p, ms| {
+        branches(config, &mut parts, m, a, p, ms)
+    })
 }
 
-fn check(table: &Table, other: &Table, config: SubmixConfig, steps: usize) {
-    let mut mech = SubMix::new(config);
-    let (law, charge) = run_law(&mut mech, table, steps);
-    let charged = |alpha: f64| {
-        let i = ORDERS.iter().position(|&a| a == alpha).unwrap();
-        charge[i] * steps as f64
-    };
-    let case = format!("{config:?}");
+fn check_mech<M: EnsembleMechanism + Clone>(
+    mech: &M,
+    table: &Table,
+    other: &Table,
+    config: SubmixConfig,
+    steps: usize,
+    kinds: &[AccountKind],
+) {
     let mut neighbours: Vec<(&str, String, Table)> = Vec::new();
     for half in 0..table.members() {
         neighbours.push((
@@ -102,16 +81,35 @@ fn check(table: &Table, other: &Table, config: SubmixConfig, steps: usize) {
                 .with_member(2 * part + 1, other, 1),
         ));
     }
-    for (adjacency, what, neighbour) in neighbours {
-        let (law_n, _) = run_law(&mut mech, &neighbour, steps);
-        assert_covered(
-            ("SubMix", adjacency, steps),
-            &format!("{case}, {what}"),
-            &law,
-            &law_n,
-            charged,
-        );
+    for &kind in kinds {
+        let acct = account(&config, kind);
+        let base = law(&config, mech, &acct, table, steps);
+        let case = format!("{config:?}, {kind:?}");
+        for (adjacency, what, neighbour) in &neighbours {
+            let law_n = law(&config, mech, &acct, neighbour, steps);
+            assert_realised(
+                ("SubMix", adjacency, acct.kind(), steps),
+                &format!("{case}, {what}"),
+                &ORDERS,
+                &base,
+                &law_n,
+            );
+        }
     }
+}
+
+fn check(table: &Table, other: &Table, config: SubmixConfig, steps: usize) {
+    check_mech(
+        &SubMix::new(config),
+        table,
+        other,
+        config,
+        steps,
+        &[
+            AccountKind::Unbudgeted,
+            AccountKind::RunsOutAfter(steps - 1),
+        ],
+    );
 }
 
 /// The finding's corpus: p₀ = [.5, .5], two parts whose four halves are [.999, .001].
@@ -179,10 +177,93 @@ proptest! {
         beta in prop::sample::select(vec![0.001, 0.1, 10.0]),
         alpha_c in prop::sample::select(vec![4.0, 18.0, 36.0]),
         radius in prop::sample::select(vec![0.01, 0.3, 3.0]),
+        runs_out in 0usize..=2,
     ) {
         let table = Table::random(seed, v, 2 * parts, steps);
         let other = Table::random(seed ^ 0x5eed, v, 2, steps);
-        check(&table, &other, SubmixConfig::new(parts, 2.0, beta, alpha_c, radius).unwrap(), steps);
+        let c = SubmixConfig::new(parts, 2.0, beta, alpha_c, radius).unwrap();
+        let kind = if runs_out >= steps {
+            AccountKind::Unbudgeted
+        } else {
+            AccountKind::RunsOutAfter(runs_out)
+        };
+        check_mech(&SubMix::new(c), &table, &other, c, steps, &[kind]);
+    }
+}
+
+/// A SubMix that skips the anchoring (releases `mean(h̄ᵢ)` unprojected) while charging
+/// the anchored charge, and one whose charge follows the data: both caught.
+#[derive(Debug, Clone)]
+struct Wrong {
+    inner: SubMix,
+    unanchored: bool,
+}
+
+impl EnsembleMechanism for Wrong {
+    fn release(
+        &mut self,
+        e: &Ensemble,
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<Release, MechanismError> {
+        if self.unanchored {
+            let mut r = self.inner.release(e, rng, account)?;
+            let k = e.len() / 2;
+            r.distribution = (0..e.vocab())
+                .map(|x| (0..e.len()).map(|i| e.member(i)[x]).sum::<f64>() / (2 * k) as f64)
+                .collect();
+            return Ok(r);
+        }
+        // The charge is waived when part 0's first half is near-deterministic.
+        let peaked = e.member(0).iter().any(|&x| x > 0.99);
+        let mut free = privmix_mechanisms::Unbudgeted::new(account.orders().clone());
+        let mut r = self.inner.release(e, rng, &mut free)?;
+        if peaked {
+            r.charge = RdpCurve::zero(account.orders().clone());
+        }
+        account.charge(&r.charge, "wrong")?;
+        Ok(r)
+    }
+
+    fn name(&self) -> &'static str {
+        "wrong-submix"
+    }
+}
+
+#[test]
+fn wrong_submix_is_caught() {
+    let p0 = vec![0.5, 0.5];
+    let peaked = vec![0.999, 0.001];
+    let mut table = Table {
+        vocab: 2,
+        rows: Default::default(),
+    };
+    for c in verifier::contexts(2, 2) {
+        table.rows.insert(c, (p0.clone(), vec![peaked.clone(); 4]));
+    }
+    let other = table.emptied(0).emptied(1);
+    let c = SubmixConfig::new(2, 2.0, 0.2, 8.0, 0.05).unwrap();
+    for (unanchored, kind, want) in [
+        (true, AccountKind::Unbudgeted, "the verifier computes"),
+        (
+            false,
+            AccountKind::RunsOutAfter(1),
+            "differs between transcripts",
+        ),
+    ] {
+        let mech = Wrong {
+            inner: SubMix::new(c),
+            unanchored,
+        };
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            check_mech(&mech, &table, &other, c, 2, &[kind])
+        }));
+        let payload = caught.expect_err("the verifier did not catch a wrong SubMix");
+        let msg = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(msg.contains(want), "{msg}");
     }
 }
 

@@ -21,16 +21,13 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
-/// One published outcome of a step: the token and the bits of each ε charged for it
-/// (at every account order), so that a charge that depends on the data separates the
-/// two sides' transcripts.
-pub type Outcome = (u32, Vec<u64>);
+pub mod engine;
+pub mod pmixed;
+pub mod stats;
+pub mod submix;
 
-/// A law over transcripts: each transcript (a sequence of outcomes) with its
-/// probability.
-pub type Law = BTreeMap<Vec<Outcome>, f64>;
+pub use engine::{AccountKind, Acct, Branch, Law, assert_realised, coverage_table, run_law};
 
 /// The relative slack of the verifier's own f64 arithmetic (module docs).
 pub const SLACK: f64 = 1e-12;
@@ -85,59 +82,6 @@ pub fn mix(lambda: f64, p: &[f64], p0: &[f64]) -> Vec<f64> {
         .zip(p0)
         .map(|(&x, &y)| lambda * x + (1.0 - lambda) * y)
         .collect()
-}
-
-/// The worst ratio exact/charged found, per (mechanism, adjacency, T), for the README's
-/// coverage table (printed by each verifier file's `coverage` test).
-/// (mechanism, adjacency, T) → (worst ratio, cases).
-pub type Coverage = BTreeMap<(String, String, usize), (f64, usize)>;
-
-pub static COVERAGE: Mutex<Coverage> = Mutex::new(BTreeMap::new());
-
-/// Checks `D_α(a ‖ b)` and `D_α(b ‖ a)` against `charged(α)` at every order of
-/// [`ORDERS`], records the worst ratio under `key`, and panics naming the case on an
-/// under-charge.
-pub fn assert_covered(
-    key: (&str, &str, usize),
-    case: &str,
-    a: &Law,
-    b: &Law,
-    charged: impl Fn(f64) -> f64,
-) {
-    let mut worst = 0.0f64;
-    for &alpha in &ORDERS {
-        let eps = charged(alpha);
-        assert!(!eps.is_nan(), "{case}: charged NaN at α {alpha}");
-        let d = renyi(a, b, alpha).max(renyi(b, a, alpha));
-        if eps == f64::INFINITY {
-            continue;
-        }
-        assert!(
-            d <= eps + SLACK * (1.0 + d),
-            "{case}: α {alpha}: exact {d} > charged {eps}"
-        );
-        if eps > 0.0 {
-            worst = worst.max(d / eps);
-        }
-    }
-    let mut table = COVERAGE.lock().unwrap_or_else(|e| e.into_inner());
-    let entry = table
-        .entry((key.0.to_string(), key.1.to_string(), key.2))
-        .or_insert((0.0, 0));
-    entry.0 = entry.0.max(worst);
-    entry.1 += 1;
-}
-
-/// The coverage table as Markdown rows: mechanism | adjacency | T | cases | worst ratio.
-pub fn coverage_table() -> String {
-    let table = COVERAGE.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = String::from(
-        "| mechanism | adjacency | T | cases | largest exact/charged |\n|---|---|---|---|---|\n",
-    );
-    for ((m, a, t), (worst, cases)) in table.iter() {
-        out.push_str(&format!("| {m} | {a} | {t} | {cases} | {worst:.4} |\n"));
-    }
-    out
 }
 
 /// A small deterministic generator (SplitMix64), for adaptive query tables.
@@ -286,39 +230,6 @@ pub fn contexts(vocab: usize, depth: usize) -> Vec<Vec<u32>> {
         frontier = next;
     }
     all
-}
-
-/// The law of a T-step run of a *stateless* mechanism whose step law at a context is
-/// `step(context)` (token → probability) and whose per-step charge bits are `charge`:
-/// the product of the step laws along each transcript.
-pub fn stateless_run_law(
-    steps: usize,
-    charge: &[u64],
-    mut step: impl FnMut(&[u32]) -> Vec<f64>,
-) -> Law {
-    let mut law = Law::new();
-    let mut frontier: Vec<(Vec<u32>, Vec<Outcome>, f64)> = vec![(Vec::new(), Vec::new(), 1.0)];
-    for _ in 0..steps {
-        let mut next = Vec::new();
-        for (context, transcript, p) in frontier {
-            let dist = step(&context);
-            for (t, &pt) in dist.iter().enumerate() {
-                if pt <= 0.0 {
-                    continue;
-                }
-                let mut c = context.clone();
-                c.push(t as u32);
-                let mut tr = transcript.clone();
-                tr.push((t as u32, charge.to_vec()));
-                next.push((c, tr, p * pt));
-            }
-        }
-        frontier = next;
-    }
-    for (_, transcript, p) in frontier {
-        *law.entry(transcript).or_insert(0.0) += p;
-    }
-    law
 }
 
 /// The bits of a charge curve's values, for transcripts.
