@@ -21,4 +21,5 @@ mod verify_adapmixed;
 mod verify_dps_mozo;
 mod verify_noise_baselines;
 mod verify_pmixed;
+mod verify_samplers;
 mod verify_submix;
