@@ -78,7 +78,7 @@ fn stated_powers_are_the_computed_ones() {
 fn pmixed_release_draws_the_poisson_law() {
     let (alpha_c, radius, q) = (8.0, 2.0, 0.3);
     let public = vec![0.25; 4];
-    let members = vec![
+    let members = [
         vec![0.7, 0.1, 0.1, 0.1],
         vec![0.1, 0.7, 0.1, 0.1],
         vec![0.1, 0.1, 0.7, 0.1],
