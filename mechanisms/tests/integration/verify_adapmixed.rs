@@ -24,7 +24,7 @@ use crate::verifier;
 
 use privmix_accountant::Orders;
 use privmix_mechanisms::{Adapmixed, AdapmixedConfig, Ensemble, PublicReason};
-use verifier::pmixed::assert_close;
+use verifier::pmixed::assert_proportional;
 use verifier::{
     AccountKind, Acct, Branch, Law, ORDERS, SLACK, Table, assert_realised, dsym_vec, mix,
     renyi_vec, run_law,
@@ -172,7 +172,7 @@ fn branches(
                 );
                 public.to_vec()
             };
-            assert_close(&release.distribution, &want, "AdaPMixED's release");
+            assert_proportional(&release.distribution, &want, "AdaPMixED's release");
         }
         out.push(Branch {
             weight: pd / total,

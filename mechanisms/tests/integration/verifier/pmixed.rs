@@ -103,6 +103,17 @@ pub fn assert_close(got: &[f64], want: &[f64], what: &str) {
     }
 }
 
+/// [`assert_close`] after dividing each vector by its sum: a release is a law up to a
+/// factor (the sampler draws in proportion to the entries; an average whose quotient
+/// would be subnormal is released undivided, `src/pmixed/averaging.rs`).
+pub fn assert_proportional(got: &[f64], want: &[f64], what: &str) {
+    let norm = |v: &[f64]| {
+        let s: f64 = v.iter().sum();
+        v.iter().map(|x| x / s).collect::<Vec<f64>>()
+    };
+    assert_close(&norm(got), &norm(want), what);
+}
+
 /// The coefficient λ with `d = λ·p + (1 − λ)·p₀`, checked: `d` must lie on the
 /// segment (within rounding). `None` when p = p₀ (any λ).
 pub fn on_segment(d: &[f64], p: &[f64], p0: &[f64], what: &str) -> Option<f64> {
@@ -227,7 +238,7 @@ pub fn branches<M: EnsembleMechanism + Clone>(
                     public.len(),
                 )
             };
-            assert_close(
+            assert_proportional(
                 &r.distribution,
                 &want,
                 &format!("the release when the draw is {s:?}"),

@@ -15,7 +15,7 @@ use privmix_mechanisms::{
     Ensemble, EnsembleMechanism, PrivacyRng, SubMix, SubmixConfig, Unbudgeted,
 };
 
-use super::pmixed::{assert_close, average, check_in_ball};
+use super::pmixed::{assert_close, assert_proportional, average, check_in_ball};
 use super::{Acct, Branch, mix};
 
 /// Each part's released mixture, cached by the bits of p₀ and its halves.
@@ -80,7 +80,7 @@ pub fn branches<M: EnsembleMechanism + Clone>(
     let mut a = account.clone();
     let result = m.release(&e, &mut PrivacyRng::from_seed(1), &mut a);
     if let Ok(r) = &result {
-        assert_close(
+        assert_proportional(
             &r.distribution,
             &average(&own, public.len()),
             "SubMix's release",
