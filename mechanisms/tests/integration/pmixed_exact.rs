@@ -105,7 +105,7 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: 64,
         failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
         ..ProptestConfig::default()
     })]

@@ -273,7 +273,7 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: 48,
         failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
         ..ProptestConfig::default()
     })]
@@ -305,7 +305,7 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: 12,
         failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
         ..ProptestConfig::default()
     })]

@@ -163,7 +163,7 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: 32,
         failure_persistence: Some(Box::new(
-            proptest::test_runner::FileFailurePersistence::WithSource("regressions"),
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
         )),
         ..ProptestConfig::default()
     })]

@@ -129,10 +129,13 @@ pub fn on_segment(d: &[f64], p: &[f64], p0: &[f64], what: &str) -> Option<f64> {
         return None;
     }
     let lambda = (d[x] - p0[x]) / diff;
+    // The recovered λ is exact up to the rounding of d[x] and p₀[x] over |diff|.
+    let error = 1e-9 + 1e-15 * d[x].abs().max(p0[x].abs()) / diff.abs();
     assert!(
-        (-1e-9..=1.0 + 1e-9).contains(&lambda),
-        "{what}: λ {lambda} outside [0, 1]"
+        (-error..=1.0 + error).contains(&lambda),
+        "{what}: λ {lambda} outside [0, 1] (± {error})"
     );
+    let lambda = lambda.clamp(0.0, 1.0);
     assert_close(d, &mix(lambda, p, p0), what);
     Some(lambda)
 }
