@@ -1,17 +1,22 @@
 //! An exact transcript verifier, independent of the mechanisms' code.
 //!
 //! What it checks: for a mechanism run as a user runs it (T ≤ 3 tokens, each query's
-//! distributions chosen adaptively from the tokens released so far), the law of
-//! everything the run publishes — a *transcript*: each token and each ε charged for it
-//! — on a dataset and on each neighbour, and `D_α(law ‖ law')` in both directions
-//! against the ε the run charged.
+//! distributions chosen adaptively from the tokens released so far, against an
+//! unbudgeted account or an (ε, δ) budget that runs out mid-run), the law of
+//! everything the run publishes — a *transcript*: each step's token, refusal or error
+//! kind, the charge it reports and the account's spent curve after it (`engine.rs`) —
+//! on a dataset and on each neighbour, and `D_α(law ‖ law')` in both directions
+//! against the total the account realised (the same on every transcript).
 //!
-//! Independence: nothing here calls a mechanism's kernels. Laws are built by this
-//! module from the inputs (the verifier enumerates the mechanism's own coins: Poisson
-//! draws, screening noise, every token), and divergences are computed here, in f64 log
-//! space. A test may read a mechanism's λ from its public output (its solver is the
-//! thing under test), but only after checking here, with this module's own divergence,
-//! that the λ satisfies the constraint the proof assumes.
+//! Independence: laws are built from what the mechanism RELEASES through its public
+//! entry point, never from its diagnostics. The verifier enumerates the mechanism's
+//! coins (Poisson draws: a seed per subset, `pmixed.rs`; screening noise: AdaPMixED's
+//! audit entry point), requires each released distribution to be its own
+//! recomputation (averages of one-member releases, each checked on the segment from
+//! p₀ and inside the ball with this module's divergence), checks the reports against
+//! the releases, and computes divergences here, in f64 log space. The samplers the
+//! laws assume exact are tested against their laws in `verify_samplers.rs`
+//! (`stats.rs`). What it covers is tabled in `COVERAGE.md` beside this file.
 //!
 //! Error bound: laws have at most a few hundred outcomes built from products of T ≤ 3
 //! probabilities each a sum of ≤ 2^8 products; every entry carries a relative error
