@@ -600,3 +600,62 @@ fn zz_coverage() {
     one_member_changed_to_its_opposite_is_covered();
     println!("{}", verifier::coverage_table());
 }
+
+/// The durable ledger is the other budgeted account: along sampled runs (the same
+/// seeds), a `Ledger` with the budget of the verifier's `Budget` accepts and refuses
+/// the same steps and records the same spent curve after each, so the transcript laws
+/// computed against `Budget` are those of a ledger-backed run.
+#[test]
+fn a_ledger_sees_the_same_transcript_as_the_budget() {
+    use privmix_accountant::{Ledger, PrivacyBudget};
+    let spec = Spec {
+        alpha_c: 36.0,
+        radius: 0.2,
+        q: 0.5,
+    };
+    let table = Table::random(11, 3, 2, 3);
+    let step = spec.config().curve(&orders(), 2).unwrap();
+    let Acct::Budgeted(budget) = Acct::budget_between(&step, &step.self_compose(2), DELTA) else {
+        unreachable!()
+    };
+    let dir = std::env::temp_dir().join(format!("privmix-verifier-ledger-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for seed in 0..8u64 {
+        let path = dir.join(format!("ledger-{seed}"));
+        let _ = std::fs::remove_file(&path);
+        let mut ledger = Ledger::create(
+            &path,
+            orders(),
+            Some(PrivacyBudget::new(budget.epsilon(), DELTA).unwrap()),
+        )
+        .unwrap();
+        let mut budget = budget.clone();
+        let (mut a, mut b) = (Pmixed::new(spec.config()), Pmixed::new(spec.config()));
+        let (mut ra, mut rb) = (PrivacyRng::from_seed(seed), PrivacyRng::from_seed(seed));
+        let mut context = Vec::new();
+        let mut refused = 0;
+        for _ in 0..3 {
+            let (public, members) = table.at(&context);
+            let e = Ensemble::from_probabilities(public, &members.concat()).unwrap();
+            let x = a.step(&e, &mut ra, &mut ledger);
+            let y = b.step(&e, &mut rb, &mut budget);
+            match (x, y) {
+                (Ok(x), Ok(y)) => {
+                    assert_eq!(x.token, y.token);
+                    assert_eq!(x.charge, y.charge);
+                    context.push(x.token as u32);
+                }
+                (Err(MechanismError::ChargeRefused(_)), Err(MechanismError::ChargeRefused(_))) => {
+                    refused += 1
+                }
+                (x, y) => panic!("the ledger and the budget differ: {x:?} / {y:?}"),
+            }
+            assert_eq!(ledger.spent(), budget.spent());
+        }
+        assert_eq!(
+            refused, 2,
+            "the budget runs out after the first step of three"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
