@@ -1,9 +1,11 @@
 //! `--dp-sgd`: the training-time baseline of the PMixED and SubMix papers,
 //! one LoRA adapter on all the data with DP-SGD ("Deep Learning with
 //! Differential Privacy", arXiv 1607.00133): Poisson sampling at rate
-//! q = batch / blocks, per-example clipping to C, Gaussian noise σ·C on the
-//! clipped sum, with σ the smallest the accountant finds for the target ε at δ
-//! over the planned steps. Sampling and noise come from the operating system's
+//! q = batch / blocks (an exact Bernoulli(q) per block), per-example clipping
+//! to C, the exact discrete Gaussian of parameter σ·Δ' on the clipped sum
+//! rounded to a fine grid (Δ' = C plus the rounding; see
+//! `privmix_ensemble::train::DpSgdNoise`), with σ the smallest the accountant
+//! finds for the target ε at δ over the planned steps. Sampling and noise come from the operating system's
 //! entropy, never from `--seed` (a known seed would make the noise computable).
 //!
 //! The unit of the guarantee is one training block (add/remove). The run is

@@ -29,7 +29,7 @@ use super::error::TrainError;
 use super::host::{DropoutPlan, HostSlot, StepPath};
 use super::loss::check_blocks;
 use super::params::LoraParams;
-use super::privacy::{DpSgdEpsilon, clip_to_norm, dp_sgd_epsilon, poisson_sample, privatize};
+use super::privacy::{DpSgdEpsilon, DpSgdNoise, clip_to_norm, dp_sgd_epsilon, poisson_sample};
 use super::trainable::{Dropout, block_losses_and_gradients};
 
 /// Examples per batched pass of the host step (bounds its memory: the
@@ -150,17 +150,21 @@ pub struct DpSgdStep {
 /// DP-SGD (Abadi et al. 2016) on a LoRA adapter, example-level: an example
 /// is one training block. Each step Poisson-samples blocks at rate q,
 /// computes every included block's gradient alone (a batch of one per
-/// backward), clips it to norm C, adds `N(0, σ²C²)` to the sum, divides by
-/// the expected batch `q·n` and takes an AdamW step.
+/// backward), clips it to norm C, rounds it to a fine grid and adds it to an
+/// integer sum, adds the exact discrete Gaussian noise of parameter σ·Δ' (Δ' =
+/// C plus the rounding, [`super::DpSgdNoise`]), divides by the expected batch
+/// `q·n` and takes an AdamW step.
 ///
 /// Guarantee: the sequence of adapters is (ε, δ)-DP with respect to adding
 /// or removing one block, for the ε of [`DpSgdTrainer::epsilon`]
 /// (Poisson-subsampled Gaussian RDP composed over the steps taken). For
 /// user-level DP give each user one block (`UserUnit::Block` users cut to
 /// one block each), or group-privacy-scale ε. The guarantee needs
-/// [`NoiseSource::Os`] (see the module docs). Floating-point noise sampling is
-/// not hardened against Mironov's attack ("On Significance of the Least
-/// Significant Bits for Differential Privacy", CCS 2012).
+/// [`NoiseSource::Os`] (see the module docs). The coins are floating-point safe
+/// (exact Bernoulli sampling, the exact discrete Gaussian; proof in
+/// `train/privacy.md`), so Mironov's attack ("On Significance of the Least
+/// Significant Bits for Differential Privacy", CCS 2012) finds no artefact of
+/// the data in the noise's low bits.
 pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
     pub(crate) model: &'m M,
     pub(crate) base: BaseShapes,
@@ -214,8 +218,11 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
         Ok(self.host.get::<B, M>(self.model)?.is_some())
     }
 
-    /// Each picked example's mean loss and gradient, in order (`pass_of(k)`:
-    /// the dropout pass of the `k`-th).
+    /// Each picked example's mean loss and gradient, in order. Example `i`'s
+    /// dropout pass is `(step, i)`: a function of the step and of the example's own
+    /// index, never of its position in the draw (which would make every later
+    /// example's mask, and so its gradient, depend on whether an earlier one was
+    /// drawn, beyond the one example the sensitivity allows for).
     fn per_example(&self, picked: &[usize]) -> Result<Vec<(f64, Vec<f32>)>, TrainError> {
         let c = &self.config;
         let dropout = |k: usize| Dropout {
@@ -225,11 +232,10 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
         };
         if let Some(host) = self.host.get::<B, M>(self.model)? {
             let mut out = Vec::with_capacity(picked.len());
-            for (chunk, ids) in picked.chunks(HOST_EXAMPLES).enumerate() {
+            for ids in picked.chunks(HOST_EXAMPLES) {
                 let blocks: Vec<&Vec<u32>> = ids.iter().map(|&i| &self.data[i]).collect();
-                let first = chunk * HOST_EXAMPLES;
                 let plan = DropoutPlan(if c.lora.lora_dropout > 0.0 {
-                    (first..first + ids.len()).map(dropout).collect()
+                    ids.iter().map(|&i| dropout(i)).collect()
                 } else {
                     Vec::new()
                 });
@@ -244,10 +250,9 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
         // copy of the factors (`PerRowTrainable`), so that each copy's
         // gradient is its example's.
         let mut out = Vec::with_capacity(picked.len());
-        for (chunk, ids) in picked.chunks(AUTODIFF_EXAMPLES).enumerate() {
+        for ids in picked.chunks(AUTODIFF_EXAMPLES) {
             let blocks: Vec<&Vec<u32>> = ids.iter().map(|&i| &self.data[i]).collect();
-            let first = chunk * AUTODIFF_EXAMPLES;
-            let passes: Vec<Dropout> = (first..first + ids.len()).map(dropout).collect();
+            let passes: Vec<Dropout> = ids.iter().map(|&i| dropout(i)).collect();
             out.extend(block_losses_and_gradients(
                 self.model,
                 &self.params,
@@ -264,25 +269,21 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
         let c = &self.config;
         let lr = linear_schedule(c.learning_rate, self.step, c.warmup_steps, c.total_steps);
         let c = c.clone();
-        let picked = poisson_sample(self.data.len(), c.sampling_rate, &mut self.private_rng);
-        let mut sum = vec![0.0f32; self.params.len()];
+        let picked = poisson_sample(self.data.len(), c.sampling_rate, &mut self.private_rng)?;
+        // The clipped gradients rounded to the noise's grid and summed as integers
+        // (exactly); the noise's sensitivity includes the rounding (`privacy.md`).
+        let noise = DpSgdNoise::new(c.clip_norm, c.noise_multiplier, self.params.len())?;
+        let mut sum = vec![0i64; self.params.len()];
         let (mut clipped, mut loss) = (0, 0.0);
         for (l, mut g) in self.per_example(&picked)? {
             if clip_to_norm(&mut g, c.clip_norm)? > c.clip_norm {
                 clipped += 1;
             }
             loss += l;
-            for (s, x) in sum.iter_mut().zip(&g) {
-                *s += x;
-            }
+            noise.accumulate(&mut sum, &noise.to_grid(&g)?)?;
         }
         let expected = c.sampling_rate * self.data.len() as f64;
-        privatize(
-            &mut sum,
-            c.noise_multiplier * c.clip_norm,
-            expected,
-            &mut self.private_rng,
-        )?;
+        let sum = noise.release(&sum, expected, &mut self.private_rng)?;
         self.opt.step(self.params.values_mut(), &sum, lr)?;
         self.step += 1;
         Ok(DpSgdStep {

@@ -24,7 +24,7 @@ pub use host::StepPath;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
 pub use privacy::{
-    DpSgdAccountant, DpSgdEpsilon, SIGMA_REL_TOL, clip_to_norm, dp_sgd_epsilon,
-    dp_sgd_rdp_epsilon_at, dp_sgd_sigma, l2_norm, poisson_sample, privatize,
+    DpSgdAccountant, DpSgdEpsilon, DpSgdNoise, GRID_BITS, SIGMA_REL_TOL, clip_to_norm,
+    dp_sgd_epsilon, dp_sgd_rdp_curve, dp_sgd_rdp_epsilon_at, dp_sgd_sigma, l2_norm, poisson_sample,
 };
 pub use trainer::{History, TrainReport, Trainer};
