@@ -165,9 +165,13 @@ pub enum CliError {
     /// An accounting computation failed.
     #[error(transparent)]
     Accountant(#[from] AccountantError),
-    /// A mechanism rejected its parameters or a step failed.
-    #[error("mechanism: {0}")]
-    Mechanism(#[from] MechanismError),
+    /// A mechanism rejected its parameters or a step failed. The message is the
+    /// error's public description (`MechanismError::public_description`): the kind of
+    /// problem, never a row, index or value of the private distributions; and the
+    /// error is not exposed as a `source`, so that no cause chain prints its
+    /// `Display` form either.
+    #[error("mechanism: {}", .0.public_description())]
+    Mechanism(MechanismError),
     /// The ensemble runner failed.
     #[error("ensemble: {0}")]
     Ensemble(#[from] EnsembleError),
@@ -227,5 +231,30 @@ impl CliError {
             path: path.to_path_buf(),
             source,
         }
+    }
+}
+
+impl From<MechanismError> for CliError {
+    fn from(e: MechanismError) -> Self {
+        Self::Mechanism(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mechanism error leaves the process (stderr, JSON, HTTP) by its public
+    /// description only: no cause chain that would print the value.
+    #[test]
+    fn mechanism_errors_print_no_private_values() {
+        let e = CliError::from(MechanismError::NonFinite {
+            row: 2,
+            index: 41,
+            value: -1.5e300,
+        });
+        let text = e.to_string();
+        assert!(!text.chars().any(|c| c.is_ascii_digit()), "{text}");
+        assert!(std::error::Error::source(&e).is_none());
     }
 }

@@ -14,6 +14,9 @@
 //! already charged, is withheld (an over-count, the safe side). The overrun
 //! itself remains observable as the end of the stream: pick N with a margin
 //! over the slowest step.
+//!
+//! `privmix serve --step-time-ms` gives every request the same schedule, anchored
+//! where that request's first step starts (`serve/pace.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -47,10 +50,15 @@ impl Pacer {
         self.period.saturating_mul(steps)
     }
 
+    /// Token `k`'s deadline: `start + (k + 1)·period`.
+    pub fn deadline(&self, k: usize) -> Instant {
+        self.start + self.offset(k)
+    }
+
     /// How long to wait at `now` before releasing token `k`, or
     /// [`CliError::StepOverran`] when `now` is past its deadline.
     pub fn wait_for(&self, k: usize, now: Instant) -> Result<Duration, CliError> {
-        let deadline = self.start + self.offset(k);
+        let deadline = self.deadline(k);
         if now > deadline {
             return Err(CliError::StepOverran {
                 token: k,

@@ -102,6 +102,72 @@ pub enum MechanismError {
     Source(String),
 }
 
+impl MechanismError {
+    /// A stable code naming the kind of problem (`"non_finite"`, `"charge_refused"`,
+    /// …), a function of the variant alone.
+    pub fn public_kind(&self) -> &'static str {
+        match self {
+            Self::Renyi(_) => "divergence",
+            Self::Mixing(_) => "solver",
+            Self::Accountant(_) => "accountant",
+            Self::ChargeRefused(_) => "charge_refused",
+            Self::EmptyEnsemble => "empty_ensemble",
+            Self::EmptyVocabulary => "empty_vocabulary",
+            Self::VocabularyTooLarge { .. } => "vocabulary_too_large",
+            Self::LengthMismatch { .. } => "length_mismatch",
+            Self::NonFinite { .. } => "non_finite",
+            Self::NoFiniteLogit { .. } => "no_finite_logit",
+            Self::Negative { .. } => "negative_probability",
+            Self::NotNormalised { .. } => "not_normalised",
+            Self::InvalidParameter { .. } => "invalid_parameter",
+            Self::Ledger(_) => "ledger",
+            Self::Source(_) => "source",
+        }
+    }
+
+    /// What went wrong, for text that leaves the process (an HTTP body, a server-sent
+    /// event, a ledger, a command's stderr or JSON): the kind of problem and public
+    /// quantities only.
+    ///
+    /// The [`Display`](std::fmt::Display) form names rows, indices and values: a
+    /// member's non-finite log-probability and where it sits, a row's sum, a
+    /// divergence or a solver's state — functions of the private members that no
+    /// charge covers. This form keeps the variant, the shapes (vocabulary size,
+    /// buffer lengths: public), a parameter's name and domain, and the account's
+    /// refusal (the store's message names the budget, which is public); it drops
+    /// every row, index and value, and the messages of the wrapped divergence, solver,
+    /// accountant, ledger and source errors (which may quote values).
+    pub fn public_description(&self) -> String {
+        match self {
+            Self::Renyi(_) => "a divergence computation rejected its input".into(),
+            Self::Mixing(_) => "a λ solver rejected its input".into(),
+            Self::Accountant(_) => "the accountant rejected a curve or parameter".into(),
+            Self::ChargeRefused(message) => {
+                format!("the privacy account refused the charge: {message}")
+            }
+            Self::EmptyEnsemble | Self::EmptyVocabulary | Self::VocabularyTooLarge { .. } => {
+                self.to_string()
+            }
+            Self::LengthMismatch { .. } => self.to_string(),
+            Self::NonFinite { .. } => "a distribution had a non-finite entry".into(),
+            Self::NoFiniteLogit { .. } => {
+                "a distribution had no finite logit (every token masked)".into()
+            }
+            Self::Negative { .. } => "a distribution had a negative probability".into(),
+            Self::NotNormalised { .. } => {
+                "a distribution did not sum to 1 within the tolerance".into()
+            }
+            Self::InvalidParameter { name, reason, .. } => {
+                format!("invalid parameter {name}: {reason}")
+            }
+            Self::Ledger(_) => "the durable ledger failed; nothing was released".into(),
+            Self::Source(_) => {
+                "the source of the distributions failed; nothing was released".into()
+            }
+        }
+    }
+}
+
 /// `Ok` when `value` is finite and > 0, else [`MechanismError::InvalidParameter`] naming
 /// it: the check of every scale and σ parameter.
 pub(crate) fn positive(name: &'static str, value: f64) -> Result<(), MechanismError> {
@@ -113,5 +179,72 @@ pub(crate) fn positive(name: &'static str, value: f64) -> Result<(), MechanismEr
             value,
             reason: "must be finite and > 0",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The public form of every error built from private values carries no digit
+    /// (no row, index, value, sum or tolerance) and no spelled-out non-finite value,
+    /// while the `Display` form, kept for the process itself, does.
+    #[test]
+    fn public_descriptions_carry_no_values() {
+        let private = [
+            MechanismError::NonFinite {
+                row: 3,
+                index: 17,
+                value: f64::NAN,
+            },
+            MechanismError::NonFinite {
+                row: 2,
+                index: 5,
+                value: f64::INFINITY,
+            },
+            MechanismError::NoFiniteLogit { row: 4 },
+            MechanismError::Negative {
+                row: 1,
+                index: 9,
+                value: -0.0123,
+            },
+            MechanismError::NotNormalised {
+                row: 6,
+                sum: 1.75,
+                tolerance: 1e-6,
+            },
+            MechanismError::InvalidParameter {
+                name: "noise",
+                value: 123.456,
+                reason: "a noise draw exceeded the 64-bit range",
+            },
+            MechanismError::Source("member 2 produced 0.987 at token 41".into()),
+            MechanismError::Mixing(MixingError::LambdaOutOfRange {
+                lambda: 0.75,
+                upper: 1.0,
+            }),
+        ];
+        for e in &private {
+            let public = e.public_description();
+            assert!(!public.chars().any(|c| c.is_ascii_digit()), "{public}");
+            assert!(!public.contains('∞'), "{public}");
+            for word in public.split(|c: char| !c.is_alphanumeric()) {
+                let w = word.to_ascii_lowercase();
+                assert!(
+                    !["nan", "inf", "infinity"].contains(&w.as_str()),
+                    "{public}"
+                );
+            }
+            assert!(e.to_string().chars().any(|c| c.is_ascii_digit()), "{e}");
+            assert!(!e.public_kind().is_empty());
+        }
+        assert_eq!(private[0].public_kind(), "non_finite");
+        // Public shapes stay.
+        let shape = MechanismError::LengthMismatch {
+            what: "members",
+            len: 10,
+            vocab: 4,
+        };
+        assert_eq!(shape.public_description(), shape.to_string());
     }
 }

@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
 
 use burn::tensor::backend::Backend;
 use privmix_accountant::{PrivacyBudget, RdpCurve};
@@ -42,8 +43,8 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Who pays.
     pub tenant: Option<Tenant>,
-    /// Where the request's events go.
-    pub events: UnboundedSender<Event>,
+    /// Where the request's notes (its events, grouped by step) go.
+    pub events: UnboundedSender<Note>,
 }
 
 /// Why a request finished.
@@ -55,6 +56,9 @@ pub enum Finish {
     Length,
     /// A budget could not pay for the next token (after at least one token).
     BudgetExhausted,
+    /// With `--step-time-ms`: a step was not done by its deadline; its token (charged)
+    /// is withheld and the request ends at that deadline.
+    StepOverran,
 }
 
 impl Finish {
@@ -64,6 +68,7 @@ impl Finish {
             Self::Stop => "stop",
             Self::Length => "length",
             Self::BudgetExhausted => "budget_exhausted",
+            Self::StepOverran => "step_overran",
         }
     }
 }
@@ -109,8 +114,37 @@ pub enum Event {
         /// The store's message, naming the budget.
         message: String,
     },
-    /// The request failed inside the engine.
+    /// The request failed inside the engine; the message is public (a mechanism
+    /// error's `public_description`, never a private value).
     Failed(String),
+}
+
+impl Event {
+    /// Whether the event ends its request.
+    pub fn ends(&self) -> bool {
+        !matches!(self, Self::Text(_))
+    }
+}
+
+/// What the engine sends a request's handler (`pace.rs` turns these into the
+/// [`Event`]s the client is sent, on the release schedule when there is one).
+#[derive(Debug)]
+pub enum Note {
+    /// The request ended before its first step (it could not be admitted): send at once.
+    Now(Event),
+    /// The request's first step starts now: the anchor of its release schedule.
+    Started(Instant),
+    /// What step `k` (from 0) released: possibly nothing (text held back), a piece of
+    /// text, and an event that ends the request. One note per step, always.
+    Step {
+        /// The step.
+        k: usize,
+        /// Its events, in order.
+        events: Vec<Event>,
+        /// With a schedule: the usage after this step (the ledger's totals left out),
+        /// reported if a later step overruns its deadline.
+        usage: Option<Usage>,
+    },
 }
 
 /// What the engine needs besides the model.
@@ -129,6 +163,8 @@ pub struct EngineConfig {
     pub stop_ids: Vec<u32>,
     /// δ at which usage is reported.
     pub delta: f64,
+    /// `--step-time-ms` is set: every step's note carries the usage so far.
+    pub paced: bool,
 }
 
 /// A request being decoded.
@@ -151,6 +187,10 @@ struct Active<'a, B: Backend, M> {
     charged: RdpCurve,
     ensemble: Option<Ensemble>,
     finished: Option<Finish>,
+    /// Steps taken.
+    steps: usize,
+    /// The events of the step in progress.
+    outbox: Vec<Event>,
 }
 
 /// Runs the decode loop until `jobs` is closed and every request has finished.
@@ -290,7 +330,7 @@ where
     let (mechanism, layout) = match built {
         Ok(x) => x,
         Err(e) => {
-            let _ = job.events.send(Event::Failed(e.to_string()));
+            let _ = job.events.send(Note::Now(Event::Failed(e.to_string())));
             return Ok(None);
         }
     };
@@ -299,7 +339,7 @@ where
     let current = match decoder.prefill(&job.prompt) {
         Ok(r) => Arc::new(r),
         Err(e) => {
-            let _ = job.events.send(Event::Failed(e.to_string()));
+            let _ = job.events.send(Note::Now(Event::Failed(e.to_string())));
             return Ok(None);
         }
     };
@@ -317,11 +357,49 @@ where
         charged: RdpCurve::zero(orders),
         ensemble: None,
         finished: None,
+        steps: 0,
+        outbox: Vec::new(),
     }))
 }
 
-/// One mechanism step of one request: charge, then send.
+/// One mechanism step of one request: charge, then send the step's note (one per
+/// step, [`Note::Started`] before the first).
 fn step_request<B: Backend, M>(
+    a: &mut Active<'_, B, M>,
+    tokenizer: &Tokenizer,
+    store: &mut dyn LedgerStore,
+    config: &EngineConfig,
+    rng: &mut PrivacyRng,
+) -> Result<(), CliError> {
+    if a.steps == 0 {
+        let _ = a.job.events.send(Note::Started(Instant::now()));
+    }
+    let result = step_events(a, tokenizer, store, config, rng);
+    let events = std::mem::take(&mut a.outbox);
+    let usage = config.paced.then(|| Usage {
+        prompt_tokens: a.job.prompt.len(),
+        completion_tokens: a.charged_tokens,
+        privacy: PrivacyUsage {
+            epsilon_spent: a
+                .charged
+                .epsilon(config.delta)
+                .map_or(f64::INFINITY, |e| e.epsilon),
+            delta: config.delta,
+            total_epsilon_left: None,
+            tenant_epsilon_left: None,
+        },
+    });
+    let _ = a.job.events.send(Note::Step {
+        k: a.steps,
+        events,
+        usage,
+    });
+    a.steps += 1;
+    result
+}
+
+/// The step itself: its events go to `a.outbox`.
+fn step_events<B: Backend, M>(
     a: &mut Active<'_, B, M>,
     tokenizer: &Tokenizer,
     store: &mut dyn LedgerStore,
@@ -343,11 +421,20 @@ fn step_request<B: Backend, M>(
         temper_log_probs(flat, vocab, a.job.temperature, &mut tempered);
         &tempered[..]
     };
-    let ensemble = Ensemble::renew_or_new(
+    let ensemble = match Ensemble::renew_or_new(
         a.ensemble.take(),
         Rows::LogProbF32(&flat[..vocab]),
         Rows::LogProbF32(&flat[vocab..]),
-    )?;
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            // A member's row failed the checks (a non-finite entry, …): this request
+            // fails, naming the kind of problem only; the server goes on.
+            a.outbox.push(Event::Failed(e.public_description()));
+            a.finished = Some(Finish::Stop);
+            return Ok(());
+        }
+    };
     let mut account = StoreAccount::new(store, a.job.tenant.as_ref());
     let stepped = a.mechanism.step(&ensemble, rng, &mut account);
     a.charged = a.charged.compose(account.charged())?;
@@ -355,7 +442,7 @@ fn step_request<B: Backend, M>(
         Ok(o) => o,
         Err(MechanismError::ChargeRefused(message)) => {
             if a.charged_tokens == 0 {
-                let _ = a.job.events.send(Event::Refused { message });
+                a.outbox.push(Event::Refused { message });
                 a.finished = Some(Finish::BudgetExhausted);
             } else {
                 finish(a, Finish::BudgetExhausted, store, config)?;
@@ -363,7 +450,7 @@ fn step_request<B: Backend, M>(
             return Ok(());
         }
         Err(e) => {
-            let _ = a.job.events.send(Event::Failed(e.to_string()));
+            a.outbox.push(Event::Failed(e.public_description()));
             a.finished = Some(Finish::Stop);
             return Ok(());
         }
@@ -409,7 +496,7 @@ fn flush<B: Backend, M>(a: &mut Active<'_, B, M>, all: bool) {
     if end > a.sent && a.text.is_char_boundary(a.sent) {
         let piece = a.text[a.sent..end].to_string();
         a.sent = end;
-        let _ = a.job.events.send(Event::Text(piece));
+        a.outbox.push(Event::Text(piece));
     }
 }
 
@@ -461,7 +548,7 @@ fn finish<B: Backend, M>(
             tenant_epsilon_left,
         },
     };
-    let _ = a.job.events.send(Event::Done { finish: why, usage });
+    a.outbox.push(Event::Done { finish: why, usage });
     Ok(())
 }
 

@@ -54,6 +54,10 @@ pub struct AppState {
     pub created: u64,
     /// Request counter for ids.
     pub counter: AtomicU64,
+    /// `--step-time-ms`: every request's release schedule (see `pace.rs`).
+    pub step_time_ms: Option<u64>,
+    /// δ of the usage figures.
+    pub delta: f64,
 }
 
 /// The router, with the body limit.
@@ -234,7 +238,8 @@ async fn start(
     let permit = Arc::clone(&s.slots)
         .try_acquire_owned()
         .map_err(|_| ApiError::busy("too many requests in flight; retry later"))?;
-    let (tx, mut rx) = unbounded_channel();
+    let (tx, notes) = unbounded_channel();
+    let prompt_tokens = prompt.len();
     s.jobs
         .send(Job {
             prompt,
@@ -245,6 +250,7 @@ async fn start(
             events: tx,
         })
         .map_err(|_| ApiError::busy("the server is shutting down"))?;
+    let mut rx = super::pace::relay(notes, s.step_time_ms, prompt_tokens, s.delta);
     let first = rx
         .recv()
         .await

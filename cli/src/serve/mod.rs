@@ -11,14 +11,31 @@
 //!   besides the members' total; a spent budget answers 429.
 //!
 //! Timing: how long a step takes depends on the private data (solver evaluations,
-//! screening, fallbacks), and a client sees when each token arrives. The ledger does
-//! not charge for that channel; `privmix generate --step-time-ms` closes it for one
-//! prompt, the server does not yet.
+//! λ = 1 shortcuts, AdaPMixED's screening, SubMix's stopping, fallbacks), and a client
+//! sees when each token arrives; the ledger does not charge for that channel.
+//! `--step-time-ms N` closes it for each request's own tokens (`pace.rs`): step k's
+//! output is released at `start + (k + 1)·N`, `start` being when the request's first
+//! step started, and a step not done by its deadline ends the request there with
+//! `finish_reason: "step_overran"`, its charged token withheld (as
+//! `privmix generate --step-time-ms` does). What stays visible with it:
+//!
+//! - when a request's first step starts: request arrival, prefill (a function of the
+//!   prompt) and the queue — which waits on the other requests' steps, whose
+//!   durations depend on the private data (the schedule hides a request's own work,
+//!   not how long it waited behind other tenants' work);
+//! - whether, and at which deadline, a request overran (pick N with a margin over the
+//!   slowest step at the load served, `--max-batch` requests decoded together);
+//! - the server's aggregate behaviour (throughput, latency of `/health`, CPU load) to
+//!   anyone who can measure it.
+//!
+//! Errors that leave the process (HTTP bodies, server-sent events, stderr) name the
+//! kind of problem only, never a private value (`MechanismError::public_description`).
 
 mod api;
 mod engine;
 mod http;
 mod keys;
+mod pace;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -88,6 +105,12 @@ pub struct ServeArgs {
     /// The model id clients name (default: the model file's stem).
     #[arg(long)]
     pub model_name: Option<String>,
+    /// Release each request's tokens on a fixed schedule: step k's output at k + 1
+    /// periods of this many ms after the request's first step started, whatever the
+    /// step computed; a step not done by its deadline ends the request there
+    /// (`finish_reason: "step_overran"`, its charged token withheld).
+    #[arg(long, value_name = "MS")]
+    pub step_time_ms: Option<u64>,
 }
 
 /// Runs `privmix serve` until SIGINT or SIGTERM, then drains in-flight requests.
@@ -96,6 +119,12 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         return Err(CliError::arg(
             "--max-batch/--max-concurrent/--max-tokens",
             "must be at least 1",
+        ));
+    }
+    if args.step_time_ms == Some(0) {
+        return Err(CliError::arg(
+            "--step-time-ms",
+            "must be at least 1 (ms between released tokens)",
         ));
     }
     if !(args.request_epsilon.is_finite() && args.request_epsilon > 0.0) {
@@ -170,6 +199,7 @@ impl BackendFn<()> for Serving<'_> {
             max_batch: args.max_batch,
             stop_ids,
             delta,
+            paced: args.step_time_ms.is_some(),
         };
         serve(
             args,
@@ -229,6 +259,8 @@ fn serve<B: Backend>(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         counter: AtomicU64::new(0),
+        step_time_ms: args.step_time_ms,
+        delta: config.delta,
     });
     let app = http::router(state, args.max_body_bytes);
     eprintln!(

@@ -4,6 +4,7 @@
 mod serve_support;
 
 mod cli;
+mod leaks;
 mod ledger_store;
 mod readme;
 mod serve;

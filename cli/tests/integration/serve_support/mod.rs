@@ -82,6 +82,19 @@ pub fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
+/// A rank-2 PEFT member whose factors are drawn with standard deviation 10³⁰: finite
+/// (it loads), but its products overflow f32, so its log-probabilities are not finite.
+pub fn write_exploding_adapter(model: &Path, dir: &TempDir) -> PathBuf {
+    let device = Default::default();
+    let m = Model::<Flex>::load(model, &device).unwrap();
+    let base = m.base_shapes().unwrap();
+    let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
+    let a = LoraAdapter::<Flex>::random(config, &base, 1e30, 7, &device).unwrap();
+    let path = dir.join("exploding");
+    a.save_peft(&path).unwrap();
+    path
+}
+
 /// Writes an API keys file.
 pub fn write_keys(dir: &TempDir, keys: &Value) -> PathBuf {
     let path = dir.join("keys.json");
