@@ -26,6 +26,8 @@ use privmix_mechanisms::{
 use proptest::prelude::*;
 use proptest::test_runner::RngAlgorithm;
 
+mod transcript;
+
 const ORDERS: [f64; 5] = [1.5, 2.0, 4.0, 8.0, 16.0];
 
 fn orders() -> Orders {
@@ -566,4 +568,127 @@ fn the_verifier_catches_an_undercharge() {
     let b = embedding_law(&[vec![-1.0]], &line, 0.25, g);
     let weaker = EmbeddingSpaceAggregation::with_granularity(1.0, g).unwrap();
     assert!(renyi_upper(&a, &b, 1.5) > at(weaker.curve(&orders(), 1, 1).unwrap()));
+}
+
+// ------------------------------------------- budgeted transcripts (issue 39 §3)
+
+use crate::verifier::{AccountKind, Table};
+use transcript::{Bug, Mech};
+
+/// The same rows at every context of fewer than `depth` tokens.
+fn constant(public: &[f64], members: Vec<Vec<f64>>, depth: usize) -> Table {
+    let mut t = Table {
+        vocab: public.len(),
+        rows: Default::default(),
+    };
+    for c in crate::verifier::contexts(public.len(), depth) {
+        t.rows.insert(c, (public.to_vec(), members.clone()));
+    }
+    t
+}
+
+/// Every account of a T-step run: unbudgeted, and budgets running out before the first
+/// step, after the first, and at the last.
+fn every_account(steps: usize) -> Vec<AccountKind> {
+    let mut kinds = vec![AccountKind::Unbudgeted];
+    kinds.extend((0..steps).map(AccountKind::RunsOutAfter));
+    kinds.dedup();
+    kinds
+}
+
+/// Checks `mech` on adaptive (random) and constant tables over 2 tokens, T = 3, with every
+/// account, and that each account's transcripts have the shape its budget dictates.
+fn check_budgeted(mech: &Mech, seed: u64) {
+    let steps = 3;
+    let random = Table::random(seed, 2, 2, steps);
+    let other = Table::random(seed + 1, 2, 2, steps);
+    let opposite = constant(&[0.5, 0.5], vec![vec![1.0, 0.0], vec![0.3, 0.7]], steps);
+    let flipped = constant(&[0.5, 0.5], vec![vec![0.0, 1.0], vec![0.5, 0.5]], steps);
+    let kinds = every_account(steps);
+    for (table, other) in [(&random, &other), (&opposite, &flipped)] {
+        let laws = transcript::check(mech, table, other, steps, &kinds);
+        for (kind, law) in kinds.iter().zip(&laws) {
+            let accepted = match kind {
+                AccountKind::Unbudgeted => steps,
+                AccountKind::RunsOutAfter(k) => *k,
+            };
+            let mut want = vec!["T"; accepted];
+            want.resize(steps, "refused");
+            let shapes = transcript::shapes(law);
+            assert_eq!(
+                shapes.into_iter().collect::<Vec<_>>(),
+                vec![want],
+                "{mech:?}, {kind:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gnmax_budgeted_transcripts_are_covered() {
+    for sigma in [0.5, 1.5] {
+        check_budgeted(&Mech::Gnmax(Gnmax::new(sigma).unwrap()), 21);
+    }
+}
+
+#[test]
+fn laplace_budgeted_transcripts_are_covered() {
+    let g = 1.0 / 8.0;
+    let mech = SubsampleAggregateLaplace::with_granularity(2.0 * g, g).unwrap();
+    check_budgeted(&Mech::Laplace(mech), 31);
+}
+
+#[test]
+fn embedding_budgeted_transcripts_are_covered() {
+    let esa = EmbeddingSpaceAggregation::with_granularity(0.25, 1.0 / 8.0).unwrap();
+    check_budgeted(&Mech::Embedding(esa), 41);
+}
+
+/// Runs `f` and returns its panic message (panics itself if `f` passed).
+fn fails(what: &str, f: impl FnOnce()) -> String {
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let Err(payload) = caught else {
+        panic!("the verifier did not catch {what}");
+    };
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Deliberately wrong GNMax wrappers: a charge that depends on the data (with a budget,
+/// a refusal on one side only), a refusal that does, and an account charged less than
+/// the step reports. Member 0 votes for token 0 on the dataset and for token 1 on the
+/// neighbour.
+#[test]
+fn wrong_noise_baselines_are_caught() {
+    let table = constant(&[0.5, 0.5], vec![vec![0.9, 0.1], vec![0.4, 0.6]], 2);
+    let other = constant(&[0.5, 0.5], vec![vec![0.1, 0.9], vec![0.4, 0.6]], 2);
+    let gnmax = Gnmax::new(1.0).unwrap();
+    // The right mechanism passes the same checks.
+    transcript::check(
+        &Mech::Gnmax(gnmax),
+        &table,
+        &other,
+        2,
+        &[AccountKind::Unbudgeted, AccountKind::RunsOutAfter(1)],
+    );
+    let wrong = |bug: Bug, kind: AccountKind, steps: usize| {
+        fails(&format!("{bug:?}"), || {
+            transcript::check(&Mech::Wrong(gnmax, bug), &table, &other, steps, &[kind]);
+        })
+    };
+    let msg = wrong(Bug::ChargeDependsOnData, AccountKind::RunsOutAfter(1), 2);
+    assert!(
+        msg.contains("differs between transcripts") || msg.contains("> realised charge"),
+        "{msg}"
+    );
+    let msg = wrong(Bug::RefusesOnData, AccountKind::Unbudgeted, 1);
+    assert!(
+        msg.contains("differs between transcripts") || msg.contains("> realised charge"),
+        "{msg}"
+    );
+    let msg = wrong(Bug::ChargesHalfReportsFull, AccountKind::Unbudgeted, 1);
+    assert!(msg.contains("reported a charge"), "{msg}");
 }

@@ -146,7 +146,7 @@ fn bits(v: &[f64]) -> Vec<u64> {
 /// Checks that the account went from `before` to `after` by exactly `charge` (the
 /// verifier's own sum; composition rounds up, so `after` may exceed the f64 sum by a
 /// relative `SLACK`, never fall below it by more).
-fn check_charged(before: &[f64], charge: &[f64], after: &[f64], case: &str) {
+pub fn check_charged(before: &[f64], charge: &[f64], after: &[f64], case: &str) {
     assert_eq!(before.len(), charge.len(), "{case}: charge at other orders");
     for ((&b, &c), &a) in before.iter().zip(charge).zip(after) {
         assert!(!c.is_nan() && c >= 0.0, "{case}: charge {c}");
@@ -171,6 +171,20 @@ pub fn run_law<M: Clone>(
     steps: usize,
     mut expand: impl FnMut(&M, &Acct, &[f64], &[Vec<f64>]) -> Vec<Branch<M>>,
 ) -> Law {
+    run_law_at(mech, account, table, steps, |m, a, _, p, ms| {
+        expand(m, a, p, ms)
+    })
+}
+
+/// [`run_law`] with the node's context (the tokens released so far) handed to
+/// `expand(mech, account, context, public, members)` too.
+pub fn run_law_at<M: Clone>(
+    mech: &M,
+    account: &Acct,
+    table: &Table,
+    steps: usize,
+    mut expand: impl FnMut(&M, &Acct, &[u32], &[f64], &[Vec<f64>]) -> Vec<Branch<M>>,
+) -> Law {
     type Node<M> = (M, Acct, Vec<u32>, Vec<Seen>, f64);
     let mut frontier: Vec<Node<M>> =
         vec![(mech.clone(), account.clone(), Vec::new(), Vec::new(), 1.0)];
@@ -179,7 +193,7 @@ pub fn run_law<M: Clone>(
         for (m, acct, context, transcript, p) in frontier {
             let (public, members) = table.at(&context);
             let before = acct.spent();
-            let branches = expand(&m, &acct, public, members);
+            let branches = expand(&m, &acct, &context, public, members);
             let total: f64 = branches.iter().map(|b| b.weight).sum();
             assert!(
                 (total - 1.0).abs() < 1e-12,
