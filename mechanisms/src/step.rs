@@ -52,7 +52,13 @@ pub struct StepOutcome {
 /// charged as if its token had been released.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Release {
-    /// The output distribution (non-negative, sums to 1 up to rounding).
+    /// The output distribution, as a law up to a positive factor: non-negative, with a
+    /// positive sum, and the token is drawn with probability `d_t / Σd`. It sums to 1 up
+    /// to rounding, except where PMixED, SubMix or AdaPMixED's private answer average m
+    /// mixture rows and some positive entry of their f64 sum is below `m·2⁻¹⁰²²`
+    /// (dividing would make it subnormal, with an error that is not relative): the sum
+    /// is then released undivided and sums to about m (a release summing to 2.0 has been
+    /// seen). Divide by the sum before reading entries as probabilities.
     pub distribution: Vec<f64>,
     /// The RDP curve charged to the account.
     pub charge: RdpCurve,
