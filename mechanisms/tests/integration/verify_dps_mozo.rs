@@ -22,6 +22,12 @@
 //! two transcripts are disjoint); its token law is compared with the larger charge and
 //! reported only.
 //!
+//! Budgeted runs (`verify_dps_mozo/budget.rs`, issue 39 §3): the same laws over
+//! transcripts that record each step's token, refusal or error kind, the charge it
+//! reports (checked against what the account added) and the account after it, against
+//! unbudgeted accounts and budgets refusing the first, second or last token; divergences
+//! are compared with the total the account realised, not a full-length run's ε.
+//!
 //! `coverage_table` prints the largest ratio found per (variant, adjacency, T):
 //! `cargo test -p privmix-mechanisms --test verify_dps_mozo coverage_table -- --nocapture`.
 

@@ -13,6 +13,12 @@
 //! points (`average`, `clipped_mean`, the curves, and a frequency check of
 //! `release` that ties the computed laws to what the mechanisms draw).
 //!
+//! Budgeted runs of T = 3 steps (`verify_noise_baselines/transcript.rs`, issue 39 §3):
+//! the same laws over transcripts that record each step's token, refusal or error kind,
+//! the charge it reports (checked against what the account added) and the account
+//! after it, against unbudgeted accounts and budgets that run out before the first step,
+//! mid-run and at the last, compared with the total the account realised.
+//!
 //! Each computed probability is a lower bound P̃ with `P ≤ P̃(1 + 10⁻¹²) + τ`
 //! (τ the lattice tail, the factor the f64 evaluation); the divergence is
 //! bounded from above with the upper bounds in the numerator's place and the
@@ -95,6 +101,12 @@ fn zz_coverage() {
     for (what, (worst, cases)) in table.iter() {
         println!("| {what} | T = 1 | {cases} | {worst:.4} |");
     }
+    // The budgeted transcripts' rows, in the verifier's table (with whatever else this
+    // process verified).
+    gnmax_budgeted_transcripts_are_covered();
+    laplace_budgeted_transcripts_are_covered();
+    embedding_budgeted_transcripts_are_covered();
+    println!("{}", crate::verifier::coverage_table());
 }
 
 /// The discrete Laplace law of scale `t` grid units on `[−k, k]`, and the mass
