@@ -670,9 +670,9 @@ fn fails(what: &str, f: impl FnOnce()) -> String {
 }
 
 /// Deliberately wrong GNMax wrappers: a charge that depends on the data (with a budget,
-/// a refusal on one side only), a refusal that does, and an account charged less than
-/// the step reports. Member 0 votes for token 0 on the dataset and for token 1 on the
-/// neighbour.
+/// a refusal on one side only), a refusal that does, an error that does, and an account
+/// charged less than the step reports. Member 0 votes for token 0 on the dataset and for
+/// token 1 on the neighbour.
 #[test]
 fn wrong_noise_baselines_are_caught() {
     let table = constant(&[0.5, 0.5], vec![vec![0.9, 0.1], vec![0.4, 0.6]], 2);
@@ -697,6 +697,11 @@ fn wrong_noise_baselines_are_caught() {
         "{msg}"
     );
     let msg = wrong(Bug::RefusesOnData, AccountKind::Unbudgeted, 1);
+    assert!(
+        msg.contains("differs between transcripts") || msg.contains("> realised charge"),
+        "{msg}"
+    );
+    let msg = wrong(Bug::ErrsOnData, AccountKind::Unbudgeted, 2);
     assert!(
         msg.contains("differs between transcripts") || msg.contains("> realised charge"),
         "{msg}"

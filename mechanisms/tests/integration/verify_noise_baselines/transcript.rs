@@ -69,6 +69,8 @@ pub enum Bug {
     RefusesOnData,
     /// Reports the right charge but takes half of it from the account.
     ChargesHalfReportsFull,
+    /// Fails with an error (after charging) when member 0 votes for token 0.
+    ErrsOnData,
 }
 
 /// The mechanism a run drives.
@@ -165,6 +167,9 @@ impl Mech {
                 let mut free = privmix_mechanisms::Unbudgeted::new(account.orders().clone());
                 let mut r = g.release(&e, rng, &mut free)?;
                 account.charge(&taken, "wrong-gnmax")?;
+                if *bug == Bug::ErrsOnData && member0_votes_0 {
+                    return Err(MechanismError::EmptyVocabulary);
+                }
                 r.charge = reported;
                 Ok(r)
             }
