@@ -155,7 +155,7 @@ impl MechanismError {
             }
             Self::Negative { .. } => "a distribution had a negative probability".into(),
             Self::NotNormalised { .. } => {
-                "a distribution did not sum to 1 within the tolerance".into()
+                "a distribution was not normalised within the tolerance".into()
             }
             Self::InvalidParameter { name, reason, .. } => {
                 format!("invalid parameter {name}: {reason}")
@@ -213,11 +213,6 @@ mod tests {
                 sum: 1.75,
                 tolerance: 1e-6,
             },
-            MechanismError::InvalidParameter {
-                name: "noise",
-                value: 123.456,
-                reason: "a noise draw exceeded the 64-bit range",
-            },
             MechanismError::Source("member 2 produced 0.987 at token 41".into()),
             MechanismError::Mixing(MixingError::LambdaOutOfRange {
                 lambda: 0.75,
@@ -239,6 +234,16 @@ mod tests {
             assert!(!e.public_kind().is_empty());
         }
         assert_eq!(private[0].public_kind(), "non_finite");
+        // A parameter keeps its name and (static, public) domain, not its value.
+        let parameter = MechanismError::InvalidParameter {
+            name: "noise",
+            value: 123.456,
+            reason: "a noise draw exceeded the 64-bit range",
+        };
+        assert_eq!(
+            parameter.public_description(),
+            "invalid parameter noise: a noise draw exceeded the 64-bit range"
+        );
         // Public shapes stay.
         let shape = MechanismError::LengthMismatch {
             what: "members",
