@@ -1019,3 +1019,27 @@ fn budgeted_hand_built_extremes() {
         );
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        rng_seed: RngSeed::Fixed(proptest_seed() ^ 0xB0D6E7),
+        max_shrink_iters: 256,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
+        ..ProptestConfig::default()
+    })]
+
+    /// Random worlds (the proptest's above) against an account drawn from every kind of
+    /// `budget::every_account` (b ≥ 10⁻³, so that a budget can fall between two tokens).
+    #[test]
+    fn budgeted_random_worlds_replace_one(p in params(), kind in 0usize..4) {
+        prop_assume!(p.b >= 1e-3);
+        let c = random_case(&p);
+        let kinds = budget::every_account(c.variant.tokens());
+        let kind = kinds[kind % kinds.len()];
+        budget::verify_budgeted(&c, &DpsMozo::new(c.config), &[kind], true);
+    }
+}

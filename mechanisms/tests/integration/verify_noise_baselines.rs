@@ -709,3 +709,31 @@ fn wrong_noise_baselines_are_caught() {
     let msg = wrong(Bug::ChargesHalfReportsFull, AccountKind::Unbudgeted, 1);
     assert!(msg.contains("reported a charge"), "{msg}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 24,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random adaptive tables (2 tokens, 2 members, T = 3) for each baseline, against
+    /// an account drawn from every kind.
+    #[test]
+    fn budgeted_random_tables_are_covered(
+        seed in any::<u64>(),
+        which in 0usize..3,
+        kind in 0usize..4,
+    ) {
+        let g = 1.0 / 8.0;
+        let mech = match which {
+            0 => Mech::Gnmax(Gnmax::new(0.8).unwrap()),
+            1 => Mech::Laplace(SubsampleAggregateLaplace::with_granularity(2.0 * g, g).unwrap()),
+            _ => Mech::Embedding(EmbeddingSpaceAggregation::with_granularity(0.25, g).unwrap()),
+        };
+        let kind = every_account(3)[kind];
+        let table = Table::random(seed, 2, 2, 3);
+        let other = Table::random(seed ^ 0x9E37_79B9, 2, 2, 3);
+        transcript::check(&mech, &table, &other, 3, &[kind]);
+    }
+}
