@@ -79,7 +79,9 @@ impl PmixedConfig {
     ///
     /// Bisection on b that keeps a bracket [good, bad] with `good` checked
     /// feasible and `bad` infeasible, and returns `good` once
-    /// `bad − good ≤ 1e-9·bad`. Errors if no order of `orders` is ≤ α_max
+    /// `bad − good ≤ 1e-9·bad`; b = 0 (the public model, charged nothing) when no
+    /// positive radius fits, as when no order ≤ α_max can convert below ε at δ.
+    /// Errors if no order of `orders` is ≤ α_max
     /// (nothing finite could be charged), for ε ≤ 0 or non-finite, δ ∉ (0, 1),
     /// zero queries or members.
     pub fn calibrate(
@@ -190,6 +192,12 @@ impl PmixedConfig {
                 // q = 0 (or a budget nothing can exhaust): any radius fits.
                 return Self::new(alpha_c, f64::MAX, q);
             }
+        }
+        if good == 0.0 && !feasible(f64::MIN_POSITIVE)? {
+            // No positive radius fits (e.g. no order ≤ α_max converts below ε at δ):
+            // b = 0, the public model alone, which charges nothing. Found without
+            // halving down to the smallest subnormal, ~1,000 probes of the bound.
+            return Self::new(alpha_c, 0.0, q);
         }
         while bad - good > 1e-9 * bad {
             let mid = good + (bad - good) / 2.0;

@@ -362,17 +362,38 @@ fn nelder_mead(
     simplex[0]
 }
 
-type MomentKey = (u64, u64, u64);
+type MomentKey = (u64, u64, i64);
 
 fn moment_memo() -> &'static Mutex<HashMap<MomentKey, f64>> {
     static MEMO: OnceLock<Mutex<HashMap<MomentKey, f64>>> = OnceLock::new();
     MEMO.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// How finely [`moment_bound_up`] resolves the radius: d is rounded up to the next
+/// point `2^{i/RADIUS_STEPS_PER_OCTAVE}` of a fixed geometric grid (a relative step of
+/// about 0.54%), so that nearby radii — the probes of a calibration's bisection, the
+/// quantised radii of AdaPMixED's screening — share one certified bound.
+pub const RADIUS_STEPS_PER_OCTAVE: f64 = 128.0;
+
+/// The grid point `2^{i/128} ≥ d` that [`moment_bound_up`] evaluates at, and its index
+/// i. The point is checked against d in f64 (`exp2` is not correctly rounded, so the
+/// index is raised until the computed point is at least d), which is all soundness
+/// needs: the bound holds for every radius up to the point it is computed at.
+fn radius_grid_point(d: f64) -> (i64, f64) {
+    let mut i = (d.log2() * RADIUS_STEPS_PER_OCTAVE).ceil() as i64;
+    let point = |i: i64| (i as f64 / RADIUS_STEPS_PER_OCTAVE).exp2();
+    while point(i) < d {
+        i += 1;
+    }
+    (i, point(i))
+}
+
 /// An upper bound on `E_{p₀}|Q/p₀ − 1|^k` over every Q with
 /// `Dsym_{α_c}(Q, p₀) ≤ d`, for `2 ≤ k < α_c` (`proof.md`, Lemma 3): for any
-/// `μ₁, μ₂ ≥ 0` and ν, `(μ₁ + μ₂)(e^{(α_c−1)d} − 1) + sup_t g(t)`. `+∞` when
-/// `k > α_c` or the certification fails. Memoised per `(k, α_c, d)`.
+/// `μ₁, μ₂ ≥ 0` and ν, `(μ₁ + μ₂)(e^{(α_c−1)d′} − 1) + sup_t g(t)` at the grid point
+/// `d′ ≥ d` of [`radius_grid_point`] (the ball of radius d lies inside the ball of
+/// radius d′, so a bound over the larger ball holds over the smaller). `+∞` when
+/// `k > α_c` or the certification fails. Memoised per `(k, α_c, grid point)`.
 pub fn moment_bound_up(k: f64, alpha_c: f64, d: f64) -> f64 {
     if !(k >= 2.0 && k < alpha_c && d >= 0.0 && d.is_finite() && alpha_c.is_finite()) {
         return f64::INFINITY;
@@ -380,7 +401,11 @@ pub fn moment_bound_up(k: f64, alpha_c: f64, d: f64) -> f64 {
     if d == 0.0 {
         return 0.0;
     }
-    let key = (k.to_bits(), alpha_c.to_bits(), d.to_bits());
+    let (index, d) = radius_grid_point(d);
+    if !d.is_finite() {
+        return f64::INFINITY;
+    }
+    let key = (k.to_bits(), alpha_c.to_bits(), index);
     if let Some(v) = moment_memo().lock().ok().and_then(|m| m.get(&key).copied()) {
         return v;
     }
@@ -548,6 +573,27 @@ mod tests {
         assert_eq!(moment_bound_up(2.0, 36.0, 0.0), 0.0);
         assert_eq!(moment_bound_up(36.0, 36.0, 0.1), f64::INFINITY);
         assert_eq!(moment_bound_up(1.5, 36.0, 0.1), f64::INFINITY);
+    }
+
+    #[test]
+    fn radii_round_up_to_the_grid_and_share_its_bound() {
+        for d in [1e-9, 0.0408, 0.1, 0.3158, 1.0, 1.0000001, 7.5] {
+            let (i, point) = radius_grid_point(d);
+            assert!(point >= d, "{d}: {point}");
+            assert!(point <= d * (1.0 + 1.0 / 128.0), "{d}: {point}");
+            assert!(radius_grid_point(point) == (i, point), "{d}");
+            assert!(radius_grid_point(point * (1.0 + 1e-15)).0 == i + 1, "{d}");
+        }
+        // Exact grid points stay where they are: 2^0 and 2^1.
+        assert_eq!(radius_grid_point(1.0), (0, 1.0));
+        assert_eq!(radius_grid_point(2.0), (128, 2.0));
+        // Any radius in a cell gets the bound of the cell's top, which covers it.
+        let (_, top) = radius_grid_point(0.0408);
+        assert_eq!(
+            moment_bound_up(2.0606, 36.0, 0.0408),
+            moment_bound_up(2.0606, 36.0, top)
+        );
+        assert!(moment_bound_up(2.0606, 36.0, top * 1.001) >= moment_bound_up(2.0606, 36.0, top));
     }
 
     #[test]

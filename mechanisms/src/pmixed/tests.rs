@@ -70,6 +70,22 @@ fn calibration_returns_a_feasible_radius_that_is_nearly_maximal() {
     assert!(PmixedConfig::calibrate(1.0, 1e-5, 10, 1.2, 10, 36.0, &orders).is_err());
 }
 
+/// When no order the enforcement order allows (α ≤ α_c²/(2α_c − 1) ≈ 9.26 at
+/// α_c = 18) converts below ε = 1 at δ = 1e-5 — ln(1/δ)/(α − 1) alone is above 1 —
+/// no positive radius fits: the calibration says so with b = 0 at once, instead of
+/// bisecting the radius down to the smallest subnormal.
+#[test]
+fn calibration_with_no_feasible_radius_gives_zero_at_once() {
+    let orders = Orders::dp_accounting_default();
+    let start = std::time::Instant::now();
+    let c = PmixedConfig::calibrate(1.0, 1e-5, 16, 1.0, 2, 18.0, &orders).unwrap();
+    assert_eq!(c.radius(), 0.0);
+    let curve = pmixed_curve(&orders, 18.0, 1e-300, 2, 1.0).unwrap();
+    assert!(curve.self_compose(16).epsilon(1e-5).unwrap().epsilon > 1.0);
+    // Below 1 s even unoptimised: a bisection to the subnormals took minutes.
+    assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
+}
+
 /// After a spent curve the radius fits the composed curve, not the budget less
 /// the spent ε: the run plus what was spent stays within ε and a slightly
 /// larger radius would not; with nothing spent it is `calibrate`'s radius.
