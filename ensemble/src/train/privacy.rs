@@ -193,7 +193,8 @@ impl DpSgdNoise {
     ///
     /// Guarantee: `Σ r_j² ≤ ⌊Δ'/g⌋²`, computed exactly on integers.
     ///
-    /// Errors: a length other than `len`, a non-finite entry.
+    /// Errors: a length other than `len`, a non-finite entry, an entry (or a norm)
+    /// too large for the grid (2⁶² grid units; a clipped gradient never is).
     pub fn to_grid(&self, g: &[f32]) -> Result<Vec<i64>, TrainError> {
         if g.len() != self.len {
             return Err(TrainError::bad(
@@ -203,11 +204,20 @@ impl DpSgdNoise {
         }
         let mut r = Vec::with_capacity(g.len());
         for &x in g {
-            let v = round_to_grid(f64::from(x), self.granularity)
-                .map_err(|_| TrainError::NonFinite("per-example gradient", 0))?;
+            if !x.is_finite() {
+                return Err(TrainError::NonFinite("per-example gradient", 0));
+            }
+            let v = round_to_grid(f64::from(x), self.granularity).map_err(|_| {
+                TrainError::bad("gradient", "too large for the grid: clip it first")
+            })?;
             r.push(v);
         }
-        let norm2: u128 = r.iter().map(|&v| (v.unsigned_abs() as u128).pow(2)).sum();
+        let norm2 = r
+            .iter()
+            .try_fold(0u128, |acc, &v| {
+                acc.checked_add((v.unsigned_abs() as u128).pow(2))
+            })
+            .ok_or_else(|| TrainError::bad("gradient", "too large for the grid: clip it first"))?;
         let k = u128::from(self.radius);
         if norm2 > k * k {
             let n = ceil_sqrt(norm2);

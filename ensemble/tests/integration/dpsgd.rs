@@ -107,6 +107,11 @@ fn rounding_enlarges_the_sensitivity() {
         assert!(n.sensitivity() <= clip * (1.0 + f64::powi(2.0, -GRID_BITS)) * (1.0 + 1e-15));
         assert!(n.std() / n.sensitivity() >= sigma);
     }
+    assert!(matches!(
+        noise.to_grid(&[f32::NAN, 0.0]),
+        Err(TrainError::NonFinite(..))
+    ));
+    assert!(noise.to_grid(&[f32::MAX, f32::MAX]).is_err(), "unclipped");
     assert!(DpSgdNoise::new(0.0, 1.0, 10).is_err());
     assert!(DpSgdNoise::with_granularity(1.0, 1.0, 10, 0.3).is_err());
 }
