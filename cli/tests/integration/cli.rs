@@ -65,6 +65,29 @@ fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Writes `n` adapters whose factors are i.i.d. `N(0, std²)` (fixed seeds), named
+/// `{name}{i}`: a small std gives members close to the public model.
+fn write_adapters_with_std(
+    model: &Path,
+    dir: &TempDir,
+    name: &str,
+    n: usize,
+    std: f32,
+) -> Vec<PathBuf> {
+    let device = Default::default();
+    let m = Model::<B>::load(model, &device).unwrap();
+    let base = m.base_shapes().unwrap();
+    (0..n)
+        .map(|i| {
+            let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
+            let a = LoraAdapter::<B>::random(config, &base, std, 200 + i as u64, &device).unwrap();
+            let path = dir.join(&format!("{name}{i}"));
+            a.save_peft(&path).unwrap();
+            path
+        })
+        .collect()
+}
+
 fn privmix(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_privmix"))
         .args(args)
@@ -1418,4 +1441,51 @@ fn chat_renders_the_template_and_stops_at_the_end_of_turn() {
         }
     }
     assert!(ended > 0, "no run reached an end-of-turn id");
+}
+
+/// AdaPMixED's published ε is the same for every member set (issue 39 §2): the
+/// members of one set are within 1e-4 of the public model (screening finds nothing
+/// private), those
+/// of the other are far from it (screening finds them private). Each token's ε, the
+/// summary's ε and the stop reason must agree; before the fixed charge schedule the
+/// last token's ε told which way the screening went.
+#[test]
+fn adapmixed_publishes_the_same_epsilon_for_every_member_set() {
+    let dir = TempDir::new("ada-eps");
+    let public_like = write_adapters_with_std(&llama(), &dir, "near", 2, 1e-4);
+    let far = write_adapters_with_std(&llama(), &dir, "far", 2, 2.0);
+    let run = |adapters: &[PathBuf], ledger: &str| -> (Vec<f64>, Value) {
+        let ledger = dir.join(ledger);
+        let out = generate(
+            adapters,
+            &[
+                "--mechanism",
+                "adapmixed",
+                "--prompt",
+                "xy",
+                "--max-tokens",
+                "6",
+                "--ledger",
+                s(&ledger),
+                "--epsilon",
+                "4",
+                "--json",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let lines = json_lines(&out);
+        let done = lines.last().unwrap().clone();
+        let eps = lines[..lines.len() - 1]
+            .iter()
+            .map(|l| l["epsilon"].as_f64().unwrap())
+            .collect();
+        (eps, done)
+    };
+    let (a, done_a) = run(&public_like, "ledger-a");
+    let (b, done_b) = run(&far, "ledger-b");
+    assert_eq!(a.len(), 6, "{a:?}");
+    assert_eq!(a, b, "the published ε depends on the members");
+    assert_eq!(done_a["epsilon"], done_b["epsilon"]);
+    assert_eq!(done_a["stop"], done_b["stop"]);
+    assert!(a.windows(2).all(|w| w[0] <= w[1]) && a[5] <= 4.0, "{a:?}");
 }
