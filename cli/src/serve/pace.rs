@@ -203,9 +203,8 @@ mod tests {
 
     /// Steps that take 1 ms and steps that take up to 70 ms (both under the 100 ms
     /// period) release the same events at the same offsets, k·100 ms + 100 ms, to the
-    /// timer's precision (the tolerance, 25 ms, is for a loaded test machine; the
-    /// slow steps' own durations vary by 60 ms, so a relay that did not wait would
-    /// fail).
+    /// timer's precision (the tolerance, 40 ms, is for a loaded test machine; a relay
+    /// that did not wait would release before the deadline and fail).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn release_times_do_not_depend_on_the_steps_work() {
         let (fast_at, fast) = run(100, 4, |_| Duration::from_millis(1)).await;
@@ -219,7 +218,7 @@ mod tests {
             for at in [fast_at[i], slow_at[i]] {
                 assert!(at >= want, "event {i} at {at:?} before {want:?}");
                 assert!(
-                    at < want + Duration::from_millis(25),
+                    at < want + Duration::from_millis(40),
                     "event {i} at {at:?}, due {want:?}"
                 );
             }
@@ -231,7 +230,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_overrunning_step_is_withheld_and_ends_the_request_at_its_deadline() {
         let (at, got) = run(60, 4, |k| {
-            Duration::from_millis(if k == 2 { 200 } else { 1 })
+            Duration::from_millis(if k == 2 { 300 } else { 1 })
         })
         .await;
         assert_eq!(got.len(), 3, "{got:?}");
@@ -244,9 +243,9 @@ mod tests {
                 usage: usage(2),
             }
         );
-        // Released at step 2's deadline, 180 ms, not when step 2 finished (~202 ms).
+        // Released at step 2's deadline, 180 ms, not when step 2 finished (~302 ms).
         assert!(at[2] >= Duration::from_millis(180), "{:?}", at[2]);
-        assert!(at[2] < Duration::from_millis(205), "{:?}", at[2]);
+        assert!(at[2] < Duration::from_millis(240), "{:?}", at[2]);
     }
 
     /// Without a schedule, events pass at once; an admission failure is sent at once.
