@@ -7,9 +7,10 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::backend::Flex;
-use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_models::Model;
 use serde_json::Value;
+
+use crate::serve_support::write_adapters_with_std;
 
 type B = Flex;
 
@@ -51,41 +52,7 @@ impl Drop for TempDir {
 
 /// Writes `n` random rank-2 adapters (fixed seeds) for the model at `model` into `dir`.
 fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
-    let device = Default::default();
-    let m = Model::<B>::load(model, &device).unwrap();
-    let base = m.base_shapes().unwrap();
-    (0..n)
-        .map(|i| {
-            let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
-            let a = LoraAdapter::<B>::random(config, &base, 0.3, 100 + i as u64, &device).unwrap();
-            let path = dir.join(&format!("adapter{i}"));
-            a.save_peft(&path).unwrap();
-            path
-        })
-        .collect()
-}
-
-/// Writes `n` adapters whose factors are i.i.d. `N(0, std²)` (fixed seeds), named
-/// `{name}{i}`: a small std gives members close to the public model.
-fn write_adapters_with_std(
-    model: &Path,
-    dir: &TempDir,
-    name: &str,
-    n: usize,
-    std: f32,
-) -> Vec<PathBuf> {
-    let device = Default::default();
-    let m = Model::<B>::load(model, &device).unwrap();
-    let base = m.base_shapes().unwrap();
-    (0..n)
-        .map(|i| {
-            let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
-            let a = LoraAdapter::<B>::random(config, &base, std, 200 + i as u64, &device).unwrap();
-            let path = dir.join(&format!("{name}{i}"));
-            a.save_peft(&path).unwrap();
-            path
-        })
-        .collect()
+    write_adapters_with_std(model, &dir.0, "adapter", n, 0.3)
 }
 
 fn privmix(args: &[&str]) -> Output {
@@ -1452,8 +1419,8 @@ fn chat_renders_the_template_and_stops_at_the_end_of_turn() {
 #[test]
 fn adapmixed_publishes_the_same_epsilon_for_every_member_set() {
     let dir = TempDir::new("ada-eps");
-    let public_like = write_adapters_with_std(&llama(), &dir, "near", 2, 1e-4);
-    let far = write_adapters_with_std(&llama(), &dir, "far", 2, 2.0);
+    let public_like = write_adapters_with_std(&llama(), &dir.0, "near", 2, 1e-4);
+    let far = write_adapters_with_std(&llama(), &dir.0, "far", 2, 2.0);
     let run = |adapters: &[PathBuf], ledger: &str| -> (Vec<f64>, Value) {
         let ledger = dir.join(ledger);
         let out = generate(

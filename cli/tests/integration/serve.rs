@@ -285,3 +285,68 @@ async fn concurrent_requests_are_batched_and_shutdown_drains_them() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The ε `serve` publishes for an AdaPMixED request is the same for every member set
+/// (issue 39 §2): members within 1e-4 of the public model (screening finds nothing
+/// private) and members far from it (screening finds them private), same request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adapmixed_publishes_the_same_epsilon_for_every_member_set() {
+    let dir = TempDir::new("serve-ada-eps");
+    let model = model_folder(&dir);
+    let near = serve_support::write_adapters_with_std(&model, &dir.join(""), "near", 2, 1e-4);
+    let far = serve_support::write_adapters_with_std(&model, &dir.join(""), "far", 2, 2.0);
+    let http = reqwest::Client::new();
+    let mut published = Vec::new();
+    for (name, adapters) in [("near", &near), ("far", &far)] {
+        let ledger = dir.join(&format!("ledger-{name}"));
+        let mut args: Vec<String> = [
+            "serve",
+            "--model",
+            &model.display().to_string(),
+            "--ledger",
+            &ledger.display().to_string(),
+            "--epsilon",
+            "40",
+            "--no-auth",
+            "--mechanism",
+            "adapmixed",
+            "--max-tokens",
+            "6",
+            "--model-name",
+            "tiny",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for a in adapters.iter() {
+            args.push("--adapter".into());
+            args.push(a.display().to_string());
+        }
+        let server = Server::start(&args);
+        let body: Value = http
+            .post(format!("{}/v1/completions", server.base))
+            .json(&json!({"model": "tiny", "prompt": "xy", "max_tokens": 6}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let usage = &body["usage"];
+        published.push((
+            usage["completion_tokens"].clone(),
+            usage["privacy"]["epsilon_spent"].clone(),
+            usage["privacy"]["total_epsilon_left"].clone(),
+            body["choices"][0]["finish_reason"].clone(),
+        ));
+        server.stop(Duration::from_secs(20));
+    }
+    assert!(
+        published[0].1.as_f64().is_some_and(|e| e > 0.0),
+        "{published:?}"
+    );
+    assert_eq!(
+        published[0], published[1],
+        "the published ε depends on the members"
+    );
+}

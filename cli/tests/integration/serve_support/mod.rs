@@ -67,6 +67,18 @@ pub fn model_folder(dir: &TempDir) -> PathBuf {
 
 /// `n` random rank-2 PEFT members (fixed seeds) for the model at `model`.
 pub fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
+    write_adapters_with_std(model, &dir.join(""), "adapter", n, 0.3)
+}
+
+/// `n` rank-2 PEFT members written to `folder/{name}{i}`, whose factors are i.i.d.
+/// `N(0, std²)` (fixed seeds): a small std gives members close to the public model.
+pub fn write_adapters_with_std(
+    model: &Path,
+    folder: &Path,
+    name: &str,
+    n: usize,
+    std: f32,
+) -> Vec<PathBuf> {
     let device = Default::default();
     let m = Model::<Flex>::load(model, &device).unwrap();
     let base = m.base_shapes().unwrap();
@@ -74,8 +86,8 @@ pub fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
         .map(|i| {
             let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
             let a =
-                LoraAdapter::<Flex>::random(config, &base, 0.3, 100 + i as u64, &device).unwrap();
-            let path = dir.join(&format!("adapter{i}"));
+                LoraAdapter::<Flex>::random(config, &base, std, 100 + i as u64, &device).unwrap();
+            let path = folder.join(format!("{name}{i}"));
             a.save_peft(&path).unwrap();
             path
         })
