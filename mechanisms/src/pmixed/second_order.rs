@@ -364,21 +364,27 @@ fn nelder_mead(
 
 type MomentKey = (u64, u64, i64);
 
-fn moment_memo() -> &'static Mutex<HashMap<MomentKey, f64>> {
-    static MEMO: OnceLock<Mutex<HashMap<MomentKey, f64>>> = OnceLock::new();
+/// A certified dual certificate of Lemma 3: `μ₁ + μ₂` rounded up and the certified
+/// `sup_t g(t)` of its multipliers. `(μ₁ + μ₂)·x + sup g` bounds the moment over every
+/// ball whose excess `e^{(α_c−1)d} − 1` is at most x, whatever radius the multipliers
+/// were chosen for. `None` where the certification failed.
+type Certificate = Option<(f64, f64)>;
+
+fn moment_memo() -> &'static Mutex<HashMap<MomentKey, Certificate>> {
+    static MEMO: OnceLock<Mutex<HashMap<MomentKey, Certificate>>> = OnceLock::new();
     MEMO.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// How finely [`moment_bound_up`] resolves the radius: d is rounded up to the next
-/// point `2^{i/RADIUS_STEPS_PER_OCTAVE}` of a fixed geometric grid (a relative step of
-/// about 0.54%), so that nearby radii — the probes of a calibration's bisection, the
-/// quantised radii of AdaPMixED's screening — share one certified bound.
+/// How finely [`moment_bound_up`] chooses its multipliers: they are optimised at the
+/// points `2^{i/RADIUS_STEPS_PER_OCTAVE}` of a fixed geometric grid of radii (a relative
+/// step of about 0.54%), so that nearby radii — the probes of a calibration's
+/// bisection, the quantised radii of AdaPMixED's screening — share certificates.
 pub const RADIUS_STEPS_PER_OCTAVE: f64 = 128.0;
 
-/// The grid point `2^{i/128} ≥ d` that [`moment_bound_up`] evaluates at, and its index
-/// i. The point is checked against d in f64 (`exp2` is not correctly rounded, so the
-/// index is raised until the computed point is at least d), which is all soundness
-/// needs: the bound holds for every radius up to the point it is computed at.
+/// The grid point `2^{i/128} ≥ d` and its index i. The point is checked against d in
+/// f64 (`exp2` is not correctly rounded, so the index is raised until the computed
+/// point is at least d); soundness does not depend on it (any multipliers give a
+/// bound), only the choice of multipliers does.
 fn radius_grid_point(d: f64) -> (i64, f64) {
     let mut i = (d.log2() * RADIUS_STEPS_PER_OCTAVE).ceil() as i64;
     let point = |i: i64| (i as f64 / RADIUS_STEPS_PER_OCTAVE).exp2();
@@ -388,12 +394,39 @@ fn radius_grid_point(d: f64) -> (i64, f64) {
     (i, point(i))
 }
 
+/// The certificate whose multipliers are optimised for the grid point of index i
+/// (memoised per `(k, α_c, i)`).
+fn certificate_at(k: f64, alpha_c: f64, index: i64) -> Certificate {
+    let key = (k.to_bits(), alpha_c.to_bits(), index);
+    if let Some(c) = moment_memo().lock().ok().and_then(|m| m.get(&key).copied()) {
+        return c;
+    }
+    let d = (index as f64 / RADIUS_STEPS_PER_OCTAVE).exp2();
+    let excess = ((alpha_c - 1.0) * d).exp_m1();
+    let certificate = if d.is_finite() && excess.is_finite() {
+        let m = search_multipliers(k, alpha_c, excess);
+        let dual = add_up(m.mu_high, m.mu_low);
+        let sup = certified_sup(k, alpha_c, m, 1e-4 * (dual * excess).max(1e-300));
+        (dual.is_finite() && sup.is_finite()).then_some((dual, sup))
+    } else {
+        None
+    };
+    if let Ok(mut memo) = moment_memo().lock() {
+        if memo.len() > 100_000 {
+            memo.clear();
+        }
+        memo.insert(key, certificate);
+    }
+    certificate
+}
+
 /// An upper bound on `E_{p₀}|Q/p₀ − 1|^k` over every Q with
 /// `Dsym_{α_c}(Q, p₀) ≤ d`, for `2 ≤ k < α_c` (`proof.md`, Lemma 3): for any
-/// `μ₁, μ₂ ≥ 0` and ν, `(μ₁ + μ₂)(e^{(α_c−1)d′} − 1) + sup_t g(t)` at the grid point
-/// `d′ ≥ d` of [`radius_grid_point`] (the ball of radius d lies inside the ball of
-/// radius d′, so a bound over the larger ball holds over the smaller). `+∞` when
-/// `k > α_c` or the certification fails. Memoised per `(k, α_c, grid point)`.
+/// `μ₁, μ₂ ≥ 0` and ν, `(μ₁ + μ₂)(e^{(α_c−1)d} − 1) + sup_t g(t)`, evaluated at d itself
+/// with the multipliers optimised at the two grid points around d
+/// ([`radius_grid_point`]), the smaller of the two. Continuous and increasing in d
+/// between grid points, so a calibration lands on its budget. `+∞` when `k ≥ α_c` or
+/// neither certification succeeds.
 pub fn moment_bound_up(k: f64, alpha_c: f64, d: f64) -> f64 {
     if !(k >= 2.0 && k < alpha_c && d >= 0.0 && d.is_finite() && alpha_c.is_finite()) {
         return f64::INFINITY;
@@ -401,31 +434,16 @@ pub fn moment_bound_up(k: f64, alpha_c: f64, d: f64) -> f64 {
     if d == 0.0 {
         return 0.0;
     }
-    let (index, d) = radius_grid_point(d);
-    if !d.is_finite() {
+    let excess_up = exp_m1_up(mul_up(sub_up(alpha_c, 1.0), d));
+    if !excess_up.is_finite() {
         return f64::INFINITY;
     }
-    let key = (k.to_bits(), alpha_c.to_bits(), index);
-    if let Some(v) = moment_memo().lock().ok().and_then(|m| m.get(&key).copied()) {
-        return v;
-    }
-    let excess_up = exp_m1_up(mul_up(sub_up(alpha_c, 1.0), d));
-    let excess = ((alpha_c - 1.0) * d).exp_m1();
-    let value = if excess_up.is_finite() {
-        let m = search_multipliers(k, alpha_c, excess);
-        let dual = add_up(m.mu_high, m.mu_low);
-        let sup = certified_sup(k, alpha_c, m, 1e-4 * (dual * excess).max(1e-300));
-        add_up(mul_up(dual, excess_up), sup)
-    } else {
-        f64::INFINITY
-    };
-    if let Ok(mut memo) = moment_memo().lock() {
-        if memo.len() > 100_000 {
-            memo.clear();
-        }
-        memo.insert(key, value);
-    }
-    value
+    let (above, _) = radius_grid_point(d);
+    [above - 1, above]
+        .into_iter()
+        .filter_map(|i| certificate_at(k, alpha_c, i))
+        .map(|(dual, sup)| add_up(mul_up(dual, excess_up), sup))
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// An upper bound on `ln F_n(L, L′)` at the integer order n (see the module docs), or
@@ -587,13 +605,15 @@ mod tests {
         // Exact grid points stay where they are: 2^0 and 2^1.
         assert_eq!(radius_grid_point(1.0), (0, 1.0));
         assert_eq!(radius_grid_point(2.0), (128, 2.0));
-        // Any radius in a cell gets the bound of the cell's top, which covers it.
+        // Inside a cell the bound grows with d, continuously (linear in the excess).
         let (_, top) = radius_grid_point(0.0408);
-        assert_eq!(
-            moment_bound_up(2.0606, 36.0, 0.0408),
-            moment_bound_up(2.0606, 36.0, top)
-        );
-        assert!(moment_bound_up(2.0606, 36.0, top * 1.001) >= moment_bound_up(2.0606, 36.0, top));
+        let bottom = top / (1.0f64 / 128.0).exp2();
+        let at = |d: f64| moment_bound_up(2.0606, 36.0, d);
+        let steps: Vec<f64> = (0..=8)
+            .map(|j| at(bottom + (top - bottom) * j as f64 / 8.0))
+            .collect();
+        assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
+        assert!(steps[8] - steps[7] < 0.01 * steps[8], "{steps:?}");
     }
 
     #[test]
