@@ -424,7 +424,7 @@ fn certificate_at(k: f64, alpha_c: f64, index: i64) -> Certificate {
 /// `Dsym_{α_c}(Q, p₀) ≤ d`, for `2 ≤ k < α_c` (`proof.md`, Lemma 3): for any
 /// `μ₁, μ₂ ≥ 0` and ν, `(μ₁ + μ₂)(e^{(α_c−1)d} − 1) + sup_t g(t)`, evaluated at d itself
 /// with the multipliers optimised at the two grid points around d
-/// ([`radius_grid_point`]), the smaller of the two. Continuous and increasing in d
+/// (`radius_grid_point`), the smaller of the two. Continuous and increasing in d
 /// between grid points, so a calibration lands on its budget. `+∞` when `k ≥ α_c` or
 /// neither certification succeeds.
 pub fn moment_bound_up(k: f64, alpha_c: f64, d: f64) -> f64 {
