@@ -53,7 +53,8 @@ pub fn markdown(title: &str, results: &ExperimentResults, plots: &[String]) -> S
          member by a keyed hash of its id, so a neighbouring dataset changes one member's data \
          and no other placement: the changed-member charge of PMixED, AdaPMixED, SubMix, \
          S&A-Laplace and GNMax covers it, and DP-SGD's Poisson-sampled add/remove accounting \
-         (the smaller of PLD and RDP) is over the same unit. Every ε is rounded up; δ = {}.\n",
+         (the RDP of its Poisson-subsampled discrete Gaussian noise) is over the same unit. \
+         Every ε is rounded up; δ = {}.\n",
         results.unit, c.delta
     );
     let (public_loss, member_losses) = &results.validation;
