@@ -45,7 +45,8 @@ pub struct DpSgdRun {
     pub sigma: f64,
     /// ε the accountant reports for the run, rounded up.
     pub epsilon: f64,
-    /// Which accountant gave ε (the RDP of its Poisson-subsampled discrete Gaussian noise since issue 39 §4; the smaller of PLD and RDP in older caches).
+    /// Which accountant gave ε: the RDP of the Poisson-subsampled discrete Gaussian
+    /// noise (older caches: the smaller of PLD and RDP).
     pub accountant: String,
     /// Mean loss on the validation blocks (nats per token).
     pub validation_loss: f64,
