@@ -511,7 +511,6 @@ impl Ledger {
     }
 }
 
-/// Takes the exclusive lock without waiting.
 impl ProtectedSet {
     /// A set from member identities. Each must be 1 to
     /// [`MAX_MEMBER_ID_BYTES`] bytes of printable ASCII other than space
@@ -524,12 +523,30 @@ impl ProtectedSet {
     }
 }
 
+/// Takes the exclusive lock.
+///
+/// A lock that is busy is tried again for up to [`LOCK_PATIENCE`] before the open
+/// reports [`LedgerError::Locked`]: a child process spawned by any thread of this
+/// process holds a copy of every open file description from fork to exec, and with it
+/// the lock of a ledger that was just closed, for that short window.
 fn lock(file: &File, path: &Path) -> Result<(), LedgerError> {
-    file.try_lock().map_err(|e| match e {
-        std::fs::TryLockError::WouldBlock => LedgerError::Locked(path.to_path_buf()),
-        std::fs::TryLockError::Error(e) => LedgerError::io(path, e),
-    })
+    let start = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(LedgerError::Locked(path.to_path_buf()));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(LedgerError::io(path, e)),
+        }
+    }
 }
+
+/// How long an open waits for a busy lock before reporting it held.
+pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// `DIR/.NAME.creating-PID-N-NANOS`, beside `path`, unique within this process.
 fn staging_path(path: &Path) -> PathBuf {
