@@ -5,43 +5,14 @@
 
 use crate::serve_support;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use serve_support::{
-    Server, TempDir, ledger_charges, model_folder, write_adapters, write_exploding_adapter,
+    TempDir, ledger_charges, model_folder, start_no_auth, write_adapters, write_exploding_adapter,
 };
-
-/// `privmix serve --no-auth` over `adapters`, a file ledger of ε = 40, plus `extra`.
-fn start(dir: &TempDir, model: &Path, adapters: &[PathBuf], extra: &[&str]) -> Server {
-    let ledger = dir.join("ledger");
-    let mut args: Vec<String> = [
-        "serve",
-        "--model",
-        &model.display().to_string(),
-        "--ledger",
-        &ledger.display().to_string(),
-        "--epsilon",
-        "40",
-        "--no-auth",
-        "--max-tokens",
-        "8",
-        "--model-name",
-        "tiny",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    for a in adapters {
-        args.push("--adapter".into());
-        args.push(a.display().to_string());
-    }
-    args.extend(extra.iter().map(|s| s.to_string()));
-    Server::start(&args)
-}
 
 /// A streamed completion: each server-sent event's data with the moment it arrived.
 async fn stream(http: &reqwest::Client, base: &str, prompt: &str) -> Vec<(Instant, String)> {
@@ -98,7 +69,12 @@ async fn serve_releases_every_token_on_its_schedule() {
     let dir = TempDir::new("pace");
     let model = model_folder(&dir);
     let adapters = write_adapters(&model, &dir, 3);
-    let server = start(&dir, &model, &adapters, &["--step-time-ms", "250"]);
+    let server = start_no_auth(
+        &model,
+        &adapters,
+        &dir.join("ledger"),
+        &["--step-time-ms", "250"],
+    );
     let http = reqwest::Client::new();
     // A step of the tiny model takes milliseconds; the margins are for a loaded
     // machine (the whole suite runs beside this test).
@@ -163,7 +139,7 @@ async fn non_finite_member_values_never_leave_the_process() {
     let model = model_folder(&dir);
     let mut adapters = write_adapters(&model, &dir, 1);
     adapters.push(write_exploding_adapter(&model, &dir));
-    let server = start(&dir, &model, &adapters, &[]);
+    let server = start_no_auth(&model, &adapters, &dir.join("ledger"), &[]);
     let http = reqwest::Client::new();
     let url = format!("{}/v1/completions", server.base);
     let r = http

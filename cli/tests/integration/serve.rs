@@ -299,30 +299,8 @@ async fn adapmixed_publishes_the_same_epsilon_for_every_member_set() {
     let mut published = Vec::new();
     for (name, adapters) in [("near", &near), ("far", &far)] {
         let ledger = dir.join(&format!("ledger-{name}"));
-        let mut args: Vec<String> = [
-            "serve",
-            "--model",
-            &model.display().to_string(),
-            "--ledger",
-            &ledger.display().to_string(),
-            "--epsilon",
-            "40",
-            "--no-auth",
-            "--mechanism",
-            "adapmixed",
-            "--max-tokens",
-            "6",
-            "--model-name",
-            "tiny",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        for a in adapters.iter() {
-            args.push("--adapter".into());
-            args.push(a.display().to_string());
-        }
-        let server = Server::start(&args);
+        let server =
+            serve_support::start_no_auth(&model, adapters, &ledger, &["--mechanism", "adapmixed"]);
         let body: Value = http
             .post(format!("{}/v1/completions", server.base))
             .json(&json!({"model": "tiny", "prompt": "xy", "max_tokens": 6}))

@@ -107,6 +107,34 @@ pub fn write_exploding_adapter(model: &Path, dir: &TempDir) -> PathBuf {
     path
 }
 
+/// `privmix serve --no-auth` over `adapters`, a file ledger of ε = 40 at `ledger`, plus
+/// `extra`.
+pub fn start_no_auth(model: &Path, adapters: &[PathBuf], ledger: &Path, extra: &[&str]) -> Server {
+    let mut args: Vec<String> = [
+        "serve",
+        "--model",
+        &model.display().to_string(),
+        "--ledger",
+        &ledger.display().to_string(),
+        "--epsilon",
+        "40",
+        "--no-auth",
+        "--max-tokens",
+        "8",
+        "--model-name",
+        "tiny",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for a in adapters {
+        args.push("--adapter".into());
+        args.push(a.display().to_string());
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Server::start(&args)
+}
+
 /// Writes an API keys file.
 pub fn write_keys(dir: &TempDir, keys: &Value) -> PathBuf {
     let path = dir.join("keys.json");
