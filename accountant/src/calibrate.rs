@@ -26,21 +26,28 @@ const MAX_DOUBLINGS: u32 = 2_000;
 /// [`REL_TOL`], for a feasibility predicate that is monotone (true below a
 /// threshold, false above). `start` > `lo` is a first guess for the upper end.
 ///
-/// Returns `lo` itself if only `lo` is feasible, `f64::MAX` if no infeasible
-/// value is found; errors if `lo` is infeasible.
-pub fn largest_feasible(
+/// This is the one search behind every "largest parameter that fits a budget" in
+/// the workspace (β, radii, filter budgets); the predicate may fail with any error
+/// an [`AccountantError`] converts into.
+///
+/// Returns `lo` itself if only `lo` is feasible: for `lo = 0` that is decided by
+/// one probe at the smallest normal number instead of halving into the
+/// subnormals. Returns `f64::MAX` if no infeasible value is found; errors if `lo`
+/// is infeasible.
+pub fn largest_feasible<E: From<AccountantError>>(
     name: &'static str,
     lo: f64,
     start: f64,
-    mut feasible: impl FnMut(f64) -> Result<bool, AccountantError>,
-) -> Result<f64, AccountantError> {
+    mut feasible: impl FnMut(f64) -> Result<bool, E>,
+) -> Result<f64, E> {
     if !feasible(lo)? {
         return Err(AccountantError::Infeasible {
             name,
             lo,
             hi: start,
             reason: "even the lower end of the range exceeds the budget",
-        });
+        }
+        .into());
     }
     let mut good = lo;
     let mut bad = start.max(f64::MIN_POSITIVE);
@@ -53,6 +60,10 @@ pub fn largest_feasible(
         bad = (bad * 2.0).min(f64::MAX);
         doublings += 1;
     }
+    if good == 0.0 && bad > f64::MIN_POSITIVE && !feasible(f64::MIN_POSITIVE)? {
+        // Nothing positive fits: 0 is the answer, found without ~1,000 halvings.
+        return Ok(0.0);
+    }
     // Invariant: feasible(good), !feasible(bad), good < bad.
     narrow(good, bad, feasible)
 }
@@ -60,11 +71,11 @@ pub fn largest_feasible(
 /// Halves the bracket between a point checked feasible (`good`) and one checked
 /// infeasible (`bad`), on either side of it, until it is within [`REL_TOL`] of the
 /// larger end; returns the feasible end, which every step evaluated.
-fn narrow(
+fn narrow<E>(
     mut good: f64,
     mut bad: f64,
-    mut feasible: impl FnMut(f64) -> Result<bool, AccountantError>,
-) -> Result<f64, AccountantError> {
+    mut feasible: impl FnMut(f64) -> Result<bool, E>,
+) -> Result<f64, E> {
     while (bad - good).abs() > REL_TOL * good.max(bad) {
         let mid = good + (bad - good) / 2.0;
         if mid == good || mid == bad {
@@ -81,18 +92,19 @@ fn narrow(
 
 /// The smallest x in `(0, hi]` with `feasible(x)`, to relative tolerance
 /// [`REL_TOL`], for a predicate that is false below a threshold and true above.
-pub fn smallest_feasible(
+pub fn smallest_feasible<E: From<AccountantError>>(
     name: &'static str,
     hi: f64,
-    mut feasible: impl FnMut(f64) -> Result<bool, AccountantError>,
-) -> Result<f64, AccountantError> {
+    mut feasible: impl FnMut(f64) -> Result<bool, E>,
+) -> Result<f64, E> {
     if !feasible(hi)? {
         return Err(AccountantError::Infeasible {
             name,
             lo: 0.0,
             hi,
             reason: "even the upper end of the range exceeds the budget",
-        });
+        }
+        .into());
     }
     let mut good = hi;
     let mut bad = hi / 2.0;
@@ -333,11 +345,27 @@ mod tests {
     #[test]
     fn bisection_returns_a_feasible_value_within_tolerance() {
         let threshold = std::f64::consts::PI;
-        let x = largest_feasible("x", 0.0, 1.0, |x| Ok(x <= threshold)).unwrap();
+        let x = largest_feasible::<AccountantError>("x", 0.0, 1.0, |x| Ok(x <= threshold)).unwrap();
         assert!(x <= threshold && x > threshold * (1.0 - 2.0 * REL_TOL));
-        let y = smallest_feasible("y", 100.0, |y| Ok(y >= threshold)).unwrap();
+        let y = smallest_feasible::<AccountantError>("y", 100.0, |y| Ok(y >= threshold)).unwrap();
         assert!(y >= threshold && y < threshold * (1.0 + 2.0 * REL_TOL));
-        assert!(largest_feasible("x", 5.0, 6.0, |x| Ok(x <= 1.0)).is_err());
+        assert!(largest_feasible::<AccountantError>("x", 5.0, 6.0, |x| Ok(x <= 1.0)).is_err());
+    }
+
+    #[test]
+    fn only_zero_feasible_is_found_in_a_few_probes() {
+        let mut probes = 0;
+        let x = largest_feasible::<AccountantError>("x", 0.0, 1.0, |x| {
+            probes += 1;
+            Ok(x == 0.0)
+        })
+        .unwrap();
+        assert_eq!(x, 0.0);
+        assert!(probes <= 3, "{probes} probes");
+        // A threshold far below `start` is still found by narrowing from 0.
+        let tiny = 1e-200;
+        let y = largest_feasible::<AccountantError>("y", 0.0, 1.0, |y| Ok(y <= tiny)).unwrap();
+        assert!(y <= tiny && y > tiny * (1.0 - 2.0 * REL_TOL));
     }
 
     #[test]

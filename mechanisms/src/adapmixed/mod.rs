@@ -37,7 +37,7 @@
 pub mod filter;
 mod leave_one_out;
 
-use privmix_accountant::{Orders, RdpCurve, gaussian};
+use privmix_accountant::{Orders, RdpCurve, gaussian, largest_feasible};
 use privmix_mixing::{Solution, evaluator_error, top_k_indices};
 use privmix_renyi::round::{add_up, div_up, mul_up, sqrt_up, usize_down};
 use privmix_renyi::{Direction, Order, batched_divergence, divergence};
@@ -235,7 +235,8 @@ impl AdapmixedConfig {
     /// Sets the filter budget to the largest multiple `s` of one query's worst loss
     /// ([`AdapmixedConfig::worst_query_loss`]) whose changed-member curve over `orders`
     /// converts to at most ε at δ: the whole run, however long, then fits (ε, δ).
-    /// Bisection keeping a checked-feasible lower end, to a relative 1e-9.
+    /// The accountant's one search ([`largest_feasible`]), keeping a checked-feasible
+    /// lower end, to a relative 1e-9.
     pub fn with_calibrated_filter(
         self,
         epsilon: f64,
@@ -290,30 +291,13 @@ impl AdapmixedConfig {
             };
             Ok(curve.epsilon(delta)?.epsilon <= epsilon)
         };
-        let (mut good, mut bad) = (0.0, 1.0);
-        let mut doublings = 0;
-        while feasible(bad)? {
-            good = bad;
-            bad *= 2.0;
-            doublings += 1;
-            if doublings > 200 {
-                break;
-            }
-        }
-        if good == 0.0 && !feasible(f64::MIN_POSITIVE)? {
+        let good = largest_feasible("filter budget", 0.0, 1.0, feasible)?;
+        if good == 0.0 {
             return Err(MechanismError::InvalidParameter {
                 name: "epsilon",
                 value: epsilon,
                 reason: "no filter budget fits: the tracked orders cannot reach an order whose conversion is below ε",
             });
-        }
-        while bad - good > 1e-9 * bad {
-            let mid = good + (bad - good) / 2.0;
-            if feasible(mid)? {
-                good = mid;
-            } else {
-                bad = mid;
-            }
         }
         self.filter_budget = Some(unit.iter().map(|&u| u * good).collect());
         Ok(self)

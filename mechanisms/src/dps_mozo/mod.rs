@@ -249,13 +249,12 @@ pub fn calibrate_radius(
     sampling_rate(n_shots, dataset_size)?;
     let q = sampling_rate(n_shots, dataset_size)?;
     let start = epsilon / (4.0 * tokens.max(1) as f64);
-    let b = largest_feasible("radius", 0.0, start, |b| {
+    largest_feasible::<MechanismError>("radius", 0.0, start, |b| {
         let total = token_curve(orders, realised(b, n_shots))?
             .sampled_without_replacement(q)?
             .self_compose(tokens);
         Ok(total.epsilon(delta)?.epsilon <= epsilon)
-    })?;
-    Ok(b)
+    })
 }
 
 /// The drawn demonstrations: a uniformly random `n_shots`-subset of `0..dataset_size`

@@ -33,7 +33,7 @@ pub(crate) mod averaging;
 pub mod bounds;
 mod second_order;
 
-use privmix_accountant::{Orders, RdpCurve};
+use privmix_accountant::{Orders, RdpCurve, largest_feasible};
 use privmix_mixing::{PmixedProjection, Solution};
 use privmix_renyi::{Order, ValidatedRow};
 use rand::Rng;
@@ -77,8 +77,8 @@ impl PmixedConfig {
     /// `orders` to at most ε at δ, with the same rounded-up arithmetic that
     /// charges them.
     ///
-    /// Bisection on b that keeps a bracket [good, bad] with `good` checked
-    /// feasible and `bad` infeasible, and returns `good` once
+    /// The accountant's one search, [`largest_feasible`]: a bracket [good, bad]
+    /// with `good` checked feasible and `bad` infeasible, returning `good` once
     /// `bad − good ≤ 1e-9·bad`; b = 0 (the public model, charged nothing) when no
     /// positive radius fits, as when no order ≤ α_max can convert below ε at δ.
     /// Errors if no order of `orders` is ≤ α_max
@@ -181,36 +181,11 @@ impl PmixedConfig {
             };
             Ok(curve.epsilon(delta)?.epsilon <= epsilon)
         };
-        let mut good = 0.0;
-        let mut bad = epsilon / queries as f64;
-        let mut doublings = 0;
-        while feasible(bad)? {
-            good = bad;
-            bad *= 2.0;
-            doublings += 1;
-            if doublings > 2000 || !bad.is_finite() {
-                // q = 0 (or a budget nothing can exhaust): any radius fits.
-                return Self::new(alpha_c, f64::MAX, q);
-            }
-        }
-        if good == 0.0 && !feasible(f64::MIN_POSITIVE)? {
-            // No positive radius fits (e.g. no order ≤ α_max converts below ε at δ):
-            // b = 0, the public model alone, which charges nothing. Found without
-            // halving down to the smallest subnormal, ~1,000 probes of the bound.
-            return Self::new(alpha_c, 0.0, q);
-        }
-        while bad - good > 1e-9 * bad {
-            let mid = good + (bad - good) / 2.0;
-            if mid <= good || mid >= bad {
-                break;
-            }
-            if feasible(mid)? {
-                good = mid;
-            } else {
-                bad = mid;
-            }
-        }
-        Self::new(alpha_c, good, q)
+        // b = 0 (the public model alone) charges nothing, so the search starts
+        // feasible and returns 0 when no positive radius fits (e.g. no order
+        // ≤ α_max converts below ε at δ); f64::MAX when every radius fits (q = 0).
+        let b = largest_feasible("radius", 0.0, epsilon / queries as f64, feasible)?;
+        Self::new(alpha_c, b, q)
     }
 
     /// The enforcement order α_c.

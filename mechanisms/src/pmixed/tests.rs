@@ -77,13 +77,12 @@ fn calibration_returns_a_feasible_radius_that_is_nearly_maximal() {
 #[test]
 fn calibration_with_no_feasible_radius_gives_zero_at_once() {
     let orders = Orders::dp_accounting_default();
-    let start = std::time::Instant::now();
     let c = PmixedConfig::calibrate(1.0, 1e-5, 16, 1.0, 2, 18.0, &orders).unwrap();
     assert_eq!(c.radius(), 0.0);
     let curve = pmixed_curve(&orders, 18.0, 1e-300, 2, 1.0).unwrap();
     assert!(curve.self_compose(16).epsilon(1e-5).unwrap().epsilon > 1.0);
-    // Below 1 s even unoptimised: a bisection to the subnormals took minutes.
-    assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
+    // That 0 is found in a few probes, not by halving into the subnormals, is
+    // `largest_feasible`'s own test (privmix-accountant's calibrate module).
 }
 
 /// After a spent curve the radius fits the composed curve, not the budget less
