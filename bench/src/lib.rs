@@ -3,6 +3,8 @@
 //! Evaluation metrics and privacy–utility experiments for privmix.
 //!
 //! - [`claims`]: the papers' claims beside our figures, with verdicts.
+//! - [`cache_key`]: the keys of the adapter and ICL caches (results version,
+//!   canonical configuration, content hashes).
 //! - [`rouge`]: ROUGE-L precision, recall and F1, equal to Google's `rouge-score` package
 //!   (without stemming) on a committed golden fixture.
 //! - [`experiment`]: the papers' perplexity-against-ε experiment — members fine-tuned
@@ -16,6 +18,7 @@
 //!
 //! The micro-benchmarks of each crate live beside the crate (`cargo bench -p privmix-renyi`, …).
 
+pub mod cache_key;
 pub mod claims;
 pub mod error;
 pub mod experiment;

@@ -5,6 +5,7 @@
 mod csv;
 mod icl;
 mod perplexity;
+mod studies;
 
 pub use icl::icl_markdown;
 use icl::icl_plot;
@@ -65,17 +66,24 @@ pub fn write_report(dir: &Path, report: &Report) -> Result<(), BenchError> {
     let mut summary = format!("{}\n", csv::SUMMARY_HEADER);
     for (key, _, r) in &experiments {
         rows.push_str(&csv::per_seed_rows(key, r));
+        rows.push_str(&studies::per_seed_rows(key, r));
         summary.push_str(&csv::summary_rows(key, r));
+        summary.push_str(&studies::summary_rows(key, r));
     }
     write("rows.csv", &rows)?;
     write("summary.csv", &summary)?;
 
     let mut md = String::from("# privmix privacy–utility report\n\n");
+    if let Some(finding) = report.perplexity.as_ref().and_then(studies::finding) {
+        md.push_str(&finding);
+    }
     md.push_str(&report.run.markdown());
     md.push_str(&claims_markdown(&report.claims));
     for (key, title, r) in &experiments {
         let plots = draw_all(dir, &format!("{key}_"), r)?;
         md.push_str(&perplexity::markdown(title, r, &plots));
+        md.push_str(&studies::table1(r));
+        md.push_str(&studies::markdown(r));
     }
     if let Some(icl) = &report.icl {
         let plot = if icl.config.epsilons.is_empty() {

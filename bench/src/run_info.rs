@@ -39,6 +39,9 @@ pub struct RunInfo {
     /// `wall_seconds` plus these.
     #[serde(default)]
     pub reused: Vec<(String, f64)>,
+    /// What `--verify-cache` recomputed and how it compared with the cache.
+    #[serde(default)]
+    pub cache_checks: Vec<String>,
 }
 
 impl RunInfo {
@@ -61,6 +64,7 @@ impl RunInfo {
             phases: Vec::new(),
             wall_seconds: 0.0,
             reused: Vec::new(),
+            cache_checks: Vec::new(),
         }
     }
 
@@ -101,6 +105,12 @@ impl RunInfo {
                 "| **whole run: wall time + reused** | **{}** |",
                 minutes(self.wall_seconds + reused)
             );
+        }
+        if !self.cache_checks.is_empty() {
+            s.push_str("\nCache verified (`--verify-cache`: one seeded part recomputed):\n\n");
+            for check in &self.cache_checks {
+                let _ = writeln!(s, "- {check}");
+            }
         }
         s.push('\n');
         s
@@ -177,27 +187,6 @@ pub(crate) fn commit() -> String {
     }
 }
 
-/// The version of the code at `paths` (relative to the repository's root): the
-/// git id of each at HEAD (`absent` for one HEAD does not hold), or None when any
-/// of them has uncommitted changes, or outside a git checkout.
-pub fn source_version(paths: &[&str]) -> Option<String> {
-    git(&["rev-parse", "HEAD"])?;
-    let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
-    let specs: Vec<String> = paths.iter().map(|p| format!(":/{p}")).collect();
-    status.extend(specs.iter().map(String::as_str));
-    if !git(&status)?.is_empty() {
-        return None;
-    }
-    let ids: Vec<String> = paths
-        .iter()
-        .map(|p| {
-            let id = git(&["rev-parse", &format!("HEAD:{p}")]).unwrap_or_else(|| "absent".into());
-            format!("{p}={id}")
-        })
-        .collect();
-    Some(format!("{} {}", env!("PRIVMIX_BENCH_RUSTC"), ids.join(" ")))
-}
-
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -264,42 +253,6 @@ mod tests {
         assert!(
             md.contains("| **whole run: wall time + reused** | **5.0 min** |"),
             "{md}"
-        );
-    }
-
-    /// Each source is named with its id at HEAD (`absent` where HEAD has none);
-    /// none is given where a source has uncommitted changes (checked against
-    /// `git status` directly).
-    #[test]
-    fn source_version_names_each_source_at_head() {
-        let status = std::process::Command::new("git")
-            .args([
-                "status",
-                "--porcelain",
-                "--untracked-files=no",
-                "--",
-                ":/bench/Cargo.toml",
-            ])
-            .output();
-        let Some(status) = status.ok().filter(|o| o.status.success()) else {
-            assert!(source_version(&["bench/Cargo.toml"]).is_none());
-            return;
-        };
-        let version = source_version(&["bench/Cargo.toml", "no/such/path"]);
-        if !status.stdout.is_empty() {
-            assert!(version.is_none());
-            return;
-        }
-        let version = version.unwrap();
-        assert!(version.starts_with("rustc "), "{version}");
-        assert!(version.ends_with(" no/such/path=absent"), "{version}");
-        let id = version
-            .split(' ')
-            .find_map(|p| p.strip_prefix("bench/Cargo.toml="))
-            .unwrap();
-        assert!(
-            id.len() >= 40 && id.chars().all(|c| c.is_ascii_hexdigit()),
-            "{version}"
         );
     }
 }

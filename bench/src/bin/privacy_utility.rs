@@ -11,8 +11,11 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use privmix_bench::BenchError;
 use privmix_bench::claims::{icl_claims, perplexity_claims};
 use privmix_bench::experiment::canary::CanaryPlan;
+use privmix_bench::experiment::members::verify_member_cache;
+use privmix_bench::experiment::studies::StudyPlan;
 use privmix_bench::experiment::{DpSgdPlan, ExperimentConfig, ScoringPlan, TrainingPlan, run};
-use privmix_bench::icl::{IclConfig, run_icl};
+use privmix_bench::experiment::{load_tokenizer, prepare_data};
+use privmix_bench::icl::{IclConfig, run_icl_verified};
 use privmix_bench::report::{Report, write_report};
 use privmix_bench::run_info::{Phases, RunInfo};
 
@@ -100,6 +103,34 @@ struct Args {
     /// DP-SGD per-example clipping norm.
     #[arg(long, default_value_t = 1.0)]
     dp_sgd_clip: f64,
+    /// Train one set of members and DP-SGD models for all seeds (the seeds'
+    /// intervals then leave training variance out); by default each seed row
+    /// trains its own (record level).
+    #[arg(long)]
+    shared_training: bool,
+    /// Skip the non-private model fine-tuned on every record (Table 1's
+    /// "fine-tuned" row, record level).
+    #[arg(long)]
+    skip_fine_tuned: bool,
+    /// Skip the queries curve and the attribution ablation (record level).
+    #[arg(long)]
+    skip_studies: bool,
+    /// Queries curve: query counts (each at most a seed's queries).
+    #[arg(long, value_delimiter = ',', default_value = "16,64,254,1016")]
+    study_queries: Vec<u64>,
+    /// Queries curve: target ε values.
+    #[arg(long, value_delimiter = ',', default_value = "8,2")]
+    study_epsilons: Vec<f64>,
+    /// Attribution ablation: PMixED's enforcement orders α_c (at the largest ε).
+    #[arg(long, value_delimiter = ',', default_value = "4,8,18,36")]
+    study_alpha_cs: Vec<f64>,
+    /// Attribution ablation: ensemble sizes N, each a run of its own (members on
+    /// proportionally more records where the corpus allows; empty: none).
+    #[arg(long, value_delimiter = ',', default_value = "32,64,100")]
+    study_members: Vec<usize>,
+    /// Attribution ablation: seeds of the runs at other N (the main table's first).
+    #[arg(long, default_value_t = 3)]
+    study_members_seeds: usize,
     /// Skip the S&A-Laplace and GNMax rows.
     #[arg(long)]
     skip_prediction_baselines: bool,
@@ -148,11 +179,13 @@ struct Args {
     /// Canary audit: number of canaries (0: skip the audit).
     #[arg(long, default_value_t = 8)]
     canaries: usize,
-    /// Canary audit: repeats of each canary sentence in its user's text.
-    #[arg(long, default_value_t = 40)]
+    /// Canary audit: repeats of each canary sentence in its user's text (whole
+    /// sentences in every block).
+    #[arg(long, default_value_t = 20)]
     canary_repeats: usize,
-    /// Canary audit: passes over each audit member's blocks.
-    #[arg(long, default_value_t = 4.0)]
+    /// Canary audit: passes over each audit member's blocks (enough for the
+    /// member holding a canary to memorise it: the audit's positive control).
+    #[arg(long, default_value_t = 12.0)]
     canary_epochs: f64,
     /// Membership inference: examples m per repetition (m attacks of 1 member vs m − 1; 0: skip).
     #[arg(long, default_value_t = 41)]
@@ -164,6 +197,11 @@ struct Args {
     /// (`cargo xtask fetch-models --only minilm`); when it is missing the report says so.
     #[arg(long, default_value = "models-cache/all-minilm-l6-v2")]
     embedding_model: PathBuf,
+    /// Recompute one seeded part of each cache (member 0's adapter, the ICL's
+    /// seed 0) and compare it with its entry; the run stops with an error if
+    /// they differ (the Run section says what was checked).
+    #[arg(long)]
+    verify_cache: bool,
     /// Skip the Wu et al. embedding baseline.
     #[arg(long)]
     skip_embedding: bool,
@@ -215,7 +253,10 @@ fn main() -> ExitCode {
             mia_examples = 5,
             mia_repetitions = 2,
             canaries = 4,
-            canary_epochs = 2.0,
+            canary_epochs = 6.0,
+            study_queries = vec![16, 64, 126],
+            study_members = vec![8],
+            study_members_seeds = 2,
             esa_candidates = 8,
         );
     }
@@ -272,6 +313,28 @@ fn main() -> ExitCode {
             epochs: a.canary_epochs,
             learning_rate: 10.0 * a.learning_rate,
         }),
+        fine_tuned: !a.skip_fine_tuned,
+        training_per_seed: !a.shared_training,
+        // The members' learning rate is tuned over DP-SGD's grid (and the
+        // plan's own), so neither side gets more tuning than the other.
+        member_learning_rates: if a.skip_dp_sgd {
+            Vec::new()
+        } else {
+            let mut lrs = a.dp_sgd_lrs.clone();
+            if !lrs.contains(&a.learning_rate) {
+                lrs.push(a.learning_rate);
+            }
+            lrs
+        },
+        training_seed_offset: 0,
+        studies: (!a.skip_studies).then(|| StudyPlan {
+            query_counts: a.study_queries.clone(),
+            query_epsilons: a.study_epsilons.clone(),
+            alpha_cs: a.study_alpha_cs.clone(),
+            paper_accounting: true,
+            members: a.study_members.clone(),
+            members_seeds: a.study_members_seeds,
+        }),
     };
     // The user-level table: the same plan over users, without DP-SGD (whose
     // per-example clipping protects one record, not one user) and without the
@@ -280,6 +343,10 @@ fn main() -> ExitCode {
         user_unit: a.user_unit.clone(),
         dp_sgd: None,
         canary: None,
+        fine_tuned: false,
+        training_per_seed: false,
+        member_learning_rates: Vec::new(),
+        studies: None,
         long_queries: 0,
         ..config.clone()
     });
@@ -317,6 +384,15 @@ fn main() -> ExitCode {
         } else {
             Some(phases.time("perplexity, record level", || run(&config, true))?)
         };
+        if let Some(r) = perplexity.as_ref().filter(|_| a.verify_cache) {
+            // The run's own configuration: the members' tuned learning rate.
+            let check = phases.time("verify the adapter cache", || {
+                let tokenizer = load_tokenizer(&r.config)?;
+                let data = prepare_data(&r.config, &tokenizer)?;
+                verify_member_cache(&r.config, &data, true)
+            })?;
+            info.cache_checks.push(check);
+        }
         let user_level = match (&user_config, a.skip_perplexity) {
             (Some(c), false) => Some(phases.time("perplexity, user level", || run(c, true))?),
             _ => None,
@@ -324,7 +400,7 @@ fn main() -> ExitCode {
         let icl = if a.skip_icl {
             None
         } else {
-            Some(phases.time("ICL", || run_icl(&icl, true))?)
+            Some(phases.time("ICL", || run_icl_verified(&icl, true, a.verify_cache))?)
         };
         let mut claims = Vec::new();
         if let Some(r) = &perplexity {
@@ -341,6 +417,9 @@ fn main() -> ExitCode {
                     r.reused_training_seconds,
                 ));
             }
+        }
+        if let Some(check) = icl.as_ref().and_then(|i| i.cache_check.clone()) {
+            info.cache_checks.push(check);
         }
         if let Some(i) = &icl {
             info.reused.push((

@@ -8,6 +8,16 @@
 //! blocks. The members here are fine-tuned for the audit (cached like the others);
 //! they are not the members of the perplexity table.
 //!
+//! The audit needs a working positive control to mean anything, as in SubMix's
+//! §4.2, where the non-private model memorises every code (≥ 90% recall):
+//! - every training block holds whole canary sentences ([`canary_blocks`]), so
+//!   no repeat is cut at a block's edge;
+//! - the sentence's tokens are the prefix's then the secret's, as the attack
+//!   feeds them ([`check_whole`]): a tokenizer that merged across the join
+//!   would train on tokens the attack never scores;
+//! - the member holding each canary is scored on its own ([`CANARY_MEMBER`]):
+//!   SubMix's non-privately fine-tuned model, which the ensemble dilutes N-fold.
+//!
 //! The attack's success is measured exactly rather than by Monte Carlo: with the
 //! prefix as the prompt, the probability that one sampled continuation reproduces
 //! the six digits is the product, over the digit positions, of the mechanism's
@@ -34,6 +44,10 @@ use super::contenders::contenders;
 use super::data::ExperimentData;
 use super::members::train_members;
 use crate::error::BenchError;
+
+/// The audit's row of the member holding each canary, without privacy: the
+/// positive control.
+pub const CANARY_MEMBER: &str = "canary's member";
 
 /// One mechanism's extraction result.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -114,18 +128,27 @@ pub fn canary_audit(
     let started = Instant::now();
     let n = config.members;
     let canaries = make_canaries(plan.canaries, config.seed);
+    let encoded = canaries
+        .iter()
+        .map(|(p, s)| Ok((tokenizer.encode(p, false)?, tokenizer.encode(s, false)?)))
+        .collect::<Result<Vec<_>, BenchError>>()?;
     let mut members = Vec::with_capacity(n);
     for i in 0..n {
-        let mut text = String::new();
-        for (prefix, secret) in canaries.iter().skip(i).step_by(n) {
-            for _ in 0..plan.repeats {
-                text.push_str(&format!("{prefix}{secret}.\n"));
-            }
+        let own = &data.members[i];
+        let filler: Vec<u32> = own.first().cloned().unwrap_or_default();
+        let mut blocks = Vec::new();
+        for (k, (prefix, secret)) in canaries.iter().enumerate().skip(i).step_by(n) {
+            let sentence = tokenizer.encode(&format!("{prefix}{secret}.\n"), false)?;
+            check_whole(k, &encoded[k].0, &encoded[k].1, &sentence)?;
+            blocks.extend(canary_blocks(
+                &sentence,
+                plan.repeats,
+                config.block,
+                &filler,
+            )?);
         }
-        let ids = tokenizer.encode(&text, false)?;
-        let mut blocks = privmix_ensemble::data::cut_blocks(&ids, config.block, None)?;
-        let own = blocks.len().max(1);
-        blocks.extend(data.members[i].iter().take(own).cloned());
+        let count = blocks.len().max(1);
+        blocks.extend(own.iter().take(count).cloned());
         members.push(blocks);
     }
     let audit_data = ExperimentData {
@@ -136,27 +159,34 @@ pub fn canary_audit(
     audit_config.training.epochs = plan.epochs;
     audit_config.training.learning_rate = plan.learning_rate;
     audit_config.dp_sgd = None;
+    audit_config.fine_tuned = false;
     let trained = train_members(&audit_config, &audit_data, progress)?;
     let model = Model::<Backend>::load(&config.model, &Default::default())?;
     let vocab = model.vocab_size();
     let runner = EnsembleRunner::new(model, &trained.members)?;
     let layout = RowLayout::public_and_members(n);
 
-    let encoded = canaries
-        .iter()
-        .map(|(p, s)| Ok((tokenizer.encode(p, false)?, tokenizer.encode(s, false)?)))
-        .collect::<Result<Vec<_>, BenchError>>()?;
     let queries: u64 = encoded.iter().map(|(_, s)| s.len() as u64).sum();
     let orders = Orders::dp_accounting_default();
     let mut cs = contenders(config, queries, vocab, false, &orders)?;
     let mut rng = PrivacyRng::from_seed(config.seed ^ 0xCA4A);
     // The last position's ensemble, whose buffers the next one reuses.
     let mut last: Option<Ensemble> = None;
-    for (prefix, secret) in &encoded {
+    // The positive control: each canary's member, its log-probability of the
+    // secret and whether greedy decoding reproduces it.
+    let mut member_log10 = Vec::with_capacity(encoded.len());
+    let mut member_extracted = Vec::with_capacity(encoded.len());
+    for (k, (prefix, secret)) in encoded.iter().enumerate() {
         let tokens = [prefix.as_slice(), secret].concat();
         let steps = runner.score_block_full(&layout, &tokens)?;
+        let holder = k % n;
+        let (mut log_p, mut greedy) = (0.0f64, true);
         for (i, rows) in steps.iter().enumerate().skip(prefix.len() - 1) {
             let flat = rows.as_flat();
+            let row = &flat[(holder + 1) * vocab..(holder + 2) * vocab];
+            let truth = tokens[i + 1] as usize;
+            log_p += f64::from(row[truth]);
+            greedy &= row.iter().all(|&v| v <= row[truth]);
             let ensemble = Ensemble::renew_or_new(
                 last.take(),
                 Rows::LogProbF32(&flat[..vocab]),
@@ -170,8 +200,20 @@ pub fn canary_audit(
         for c in &mut cs {
             c.end_block();
         }
+        member_log10.push(log_p / std::f64::consts::LN_10);
+        member_extracted.push(greedy);
     }
-    let mut results = Vec::new();
+    let mut results = vec![CanaryResult {
+        mechanism: CANARY_MEMBER.into(),
+        target_epsilon: None,
+        hit_rate: member_log10.iter().map(|l| 10f64.powf(*l)).sum::<f64>()
+            / member_log10.len().max(1) as f64,
+        recall: member_extracted.iter().filter(|&&e| e).count() as f64
+            / member_extracted.len().max(1) as f64,
+        log10_probabilities: member_log10,
+        extracted: member_extracted,
+        spent_epsilon: None,
+    }];
     for c in cs {
         let r = c.finish()?;
         // A block's perplexity is exp(−log P / L): log₁₀ P = −L·log₁₀(perplexity).
@@ -211,4 +253,118 @@ pub fn canary_audit(
         results,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Checks, before anything is trained, that the tokenizer keeps every canary
+/// of `plan` whole ([`check_whole`]).
+pub fn check_canaries(
+    plan: &CanaryPlan,
+    seed: u64,
+    tokenizer: &Tokenizer,
+) -> Result<(), BenchError> {
+    for (k, (prefix, secret)) in make_canaries(plan.canaries, seed).iter().enumerate() {
+        let sentence = tokenizer.encode(&format!("{prefix}{secret}.\n"), false)?;
+        check_whole(
+            k,
+            &tokenizer.encode(prefix, false)?,
+            &tokenizer.encode(secret, false)?,
+            &sentence,
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks that `sentence` (canary `k`'s training text) starts with the tokens
+/// of its prefix followed by those of its secret, as the attack scores them.
+pub fn check_whole(
+    k: usize,
+    prefix: &[u32],
+    secret: &[u32],
+    sentence: &[u32],
+) -> Result<(), BenchError> {
+    let joined = prefix.len() + secret.len();
+    if sentence.len() < joined
+        || sentence[..prefix.len()] != *prefix
+        || sentence[prefix.len()..joined] != *secret
+    {
+        return Err(BenchError::Config(format!(
+            "canary {k}: the tokenizer does not keep its prefix and secret apart in the \
+             sentence (the attack would score tokens the members never saw)"
+        )));
+    }
+    Ok(())
+}
+
+/// Training blocks of `len` tokens holding `repeats` whole copies of
+/// `sentence` (rounded up to fill each block with as many as fit), each block
+/// topped up to `len` with the first tokens of `filler` (the user's own text,
+/// cycled). A sentence longer than a block (tiny test models) is repeated and
+/// cut into blocks instead, at least one. Errors: an empty sentence, or no
+/// filler when one is needed.
+pub fn canary_blocks(
+    sentence: &[u32],
+    repeats: usize,
+    len: usize,
+    filler: &[u32],
+) -> Result<Vec<Vec<u32>>, BenchError> {
+    if sentence.is_empty() || len == 0 {
+        return Err(BenchError::Config(
+            "an empty canary sentence or block".into(),
+        ));
+    }
+    if sentence.len() > len {
+        let text = sentence.repeat(repeats.max(1));
+        let mut blocks: Vec<Vec<u32>> = text.chunks_exact(len).map(<[u32]>::to_vec).collect();
+        if blocks.is_empty() {
+            blocks.push(text.iter().copied().cycle().take(len).collect());
+        }
+        return Ok(blocks);
+    }
+    let per_block = len / sentence.len();
+    let pad = len - per_block * sentence.len();
+    if pad > 0 && filler.is_empty() {
+        return Err(BenchError::Config(
+            "no text to top up the canary blocks with".into(),
+        ));
+    }
+    let blocks = repeats.div_ceil(per_block);
+    Ok((0..blocks)
+        .map(|_| {
+            let mut block: Vec<u32> = sentence.repeat(per_block);
+            block.extend(filler.iter().copied().cycle().take(pad));
+            block
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canary_blocks_hold_whole_sentences() {
+        let sentence = [7, 8, 9];
+        let blocks = canary_blocks(&sentence, 5, 8, &[1, 2]).unwrap();
+        // Two sentences a block, three blocks for five repeats, topped up.
+        assert_eq!(blocks, vec![vec![7, 8, 9, 7, 8, 9, 1, 2]; 3]);
+        // Longer than a block: repeated and cut.
+        assert_eq!(
+            canary_blocks(&[1, 2, 3, 4, 5], 3, 4, &[]).unwrap(),
+            vec![vec![1, 2, 3, 4], vec![5, 1, 2, 3], vec![4, 5, 1, 2]]
+        );
+        assert!(canary_blocks(&[], 1, 8, &[1]).is_err());
+        assert!(canary_blocks(&sentence, 1, 8, &[]).is_err());
+        assert_eq!(
+            canary_blocks(&[1, 2], 2, 4, &[]).unwrap(),
+            vec![vec![1, 2, 1, 2]]
+        );
+    }
+
+    #[test]
+    fn a_sentence_must_start_with_the_prefix_and_then_the_secret() {
+        assert!(check_whole(0, &[1, 2], &[3, 4], &[1, 2, 3, 4, 5]).is_ok());
+        // A merge across the join: the secret's first token is not there.
+        assert!(check_whole(0, &[1, 2], &[3, 4], &[1, 9, 4, 5]).is_err());
+        assert!(check_whole(0, &[1, 2], &[3, 4], &[1, 2, 3]).is_err());
+    }
 }

@@ -65,6 +65,27 @@ pub struct ExperimentConfig {
     pub seed: u64,
     /// The canary-extraction audit (None: not run).
     pub canary: Option<CanaryPlan>,
+    /// Whether each seed row fine-tunes its own members, DP-SGD models and
+    /// fine-tuned model (training seeds moved by [`Self::training_seed_offset`]
+    /// per row), so that the intervals hold training variance; the DP-SGD sweep
+    /// and the members' learning rate are chosen once, on seed row 0.
+    #[serde(default)]
+    pub training_per_seed: bool,
+    /// Learning rates the members are tuned over, by mean validation loss
+    /// (empty: the plan's alone).
+    #[serde(default)]
+    pub member_learning_rates: Vec<f64>,
+    /// Added to the seed of every training (members, DP-SGD, fine-tuned) of
+    /// one seed row; 0 in a plan (the run sets it per row).
+    #[serde(default)]
+    pub training_seed_offset: u64,
+    /// Whether one non-private LoRA is fine-tuned on every training record
+    /// with the members' plan (the papers' "fine-tuned" row of Table 1).
+    #[serde(default)]
+    pub fine_tuned: bool,
+    /// The queries curve and the attribution ablation (None: not run).
+    #[serde(default)]
+    pub studies: Option<super::studies::StudyPlan>,
 }
 
 impl ExperimentConfig {

@@ -331,6 +331,11 @@ mod tests {
             scoring: ScoringPlan::default(),
             seed: 1,
             canary: None,
+            fine_tuned: false,
+            training_per_seed: false,
+            member_learning_rates: Vec::new(),
+            training_seed_offset: 0,
+            studies: None,
         }
     }
 

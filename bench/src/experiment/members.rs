@@ -1,8 +1,10 @@
 //! Fine-tuning the members (LoRA) and the DP-SGD baseline, cached on disk.
 //!
-//! A cached adapter is reused only when the hash of everything that decides its
-//! weights — the base model file's name and size, the member's training blocks,
-//! the training plan and the seed — names its folder; anything else retrains.
+//! A cached adapter is reused only when its key ([`crate::cache_key`]: the
+//! declared results version, the training plan and seed as canonical JSON, the
+//! SHA-256 of the base model and of the training blocks) names its folder;
+//! anything else retrains. The commit that trained it is recorded in the
+//! folder's metadata as provenance, outside the key.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -18,12 +20,12 @@ use privmix_ensemble::train::{
 use privmix_models::Model;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::config::ExperimentConfig;
 pub use super::config::TrainingPlan;
 use super::data::ExperimentData;
 use crate::Backend;
+use crate::cache_key::{CacheKey, data_sha256, path_sha256};
 use crate::error::BenchError;
 
 type Train = Autodiff<Backend>;
@@ -48,6 +50,10 @@ pub struct DpSgdRun {
     /// Which accountant gave ε: the RDP of the Poisson-subsampled discrete Gaussian
     /// noise (older caches: the smaller of PLD and RDP).
     pub accountant: String,
+    /// ε of the same steps, σ and q by the PLD accountant (of the continuous
+    /// Gaussian; None: not computed).
+    #[serde(default)]
+    pub epsilon_pld: Option<f64>,
     /// Mean loss on the validation blocks (nats per token).
     pub validation_loss: f64,
     /// Whether the sweep chose this learning rate and epoch count.
@@ -62,12 +68,16 @@ pub struct TrainedMembers {
     pub member_steps: Vec<usize>,
     /// Validation loss of the public model and of each member (nats per token).
     pub validation: (f64, Vec<f64>),
+    /// The non-private model fine-tuned on every training record (when asked).
+    pub fine_tuned: Option<LoraAdapter<Backend>>,
     /// `(run, adapter)` of each DP-SGD model of the table, one per target ε.
     pub dp_sgd: Vec<(DpSgdRun, LoraAdapter<Backend>)>,
     /// Every point of the DP-SGD sweep (at the largest target ε).
     pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// True when every adapter came from the cache.
     pub cached: bool,
+    /// The members' part of `reused_seconds`.
+    pub members_reused_seconds: f64,
     /// Seconds the adapters loaded from the cache took to train, as measured
     /// when they were trained (0 for those cached before that was recorded).
     pub reused_seconds: f64,
@@ -76,45 +86,6 @@ pub struct TrainedMembers {
 fn lora_config(plan: &TrainingPlan) -> Result<LoraConfig, BenchError> {
     let targets: Vec<&str> = plan.targets.iter().map(String::as_str).collect();
     Ok(LoraConfig::new(plan.rank, plan.alpha, &targets)?)
-}
-
-/// `key` with the backend named when it is not the CPU one (CUDA training runs
-/// other arithmetic and takes other times, so its adapters are kept apart; the
-/// CPU's keys stay what they were before the backend could be chosen).
-pub(crate) fn backend_key(mut key: serde_json::Value) -> serde_json::Value {
-    if cfg!(feature = "cuda") {
-        key["backend"] = serde_json::Value::from(crate::BACKEND_NAME);
-    }
-    key
-}
-
-/// A short hex digest of `value`'s JSON.
-pub(crate) fn digest(value: &serde_json::Value) -> String {
-    let hash = Sha256::digest(value.to_string().as_bytes());
-    hash.iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The base model's name and the size of its file — or, for an HF folder, of
-/// every file in it — for the cache key.
-pub(crate) fn model_identity(path: &Path) -> serde_json::Value {
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let sizes: Vec<(String, u64)> = match std::fs::read_dir(path) {
-        Ok(entries) => {
-            let mut v: Vec<(String, u64)> = entries
-                .flatten()
-                .map(|e| {
-                    (
-                        e.file_name().to_string_lossy().into_owned(),
-                        size(&e.path()),
-                    )
-                })
-                .collect();
-            v.sort();
-            v
-        }
-        Err(_) => vec![(String::new(), size(path))],
-    };
-    json!({ "name": path.file_name().map(|n| n.to_string_lossy().into_owned()), "sizes": sizes })
 }
 
 fn bar(len: u64, what: &str, show: bool) -> ProgressBar {
@@ -177,18 +148,9 @@ pub fn train_members(
     let mut member_steps = Vec::new();
     let mut cached = true;
     let mut reused_seconds = 0.0;
+    let model_sha256 = vec![path_sha256(&config.model)?];
     for (i, blocks) in data.members.iter().enumerate() {
-        let batch = plan.batch.min(blocks.len());
-        let steps = steps_for(plan.epochs, blocks.len(), batch);
-        let key = backend_key(json!({
-            "model": model_identity(&config.model),
-            "blocks": digest(&json!(blocks)),
-            "plan": plan,
-            "seed": config.seed + i as u64,
-        }));
-        let dir = config
-            .cache_dir
-            .join(format!("member-{i}-{}", digest(&key)));
+        let (key, dir, steps) = member_key(config, i, blocks, &model_sha256)?;
         let adapter = match load_cached(&dir, &base)? {
             Some((adapter, meta)) => {
                 reused_seconds += train_seconds(&meta);
@@ -197,24 +159,25 @@ pub fn train_members(
             None => {
                 cached = false;
                 let started = Instant::now();
-                let mut train_config =
-                    TrainConfig::new(lora.clone(), steps, config.seed + i as u64);
-                train_config.batch_size = batch;
-                train_config.learning_rate = plan.learning_rate;
-                let mut trainer =
-                    Trainer::<Train, _>::new(&model, blocks.clone(), Vec::new(), train_config)?;
-                let pb = bar(steps as u64, &format!("fine-tune member {i}"), progress);
-                for _ in 0..steps {
-                    trainer.step()?;
-                    pb.inc(1);
-                }
-                pb.finish_and_clear();
-                let adapter = trainer.adapter::<Backend>()?;
+                let adapter = train_member(
+                    config,
+                    &model,
+                    &lora,
+                    training_seed(config) + i as u64,
+                    &format!("fine-tune member {i}"),
+                    blocks,
+                    progress,
+                )?;
                 let seconds = started.elapsed().as_secs_f64();
                 save_cached(
                     &dir,
                     &adapter,
-                    json!({ "steps": steps, TRAIN_SECONDS: seconds }),
+                    json!({
+                        "steps": steps,
+                        TRAIN_SECONDS: seconds,
+                        "key": key,
+                        "commit": crate::run_info::commit(),
+                    }),
                 )?;
                 adapter
             }
@@ -222,7 +185,52 @@ pub fn train_members(
         members.push(adapter);
         member_steps.push(steps);
     }
+    let members_reused_seconds = reused_seconds;
     let validation = validation_losses(&config.model, &members, &data.validation)?;
+    let fine_tuned = if config.fine_tuned {
+        let all = data.all_records();
+        let seed = training_seed(config) + FINE_TUNED_SEED;
+        let key = CacheKey::new(
+            "fine-tuned",
+            &json!({ "plan": plan, "seed": seed }),
+            model_sha256.clone(),
+            data_sha256(&all)?,
+        )?;
+        let dir = config
+            .cache_dir
+            .join(format!("fine-tuned-{}", key.digest()));
+        Some(match load_cached(&dir, &base)? {
+            Some((adapter, meta)) => {
+                reused_seconds += train_seconds(&meta);
+                adapter
+            }
+            None => {
+                cached = false;
+                let started = Instant::now();
+                let adapter = train_member(
+                    config,
+                    &model,
+                    &lora,
+                    seed,
+                    "fine-tune on all",
+                    &all,
+                    progress,
+                )?;
+                save_cached(
+                    &dir,
+                    &adapter,
+                    json!({
+                        TRAIN_SECONDS: started.elapsed().as_secs_f64(),
+                        "key": key,
+                        "commit": crate::run_info::commit(),
+                    }),
+                )?;
+                adapter
+            }
+        })
+    } else {
+        None
+    };
 
     let mut dp_sgd = Vec::new();
     let mut dp_sgd_sweep = Vec::new();
@@ -284,11 +292,149 @@ pub fn train_members(
         members,
         member_steps,
         validation,
+        fine_tuned,
         dp_sgd,
         dp_sgd_sweep,
         cached,
+        members_reused_seconds,
         reused_seconds,
     })
+}
+
+/// The cache key of member `i` (training `blocks`), its folder and its steps.
+fn member_key(
+    config: &ExperimentConfig,
+    i: usize,
+    blocks: &[Vec<u32>],
+    model_sha256: &[String],
+) -> Result<(CacheKey, PathBuf, usize), BenchError> {
+    let plan = &config.training;
+    let steps = steps_for(plan.epochs, blocks.len(), plan.batch.min(blocks.len()));
+    let key = CacheKey::new(
+        "member",
+        &json!({ "plan": plan, "seed": training_seed(config) + i as u64 }),
+        model_sha256.to_vec(),
+        data_sha256(&blocks)?,
+    )?;
+    let dir = config
+        .cache_dir
+        .join(format!("member-{i}-{}", key.digest()));
+    Ok((key, dir, steps))
+}
+
+/// The seed training starts from: the run's, moved by the seed row's offset
+/// (so that each seed row's members and DP-SGD models are trained apart).
+fn training_seed(config: &ExperimentConfig) -> u64 {
+    config.seed.wrapping_add(config.training_seed_offset)
+}
+
+/// Added to the run's seed for the non-private model fine-tuned on all records.
+const FINE_TUNED_SEED: u64 = 2000;
+
+/// Fine-tunes a LoRA with the members' plan on `blocks`, seeded by `seed`.
+fn train_member(
+    config: &ExperimentConfig,
+    model: &Model<Train>,
+    lora: &LoraConfig,
+    seed: u64,
+    label: &str,
+    blocks: &[Vec<u32>],
+    progress: bool,
+) -> Result<LoraAdapter<Backend>, BenchError> {
+    let plan = &config.training;
+    let batch = plan.batch.min(blocks.len());
+    let steps = steps_for(plan.epochs, blocks.len(), batch);
+    let mut train_config = TrainConfig::new(lora.clone(), steps, seed);
+    train_config.batch_size = batch;
+    train_config.learning_rate = plan.learning_rate;
+    let mut trainer = Trainer::<Train, _>::new(model, blocks.to_vec(), Vec::new(), train_config)?;
+    let pb = bar(steps as u64, label, progress);
+    for _ in 0..steps {
+        trainer.step()?;
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    Ok(trainer.adapter::<Backend>()?)
+}
+
+/// Relative difference of validation losses below which a recomputed adapter
+/// counts as its cached one where their bytes differ.
+pub const VERIFY_TOLERANCE: f64 = 1e-6;
+
+/// `--verify-cache` for the adapters: trains member 0 afresh (its seed and
+/// data are the run's) and compares it with its cached adapter, byte for byte
+/// and by validation loss. Returns what it found; an error when the adapter
+/// is not cached, or when the two differ by more than [`VERIFY_TOLERANCE`] of
+/// the loss (a cache entry that its key no longer describes: bump
+/// [`crate::cache_key::RESULTS_VERSION`]).
+pub fn verify_member_cache(
+    config: &ExperimentConfig,
+    data: &ExperimentData,
+    progress: bool,
+) -> Result<String, BenchError> {
+    let blocks = data
+        .members
+        .first()
+        .ok_or_else(|| BenchError::Config("no member to verify".into()))?;
+    let model = Model::<Train>::load(&config.model, &Default::default())?;
+    let base = model.base_shapes()?;
+    let lora = lora_config(&config.training)?;
+    let (_, dir, _) = member_key(config, 0, blocks, &[path_sha256(&config.model)?])?;
+    let Some((cached, meta)) = load_cached(&dir, &base)? else {
+        return Err(BenchError::Config(format!(
+            "--verify-cache: member 0 is not in the cache ({})",
+            dir.display()
+        )));
+    };
+    let fresh = train_member(
+        config,
+        &model,
+        &lora,
+        training_seed(config),
+        "verify member 0",
+        blocks,
+        progress,
+    )?;
+    let scratch = config.cache_dir.join("verify-member-0.partial");
+    let _ = std::fs::remove_dir_all(&scratch);
+    fresh.save_peft(&scratch)?;
+    let same_bytes = same_files(&dir, &scratch)?;
+    let _ = std::fs::remove_dir_all(&scratch);
+    let (_, losses) = validation_losses(&config.model, &[cached, fresh], &data.validation)?;
+    let relative = (losses[0] - losses[1]).abs() / losses[0].abs().max(f64::MIN_POSITIVE);
+    let made_by = meta["commit"].as_str().unwrap_or("an unrecorded commit");
+    let found = format!(
+        "member 0 retrained: {} its cached adapter (made by {made_by}); validation loss \
+         {:.6} cached, {:.6} recomputed",
+        if same_bytes {
+            "byte for byte equal to"
+        } else {
+            "not byte for byte equal to"
+        },
+        losses[0],
+        losses[1]
+    );
+    if !same_bytes && relative > VERIFY_TOLERANCE {
+        return Err(BenchError::Config(format!(
+            "--verify-cache: {found}: the cache holds results its key no longer describes \
+             (bump RESULTS_VERSION in bench/src/cache_key.rs)"
+        )));
+    }
+    Ok(found)
+}
+
+/// Whether every file of `b` (an adapter folder) has the same bytes in `a`.
+fn same_files(a: &Path, b: &Path) -> Result<bool, BenchError> {
+    for entry in std::fs::read_dir(b).map_err(|e| BenchError::io(b, e))? {
+        let entry = entry.map_err(|e| BenchError::io(b, e))?;
+        let ours = std::fs::read(entry.path()).map_err(|e| BenchError::io(&entry.path(), e))?;
+        let theirs = a.join(entry.file_name());
+        match std::fs::read(&theirs) {
+            Ok(bytes) if bytes == ours => {}
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
 }
 
 /// What every DP-SGD model of a run shares.
@@ -315,6 +461,7 @@ impl DpTraining<'_> {
         let config = self.config;
         let steps = ((epochs / self.q).ceil() as usize).max(1);
         let sigma = dp_sgd_sigma(target, config.delta, steps as u64, self.q)?;
+        let dp_noise_seed = training_seed(config) + 1000;
         let dp_config = DpSgdConfig {
             lora: self.lora.clone(),
             learning_rate: lr,
@@ -325,20 +472,33 @@ impl DpTraining<'_> {
             noise_multiplier: sigma,
             delta: config.delta,
             adamw: Default::default(),
-            seed: config.seed + 1000,
+            seed: training_seed(config) + 1000,
             // An experiment: seeded noise and sampling make the run reproducible
             // (and its cached adapter reusable), and give it NO privacy. The ε
             // reported beside it is what the same run costs with OS noise.
-            noise: NoiseSource::Seeded(config.seed + 1000),
+            noise: NoiseSource::Seeded(dp_noise_seed),
         };
-        let key = backend_key(json!({
-            "model": model_identity(&config.model),
-            "blocks": digest(&json!(self.records)),
-            "dp": format!("{dp_config:?}"),
-        }));
+        let key = CacheKey::new(
+            "dp-sgd",
+            &json!({
+                "plan": config.training,
+                "learning_rate": dp_config.learning_rate,
+                "warmup_steps": dp_config.warmup_steps,
+                "total_steps": dp_config.total_steps,
+                "sampling_rate": dp_config.sampling_rate,
+                "clip_norm": dp_config.clip_norm,
+                "noise_multiplier": dp_config.noise_multiplier,
+                "delta": dp_config.delta,
+                "adamw": dp_config.adamw,
+                "seed": dp_config.seed,
+                "noise_seed": dp_noise_seed,
+            }),
+            vec![path_sha256(&config.model)?],
+            data_sha256(&self.records)?,
+        )?;
         let dir = config
             .cache_dir
-            .join(format!("dp-sgd-{target}-{}", digest(&key)));
+            .join(format!("dp-sgd-{target}-{}", key.digest()));
         let (adapter, reused) = match load_cached(&dir, self.base)? {
             Some((adapter, meta)) => (adapter, Some(train_seconds(&meta))),
             None => {
@@ -360,7 +520,13 @@ impl DpTraining<'_> {
                 save_cached(
                     &dir,
                     &adapter,
-                    json!({ "sigma": sigma, "q": self.q, TRAIN_SECONDS: seconds }),
+                    json!({
+                        "sigma": sigma,
+                        "q": self.q,
+                        TRAIN_SECONDS: seconds,
+                        "key": key,
+                        "commit": crate::run_info::commit(),
+                    }),
                 )?;
                 (adapter, None)
             }
@@ -378,6 +544,13 @@ impl DpTraining<'_> {
                 sigma,
                 epsilon: spent.epsilon,
                 accountant: format!("{:?}", spent.accountant),
+                epsilon_pld: privmix_accountant::pld::dp_sgd_epsilon(
+                    sigma,
+                    self.q,
+                    steps as u64,
+                    config.delta,
+                )
+                .ok(),
                 validation_loss: f64::NAN,
                 chosen: false,
             },

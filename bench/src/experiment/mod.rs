@@ -21,6 +21,8 @@
 //! 4. [`summarize`]: each figure as its mean over seeds with a 95% interval.
 //! 5. [`long`]: optionally, one long deployment at the largest ε (the AdaPMixED
 //!    paper's 99,840 queries), its interval over consecutive runs of its blocks.
+//! 6. [`studies`]: optionally, the queries curve and the attribution ablation,
+//!    scored on each seed's forwards beside the main table.
 
 pub mod canary;
 mod config;
@@ -30,6 +32,8 @@ pub mod induced;
 pub mod long;
 pub mod members;
 pub mod scoring;
+pub mod studies;
+pub mod training;
 
 use std::time::Instant;
 
@@ -93,6 +97,10 @@ pub struct ExperimentResults {
     /// trained (by an earlier run): compute this run reused.
     #[serde(default)]
     pub reused_training_seconds: f64,
+    /// The members' learning rates tried, with each one's mean validation
+    /// loss (empty: no grid; the chosen one is in the configuration).
+    #[serde(default)]
+    pub member_lr_sweep: training::LearningRateSweep,
     /// Every point of the DP-SGD sweep.
     pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// The DP-SGD models of the table, one per target ε.
@@ -108,6 +116,9 @@ pub struct ExperimentResults {
     /// The long deployment, when asked for (`long_queries`).
     #[serde(default)]
     pub long_deployment: Option<long::LongDeployment>,
+    /// The studies' rows (empty: not run).
+    #[serde(default)]
+    pub studies: Vec<studies::StudyRow>,
 }
 
 impl ExperimentResults {
@@ -175,13 +186,16 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
     }
     let mut phases = Vec::new();
     let t0 = Instant::now();
-    let device = Default::default();
     let tokenizer = load_tokenizer(config)?;
+    if let Some(plan) = &config.canary {
+        canary::check_canaries(plan, config.seed, &tokenizer)?;
+    }
     let data = prepare_data(config, &tokenizer)?;
     phases.push(("data".to_string(), t0.elapsed().as_secs_f64()));
 
     let t1 = Instant::now();
-    let trained = train_members(config, &data, progress)?;
+    let (chosen, trained, member_lr_sweep) = training::tune_and_train(config, &data, progress)?;
+    let config = &chosen;
     phases.push((
         format!(
             "training ({} members{}{})",
@@ -204,32 +218,77 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
     ));
 
     let t2 = Instant::now();
-    let model = Model::<Backend>::load(&config.model, &device)?;
-    let vocab = model.vocab_size();
+    let runner = training::runner_for(config, &trained)?;
+    let vocab = runner.model().vocab_size();
     if tokenizer.vocab_size() > vocab {
         return Err(BenchError::Config(format!(
             "the tokenizer has {} tokens, the model only {vocab}",
             tokenizer.vocab_size(),
         )));
     }
-    let mut adapters = trained.members.clone();
-    adapters.extend(trained.dp_sgd.iter().map(|(_, a)| a.clone()));
-    let runner = EnsembleRunner::new(model, &adapters)?;
+    let (mut row_training_seconds, mut reused_seconds, mut all_cached) =
+        (0.0, trained.reused_seconds, trained.cached);
     let mut seeds = Vec::with_capacity(data.eval.len());
+    let orders = privmix_accountant::Orders::dp_accounting_default();
+    // Every seed runs the same study rows: sized to the smallest seed.
+    let seed_queries = data
+        .eval
+        .iter()
+        .map(|e| e.iter().map(|b| b.len() as u64 - 1).sum::<u64>())
+        .min()
+        .unwrap_or(0);
+    let (mut study_keys, mut study_seeds) = (Vec::new(), Vec::new());
     for (s, eval) in data.eval.iter().enumerate() {
-        seeds.push(score_mechanisms(
+        let (studies, keys) = match &config.studies {
+            Some(plan) => studies::study_contenders(config, plan, seed_queries, &orders)?,
+            None => (Vec::new(), Vec::new()),
+        };
+        // Seed row s ≥ 1 trains its own models when the plan asks for
+        // training variance; row 0 is the training above.
+        let own = if config.training_per_seed && s > 0 {
+            let t = Instant::now();
+            let row = training::seed_row_config(config, s, &trained);
+            let row_trained = train_members(&row, &data, progress)?;
+            let row_runner = training::runner_for(&row, &row_trained)?;
+            row_training_seconds += t.elapsed().as_secs_f64();
+            reused_seconds += row_trained.reused_seconds;
+            all_cached &= row_trained.cached;
+            Some((row_trained, row_runner))
+        } else {
+            None
+        };
+        let (row_trained, row_runner) = match &own {
+            Some((t, r)) => (t, r),
+            None => (&trained, &runner),
+        };
+        let (main, studied) = scoring::score_seed(
             config,
-            &runner,
+            row_runner,
             vocab,
             eval,
-            &trained,
+            row_trained,
             config.seed.wrapping_add(s as u64),
             progress,
-        )?);
+            studies,
+        )?;
+        seeds.push(main);
+        study_seeds.push(studied);
+        study_keys = keys;
+    }
+    let mut studies = studies::summarise_studies(&study_keys, &study_seeds)?;
+    if row_training_seconds > 0.0 {
+        phases.push((
+            format!(
+                "training of seed rows 1–{} (their own members and DP-SGD models{})",
+                seeds.len() - 1,
+                if all_cached { ", from the cache" } else { "" }
+            ),
+            row_training_seconds,
+        ));
     }
     phases.push((
         format!("scoring ({} seeds)", seeds.len()),
-        t2.elapsed().as_secs_f64(),
+        t2.elapsed().as_secs_f64() - row_training_seconds,
     ));
     let long_deployment = if data.long.is_empty() {
         None
@@ -252,6 +311,18 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         }
         None => None,
     };
+    if let Some(plan) = &config.studies {
+        for &n in &plan.members {
+            let t = Instant::now();
+            let r = run(&studies::members_config(config, plan, n), progress)?;
+            studies.push(studies::members_row(&r)?);
+            reused_seconds += r.reused_training_seconds;
+            phases.push((
+                format!("ablation run at N = {n}"),
+                t.elapsed().as_secs_f64(),
+            ));
+        }
+    }
     let summary = summarize(&seeds)?;
     Ok(ExperimentResults {
         config: config.clone(),
@@ -261,8 +332,9 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         member_blocks: data.members.iter().map(Vec::len).collect(),
         member_steps: trained.member_steps.clone(),
         validation: trained.validation.clone(),
-        members_cached: trained.cached,
-        reused_training_seconds: trained.reused_seconds,
+        members_cached: all_cached,
+        reused_training_seconds: reused_seconds,
+        member_lr_sweep,
         dp_sgd_sweep: trained.dp_sgd_sweep.clone(),
         dp_sgd: trained.dp_sgd.iter().map(|(r, _)| r.clone()).collect(),
         seeds,
@@ -270,6 +342,7 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         phases,
         canary,
         long_deployment,
+        studies,
     })
 }
 

@@ -34,11 +34,50 @@ pub fn score_mechanisms(
     seed: u64,
     progress: bool,
 ) -> Result<Vec<MechanismResult>, BenchError> {
+    let (results, _) = score_seed(
+        config,
+        runner,
+        vocab,
+        eval,
+        trained,
+        seed,
+        progress,
+        Vec::new(),
+    )?;
+    Ok(results)
+}
+
+/// A contender of a study ([`super::studies`]): it answers the seed's first
+/// `limit` queries only.
+pub(crate) struct StudyContender {
+    /// Queries it answers, from the seed's first.
+    pub limit: u64,
+    /// The mechanism with its own account.
+    pub contender: Contender,
+}
+
+/// [`score_mechanisms`], and beside it each study contender on the same
+/// forwards (its randomness from its own stream, so the main results are those
+/// of a run without studies); the studies' results in their order.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn score_seed(
+    config: &ExperimentConfig,
+    runner: &EnsembleRunner<Backend, Model<Backend>>,
+    vocab: usize,
+    eval: &[Vec<u32>],
+    trained: &TrainedMembers,
+    seed: u64,
+    progress: bool,
+    mut studies: Vec<StudyContender>,
+) -> Result<(Vec<MechanismResult>, Vec<MechanismResult>), BenchError> {
+    let mut study_rng = PrivacyRng::from_seed(seed ^ STUDY_KEY);
     let n = config.members;
-    let dp = trained.dp_sgd.len();
+    // The adapters after the members: the DP-SGD models, then the fine-tuned one.
+    let dp = trained.dp_sgd.len() + usize::from(trained.fine_tuned.is_some());
     if runner.num_members() != n + dp {
         return Err(BenchError::Config(format!(
-            "the runner holds {} adapters, {n} members and {dp} DP-SGD models expected",
+            "the runner holds {} adapters, {n} members and {dp} DP-SGD and fine-tuned models \
+             expected",
             runner.num_members()
         )));
     }
@@ -70,6 +109,14 @@ pub fn score_mechanisms(
             for c in &mut contenders {
                 c.observe(&ensemble, target, &mut rng)?;
             }
+            for s in &mut studies {
+                if s.contender.queries() < s.limit {
+                    s.contender.observe(&ensemble, target, &mut study_rng)?;
+                    if s.contender.queries() == s.limit || i + 1 == steps.len() {
+                        s.contender.end_block();
+                    }
+                }
+            }
             last = Some(ensemble);
             for (k, (nll, total, _, greedy)) in dp_nll.iter_mut().enumerate() {
                 let row = &flat[(n + 1 + k) * v..(n + 2 + k) * v];
@@ -97,7 +144,8 @@ pub fn score_mechanisms(
         .into_iter()
         .map(Contender::finish)
         .collect::<Result<Vec<_>, _>>()?;
-    for ((run, _), (_, total, ppl, greedy)) in trained.dp_sgd.iter().zip(dp_nll) {
+    let mut dp_nll = dp_nll.into_iter();
+    for ((run, _), (_, total, ppl, greedy)) in trained.dp_sgd.iter().zip(dp_nll.by_ref()) {
         results.push(MechanismResult {
             mechanism: "dp-sgd".into(),
             target_epsilon: Some(run.target_epsilon),
@@ -125,5 +173,38 @@ pub fn score_mechanisms(
             seconds: 0.0,
         });
     }
-    Ok(results)
+    if let Some((_, total, ppl, greedy)) = dp_nll.next() {
+        let plan = &config.training;
+        results.push(MechanismResult {
+            mechanism: FINE_TUNED.into(),
+            target_epsilon: None,
+            perplexity: (total / queries as f64).exp(),
+            block_perplexities: ppl,
+            greedy_hits: greedy,
+            screening_epsilon: None,
+            queries,
+            private_answers: queries,
+            screened: 0,
+            stopped: 0,
+            spent_epsilon: None,
+            spent_trace: Vec::new(),
+            lambda_trace: Vec::new(),
+            parameters: format!(
+                "one LoRA on every training record, no privacy (rank {}, {} epochs, lr {})",
+                plan.rank, plan.epochs, plan.learning_rate
+            ),
+            seconds: 0.0,
+        });
+    }
+    let studied = studies
+        .into_iter()
+        .map(|s| s.contender.finish())
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((results, studied))
 }
+
+/// The row of the non-private model fine-tuned on every training record.
+pub const FINE_TUNED: &str = "fine-tuned";
+
+/// Keys the studies' randomness apart from the seed's main stream.
+const STUDY_KEY: u64 = 0x5354_5544_4945_5321;

@@ -1,17 +1,15 @@
 //! Resuming the ICL experiment: each seed's results and the membership-inference
 //! attack's are written to the cache folder when they are done, with the seconds
-//! they took, and read back by a later run of the same configuration on the same
-//! commit — so that a run stopped part-way (the default run takes hours) resumes at
-//! the first seed not done, and reports the compute it reused.
+//! they took, and read back by a later run of the same configuration — so that a
+//! run stopped part-way (the default run takes hours) resumes at the first seed
+//! not done, and reports the compute it reused.
 //!
-//! The key is a hash of the whole configuration (the cache folder aside), the
-//! part's name, the model file's identity, the compiler, and the committed
-//! version of the code that decides the results ([`ICL_SOURCES`]: the crates the
-//! experiment runs through, the bench modules it uses, the manifests and the
-//! lockfile) — so a commit that touches only the report, the docs or other tools
-//! keeps the cache. Results made while any of those sources has uncommitted
-//! changes, or outside a git checkout, are neither written nor read: nothing
-//! vouches for the code that made them.
+//! The key ([`crate::cache_key`]) is the declared results version, the whole
+//! configuration as canonical JSON (the cache folder aside), the part's name, and
+//! the SHA-256 of the model files (the language model, the sentence encoder when
+//! given) and of WordNet's file. No source hash or commit enters it, so editing
+//! a comment or refactoring keeps the cache; the commit that made each entry is
+//! kept inside it as provenance.
 
 use std::path::{Path, PathBuf};
 
@@ -19,65 +17,59 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::common::IclConfig;
+use crate::cache_key::{CacheKey, path_sha256};
 use crate::error::BenchError;
-use crate::experiment::members::{backend_key, digest, model_identity};
 
-/// One part's cached result and the seconds it took when it was made.
+/// One part's cached result, the seconds it took when it was made, and (as
+/// provenance, outside the key) the commit that made it.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Entry<T> {
     seconds: f64,
+    #[serde(default)]
+    commit: Option<String>,
     value: T,
 }
 
-/// The sources, relative to the repository's root, whose committed version keys
-/// the cache: everything the ICL experiment's results are computed by.
-pub const ICL_SOURCES: &[&str] = &[
-    "Cargo.toml",
-    "Cargo.lock",
-    ".cargo",
-    "renyi",
-    "accountant",
-    "mixing",
-    "mechanisms",
-    "models",
-    "ensemble",
-    "bench/Cargo.toml",
-    "bench/build.rs",
-    "bench/src/lib.rs",
-    "bench/src/error.rs",
-    "bench/src/rouge.rs",
-    "bench/src/stats.rs",
-    "bench/src/experiment",
-    "bench/src/icl",
-];
-
-/// The cache of one run's parts (inactive without a folder or a clean commit).
+/// The cache of one run's parts (inactive without a folder).
 pub(crate) struct PartCache {
     dir: Option<PathBuf>,
-    key: serde_json::Value,
+    key: CacheKey,
 }
 
 impl PartCache {
-    /// The cache for `config` made by the code at `version`
-    /// ([`crate::run_info::source_version`] of [`ICL_SOURCES`]; None: inactive).
-    pub fn new(config: &IclConfig, version: Option<&str>) -> Self {
-        let key = backend_key(serde_json::json!({
-            "config": IclConfig { cache_dir: None, ..config.clone() },
-            "model": model_identity(&config.model),
-            "code": version,
-        }));
-        Self {
-            dir: config.cache_dir.clone().filter(|_| version.is_some()),
-            key,
+    /// The cache for `config`: its key hashes the model files and WordNet's file.
+    ///
+    /// Errors: a model or data file that cannot be read.
+    pub fn new(config: &IclConfig) -> Result<Self, BenchError> {
+        let mut models = vec![path_sha256(&config.model)?];
+        if let Some(t) = &config.tokenizer {
+            models.push(path_sha256(t)?);
         }
+        if let Some(e) = config.embedding_model.as_ref().filter(|e| e.exists()) {
+            models.push(path_sha256(e)?);
+        }
+        let key = CacheKey::new(
+            "icl",
+            &IclConfig {
+                cache_dir: None,
+                ..config.clone()
+            },
+            models,
+            path_sha256(&config.wordnet)?,
+        )?;
+        Ok(Self {
+            dir: config.cache_dir.clone(),
+            key,
+        })
     }
 
     fn path(&self, part: &str) -> Option<PathBuf> {
-        let mut key = self.key.clone();
-        key["part"] = serde_json::Value::from(part);
-        self.dir
-            .as_ref()
-            .map(|d| d.join(format!("icl-{part}-{}.json", digest(&key))))
+        self.dir.as_ref().map(|d| {
+            d.join(format!(
+                "icl-{part}-{}.json",
+                self.key.with_part(part).digest()
+            ))
+        })
     }
 
     /// The cached value of `part` with its seconds, if a run made it.
@@ -102,7 +94,12 @@ impl PartCache {
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
-        let text = serde_json::to_string(&Entry { seconds, value })
+        let entry = Entry {
+            seconds,
+            commit: Some(crate::run_info::commit()),
+            value,
+        };
+        let text = serde_json::to_string(&entry)
             .map_err(|e| BenchError::Config(format!("cannot serialise an ICL result: {e}")))?;
         let partial = path.with_extension("partial");
         std::fs::write(&partial, text).map_err(|e| BenchError::io(&partial, e))?;
@@ -114,9 +111,9 @@ impl PartCache {
 mod tests {
     use super::*;
 
-    fn config(dir: &Path) -> IclConfig {
+    fn config(dir: &Path, model: &Path, wordnet: &Path) -> IclConfig {
         serde_json::from_value(serde_json::json!({
-            "model": "no-such-model", "tokenizer": null, "wordnet": "w", "private_demos": 8,
+            "model": model, "tokenizer": null, "wordnet": wordnet, "private_demos": 8,
             "test_queries": 1, "public_inputs": 0, "n_shots": 2, "top_k": 5,
             "max_tokens": 3, "epsilons": [1.0], "delta": 1e-5, "seed": 0,
             "mia_examples": 3, "cache_dir": dir,
@@ -125,43 +122,68 @@ mod tests {
     }
 
     #[test]
-    fn parts_come_back_for_the_same_configuration_and_code_only() {
-        let dir = std::env::temp_dir().join(format!("privmix-icl-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let code = Some("models=0123456789abcdef0123456789abcdef01234567");
-        let cache = PartCache::new(&config(&dir), code);
+    fn parts_come_back_for_the_same_configuration_model_and_data_only() {
+        let root = std::env::temp_dir().join(format!("privmix-icl-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let (dir, model, wordnet) = (root.join("cache"), root.join("m.gguf"), root.join("noun"));
+        std::fs::write(&model, "weights").unwrap();
+        std::fs::write(&wordnet, "nouns").unwrap();
+        let cache = PartCache::new(&config(&dir, &model, &wordnet)).unwrap();
         assert!(cache.get::<Vec<u32>>("seed-0").unwrap().is_none());
         cache.put("seed-0", &vec![1u32, 2], 12.5).unwrap();
         assert_eq!(
             cache.get::<Vec<u32>>("seed-0").unwrap(),
             Some((vec![1, 2], 12.5))
         );
-        // Another part, another configuration, other code: nothing.
+        // The same inputs in a later process (any commit, any source edit): found.
+        assert_eq!(
+            PartCache::new(&config(&dir, &model, &wordnet))
+                .unwrap()
+                .get::<Vec<u32>>("seed-0")
+                .unwrap(),
+            Some((vec![1, 2], 12.5))
+        );
+        // Another part, another configuration: nothing.
         assert!(cache.get::<Vec<u32>>("seed-1").unwrap().is_none());
-        let mut other = config(&dir);
+        let mut other = config(&dir, &model, &wordnet);
         other.top_k = 6;
         assert!(
-            PartCache::new(&other, code)
+            PartCache::new(&other)
+                .unwrap()
                 .get::<Vec<u32>>("seed-0")
                 .unwrap()
                 .is_none()
         );
-        let later = Some("models=1123456789abcdef0123456789abcdef01234567");
+        // Other model weights or other data under the same names: nothing.
+        std::fs::write(&model, "weights, retrained").unwrap();
         assert!(
-            PartCache::new(&config(&dir), later)
+            PartCache::new(&config(&dir, &model, &wordnet))
+                .unwrap()
                 .get::<Vec<u32>>("seed-0")
                 .unwrap()
                 .is_none()
         );
-        // Uncommitted sources neither read nor write.
-        let dirty = PartCache::new(&config(&dir), None);
-        assert!(dirty.get::<Vec<u32>>("seed-0").unwrap().is_none());
-        dirty.put("seed-5", &vec![3u32], 1.0).unwrap();
-        assert!(cache.get::<Vec<u32>>("seed-5").unwrap().is_none());
-        // A corrupt entry is an error, not a silent miss.
+        std::fs::write(&model, "weights").unwrap();
+        std::fs::write(&wordnet, "other nouns").unwrap();
+        assert!(
+            PartCache::new(&config(&dir, &model, &wordnet))
+                .unwrap()
+                .get::<Vec<u32>>("seed-0")
+                .unwrap()
+                .is_none()
+        );
+        std::fs::write(&wordnet, "nouns").unwrap();
+        // The entry records its commit, as provenance.
         let path = cache.path("seed-0").unwrap();
+        let entry: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert!(entry["commit"].is_string());
+        // A missing model is an error naming it, not a silent miss.
+        assert!(PartCache::new(&config(&dir, &root.join("none"), &wordnet)).is_err());
+        // A corrupt entry is an error, not a silent miss.
         std::fs::write(&path, "{").unwrap();
         assert!(cache.get::<Vec<u32>>("seed-0").is_err());
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

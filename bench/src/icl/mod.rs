@@ -11,6 +11,8 @@
 //! mean and standard deviation over five seeds). Methods, each generating up to
 //! `max_tokens` tokens per query and stopping at the first line break:
 //! - zero-shot (no demonstration, charges 0);
+//! - the sharpened zero-shot control ([`SharpenedZeroShot`]): zero-shot at
+//!   temperature 1/n_shots, what DPS-MOZO+On releases at λ = 0 (charges 0);
 //! - few-shot: the normalised product of `n_shots` one-shot distributions, no
 //!   mixing — non-private (+∞);
 //! - DPS-MOZO+On at each ε: the radius calibrated so that `n_test × max_tokens`
@@ -31,11 +33,11 @@
 //! at each ε.
 
 mod cache;
-pub use cache::ICL_SOURCES;
 mod common;
 pub mod embedding;
 mod lockstep;
 pub mod mia;
+mod sharpened;
 pub mod source;
 pub mod split;
 pub mod summary;
@@ -57,6 +59,10 @@ use crate::error::BenchError;
 use crate::stats::Interval;
 use common::{Answer, Decoded, demo_text, query_text, scored, tokens};
 pub use common::{HEADER, IclConfig, IclResult};
+pub use sharpened::SharpenedZeroShot;
+
+/// The method name of the sharpened zero-shot control ([`SharpenedZeroShot`]).
+pub const SHARPENED_ZERO_SHOT: &str = "sharpened zero-shot";
 use source::{DpPromptSource, IclRunner, PromptSource};
 use split::{SeedSplit, SplitSizes, seed_of};
 pub use summary::{IclSeed, IclSummary};
@@ -85,6 +91,9 @@ pub struct IclResults {
     /// earlier run of the same configuration and commit made them.
     #[serde(default)]
     pub reused_seconds: f64,
+    /// What `--verify-cache` found (None: not asked, or seed 0 was not cached).
+    #[serde(default)]
+    pub cache_check: Option<String>,
 }
 
 impl IclResults {
@@ -200,6 +209,19 @@ fn on_radii(config: &IclConfig, orders: &Orders) -> Result<Vec<(f64, f64)>, Benc
 
 /// Runs every method (see the module docs).
 pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchError> {
+    run_icl_verified(config, progress, false)
+}
+
+/// [`run_icl`], and with `verify_cache` seed 0 is recomputed even when it is
+/// cached and compared with its entry (`--verify-cache`): each query's answer
+/// and score must be the same (the decoding is seeded and discrete), or the
+/// cache holds results its key no longer describes and the run stops with an
+/// error. What was found is in [`IclResults::cache_check`].
+pub fn run_icl_verified(
+    config: &IclConfig,
+    progress: bool,
+    verify_cache: bool,
+) -> Result<IclResults, BenchError> {
     let started = Instant::now();
     let bar = if progress {
         indicatif::ProgressBar::new(0)
@@ -242,17 +264,42 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         bar: &bar,
     };
     let radii = on_radii(config, &shared.orders)?;
-    let cache = cache::PartCache::new(
-        config,
-        crate::run_info::source_version(cache::ICL_SOURCES).as_deref(),
-    );
+    let cache = cache::PartCache::new(config)?;
     let mut reused_seconds = 0.0;
+    let mut cache_check = None;
     let mut seeds = Vec::with_capacity(split.seeds.len());
     let mut embedding_skipped = None;
     for (s, part) in split.seeds.iter().enumerate() {
         let seed = seed_of(config.seed, s);
         let name = format!("seed-{s}");
-        let (results, skipped) = match cache.get(&name)? {
+        let (results, skipped) = match cache.get::<(Vec<IclResult>, Option<String>)>(&name)? {
+            Some((done, seconds)) if verify_cache && s == 0 => {
+                let label = format!("verify seed 1/{}", split.seeds.len());
+                let again = run_seed(&shared, &pick, part, seed, &radii, &label)?;
+                let same = |a: &[IclResult], b: &[IclResult]| {
+                    a.len() == b.len()
+                        && a.iter().zip(b).all(|(x, y)| {
+                            x.method == y.method
+                                && x.per_query == y.per_query
+                                && x.examples == y.examples
+                        })
+                };
+                if !same(&done.0, &again.0) {
+                    return Err(BenchError::Config(
+                        "--verify-cache: ICL seed 0 recomputed differs from its cache entry: \
+                         the cache holds results its key no longer describes (bump \
+                         RESULTS_VERSION in bench/src/cache_key.rs)"
+                            .into(),
+                    ));
+                }
+                cache_check = Some(format!(
+                    "ICL seed 0 recomputed ({} methods): every answer and score equal to its \
+                     cache entry",
+                    again.0.len()
+                ));
+                reused_seconds += seconds;
+                done
+            }
             Some((done, seconds)) => {
                 reused_seconds += seconds;
                 done
@@ -297,8 +344,12 @@ pub fn run_icl(config: &IclConfig, progress: bool) -> Result<IclResults, BenchEr
         embedding_skipped,
         seconds: started.elapsed().as_secs_f64(),
         reused_seconds,
+        cache_check,
     })
 }
+
+/// Keys the sharpened zero-shot control's randomness apart from the seed's stream.
+const SHARPENED_KEY: u64 = 0x5348_4152_5045_4e44;
 
 /// Every method on one seed's split, with randomness from `seed`; also why the
 /// embedding baseline did not run (None: it ran).
@@ -348,6 +399,27 @@ fn run_seed(
         decoded,
         Some(0.0),
         format!("top-k {}", config.top_k),
+        t,
+    ));
+    let t = Instant::now();
+    let mut account = Unbudgeted::new(sh.orders.clone());
+    // Its own stream, so the other methods draw what they drew without it.
+    let mut control_rng = PrivacyRng::from_seed(seed ^ SHARPENED_KEY);
+    let decoded = run_method(
+        &mut SharpenedZeroShot::new(config.top_k, config.n_shots)?,
+        &mut account,
+        &mut control_rng,
+    )?;
+    results.push(scored(
+        SHARPENED_ZERO_SHOT,
+        None,
+        &queries,
+        decoded,
+        Some(0.0),
+        format!(
+            "top-k {}, temperature 1/{}: DPS-MOZO+On at λ = 0",
+            config.top_k, config.n_shots
+        ),
         t,
     ));
     let t = Instant::now();
@@ -530,6 +602,7 @@ mod tests {
             embedding_skipped: None,
             seconds: 0.0,
             reused_seconds: 0.0,
+            cache_check: None,
         }
     }
 

@@ -27,7 +27,7 @@ fn row(m: &SummaryRow) -> String {
 
 fn sweep_row(r: &DpSgdRun) -> String {
     format!(
-        "| {} | {} | {} | {} | {:.4} | {:.4} | {:.3} | {:.4} | {} |",
+        "| {} | {} | {} | {} | {:.4} | {:.4} | {:.3} | {} | {:.4} | {} |",
         r.target_epsilon,
         r.learning_rate,
         r.epochs,
@@ -35,6 +35,7 @@ fn sweep_row(r: &DpSgdRun) -> String {
         r.q,
         r.sigma,
         r.epsilon,
+        r.epsilon_pld.map_or("—".into(), |e| format!("{e:.3}")),
         r.validation_loss,
         if r.chosen { "chosen" } else { "" }
     )
@@ -100,6 +101,31 @@ pub fn markdown(title: &str, results: &ExperimentResults, plots: &[String]) -> S
             ""
         }
     );
+    if !results.member_lr_sweep.is_empty() {
+        let _ = writeln!(
+            s,
+            "The members' learning rate is tuned over the same grid as DP-SGD's (and the \
+             plan's own), by their mean validation loss: {}; chosen {}.\n",
+            results
+                .member_lr_sweep
+                .iter()
+                .map(|(lr, loss)| format!("lr {lr}: {loss:.4}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            c.training.learning_rate
+        );
+    }
+    if c.training_per_seed {
+        let _ = writeln!(
+            s,
+            "**Training variance.** Each seed row fine-tunes its own members, DP-SGD models \
+             and fine-tuned model (training seeds apart per row), so every interval holds the \
+             variance of training as well as of the queries and the mechanisms' randomness; \
+             the DP-SGD sweep and the members' learning rate are chosen once, on seed row 0, \
+             whose models also serve the long deployment and whose validation losses are \
+             shown.\n"
+        );
+    }
     if !results.dp_sgd_sweep.is_empty() {
         let _ = writeln!(
             s,
@@ -108,16 +134,18 @@ pub fn markdown(title: &str, results: &ExperimentResults, plots: &[String]) -> S
              accountant for its steps and sampling rate, and validated on the held-out \
              validation blocks; the lowest validation loss is chosen and trained at every ε. \
              (The selection reads validation blocks only and is not charged, in DP-SGD's \
-             favour.)\n\n\
-             | target ε | lr | epochs | steps | q | σ | ε (accountant) | validation loss | |\n\
-             |---|---|---|---|---|---|---|---|---|"
+             favour.) ε is charged by the RDP of the Poisson-subsampled discrete Gaussian \
+             noise, as the mixing methods are charged through RDP; ε by the PLD accountant \
+             (of the continuous Gaussian, dp_accounting's grid) is shown beside it.\n\n\
+             | target ε | lr | epochs | steps | q | σ | ε (RDP) | ε (PLD) | validation loss | |\n\
+             |---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &results.dp_sgd_sweep {
             let _ = writeln!(s, "{}", sweep_row(r));
         }
         let _ = writeln!(
             s,
-            "\nAt every target ε:\n\n| target ε | lr | epochs | steps | q | σ | ε (accountant) | validation loss | |\n|---|---|---|---|---|---|---|---|---|"
+            "\nAt every target ε:\n\n| target ε | lr | epochs | steps | q | σ | ε (RDP) | ε (PLD) | validation loss | |\n|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &results.dp_sgd {
             let _ = writeln!(s, "{}", sweep_row(r));

@@ -1,0 +1,115 @@
+//! The sharpened zero-shot control: the zero-shot law on its top k at
+//! temperature 1/n_shots. DPS-MOZO+On (arXiv:2501.19287, Alg. 1) mixes each of
+//! its `n_shots` one-shot laws with the zero-shot law by λ and releases their
+//! normalised product; at λ = 0 every factor is the zero-shot law on its top k,
+//! and the product of n copies of softmax(l) is softmax(n·l). So +On's gain over
+//! the plain zero-shot row (temperature 1) holds a part that needs no private
+//! demonstration at all; this control measures that part. It reads no
+//! demonstration, so each token is charged zero.
+
+use privmix_accountant::RdpCurve;
+use privmix_mechanisms::{
+    Account, Diagnostics, IclMechanism, IclSource, MechanismError, PrivacyRng, PublicReason,
+    StepOutcome, ZeroShot, sample_log_index,
+};
+
+/// Zero-shot on the top k at temperature 1/`n_shots`.
+#[derive(Debug, Clone, Copy)]
+pub struct SharpenedZeroShot {
+    zero: ZeroShot,
+    n_shots: usize,
+}
+
+impl SharpenedZeroShot {
+    /// The control for DPS-MOZO with `n_shots` ≥ 1 demonstrations per token and
+    /// a top-k of `top_k` ≥ 1.
+    pub fn new(top_k: usize, n_shots: usize) -> Result<Self, MechanismError> {
+        if n_shots == 0 {
+            return Err(MechanismError::InvalidParameter {
+                name: "n_shots",
+                value: 0.0,
+                reason: "at least one factor in the product",
+            });
+        }
+        Ok(Self {
+            zero: ZeroShot::new(top_k)?,
+            n_shots,
+        })
+    }
+
+    /// Log-probabilities on the zero-shot top-k support of `zero_shot` logits,
+    /// with the support: log softmax(n · log softmax(l)) = log softmax(n · l).
+    pub fn output(&self, zero_shot: &[f64]) -> Result<(Vec<f64>, Vec<usize>), MechanismError> {
+        let out = self.zero.output(zero_shot)?;
+        let scaled: Vec<f64> = out
+            .log_probs
+            .iter()
+            .map(|l| self.n_shots as f64 * l)
+            .collect();
+        let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let log_sum = max + scaled.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
+        Ok((scaled.iter().map(|l| l - log_sum).collect(), out.support))
+    }
+}
+
+impl IclMechanism for SharpenedZeroShot {
+    fn step(
+        &mut self,
+        source: &mut dyn IclSource,
+        context: &[u32],
+        rng: &mut PrivacyRng,
+        account: &mut dyn Account,
+    ) -> Result<StepOutcome, MechanismError> {
+        source.prepare(&[], context)?;
+        let (log_probs, support) = self.output(&source.zero_shot_logits(context)?)?;
+        let charge = RdpCurve::zero(account.orders().clone());
+        account.charge(&charge, "zero-shot at temperature 1/n_shots")?;
+        let j = sample_log_index(&log_probs, rng)?;
+        Ok(StepOutcome {
+            token: support[j],
+            charge,
+            diagnostics: Diagnostics {
+                public_reason: Some(PublicReason::PublicOnly),
+                ..Diagnostics::default()
+            },
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        "zero-shot (T = 1/n)"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use privmix_mechanisms::{DpsMozoConfig, dps_mozo_output};
+
+    /// At radius 0 (λ = 0) DPS-MOZO's released law is this control's.
+    #[test]
+    fn equals_dps_mozo_at_lambda_zero() {
+        let zero = [2.0, 0.5, -1.0, 1.5, -3.0, 0.0];
+        let rows: Vec<Vec<f64>> = vec![
+            vec![0.0, 3.0, 1.0, -2.0, 0.5, 1.0],
+            vec![1.0, -1.0, 2.0, 0.0, 0.0, 0.5],
+            vec![-0.5, 0.0, 0.0, 2.5, 1.0, -1.0],
+        ];
+        let control = SharpenedZeroShot::new(4, rows.len()).unwrap();
+        let (log_probs, support) = control.output(&zero).unwrap();
+        let refs: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+        let mozo = dps_mozo_output(
+            &DpsMozoConfig::new(rows.len(), 4, 0.0).unwrap(),
+            &zero,
+            &refs,
+        )
+        .unwrap();
+        assert_eq!(support, mozo.support);
+        for (a, b) in log_probs.iter().zip(&mozo.log_probs) {
+            assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        }
+        // Sharper than the zero-shot row: its mode gains mass.
+        let plain = ZeroShot::new(4).unwrap().output(&zero).unwrap();
+        assert!(log_probs[0] > plain.log_probs[0]);
+        assert!(SharpenedZeroShot::new(4, 0).is_err());
+    }
+}
