@@ -404,6 +404,10 @@ pub struct PmixedOutput {
 pub struct Pmixed {
     config: PmixedConfig,
     cached: Option<(Orders, usize, RdpCurve)>,
+    /// A released distribution handed back ([`EnsembleMechanism::recycle`]), whose
+    /// buffer the next release reuses: a fresh vocabulary-sized buffer per step
+    /// costs page faults. Its contents are never read.
+    spare: Vec<f64>,
 }
 
 impl Pmixed {
@@ -412,6 +416,7 @@ impl Pmixed {
         Self {
             config,
             cached: None,
+            spare: Vec::new(),
         }
     }
 
@@ -439,6 +444,17 @@ impl Pmixed {
         ensemble: &Ensemble,
         drawn: &[usize],
     ) -> Result<PmixedOutput, MechanismError> {
+        self.output_distribution_in(ensemble, drawn, Vec::new())
+    }
+
+    /// [`Pmixed::output_distribution`] written into `distribution`'s buffer (whatever it
+    /// holds).
+    fn output_distribution_in(
+        &self,
+        ensemble: &Ensemble,
+        drawn: &[usize],
+        mut distribution: Vec<f64>,
+    ) -> Result<PmixedOutput, MechanismError> {
         if let Some(w) = drawn.windows(2).find(|w| w[0] >= w[1]) {
             return Err(MechanismError::InvalidParameter {
                 name: "drawn",
@@ -454,14 +470,17 @@ impl Pmixed {
             });
         }
         if drawn.is_empty() {
+            distribution.clear();
+            distribution.extend_from_slice(ensemble.public());
             return Ok(PmixedOutput {
-                distribution: ensemble.public().to_vec(),
+                distribution,
                 solutions: Vec::new(),
             });
         }
         let solutions = solve_lambdas(ensemble, drawn, self.config.alpha_c, self.config.radius)?;
         let lambdas: Vec<f64> = solutions.iter().map(|s| s.lambda).collect();
-        let mut distribution = vec![0.0; ensemble.vocab()];
+        // Every entry is written by `mixture_sum` (each chunk is zeroed first).
+        distribution.resize(ensemble.vocab(), 0.0);
         mixture_sum(ensemble, drawn, &lambdas, &mut distribution);
         averaging::average_in_place(&mut distribution, drawn.len());
         Ok(PmixedOutput {
@@ -498,7 +517,8 @@ impl EnsembleMechanism for Pmixed {
         }
         let charge = self.charge_curve(account.orders(), ensemble.len())?.clone();
         let drawn = self.draw_members(ensemble.len(), rng);
-        let output = self.output_distribution(ensemble, &drawn)?;
+        let spare = std::mem::take(&mut self.spare);
+        let output = self.output_distribution_in(ensemble, &drawn, spare)?;
         account.charge(&charge, self.name())?;
         Ok(Release {
             charge,
@@ -514,6 +534,10 @@ impl EnsembleMechanism for Pmixed {
             },
             distribution: output.distribution,
         })
+    }
+
+    fn recycle(&mut self, distribution: Vec<f64>) {
+        self.spare = distribution;
     }
 
     fn name(&self) -> &'static str {
