@@ -242,15 +242,31 @@ impl HostKv {
     }
 
     /// Keeps rows `keep` (in range, checked by the caller), in that order.
+    ///
+    /// Where every `keep[i] ≥ i` (rows kept in order, or a leaving row's place
+    /// filled from the end), in place: only the rows that move are copied, each
+    /// read before anything is written over it (destinations so far are all
+    /// below `i ≤ keep[i]`), and the buffers keep their room for rows that join
+    /// later. Otherwise into new buffers.
     pub(crate) fn select_rows(&mut self, keep: &[usize]) {
         let per_row = self.heads * self.capacity * self.dim;
+        let in_place = keep.iter().enumerate().all(|(i, &r)| r >= i);
         with_store!(&mut self.store, |k_t, v| {
             for buf in [k_t, v] {
-                let mut next = Vec::with_capacity(keep.len() * per_row);
-                for &r in keep {
-                    next.extend_from_slice(&buf[r * per_row..(r + 1) * per_row]);
+                if in_place {
+                    for (i, &r) in keep.iter().enumerate() {
+                        if r != i {
+                            buf.copy_within(r * per_row..(r + 1) * per_row, i * per_row);
+                        }
+                    }
+                    buf.truncate(keep.len() * per_row);
+                } else {
+                    let mut next = Vec::with_capacity(keep.len() * per_row);
+                    for &r in keep {
+                        next.extend_from_slice(&buf[r * per_row..(r + 1) * per_row]);
+                    }
+                    *buf = next;
                 }
-                *buf = next;
             }
         });
         self.batch = keep.len();
