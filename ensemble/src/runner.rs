@@ -285,6 +285,36 @@ impl<'a, B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'a, B, M> {
         Ok(())
     }
 
+    /// [`Decoder::retain_rows`] for a batch whose rows leave at almost every
+    /// step (a server): the slots no remaining row holds are dropped only once
+    /// the cache holds at least twice the longest remaining context (and more
+    /// than 16 slots), so that each slot is moved O(1) times rather than the
+    /// whole cache at every leave; until then they stay as masked padding,
+    /// which no row attends. Row `keep[i]` should be at least `i` (rows kept in
+    /// order, or a leaving request's place filled by the last request's rows):
+    /// the cache then moves only the rows that change place.
+    pub fn leave(&mut self, keep: &[usize]) -> Result<(), EnsembleError> {
+        if let Some(&bad) = keep.iter().find(|&&r| r >= self.layout.len()) {
+            return Err(EnsembleError::BadInput(format!(
+                "row {bad} out of range for a decoder of {} rows",
+                self.layout.len()
+            )));
+        }
+        let layout = RowLayout::custom(keep.iter().map(|&r| self.layout.rows()[r]).collect());
+        let adapters = self.runner.adapters.for_rows(layout.rows())?;
+        self.cache.select_rows(keep)?;
+        let longest = (0..keep.len())
+            .filter_map(|r| self.cache.real_tokens(r))
+            .max()
+            .unwrap_or(0);
+        if self.cache.slots() > (2 * longest).max(16) {
+            self.cache.compact();
+        }
+        self.layout = layout;
+        self.adapters = adapters;
+        Ok(())
+    }
+
     /// Feeds the same `context` to every row (the ensemble case).
     pub fn prefill(&mut self, context: &[u32]) -> Result<LogProbRows, EnsembleError> {
         if context.is_empty() {

@@ -1,7 +1,8 @@
 //! Continuous batching: requests of their own prompts and row
 //! layouts, each prefilled in a decoder of its own, join one running batch
 //! at step boundaries (`Decoder::append`) and leave it when done
-//! (`Decoder::retain_rows`). Every row's log-probabilities at every step
+//! (`Decoder::retain_rows`, or `Decoder::leave`, the others in order or
+//! not). Every row's log-probabilities at every step
 //! equal those of its request decoded alone: bit for bit where a row's
 //! computation does not depend on the rows beside it (plain flex with f32
 //! safetensors weights: per-row products, and host attention, in which the
@@ -80,12 +81,35 @@ fn alone<B: Backend>(runner: &Runner<B>, id: usize, req: &Request) -> Vec<LogPro
     out
 }
 
+/// How finished requests leave the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaving {
+    /// `Decoder::retain_rows`, the others in order.
+    Retain,
+    /// `Decoder::leave` (compaction deferred), the others in order (rows
+    /// after a leaving one move in place).
+    LeaveInOrder,
+    /// `Decoder::leave`, the others in reverse order (rows copied).
+    LeaveReversed,
+}
+
+const LEAVINGS: [Leaving; 3] = [
+    Leaving::Retain,
+    Leaving::LeaveInOrder,
+    Leaving::LeaveReversed,
+];
+
 /// Every request through one batch: at each step boundary the finished
-/// requests leave and the arriving ones, each prefilled alone, join; then
-/// one step of all rows. Returns each request's prefill and step rows.
-/// Checks on the way that the cache holds as many slots per row as the
-/// longest context in the batch (padding left by rows that left is gone).
-fn batched<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> Vec<Vec<LogProbRows>> {
+/// requests leave (as `leaving` says) and the arriving ones, each prefilled
+/// alone, join; then one step of all rows. Returns each request's prefill
+/// and step rows. Checks on the way that the cache holds as many slots per
+/// row as the longest context in the batch (padding left by rows that left
+/// is gone), or with `Decoder::leave` at most twice as many (or 16).
+fn batched<B: Backend>(
+    runner: &Runner<B>,
+    reqs: &[Request],
+    leaving: Leaving,
+) -> Vec<Vec<LogProbRows>> {
     let vocab = runner.model().vocab_size();
     let mut batch = runner.empty_decoder();
     assert!(batch.is_empty());
@@ -94,17 +118,25 @@ fn batched<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> Vec<Vec<LogProbR
     let mut out = vec![Vec::new(); reqs.len()];
     let last_arrival = reqs.iter().map(|r| r.arrive).max().unwrap_or(0);
     for clock in 0.. {
-        let (mut keep, mut first) = (Vec::new(), 0);
-        active.retain(|&id| {
-            let rows = reqs[id].layout.len();
-            let stays = done[id] < reqs[id].steps;
-            if stays {
-                keep.extend(first..first + rows);
-            }
-            first += rows;
-            stays
-        });
-        batch.retain_rows(&keep).unwrap();
+        let mut starts = Vec::new();
+        let mut first = 0;
+        for &id in &active {
+            starts.push((id, first));
+            first += reqs[id].layout.len();
+        }
+        starts.retain(|&(id, _)| done[id] < reqs[id].steps);
+        if leaving == Leaving::LeaveReversed {
+            starts.reverse();
+        }
+        active = starts.iter().map(|&(id, _)| id).collect();
+        let keep: Vec<usize> = starts
+            .iter()
+            .flat_map(|&(id, start)| start..start + reqs[id].layout.len())
+            .collect();
+        match leaving {
+            Leaving::Retain => batch.retain_rows(&keep).unwrap(),
+            Leaving::LeaveInOrder | Leaving::LeaveReversed => batch.leave(&keep).unwrap(),
+        }
         for (id, req) in reqs.iter().enumerate().filter(|(_, r)| r.arrive == clock) {
             let mut d = runner.decoder(req.layout.clone()).unwrap();
             out[id].push(d.prefill(&req.prompt).unwrap());
@@ -114,7 +146,16 @@ fn batched<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> Vec<Vec<LogProbR
         let rows: usize = active.iter().map(|&id| reqs[id].layout.len()).sum();
         assert_eq!(batch.len(), rows);
         let longest = (0..rows).map(|r| batch.context_len(r).unwrap()).max();
-        assert_eq!(batch.cache_slots(), longest.unwrap_or(0), "step {clock}");
+        let longest = longest.unwrap_or(0);
+        if leaving == Leaving::Retain {
+            assert_eq!(batch.cache_slots(), longest, "step {clock}");
+        } else {
+            let slots = batch.cache_slots();
+            assert!(
+                longest <= slots && slots <= (2 * longest).max(16),
+                "step {clock}: {slots} slots, longest context {longest}"
+            );
+        }
         if active.is_empty() {
             if clock >= last_arrival {
                 break;
@@ -140,8 +181,8 @@ fn batched<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> Vec<Vec<LogProbR
 
 /// The largest difference between joined and alone over every request,
 /// step and row, and whether all were equal bit for bit.
-fn compare<B: Backend>(runner: &Runner<B>, reqs: &[Request]) -> (f32, bool) {
-    let joined = batched(runner, reqs);
+fn compare<B: Backend>(runner: &Runner<B>, reqs: &[Request], leaving: Leaving) -> (f32, bool) {
+    let joined = batched(runner, reqs, leaving);
     let (mut worst, mut exact) = (0.0f32, true);
     for (id, req) in reqs.iter().enumerate() {
         let want = alone(runner, id, req);
@@ -220,8 +261,19 @@ fn schedule() -> Vec<Request> {
 }
 
 fn check_schedule<B: Backend>(runner: &Runner<B>, expect: Expect, what: &str) {
-    let (worst, bitwise) = compare(runner, &schedule());
-    println!("{what}: joined vs alone max |Δ log p| {worst:e}, bit for bit: {bitwise}");
+    check_schedule_leaving(runner, expect, what, Leaving::Retain);
+}
+
+fn check_schedule_leaving<B: Backend>(
+    runner: &Runner<B>,
+    expect: Expect,
+    what: &str,
+    leaving: Leaving,
+) {
+    let (worst, bitwise) = compare(runner, &schedule(), leaving);
+    println!(
+        "{what}, {leaving:?}: joined vs alone max |Δ log p| {worst:e}, bit for bit: {bitwise}"
+    );
     match expect {
         Expect::Exact => assert!(bitwise, "{what}: rows differ from alone by up to {worst}"),
         Expect::Within(tol) => assert!(worst <= tol, "{what}: rows differ from alone by {worst}"),
@@ -232,11 +284,14 @@ fn check_schedule<B: Backend>(runner: &Runner<B>, expect: Expect, what: &str) {
 fn joined_requests_equal_each_alone_on_the_host_path() {
     for kv in [KvPrecision::F32, KvPrecision::F16] {
         let r = runner(tiny_llama(), true, kv);
-        check_schedule(
-            &r,
-            Expect::Exact,
-            &format!("tiny llama, plain flex, {kv:?} cache"),
-        );
+        for leaving in LEAVINGS {
+            check_schedule_leaving(
+                &r,
+                Expect::Exact,
+                &format!("tiny llama, plain flex, {kv:?} cache"),
+                leaving,
+            );
+        }
     }
 }
 
@@ -328,13 +383,15 @@ proptest! {
         reqs in requests(),
         f16 in any::<bool>(),
         tensors in any::<bool>(),
+        leaving in 0usize..3,
     ) {
         let kv = if f16 { KvPrecision::F16 } else { KvPrecision::F32 };
+        let leaving = LEAVINGS[leaving];
         let (worst, exact) = if tensors {
             let model = Model::<Autodiff<Flex>>::load(llama_dir(), &Default::default()).unwrap();
-            compare(&runner(model, true, kv), &reqs)
+            compare(&runner(model, true, kv), &reqs, leaving)
         } else {
-            compare(&runner(tiny_llama(), true, kv), &reqs)
+            compare(&runner(tiny_llama(), true, kv), &reqs, leaving)
         };
         if tensors {
             let tol = if f16 { F16_TOL } else { TOL };
