@@ -101,7 +101,7 @@ impl MechanismKind {
 }
 
 /// The model, the members and the mechanism (shared by `generate` and `score`).
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Clone)]
 pub struct ModelArgs {
     /// Base model: a Hugging Face folder (config.json + safetensors) or a GGUF file.
     #[arg(long)]

@@ -247,7 +247,7 @@ pub struct MechanismPlan<'a> {
 /// The mechanism and the row layout its ensemble needs (row 0 the public model).
 pub fn build_mechanism(
     plan: &MechanismPlan<'_>,
-) -> Result<(Box<dyn EnsembleMechanism>, RowLayout), CliError> {
+) -> Result<(Box<dyn EnsembleMechanism + Send>, RowLayout), CliError> {
     let p = plan.params;
     let n = plan.members;
     let need_members = |min: usize| {
@@ -347,6 +347,49 @@ pub fn build_mechanism(
                 RowLayout::submix_pairs(&pairs),
             )
         }
+    })
+}
+
+/// The radius [`build_mechanism`] calibrates for `plan` when none is given
+/// (PMixED, AdaPMixED, SubMix; `None` for the others): a function of the plan
+/// alone, so that a server calibrates once and builds every request's mechanism
+/// with `--radius` set to it.
+pub fn calibrated_radius(plan: &MechanismPlan<'_>) -> Result<Option<f64>, CliError> {
+    let p = plan.params;
+    let n = plan.members;
+    if p.radius.is_some() || n == 0 {
+        return Ok(p.radius);
+    }
+    Ok(match plan.kind {
+        MechanismKind::Pmixed => Some(calibrate_pmixed(plan, p.q)?.radius()),
+        MechanismKind::Adapmixed => Some(calibrate_pmixed(plan, 1.0)?.radius()),
+        MechanismKind::Submix if n >= 2 && n.is_multiple_of(2) => {
+            let beta = p.beta.unwrap_or(plan.epsilon / plan.queries.max(1) as f64);
+            let config = match plan.spent {
+                Some(spent) => SubmixConfig::calibrate_after(
+                    spent,
+                    plan.epsilon,
+                    plan.delta,
+                    plan.queries.max(1),
+                    n / 2,
+                    p.submix_alpha,
+                    beta,
+                    p.alpha_c,
+                )?,
+                None => SubmixConfig::calibrate(
+                    plan.epsilon,
+                    plan.delta,
+                    plan.queries.max(1),
+                    n / 2,
+                    p.submix_alpha,
+                    beta,
+                    p.alpha_c,
+                    plan.orders,
+                )?,
+            };
+            Some(config.radius())
+        }
+        _ => None,
     })
 }
 

@@ -3,13 +3,22 @@
 //! One thread owns the model, its members, the batched decoder and the ledger store.
 //! Requests arrive on a channel; at each step boundary new ones are prefilled and their
 //! rows (public model + members, as their mechanism's layout says) appended to the
-//! batch, and finished ones leave it. A step then runs, for every active request in
-//! turn, its own mechanism on its own rows: the mechanism charges the store (durably,
-//! the total and the tenant's budget checked in one atomic step) and only then is the
-//! token sent to the client. One forward over all rows computes everyone's next rows.
+//! batch, and finished ones leave it (the last requests' rows taking their places, so
+//! that the KV cache moves only those). A step then runs:
 //!
-//! What leaves this thread is what the client is owed: released tokens, the stop
-//! reason, and usage figures made of token counts and data-independent charges.
+//! 1. every active request's mechanism on its own rows, all in one parallel region
+//!    (`draw.rs`): charges recorded, tokens drawn, nothing released;
+//! 2. the step's charges committed to the store in request order (`commit_step`:
+//!    durably, the total and the tenant's budget checked in one atomic step), a
+//!    refused charge dropping that request's token alone;
+//! 3. the committed tokens released: detokenised incrementally (`detok.rs`) and sent;
+//! 4. one forward over all rows, computing everyone's next rows.
+//!
+//! No token leaves before the commit that covers it has returned. What leaves this
+//! thread is what the client is owed: released tokens, the stop reason, and usage
+//! figures made of token counts and data-independent charges. The mechanisms'
+//! calibration (their radius) is a function of the configuration alone and is done
+//! once, when the loop starts.
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -20,15 +29,19 @@ use privmix_accountant::{PrivacyBudget, RdpCurve};
 use privmix_ensemble::lora::LoraBase;
 use privmix_ensemble::rows::LogProbRows;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
-use privmix_mechanisms::{Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows};
+use privmix_mechanisms::MechanismError;
 use privmix_models::{LanguageModel, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::args::MechanismParams;
 use crate::error::CliError;
 use crate::ledger_store::{LedgerStore, StoreAccount, StoreError, Tenant};
-use crate::setup::{MechanismPlan, build_mechanism};
-use crate::temper::temper_log_probs;
+use crate::setup::{MechanismPlan, build_mechanism, calibrated_radius};
+
+use super::detok::Detokeniser;
+use super::draw::{self, Drawn, MechanismState, StepInput};
+
+use super::phases::{Phase, PhaseTimes};
 
 /// A request the engine decodes.
 #[derive(Debug)]
@@ -165,12 +178,15 @@ pub struct EngineConfig {
     pub delta: f64,
     /// `--step-time-ms` is set: every step's note carries the usage so far.
     pub paced: bool,
+    /// `--phase-timings`: print where the loop's time goes (`phases.rs`).
+    pub phase_timings: bool,
 }
 
 /// A request being decoded.
 struct Active<'a, B: Backend, M> {
     job: Job,
-    mechanism: Box<dyn EnsembleMechanism>,
+    /// Its mechanism, generator and reused buffers.
+    mech: MechanismState,
     /// Its rows in the batch: `first..first + rows`.
     rows: usize,
     /// The log-probabilities its next step reads, and the row they start at.
@@ -178,14 +194,14 @@ struct Active<'a, B: Backend, M> {
     current_first: usize,
     /// Not yet in the batch: its own decoder, appended at the step's end.
     pending: Option<Decoder<'a, B, M>>,
-    generated: Vec<u32>,
-    /// Charged tokens: `generated` plus an end-of-turn token that stopped it.
+    /// The released tokens and their text.
+    detok: Detokeniser,
+    /// Charged tokens: the released ones plus an end-of-turn token that stopped it.
     charged_tokens: usize,
     /// Text decoded so far and how much of it was sent.
     text: String,
     sent: usize,
     charged: RdpCurve,
-    ensemble: Option<Ensemble>,
     finished: Option<Finish>,
     /// Steps taken.
     steps: usize,
@@ -205,10 +221,12 @@ where
     B: Backend,
     M: LanguageModel<B> + LoraBase,
 {
-    let mut rng = PrivacyRng::from_os()?;
     let mut batch: Option<Decoder<'_, B, M>> = None;
     let mut active: Vec<Active<'_, B, M>> = Vec::new();
     let mut closed = false;
+    let mut times = PhaseTimes::new(config.phase_timings);
+    // The calibration is a function of the configuration alone: done once.
+    let params = calibrated_params(config, runner.num_members(), store.orders())?;
     loop {
         // Admit new requests at the step boundary (block when idle).
         while active.len() < config.max_batch && !closed {
@@ -230,62 +248,103 @@ where
                     }
                 }
             };
-            if let Some(a) = admit(runner, store, config, job)? {
+            let t = times.start();
+            let admitted = admit(runner, store, config, &params, job)?;
+            times.add_since(Phase::Admit, t);
+            if let Some(a) = admitted {
                 active.push(a);
             }
         }
         if active.is_empty() {
+            times.print();
             if closed {
                 return Ok(());
             }
             continue;
         }
 
-        // One mechanism step per request, each charged before its token is sent.
+        // Every request's mechanism in one parallel region: charges recorded, tokens
+        // drawn, nothing released.
+        let t = times.start();
         for a in &mut active {
-            step_request(a, tokenizer, store, config, &mut rng)?;
+            if a.steps == 0 {
+                let _ = a.job.events.send(Note::Started(Instant::now()));
+            }
+            a.mech.drawn = Drawn::Nothing;
+            a.mech.charges.clear();
         }
+        let orders = store.orders().clone();
+        let vocab = active[0].current.vocab();
+        let inputs: Vec<StepInput<'_>> = active
+            .iter_mut()
+            .filter(|a| !a.job.events.is_closed())
+            .map(|a| {
+                let start = a.current_first * vocab;
+                let Active {
+                    mech,
+                    current,
+                    rows,
+                    job,
+                    ..
+                } = a;
+                StepInput {
+                    state: mech,
+                    log_probs: &current.as_flat()[start..start + *rows * vocab],
+                    temperature: job.temperature,
+                }
+            })
+            .collect();
+        draw::step_all(inputs, vocab, &orders);
+        times.add_since(Phase::Mechanism, t);
+
+        // The step's charges, committed in request order before any token is released.
+        let t = times.start();
+        let committed = commit_step(&mut active, store)?;
+        times.add_since(Phase::Ledger, t);
+
+        // Release: each request's token (where its charge was committed), its text, its
+        // end; one note per request and step.
+        let t = times.start();
+        let mut released = 0;
+        for (a, outcome) in active.iter_mut().zip(committed) {
+            released += usize::from(matches!(outcome, Committed::Token(_)));
+            release_step(a, outcome, tokenizer, store, config)?;
+        }
+        times.add_since(Phase::Release, t);
 
         // Leave, join, then one forward for everyone still decoding.
-        let mut keep_rows = Vec::new();
-        let mut first = 0;
-        let mut still = Vec::with_capacity(active.len());
+        let t = times.start();
+        let (kept, keep_rows) = leave_order(std::mem::take(&mut active));
         let mut joining = Vec::new();
-        for mut a in active.drain(..) {
-            let in_batch = a.pending.is_none();
-            if a.finished.is_some() {
-                if in_batch {
-                    first += a.rows;
-                }
-                continue;
+        for mut a in kept {
+            if let Some(d) = a.pending.take() {
+                joining.push(d);
             }
-            if in_batch {
-                keep_rows.extend(first..first + a.rows);
-                first += a.rows;
-                still.push(a);
-            } else {
-                joining.push(a.pending.take());
-                still.push(a);
-            }
+            active.push(a);
         }
         if let Some(b) = &mut batch {
             if keep_rows.is_empty() {
                 batch = None;
-            } else if keep_rows.len() < b.layout().len() {
-                b.retain_rows(&keep_rows)?;
+            } else if keep_rows.len() < b.layout().len()
+                || keep_rows.iter().enumerate().any(|(i, &r)| i != r)
+            {
+                b.leave(&keep_rows)?;
             }
         }
-        for d in joining.into_iter().flatten() {
+        for d in joining {
             match &mut batch {
                 Some(b) => b.append(d)?,
                 None => batch = Some(d),
             }
         }
-        active = still;
+        times.add_since(Phase::JoinLeave, t);
+        let t = times.start();
+        let mut forward_rows = 0;
         if let Some(b) = &mut batch {
+            forward_rows = b.layout().len();
             let mut tokens = Vec::with_capacity(b.layout().len());
             for a in &active {
-                let last = *a.generated.last().ok_or_else(|| {
+                let last = *a.detok.tokens().last().ok_or_else(|| {
                     CliError::arg("serve", "internal: an active request with no token")
                 })?;
                 tokens.extend(std::iter::repeat_n(last, a.rows));
@@ -298,15 +357,97 @@ where
                 first += a.rows;
             }
         }
+        times.add_since(Phase::Forward, t);
+        times.step_done(forward_rows, released);
     }
 }
 
-/// Prefills a new request with its own decoder, or refuses it when a budget is already
-/// spent (nothing computed from private data, nothing charged).
+/// The requests that go on decoding, in their new batch order (those in the batch,
+/// then those joining it), and the batch rows to keep in that order. Where every
+/// request has as many rows, a finished request's place is taken by the last
+/// requests' rows, so that the cache moves only those (each kept row `r` lands at
+/// an index at most `r`); otherwise the rows stay in order.
+fn leave_order<'a, B: Backend, M>(
+    active: Vec<Active<'a, B, M>>,
+) -> (Vec<Active<'a, B, M>>, Vec<usize>) {
+    let mut batched: Vec<Option<(usize, Active<'a, B, M>)>> = Vec::new();
+    let mut joining = Vec::new();
+    let mut first = 0;
+    for a in active {
+        if a.pending.is_some() {
+            if a.finished.is_none() {
+                joining.push(a);
+            }
+            continue;
+        }
+        let start = first;
+        first += a.rows;
+        batched.push(a.finished.is_none().then_some((start, a)));
+    }
+    let staying = batched.iter().flatten().count();
+    let uniform = batched
+        .iter()
+        .flatten()
+        .map(|(_, a)| a.rows)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .all(|w| w[0] == w[1]);
+    let mut order = Vec::with_capacity(staying + joining.len());
+    if uniform {
+        let mut tail: Vec<(usize, Active<'a, B, M>)> = batched
+            .drain(staying.min(batched.len())..)
+            .flatten()
+            .collect();
+        for slot in batched {
+            match slot {
+                Some(x) => order.push(x),
+                None => order.extend(tail.pop()),
+            }
+        }
+        order.extend(tail);
+    } else {
+        order.extend(batched.into_iter().flatten());
+    }
+    let keep: Vec<usize> = order
+        .iter()
+        .flat_map(|(start, a)| *start..*start + a.rows)
+        .collect();
+    let mut kept: Vec<Active<'a, B, M>> = order.into_iter().map(|(_, a)| a).collect();
+    kept.extend(joining);
+    (kept, keep)
+}
+
+/// The mechanism parameters with the radius calibrated (where the mechanism
+/// calibrates one and none was given): a function of the configuration, the
+/// number of members and the ledger's orders only, computed once for every request.
+fn calibrated_params(
+    config: &EngineConfig,
+    members: usize,
+    orders: &privmix_accountant::Orders,
+) -> Result<MechanismParams, CliError> {
+    let mut params = config.params.clone();
+    if params.radius.is_none() {
+        params.radius = calibrated_radius(&MechanismPlan {
+            kind: config.mechanism,
+            params: &config.params,
+            members,
+            epsilon: config.request_epsilon,
+            spent: None,
+            delta: config.delta,
+            queries: config.max_tokens,
+            orders,
+        })?;
+    }
+    Ok(params)
+}
+
+/// Prefills a new request with its own decoder (nothing computed from private data
+/// is released, nothing charged).
 fn admit<'a, B, M>(
     runner: &'a EnsembleRunner<B, M>,
     store: &mut dyn LedgerStore,
     config: &EngineConfig,
+    params: &MechanismParams,
     job: Job,
 ) -> Result<Option<Active<'a, B, M>>, CliError>
 where
@@ -319,7 +460,7 @@ where
     let orders = store.orders().clone();
     let built = build_mechanism(&MechanismPlan {
         kind: config.mechanism,
-        params: &config.params,
+        params,
         members: runner.num_members(),
         epsilon: config.request_epsilon,
         spent: None,
@@ -345,36 +486,87 @@ where
     };
     Ok(Some(Active {
         job,
-        mechanism,
+        mech: MechanismState::new(mechanism)?,
         rows,
         current,
         current_first: 0,
         pending: Some(decoder),
-        generated: Vec::new(),
+        detok: Detokeniser::default(),
         charged_tokens: 0,
         text: String::new(),
         sent: 0,
         charged: RdpCurve::zero(orders),
-        ensemble: None,
         finished: None,
         steps: 0,
         outbox: Vec::new(),
     }))
 }
 
-/// One mechanism step of one request: charge, then send the step's note (one per
-/// step, [`Note::Started`] before the first).
-fn step_request<B: Backend, M>(
+/// What the commit of a step's charges left a request.
+#[derive(Debug)]
+enum Committed {
+    /// The request was not stepped (its client left).
+    Left,
+    /// Its charges are committed: its token may be released.
+    Token(usize),
+    /// A budget refused a charge (the store's message): its token is dropped.
+    Refused(String),
+    /// It failed (a public message).
+    Failed(String),
+}
+
+/// Commits every request's recorded charges to the store, in request order, each
+/// request's under its tenant (the total and the tenant's budget checked in one
+/// atomic step per charge): nothing of the step has been released yet, and a token
+/// is released only where every charge of its step was committed.
+fn commit_step<B: Backend, M>(
+    active: &mut [Active<'_, B, M>],
+    store: &mut dyn LedgerStore,
+) -> Result<Vec<Committed>, CliError> {
+    let mut out = Vec::with_capacity(active.len());
+    for a in active.iter_mut() {
+        let token = match std::mem::replace(&mut a.mech.drawn, Drawn::Nothing) {
+            Drawn::Nothing => {
+                out.push(Committed::Left);
+                continue;
+            }
+            Drawn::Failed(m) => {
+                out.push(Committed::Failed(m));
+                continue;
+            }
+            Drawn::Token(t) => t,
+        };
+        let mut account = StoreAccount::new(store, a.job.tenant.as_ref());
+        let mut outcome = Committed::Token(token);
+        for charge in &a.mech.charges {
+            match charge.commit(&mut account) {
+                Ok(()) => {}
+                Err(MechanismError::ChargeRefused(message)) => {
+                    outcome = Committed::Refused(message);
+                    break;
+                }
+                Err(e) => {
+                    outcome = Committed::Failed(e.public_description());
+                    break;
+                }
+            }
+        }
+        a.charged = a.charged.compose(account.charged())?;
+        out.push(outcome);
+    }
+    Ok(out)
+}
+
+/// Releases one request's step (its token if committed, its text, its end) and
+/// sends the step's note ([`Note::Started`] was sent before its first step).
+fn release_step<B: Backend, M>(
     a: &mut Active<'_, B, M>,
+    committed: Committed,
     tokenizer: &Tokenizer,
     store: &mut dyn LedgerStore,
     config: &EngineConfig,
-    rng: &mut PrivacyRng,
 ) -> Result<(), CliError> {
-    if a.steps == 0 {
-        let _ = a.job.events.send(Note::Started(Instant::now()));
-    }
-    let result = step_events(a, tokenizer, store, config, rng);
+    let result = step_events(a, committed, tokenizer, store, config);
     let events = std::mem::take(&mut a.outbox);
     let usage = config.paced.then(|| Usage {
         prompt_tokens: a.job.prompt.len(),
@@ -398,49 +590,29 @@ fn step_request<B: Backend, M>(
     result
 }
 
-/// The step itself: its events go to `a.outbox`.
+/// The step's events, into `a.outbox`.
 fn step_events<B: Backend, M>(
     a: &mut Active<'_, B, M>,
+    committed: Committed,
     tokenizer: &Tokenizer,
     store: &mut dyn LedgerStore,
     config: &EngineConfig,
-    rng: &mut PrivacyRng,
 ) -> Result<(), CliError> {
-    if a.job.events.is_closed() {
-        // The client left: stop decoding it (everything released so far was charged).
-        a.finished = Some(Finish::Stop);
-        return Ok(());
-    }
-    let vocab = a.current.vocab();
-    let start = a.current_first * vocab;
-    let flat = &a.current.as_flat()[start..start + a.rows * vocab];
-    let mut tempered = Vec::new();
-    let flat = if a.job.temperature == 1.0 {
-        flat
-    } else {
-        temper_log_probs(flat, vocab, a.job.temperature, &mut tempered);
-        &tempered[..]
-    };
-    let ensemble = match Ensemble::renew_or_new(
-        a.ensemble.take(),
-        Rows::LogProbF32(&flat[..vocab]),
-        Rows::LogProbF32(&flat[vocab..]),
-    ) {
-        Ok(e) => e,
-        Err(e) => {
-            // A member's row failed the checks (a non-finite entry, …): this request
-            // fails, naming the kind of problem only; the server goes on.
-            a.outbox.push(Event::Failed(e.public_description()));
+    let token = match committed {
+        Committed::Left => {
+            // The client left: stop decoding it (everything released so far was
+            // charged).
             a.finished = Some(Finish::Stop);
             return Ok(());
         }
-    };
-    let mut account = StoreAccount::new(store, a.job.tenant.as_ref());
-    let stepped = a.mechanism.step(&ensemble, rng, &mut account);
-    a.charged = a.charged.compose(account.charged())?;
-    let outcome = match stepped {
-        Ok(o) => o,
-        Err(MechanismError::ChargeRefused(message)) => {
+        Committed::Failed(message) => {
+            // A row failed the checks, or the mechanism or the store failed: this
+            // request fails, naming the kind of problem only; the server goes on.
+            a.outbox.push(Event::Failed(message));
+            a.finished = Some(Finish::Stop);
+            return Ok(());
+        }
+        Committed::Refused(message) => {
             if a.charged_tokens == 0 {
                 a.outbox.push(Event::Refused { message });
                 a.finished = Some(Finish::BudgetExhausted);
@@ -449,31 +621,29 @@ fn step_events<B: Backend, M>(
             }
             return Ok(());
         }
-        Err(e) => {
-            a.outbox.push(Event::Failed(e.public_description()));
-            a.finished = Some(Finish::Stop);
-            return Ok(());
-        }
+        Committed::Token(token) => token,
     };
-    a.ensemble = Some(ensemble);
     a.charged_tokens += 1;
-    let token = u32::try_from(outcome.token)
+    let token = u32::try_from(token)
         .map_err(|_| CliError::arg("--model", "a token index does not fit in u32"))?;
     if config.stop_ids.contains(&token) {
+        a.text.push_str(&a.detok.finish(tokenizer)?);
         flush(a, true);
         return finish(a, Finish::Stop, store, config);
     }
-    a.generated.push(token);
-    a.text = tokenizer
-        .decode(&a.generated)
-        .map_err(|e| CliError::Tokenizer(e.to_string()))?;
+    let piece = a.detok.push(tokenizer, token)?;
+    a.text.push_str(&piece);
     if let Some(cut) = stop_position(&a.text, &a.job.stop) {
         a.text.truncate(cut);
         flush(a, true);
         return finish(a, Finish::Stop, store, config);
     }
     flush(a, false);
-    if a.generated.len() as u64 >= a.job.max_tokens {
+    if a.detok.tokens().len() as u64 >= a.job.max_tokens {
+        a.text.push_str(&a.detok.finish(tokenizer)?);
+        if let Some(cut) = stop_position(&a.text, &a.job.stop) {
+            a.text.truncate(cut);
+        }
         flush(a, true);
         return finish(a, Finish::Length, store, config);
     }
@@ -481,19 +651,13 @@ fn step_events<B: Backend, M>(
 }
 
 /// Sends the text not yet sent. Unless `all`, holds back a tail that could still
-/// become a stop string, and a tail that is not yet whole characters (the decoder's
-/// replacement character for an incomplete byte sequence).
+/// become a stop string (the detokeniser holds back incomplete characters).
 fn flush<B: Backend, M>(a: &mut Active<'_, B, M>, all: bool) {
     let mut end = a.text.len();
     if !all {
         end = end.min(a.text.len() - held_back(&a.text, &a.job.stop));
-        while end > a.sent && a.text[..end].ends_with('\u{FFFD}') {
-            end -= '\u{FFFD}'.len_utf8();
-        }
     }
-    // The decoded text may change below what was sent only for an incomplete character,
-    // which is held back above; keep the sent prefix as the reference.
-    if end > a.sent && a.text.is_char_boundary(a.sent) {
+    if end > a.sent && a.text.is_char_boundary(a.sent) && a.text.is_char_boundary(end) {
         let piece = a.text[a.sent..end].to_string();
         a.sent = end;
         a.outbox.push(Event::Text(piece));

@@ -32,10 +32,13 @@
 //! kind of problem only, never a private value (`MechanismError::public_description`).
 
 mod api;
+mod detok;
+mod draw;
 mod engine;
 mod http;
 mod keys;
 mod pace;
+mod phases;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,6 +114,36 @@ pub struct ServeArgs {
     /// (`finish_reason: "step_overran"`, its charged token withheld).
     #[arg(long, value_name = "MS")]
     pub step_time_ms: Option<u64>,
+    /// Print, every few seconds to stderr, where the decode loop's time goes
+    /// (admission, mechanisms, ledger commits, detokenising, joining and leaving the
+    /// batch, the forward). These timings depend on the members' data and are not
+    /// charged: for benchmarks with members that are not private.
+    #[arg(long)]
+    pub phase_timings: bool,
+    /// Multiply a GGUF's Q4_1/Q8_0 weights by f32 activations. The server's default is
+    /// `--int8-activations` (llama.cpp's own scheme, held to llama.cpp's outputs by the
+    /// agreement tests), which costs a step with many rows a fraction of the time.
+    #[arg(long, conflicts_with = "int8_activations")]
+    pub f32_activations: bool,
+    /// Hold the KV cache in f32. The server's default is `--f16-kv` (llama.cpp's default
+    /// cache type): half the cache's memory and bytes read per step.
+    #[arg(long, conflicts_with = "f16_kv")]
+    pub f32_kv: bool,
+}
+
+impl ServeArgs {
+    /// The model arguments the server loads with: its precision defaults
+    /// (`--int8-activations` for a GGUF file, `--f16-kv`) unless opted out of.
+    pub fn model_args(&self) -> crate::args::ModelArgs {
+        let mut model = self.model.clone();
+        if !self.f32_activations && model.model.is_file() {
+            model.int8_activations = true;
+        }
+        if !self.f32_kv {
+            model.f16_kv = true;
+        }
+        model
+    }
 }
 
 /// Runs `privmix serve` until SIGINT or SIGTERM, then drains in-flight requests.
@@ -151,6 +184,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         args.model.backend,
         Serving {
             args,
+            model: args.model_args(),
             keys,
             store,
             delta,
@@ -161,6 +195,8 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
 /// Everything `serve` prepared before the model loads, run on the chosen backend.
 struct Serving<'a> {
     args: &'a ServeArgs,
+    /// The model arguments with the server's precision defaults.
+    model: crate::args::ModelArgs,
     keys: Option<keys::ApiKeys>,
     store: Box<dyn LedgerStore>,
     delta: f64,
@@ -170,15 +206,16 @@ impl BackendFn<()> for Serving<'_> {
     fn run<B: Backend>(self, device: B::Device) -> Result<(), CliError> {
         let Serving {
             args,
+            model,
             keys,
             mut store,
             delta,
         } = self;
-        let runner = load_runner::<B>(&args.model, &device)?;
-        let tokenizer = load_tokenizer(&args.model)?.ok_or(CliError::NoTokenizer)?;
-        check_vocab(&tokenizer, &runner, &args.model.model)?;
+        let runner = load_runner::<B>(&model, &device)?;
+        let tokenizer = load_tokenizer(&model)?.ok_or(CliError::NoTokenizer)?;
+        check_vocab(&tokenizer, &runner, &model.model)?;
         // A model without a chat template still serves /v1/completions.
-        let chat = load_chat_template(&args.model).map_err(|e| e.to_string());
+        let chat = load_chat_template(&model).map_err(|e| e.to_string());
         let stop_ids = tokenizer.stop_ids().to_vec();
         let model_name = args.model_name.clone().unwrap_or_else(|| {
             args.model
@@ -200,6 +237,7 @@ impl BackendFn<()> for Serving<'_> {
             stop_ids,
             delta,
             paced: args.step_time_ms.is_some(),
+            phase_timings: args.phase_timings,
         };
         serve(
             args,
@@ -315,4 +353,48 @@ async fn shutdown_signal() {
         () = term => {}
     }
     eprintln!("privmix: shutting down: draining in-flight requests");
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::ServeArgs;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(model: &str, extra: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let mut args = vec!["serve", "--model", model, "--ledger", "l", "--no-auth"];
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args).map(|c| c.serve)
+    }
+
+    /// A file standing in for a GGUF model (only its kind is looked at).
+    fn gguf() -> String {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml").to_string()
+    }
+
+    #[test]
+    fn the_server_defaults_to_int8_activations_and_an_f16_cache() {
+        let m = parse(&gguf(), &[]).unwrap().model_args();
+        assert!(m.int8_activations && m.f16_kv);
+        let m = parse(&gguf(), &["--f32-activations", "--f32-kv"])
+            .unwrap()
+            .model_args();
+        assert!(!m.int8_activations && !m.f16_kv);
+        // A model folder has no quantised weights to take 8-bit activations.
+        let m = parse(env!("CARGO_MANIFEST_DIR"), &[]).unwrap().model_args();
+        assert!(!m.int8_activations && m.f16_kv);
+    }
+
+    #[test]
+    fn opting_out_conflicts_with_opting_in() {
+        assert!(parse(&gguf(), &["--f32-kv", "--f16-kv"]).is_err());
+        assert!(parse(&gguf(), &["--f32-activations", "--int8-activations"]).is_err());
+        assert!(parse(&gguf(), &["--int8-activations", "--f16-kv"]).is_ok());
+    }
 }

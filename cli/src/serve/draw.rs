@@ -1,0 +1,219 @@
+//! One step's mechanisms, for every request at once: each request's mechanism runs
+//! on its own rows in one parallel region, its charges recorded (not yet committed)
+//! and its token drawn (not yet released).
+//!
+//! The engine then commits the recorded charges to the ledger store in request
+//! order (`engine.rs`, `commit_step`) and only after that releases the tokens whose
+//! charges were accepted: a refused charge drops that request's token alone, and no
+//! token leaves the process before the commit that covers it has returned. A
+//! mechanism's own state may count a charge the store then refuses (the request
+//! ends there): an over-count, never an under-count.
+
+use privmix_accountant::{DpEvent, Orders, RdpCurve};
+use privmix_mechanisms::{Account, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows};
+use rayon::prelude::*;
+
+use crate::temper::temper_log_probs;
+
+/// A charge a mechanism asked for, in the form it asked for it.
+#[derive(Debug, Clone)]
+pub enum Charge {
+    /// [`Account::charge`].
+    Curve(RdpCurve, String),
+    /// [`Account::charge_event`].
+    Event(DpEvent, String),
+}
+
+impl Charge {
+    /// Charges `account` as the mechanism asked.
+    pub fn commit(&self, account: &mut dyn Account) -> Result<(), MechanismError> {
+        match self {
+            Self::Curve(curve, label) => account.charge(curve, label),
+            Self::Event(event, label) => account.charge_event(event, label),
+        }
+    }
+}
+
+/// An account that records the charges asked of it and accepts them all: the
+/// step's charges are committed to the store (where budgets are enforced) before
+/// any of its tokens is released.
+#[derive(Debug)]
+struct Recorder<'a> {
+    orders: &'a Orders,
+    charges: &'a mut Vec<Charge>,
+}
+
+impl Account for Recorder<'_> {
+    fn orders(&self) -> &Orders {
+        self.orders
+    }
+
+    fn charge(&mut self, curve: &RdpCurve, label: &str) -> Result<(), MechanismError> {
+        self.charges
+            .push(Charge::Curve(curve.clone(), label.to_string()));
+        Ok(())
+    }
+
+    fn charge_event(&mut self, event: &DpEvent, label: &str) -> Result<(), MechanismError> {
+        self.charges
+            .push(Charge::Event(event.clone(), label.to_string()));
+        Ok(())
+    }
+}
+
+/// What a request's mechanism drew this step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drawn {
+    /// Nothing (the request was not stepped).
+    Nothing,
+    /// A token, released once the step's charges are committed.
+    Token(usize),
+    /// The mechanism failed; the message is public
+    /// ([`MechanismError::public_description`]).
+    Failed(String),
+}
+
+/// A request's mechanism and the buffers its steps reuse.
+pub struct MechanismState {
+    mechanism: Box<dyn EnsembleMechanism + Send>,
+    rng: PrivacyRng,
+    /// The rows as probabilities (tempered first where asked).
+    probs: Vec<f32>,
+    /// The tempered log-probabilities.
+    tempered: Vec<f32>,
+    ensemble: Option<Ensemble>,
+    /// The charges of the step in progress.
+    pub charges: Vec<Charge>,
+    /// The step's outcome.
+    pub drawn: Drawn,
+}
+
+impl MechanismState {
+    /// A request's mechanism with its own generator (seeded by the OS).
+    pub fn new(mechanism: Box<dyn EnsembleMechanism + Send>) -> Result<Self, MechanismError> {
+        Ok(Self {
+            mechanism,
+            rng: PrivacyRng::from_os()?,
+            probs: Vec::new(),
+            tempered: Vec::new(),
+            ensemble: None,
+            charges: Vec::new(),
+            drawn: Drawn::Nothing,
+        })
+    }
+
+    /// One mechanism step on `log_probs` (the request's public row, then its
+    /// member rows, `vocab` natural-log probabilities each) at `temperature`:
+    /// the rows turned into probabilities, validated into the reused ensemble,
+    /// the mechanism's output computed, its charges recorded in `self.charges`
+    /// and a token drawn into `self.drawn`.
+    fn step(&mut self, log_probs: &[f32], vocab: usize, temperature: f64, orders: &Orders) {
+        self.charges.clear();
+        let rows = if temperature == 1.0 {
+            log_probs
+        } else {
+            temper_log_probs(log_probs, vocab, temperature, &mut self.tempered);
+            &self.tempered[..]
+        };
+        self.probs.clear();
+        self.probs.extend_from_slice(rows);
+        // e^{log p} in f32 lanes: every entry ≤ 0, so each result lies in [0, 1].
+        privmix_models::cpu::vexp::exp_shifted_in_place(&mut self.probs, 0.0);
+        let ensemble = match Ensemble::renew_or_new(
+            self.ensemble.take(),
+            Rows::ProbF32(&self.probs[..vocab]),
+            Rows::ProbF32(&self.probs[vocab..]),
+        ) {
+            Ok(e) => e,
+            Err(e) => {
+                // A row failed the checks (a non-finite entry, …): this request
+                // fails, naming the kind of problem only.
+                self.drawn = Drawn::Failed(e.public_description());
+                return;
+            }
+        };
+        let mut account = Recorder {
+            orders,
+            charges: &mut self.charges,
+        };
+        self.drawn = match self.mechanism.step(&ensemble, &mut self.rng, &mut account) {
+            Ok(outcome) => Drawn::Token(outcome.token),
+            Err(e) => Drawn::Failed(e.public_description()),
+        };
+        self.ensemble = Some(ensemble);
+    }
+}
+
+/// A request's part of a step: its state, its rows and its temperature.
+pub struct StepInput<'a> {
+    /// The request's mechanism.
+    pub state: &'a mut MechanismState,
+    /// Its rows' log-probabilities.
+    pub log_probs: &'a [f32],
+    /// Its temperature.
+    pub temperature: f64,
+}
+
+/// Every request's mechanism step, in one parallel region.
+pub fn step_all(inputs: Vec<StepInput<'_>>, vocab: usize, orders: &Orders) {
+    inputs.into_par_iter().for_each(|i| {
+        i.state.step(i.log_probs, vocab, i.temperature, orders);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use privmix_accountant::Orders;
+    use privmix_mechanisms::{Pmixed, PmixedConfig};
+
+    fn log_rows(rows: &[[f64; 3]]) -> Vec<f32> {
+        rows.iter()
+            .flat_map(|r| r.iter().map(|&p| p.ln() as f32))
+            .collect()
+    }
+
+    #[test]
+    fn a_step_records_its_charge_and_draws_a_token() {
+        let orders = Orders::default();
+        let pmixed = Pmixed::new(PmixedConfig::new(36.0, 0.5, 1.0).unwrap());
+        let mut state = MechanismState::new(Box::new(pmixed)).unwrap();
+        let rows = log_rows(&[[0.5, 0.3, 0.2], [0.4, 0.4, 0.2], [0.6, 0.2, 0.2]]);
+        step_all(
+            vec![StepInput {
+                state: &mut state,
+                log_probs: &rows,
+                temperature: 1.0,
+            }],
+            3,
+            &orders,
+        );
+        assert!(matches!(state.drawn, Drawn::Token(t) if t < 3));
+        assert_eq!(state.charges.len(), 1);
+        // The recorded charge is the one the mechanism charges an account itself.
+        let mut budget = privmix_mechanisms::Unbudgeted::new(orders.clone());
+        state.charges[0].commit(&mut budget).unwrap();
+        let mut direct = Pmixed::new(PmixedConfig::new(36.0, 0.5, 1.0).unwrap());
+        assert_eq!(budget.spent(), direct.charge_curve(&orders, 2).unwrap());
+    }
+
+    #[test]
+    fn a_bad_row_fails_the_request_without_a_charge() {
+        let orders = Orders::default();
+        let pmixed = Pmixed::new(PmixedConfig::new(36.0, 0.5, 1.0).unwrap());
+        let mut state = MechanismState::new(Box::new(pmixed)).unwrap();
+        let mut rows = log_rows(&[[0.5, 0.3, 0.2], [0.4, 0.4, 0.2]]);
+        rows[4] = f32::NAN;
+        step_all(
+            vec![StepInput {
+                state: &mut state,
+                log_probs: &rows,
+                temperature: 1.0,
+            }],
+            3,
+            &orders,
+        );
+        assert!(matches!(state.drawn, Drawn::Failed(_)));
+        assert!(state.charges.is_empty());
+    }
+}
