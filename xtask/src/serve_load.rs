@@ -54,7 +54,12 @@ fn measure(quick: bool) -> Result<String, String> {
     let python = std::env::var("PRIVMIX_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = root.join("xtask").join("scripts").join("serve_load.py");
 
-    cargo(&["build", "--release", "-p", "privmix"])?;
+    // Where cargo put it (`CARGO_TARGET_DIR` included).
+    let privmix = crate::workspace::built_executables(&["build", "--release", "-p", "privmix"])?
+        .into_iter()
+        .find(|e| e.name == "privmix" && e.kinds.iter().any(|k| k == "bin"))
+        .ok_or("cargo built no privmix binary")?
+        .path;
     let members = cache.join("serve-bench-members");
     cargo(&[
         "run",
@@ -89,12 +94,14 @@ fn measure(quick: bool) -> Result<String, String> {
         "smollm2".into(),
         "--listen".into(),
         "127.0.0.1:0".into(),
+        // The members are random adapters, not private data: their step timings
+        // may be printed.
+        "--phase-timings".into(),
     ];
     for i in 0..MEMBERS {
         args.push("--adapter".into());
         args.push(members.join(format!("member-{i}")).display().to_string());
     }
-    let privmix = root.join("target").join("release").join("privmix");
     let mut rows = Vec::new();
     let server = Server::start(Command::new(&privmix).args(&args), "http://")?;
     rows.extend(load(
@@ -105,6 +112,7 @@ fn measure(quick: bool) -> Result<String, String> {
         "privmix PMixED, 8 members",
         seconds,
     )?);
+    let phases = server.lines_containing("privmix: phases");
     drop(server);
 
     match llama_server(&cache, &python) {
@@ -181,6 +189,16 @@ fn measure(quick: bool) -> Result<String, String> {
          PMixED (every token charged to the ledger before it is sent); llama.cpp computes one row \
          with no privacy.\n\n",
     );
+    if !phases.is_empty() {
+        s.push_str(
+            "Where privmix's decode loop spent its time (`privmix serve --phase-timings`, \
+             sums over each interval, the three levels in turn):\n\n```text\n",
+        );
+        for line in &phases {
+            let _ = writeln!(s, "{}", line.trim_start_matches("privmix: "));
+        }
+        s.push_str("```\n\n");
+    }
     Ok(s)
 }
 
@@ -224,6 +242,8 @@ fn load(
 struct Server {
     child: Child,
     url: String,
+    /// Every stderr line after the ready line.
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -238,10 +258,18 @@ impl Server {
         let stderr = child.stderr.take().ok_or("no stderr")?;
         let (tx, rx) = std::sync::mpsc::channel();
         let ready = ready.to_string();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&lines);
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if !sent && line.contains(&ready) {
+                if sent {
+                    if let Ok(mut kept) = kept.lock() {
+                        kept.push(line);
+                    }
+                    continue;
+                }
+                if line.contains(&ready) {
                     let url = line
                         .find("http://")
                         .map(|i| {
@@ -258,12 +286,22 @@ impl Server {
             }
         });
         match rx.recv_timeout(Duration::from_secs(300)) {
-            Ok(url) => Ok(Self { child, url }),
+            Ok(url) => Ok(Self { child, url, lines }),
             Err(_) => {
                 let _ = child.kill();
                 Err(format!("{cmd:?} did not become ready"))
             }
         }
+    }
+}
+
+impl Server {
+    /// The stderr lines so far (after the ready line) that contain `text`.
+    fn lines_containing(&self, text: &str) -> Vec<String> {
+        self.lines
+            .lock()
+            .map(|l| l.iter().filter(|l| l.contains(text)).cloned().collect())
+            .unwrap_or_default()
     }
 }
 
