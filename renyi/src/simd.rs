@@ -1,6 +1,6 @@
 //! SIMD building blocks shared by this crate's kernels and by other crates'
-//! kernels (`privmix-mechanisms`'s fused kernels; [`Prefetch`] is the workspace's
-//! one software prefetch), for `pulp`'s vector types (used inside a
+//! kernels (`privmix-mechanisms`'s fused kernels use [`pow_vectors`] and
+//! [`Prefetch`]), for `pulp`'s vector types (used inside a
 //! `pulp::WithSimd` operation, so that they compile for the CPU's widest vectors).
 
 /// `x^e` (e ≥ 1) for a block of `U` vectors, by binary powering in registers:
@@ -67,10 +67,9 @@ pub fn warm(row: &[f64]) {
 /// changes no result. Through `pulp`'s safe wrapper of SSE's `prefetcht0`
 /// (`pulp::x86::V1`, present on every x86-64 CPU); a no-op elsewhere.
 ///
-/// This is the workspace's one definition: other crates' kernels (the mechanisms'
-/// leave-one-out pass, the models' CPU kernels) use it as
-/// `privmix_renyi::simd::Prefetch` rather than keeping a copy. It prefetches from
-/// slices of any element type.
+/// The mechanisms' leave-one-out pass uses it as `privmix_renyi::simd::Prefetch`
+/// (the model runtime, which does not depend on the privacy crates, has its own
+/// for its CPU kernels). It prefetches from slices of any element type.
 ///
 /// ```
 /// use privmix_renyi::simd::Prefetch;
