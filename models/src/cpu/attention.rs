@@ -341,12 +341,13 @@ fn attend_rows<E: KvElem>(
     let mut scores = vec![0.0f32; group.min(rep) * t];
     let mut seen = vec![false; t];
     // How each (row, head)'s keys and values are read: f32 as held; f16
-    // widened in registers on AVX-512, else widened here first (exactly),
+    // widened in registers where the detected instruction set has AVX-512
+    // (`dispatch::avx512`), else widened here first (exactly),
     // into scratch the f32 passes then read.
     #[cfg(target_arch = "x86_64")]
     let half_v4 = E::as_f16_bits(kv.k_t)
         .zip(E::as_f16_bits(kv.v))
-        .zip(pulp::x86::V4::try_new());
+        .zip(super::dispatch::avx512());
     #[cfg(all(test, target_arch = "x86_64"))]
     let half_v4 = half_v4.filter(|_| !WIDEN_FIRST.load(std::sync::atomic::Ordering::Relaxed));
     let held_f32 = E::as_f32(kv.k_t).zip(E::as_f32(kv.v));
@@ -431,7 +432,7 @@ fn answer_group<const Q: usize>(
     (q, seen, scores, out): (&[f32], &[bool], &mut [f32], &mut [f32]),
 ) {
     match source {
-        Source::F32(kv) => pulp::Arch::new().dispatch(Group::<Q>(Queries {
+        Source::F32(kv) => super::dispatch::vectorize(Group::<Q>(Queries {
             q,
             kv,
             seen,

@@ -46,6 +46,8 @@ pub(crate) struct Task<'a> {
     pub first: usize,
     pub x: &'a [f32],
     pub y: Vec<&'a mut [f32]>,
+    /// How Q4_1 blocks are dequantised (the table entry's choice).
+    pub lut: Lut,
 }
 
 impl WithSimd for Task<'_> {
@@ -82,11 +84,16 @@ impl WithSimd for Task<'_> {
 /// other rows of the batch.
 #[inline(always)]
 fn run<S: Simd, const Q4: bool>(simd: S, task: Task<'_>) {
-    let Task { w, first, x, mut y } = task;
+    let Task {
+        w,
+        first,
+        x,
+        mut y,
+        lut,
+    } = task;
     let rows = y.len();
     let n_out = y[0].len();
     let k = w.inp;
-    let lut = Lut::for_simd::<S>();
     // AVX2 and narrower have 16 vector registers: fewer accumulators per
     // tile (a 4 × 4 or 2 × 9 tile spills there).
     let narrow = size_of::<S::f32s>() < 64;
@@ -381,8 +388,10 @@ fn reduce_tile<S: Simd, const O: usize, const R: usize>(
     out
 }
 
-/// How Q4_1 blocks are dequantised: through a 16-entry table where the CPU
-/// permutes across AVX-512 lanes, else entry by entry.
+/// How Q4_1 blocks are dequantised: through a 16-entry table where the
+/// kernel runs at AVX-512's width (which permutes across its lanes), else
+/// entry by entry. Chosen by the dispatch table's entry
+/// ([`crate::cpu::dispatch`]), which knows the instruction set it runs at.
 ///
 /// Why a table: a Q4_1 weight takes one of 16 values per block, `d·q + m`
 /// for `q = 0..15`. Forming the 16 values (one multiply and one add of a
@@ -393,24 +402,23 @@ fn reduce_tile<S: Simd, const O: usize, const R: usize>(
 /// instructions. The values are the dequantiser's (`d·q` rounded, then `+ m`
 /// rounded), so the weights are bit for bit the same either way.
 #[derive(Clone, Copy)]
-struct Lut {
+pub(crate) struct Lut {
     #[cfg(target_arch = "x86_64")]
     v4: Option<pulp::x86::V4>,
 }
 
 impl Lut {
-    /// The table path when `S` is pulp's AVX-512 level (the only one with
-    /// 16 f32 lanes on x86-64), else the plain one.
-    #[inline(always)]
-    fn for_simd<S: Simd>() -> Self {
-        Lut {
-            #[cfg(target_arch = "x86_64")]
-            v4: if size_of::<S::f32s>() == 64 {
-                pulp::x86::V4::try_new()
-            } else {
-                None
-            },
-        }
+    /// Every weight dequantised entry by entry.
+    pub(crate) const ENTRY_BY_ENTRY: Self = Lut {
+        #[cfg(target_arch = "x86_64")]
+        v4: None,
+    };
+
+    /// Q4_1 weights looked up in a 16-entry table with AVX-512's lane
+    /// permutes (for the kernel run at `v4`'s width).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn table(v4: pulp::x86::V4) -> Self {
+        Lut { v4: Some(v4) }
     }
 }
 

@@ -74,6 +74,11 @@ impl Isa {
         }
     }
 
+    /// Whether code written for this instruction set may use AVX-512 (F/BW/VL).
+    pub fn has_avx512(self) -> bool {
+        self <= Isa::Avx512
+    }
+
     /// The name printed in a kernel's description.
     pub fn name(self) -> &'static str {
         match self {
@@ -384,6 +389,41 @@ pub(crate) fn quantizer_for_isa(isa: Isa) -> &'static KernelEntry {
         .expect("a portable quantiser")
 }
 
+/// Runs `op` at the width of the detected instruction set
+/// ([`Isa::detected`]; on other architectures than x86-64, pulp's widest
+/// level): how the vector code outside the table (`exp`, SiLU and
+/// log-softmax, RMSNorm, attention over f32 keys and values) learns the
+/// instruction set, so that it runs at the width the table's kernels run at.
+#[inline]
+pub fn vectorize<Op: pulp::WithSimd>(op: Op) -> Op::Output {
+    #[cfg(target_arch = "x86_64")]
+    match Isa::detected() {
+        Isa::Avx512Vnni | Isa::Avx512 => pulp::Simd::vectorize(v4(), op),
+        Isa::Avx2 => pulp::Simd::vectorize(v3(), op),
+        Isa::Fallback => pulp::Simd::vectorize(pulp::Scalar::new(), op),
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pulp::Arch::new().dispatch(op)
+}
+
+/// pulp's AVX-512 level where the detected instruction set has AVX-512
+/// ([`Isa::has_avx512`]), else `None`: the attention widens f16 keys and
+/// values in AVX-512 registers only then.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512() -> Option<pulp::x86::V4> {
+    Isa::detected().has_avx512().then(v4)
+}
+
+/// Whether the attention widens f16 keys and values in AVX-512 registers
+/// on this CPU (the detected instruction set has AVX-512), else into f32
+/// scratch first.
+pub fn f16_kv_in_registers() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return avx512().is_some();
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 // The entries' functions: each runs a kernel at one instruction set's
 // width, inside that instruction set's `#[target_feature]` frame (pulp's
 // `vectorize`). An entry is only chosen where its instruction set was
@@ -401,18 +441,46 @@ fn v3() -> pulp::x86::V3 {
 
 #[cfg(target_arch = "x86_64")]
 fn blocks_f32_avx512(w: &BlockWeight, x: &[f32], first: usize, y: Vec<&mut [f32]>) {
-    pulp::Simd::vectorize(v4(), blocks_f32::Task { w, first, x, y });
+    let simd = v4();
+    let lut = blocks_f32::Lut::table(simd);
+    pulp::Simd::vectorize(
+        simd,
+        blocks_f32::Task {
+            w,
+            first,
+            x,
+            y,
+            lut,
+        },
+    );
 }
 
 #[cfg(target_arch = "x86_64")]
 fn blocks_f32_avx2(w: &BlockWeight, x: &[f32], first: usize, y: Vec<&mut [f32]>) {
-    pulp::Simd::vectorize(v3(), blocks_f32::Task { w, first, x, y });
+    let lut = blocks_f32::Lut::ENTRY_BY_ENTRY;
+    pulp::Simd::vectorize(
+        v3(),
+        blocks_f32::Task {
+            w,
+            first,
+            x,
+            y,
+            lut,
+        },
+    );
 }
 
 /// Scalar on x86-64 (whose wider levels have their own entries); pulp's
 /// widest level elsewhere.
 fn blocks_f32_fallback(w: &BlockWeight, x: &[f32], first: usize, y: Vec<&mut [f32]>) {
-    let task = blocks_f32::Task { w, first, x, y };
+    let lut = blocks_f32::Lut::ENTRY_BY_ENTRY;
+    let task = blocks_f32::Task {
+        w,
+        first,
+        x,
+        y,
+        lut,
+    };
     #[cfg(target_arch = "x86_64")]
     pulp::Simd::vectorize(pulp::Scalar::new(), task);
     #[cfg(not(target_arch = "x86_64"))]

@@ -93,7 +93,7 @@ pub fn exp_shifted_in_place(x: &mut [f32], shift: f32) -> f64 {
             sum + tail.iter().map(|&e| f64::from(e)).sum::<f64>()
         }
     }
-    pulp::Arch::new().dispatch(Exp(x, shift))
+    crate::cpu::dispatch::vectorize(Exp(x, shift))
 }
 
 /// `x ← x · σ(x) = x / (1 + e^{−x})` in place (HF's `silu`).
@@ -115,7 +115,7 @@ pub fn silu_in_place(x: &mut [f32]) {
             simd.partial_store_f32s(tail, last);
         }
     }
-    pulp::Arch::new().dispatch(Silu(x));
+    crate::cpu::dispatch::vectorize(Silu(x));
 }
 
 /// Each `width`-long row of `x` replaced by its log-softmax, as burn's
@@ -147,7 +147,7 @@ pub fn log_softmax_rows_in_place(x: &mut [f32], width: usize) {
         }
     }
     use rayon::prelude::*;
-    let one = |row: &mut [f32]| pulp::Arch::new().dispatch(Row(row));
+    let one = |row: &mut [f32]| crate::cpu::dispatch::vectorize(Row(row));
     if x.len() >= 2 * width && x.len() >= 1 << 16 {
         x.par_chunks_mut(width).for_each(one);
     } else {
@@ -188,19 +188,19 @@ mod tests {
             .collect();
         xs.extend([0.0, -0.0, 1.0, -1.0, 1e-30, -1e-30]);
         let mut ys = xs.clone();
-        pulp::Arch::new().dispatch(Exp(&mut ys));
+        crate::cpu::dispatch::vectorize(Exp(&mut ys));
         for (x, y) in xs.iter().zip(&ys) {
             let want = (f64::from(*x)).exp() as f32;
             assert!(ulps(*y, want) <= 4, "exp({x}) = {y}, want {want}");
         }
         let mut low = vec![MIN_ARG - 0.01, -100.0, f32::MIN, f32::NEG_INFINITY];
-        pulp::Arch::new().dispatch(Exp(&mut low));
+        crate::cpu::dispatch::vectorize(Exp(&mut low));
         assert!(low.iter().all(|&v| v == 0.0));
         let mut high = vec![MAX_ARG + 0.01, 100.0, f32::MAX, f32::INFINITY];
-        pulp::Arch::new().dispatch(Exp(&mut high));
+        crate::cpu::dispatch::vectorize(Exp(&mut high));
         assert!(high.iter().all(|&v| v == f32::INFINITY));
         let mut nan = vec![f32::NAN; 3];
-        pulp::Arch::new().dispatch(Exp(&mut nan));
+        crate::cpu::dispatch::vectorize(Exp(&mut nan));
         assert!(nan.iter().all(|v| v.is_nan()));
     }
 

@@ -56,7 +56,7 @@ impl<B: Backend> RmsNorm<B> {
         let gain = self
             .host_gain
             .get_or_init(|| crate::runtime::to_vec(self.gain.clone()).expect("f32 gain"));
-        pulp::Arch::new().dispatch(HostNorm {
+        crate::cpu::dispatch::vectorize(HostNorm {
             x,
             out,
             gain,

@@ -3,9 +3,10 @@ use crate::cpu::quants::tests::{blocks, within_gamma};
 use crate::gguf::{GgmlType, dequantize};
 use proptest::prelude::*;
 
-/// `x Wᵀ` on one thread at the SIMD level `simd` (the dispatch picks the
-/// widest; the tests also run the narrower ones, whose tiles differ).
-fn matmul_on<S: Simd>(simd: S, w: &BlockWeight, x: &[f32], rows: usize) -> Vec<f32> {
+/// `x Wᵀ` on one thread at the SIMD level `simd` with Q4_1 blocks
+/// dequantised as `lut` says (the dispatch picks the widest level; the tests
+/// also run the narrower ones, whose tiles differ).
+fn matmul_on<S: Simd>(simd: S, lut: Lut, w: &BlockWeight, x: &[f32], rows: usize) -> Vec<f32> {
     let mut y = vec![0.0f32; rows * w.out];
     let pieces: Vec<&mut [f32]> = y.chunks_mut(w.out).collect();
     simd.vectorize(Task {
@@ -13,6 +14,7 @@ fn matmul_on<S: Simd>(simd: S, w: &BlockWeight, x: &[f32], rows: usize) -> Vec<f
         first: 0,
         x,
         y: pieces,
+        lut,
     });
     y
 }
@@ -21,15 +23,16 @@ fn matmul_on<S: Simd>(simd: S, w: &BlockWeight, x: &[f32], rows: usize) -> Vec<f
 fn every_level(w: &BlockWeight, x: &[f32], rows: usize) -> Vec<Vec<f32>> {
     let mut all = vec![
         w.matmul(x, rows),
-        matmul_on(pulp::Scalar::new(), w, x, rows),
+        matmul_on(pulp::Scalar::new(), Lut::ENTRY_BY_ENTRY, w, x, rows),
     ];
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(simd) = pulp::x86::V3::try_new() {
-            all.push(matmul_on(simd, w, x, rows));
+            all.push(matmul_on(simd, Lut::ENTRY_BY_ENTRY, w, x, rows));
         }
         if let Some(simd) = pulp::x86::V4::try_new() {
-            all.push(matmul_on(simd, w, x, rows));
+            all.push(matmul_on(simd, Lut::ENTRY_BY_ENTRY, w, x, rows));
+            all.push(matmul_on(simd, Lut::table(simd), w, x, rows));
         }
     }
     all
