@@ -16,7 +16,9 @@ use privmix_mechanisms::{
     Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix, SubmixConfig,
 };
 use privmix_models::gguf::GgufFile;
-use privmix_models::{ChatTemplate, DecodeProducts, KvPrecision, LanguageModel, Model, Tokenizer};
+use privmix_models::{
+    ChatTemplate, DecodeProducts, KvPrecision, LanguageModel, LoadOptions, Model, Tokenizer,
+};
 
 use crate::args::{BackendKind, MechanismKind, MechanismParams, ModelArgs};
 use crate::error::CliError;
@@ -112,9 +114,11 @@ fn load_runner_inner<B: Backend>(
                 "applies to GGUF files (quantised weights); the model is a folder",
             ));
         }
-        Model::<B>::load_gguf_with(&args.model, DecodeProducts::Int8Activations, device)
+        Model::<B>::load(
+            LoadOptions::path(&args.model, device).decode_products(DecodeProducts::Int8Activations),
+        )
     } else {
-        Model::<B>::load(&args.model, device)
+        Model::<B>::load(LoadOptions::path(&args.model, device))
     }
     .map_err(|source| CliError::Model {
         path: args.model.clone(),

@@ -62,7 +62,7 @@ use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
 use privmix_ensemble::stacked::FactorPrecision;
 use privmix_models::{
-    Batch, DecodeProducts, KvCache, KvPrecision, LanguageModel, LinearDelta, Model,
+    Batch, DecodeProducts, KvCache, KvPrecision, LanguageModel, LinearDelta, LoadOptions, Model,
 };
 
 #[cfg(feature = "cuda")]
@@ -159,7 +159,8 @@ fn bench(c: &mut Criterion) {
             DecodeProducts::Int8Activations,
         ),
     ] {
-        let model = Model::<B>::load_gguf_with(&path, products, &device).expect("SmolLM2 GGUF");
+        let model = Model::<B>::load(LoadOptions::path(&path, &device).decode_products(products))
+            .expect("SmolLM2 GGUF");
         bench_group(c, group, &model, &device);
     }
 }

@@ -25,7 +25,7 @@ use privmix_ensemble::lora::LoraConfig;
 use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, StepPath, TrainConfig, Trainer,
 };
-use privmix_models::{LanguageModel, Model};
+use privmix_models::{LanguageModel, LoadOptions, Model};
 
 type AB = Autodiff<Flex>;
 
@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
         );
         return;
     }
-    let model = Model::<AB>::load(&path, &Default::default()).expect("SmolLM2");
+    let model = Model::<AB>::load(LoadOptions::path(&path, &Default::default())).expect("SmolLM2");
     let data = blocks(model.vocab_size());
     let mut g = c.benchmark_group("train_step_smollm2_r8_qv_4x128");
     g.sample_size(10).measurement_time(Duration::from_secs(30));

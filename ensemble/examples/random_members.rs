@@ -7,7 +7,7 @@
 
 use burn::backend::Flex;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let n: usize = n.parse()?;
     let device = Default::default();
-    let model = Model::<Flex>::load(model, &device)?;
+    let model = Model::<Flex>::load(LoadOptions::path(model, &device))?;
     let base = model.base_shapes()?;
     for i in 0..n {
         let dir = std::path::Path::new(out).join(format!("member-{i}"));

@@ -36,7 +36,7 @@ use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, StepPath, TrainConfig, Trainer,
 };
 
-use privmix_models::{LanguageModel, LlamaConfig, Model};
+use privmix_models::{LanguageModel, LlamaConfig, LoadOptions, Model};
 
 type AB = Autodiff<Flex>;
 
@@ -93,7 +93,7 @@ fn parse() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = parse()?;
-    let model = Model::<AB>::load(&a.model, &Default::default())?;
+    let model = Model::<AB>::load(LoadOptions::path(&a.model, &Default::default()))?;
     let vocab = model.vocab_size();
     if a.mode == "shapes" {
         let Model::Llama(llama) = &model else {

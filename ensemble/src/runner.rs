@@ -43,7 +43,9 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> EnsembleRunner<B, M> {
         precision: FactorPrecision,
     ) -> Result<Self, EnsembleError> {
         let base = model.base_shapes()?;
-        let adapters = StackedAdapters::with_precision(members, &base, precision, &model.device())?;
+        let backend = model.plan().backend;
+        let adapters =
+            StackedAdapters::with_precision(members, &base, precision, backend, &model.device())?;
         Ok(Self {
             model,
             base,
@@ -370,7 +372,7 @@ impl<'a, B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'a, B, M> {
     fn run(&mut self, batch: &Batch) -> Result<LogProbRows, EnsembleError> {
         let model = &self.runner.model;
         let logits = model.logits_last(batch, &mut self.cache, hook(&self.adapters))?;
-        let values = log_softmax_to_vec(logits)?;
+        let values = log_softmax_to_vec(model.plan(), logits)?;
         Ok(LogProbRows::new(
             self.layout.clone(),
             model.vocab_size(),

@@ -73,10 +73,11 @@ impl FactorPrecision {
 /// without a site gets zero factors there. So row `i`'s delta is exactly its
 /// member's `scale · x A B` (up to f32 rounding of the folded scale).
 ///
-/// On plain burn-flex the factors are kept in host memory instead
-/// (`host_factors`), where the decode path adds them to the base
-/// projection directly; the tensors are not kept there, so either form is
-/// held, never both.
+/// Where the model's tensors live in host memory (its execution plan's
+/// [`BackendKind::HostMemory`], plain burn-flex) the factors are kept in
+/// host memory instead (`host_factors`), where the decode path adds them to
+/// the base projection directly; the tensors are not kept there, so either
+/// form is held, never both.
 #[derive(Debug, Clone)]
 pub struct StackedAdapters<B: Backend> {
     num_members: usize,
@@ -88,13 +89,15 @@ pub struct StackedAdapters<B: Backend> {
 impl<B: Backend> StackedAdapters<B> {
     /// Stacks `members` in f32, after checking each against `base` (an
     /// adapter for another base model gives [`LoraError::SiteNotInBase`] or
-    /// [`LoraError::ShapeMismatch`]).
+    /// [`LoraError::ShapeMismatch`]), for a model whose execution plan
+    /// states `backend` (`model.plan().backend`).
     pub fn new(
         members: &[LoraAdapter<B>],
         base: &BaseShapes,
+        backend: BackendKind,
         device: &B::Device,
     ) -> Result<Self, LoraError> {
-        Self::with_precision(members, base, FactorPrecision::F32, device)
+        Self::with_precision(members, base, FactorPrecision::F32, backend, device)
     }
 
     /// [`StackedAdapters::new`] with the factors held as `precision` says.
@@ -102,6 +105,7 @@ impl<B: Backend> StackedAdapters<B> {
         members: &[LoraAdapter<B>],
         base: &BaseShapes,
         precision: FactorPrecision,
+        backend: BackendKind,
         device: &B::Device,
     ) -> Result<Self, LoraError> {
         let rank = members.iter().map(|m| m.config().r).max().unwrap_or(0);
@@ -126,7 +130,7 @@ impl<B: Backend> StackedAdapters<B> {
                 }
             }
         }
-        let host = BackendKind::of::<B>().is_host_memory();
+        let host = backend.is_host_memory();
         let mut sites = HashMap::with_capacity(used.len());
         let mut host_sites = HostFactors::with_capacity(used.len());
         for site in used {
@@ -231,13 +235,14 @@ impl<B: Backend> StackedAdapters<B> {
     /// `config` on every targeted site of `base` held in `precision`,
     /// without building them: `width · slots · r · Σ_sites (in + out)`, with
     /// `slots = members` and `width` 4 (f32) or 2 (f16) for host-held
-    /// factors (plain burn-flex), and `slots = members + 1` (their zero
-    /// slot) and `width = 4` for tensors.
+    /// factors (`backend` is [`BackendKind::HostMemory`]), and
+    /// `slots = members + 1` (their zero slot) and `width = 4` for tensors.
     pub fn bytes_for(
         base: &BaseShapes,
         config: &LoraConfig,
         members: usize,
         precision: FactorPrecision,
+        backend: BackendKind,
     ) -> usize {
         let per_rank: usize = base
             .sites()
@@ -248,7 +253,7 @@ impl<B: Backend> StackedAdapters<B> {
                 i + o
             })
             .sum();
-        let (slots, width) = if !BackendKind::of::<B>().is_host_memory() {
+        let (slots, width) = if !backend.is_host_memory() {
             (members + 1, 4)
         } else if precision == FactorPrecision::F16 {
             (members, 2)

@@ -15,7 +15,7 @@ use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use privmix_models::layers::linear::Linear;
-use privmix_models::{Batch, LanguageModel, Model};
+use privmix_models::{Batch, LanguageModel, LoadOptions, Model};
 use rayon::prelude::*;
 
 fn forward(c: &mut Criterion) {
@@ -25,8 +25,11 @@ fn forward(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(3));
 
-    let tiny =
-        Model::<Flex>::load(dir.join("tests/fixtures/hf/llama"), &Default::default()).unwrap();
+    let tiny = Model::<Flex>::load(LoadOptions::path(
+        dir.join("tests/fixtures/hf/llama"),
+        &Default::default(),
+    ))
+    .unwrap();
     let tokens: Vec<u32> = (3..15).collect();
     let batch = Batch::single(&tokens).unwrap();
     group.bench_function("tiny_llama_prefill_12", |b| {
@@ -35,7 +38,7 @@ fn forward(c: &mut Criterion) {
 
     let smollm2 = dir.join("../models-cache/smollm2.gguf");
     if smollm2.is_file() {
-        let model = Model::<Flex>::load(&smollm2, &Default::default()).unwrap();
+        let model = Model::<Flex>::load(LoadOptions::path(&smollm2, &Default::default())).unwrap();
         let prompt: Vec<u32> = (0..32).map(|i| 100 + 37 * i).collect();
         let batch = Batch::single(&prompt).unwrap();
         group.bench_function("smollm2_prefill_32", |b| {

@@ -3,7 +3,7 @@
 //!
 //! `cargo run --release -p privmix-models --example generate -- MODEL TOKENIZER "prompt" [tokens]`
 
-use privmix_models::{CpuBackend, Model, Tokenizer, generate_greedy};
+use privmix_models::{CpuBackend, LoadOptions, Model, Tokenizer, generate_greedy};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -13,7 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         _ => return Err("usage: generate MODEL TOKENIZER PROMPT [TOKENS]".into()),
     };
     let device = Default::default();
-    let model = Model::<CpuBackend>::load(model, &device)?;
+    let model = Model::<CpuBackend>::load(LoadOptions::path(model, &device))?;
     let tokenizer = Tokenizer::from_file(tokenizer)?;
     println!("{}", model.plan());
     let prompt_ids = tokenizer.encode(prompt, true)?;

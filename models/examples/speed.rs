@@ -25,7 +25,7 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use privmix_models::gguf::GgufFile;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model};
+use privmix_models::{Batch, LanguageModel, LoadOptions, Model};
 use rayon::prelude::*;
 
 fn argmax(row: &[f32]) -> u32 {
@@ -155,7 +155,8 @@ fn run<B: Backend>(
     to_vec(probe).map_err(|e| e.to_string())?;
     let runtime_rss = status_bytes("VmRSS:");
     let t = Instant::now();
-    let model = Model::<B>::load(path, &device).map_err(|e| format!("load {path}: {e}"))?;
+    let model = Model::<B>::load(LoadOptions::path(path, &device))
+        .map_err(|e| format!("load {path}: {e}"))?;
     let load_s = t.elapsed().as_secs_f64();
     let load_peak = vm_hwm_bytes();
     let loaded_rss = status_bytes("VmRSS:");

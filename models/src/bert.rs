@@ -80,7 +80,8 @@ impl<B: Backend> Bert<B> {
             ))
         };
         let linear = |prefix: &str, i: usize, o: usize| {
-            weights.linear::<B>(&format!("{root}{prefix}"), i, o, true, device)
+            let products = crate::plan::ProductPlan::for_backend::<B>();
+            weights.linear::<B>(&format!("{root}{prefix}"), (i, o), true, products, device)
         };
         let word = weights.tensor2::<B>(
             &format!("{root}embeddings.word_embeddings.weight"),

@@ -19,11 +19,11 @@ use burn::tensor::{Tensor, backend::Backend};
 use crate::error::ModelError;
 use crate::layers::activation::soft_cap;
 use crate::layers::{
-    Attention, AttentionConfig, KvCache, KvPrecision, Linear, LinearDelta, Projection, RmsNorm,
-    Rope, RopeScaling, RopeStyle, Site,
+    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Projection, RmsNorm, Rope,
+    RopeScaling, RopeStyle, Site,
 };
 use crate::ops::{BlockOps, GateActivation};
-use crate::plan::{ExecutionPlan, Route};
+use crate::plan::ExecutionPlan;
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -64,24 +64,16 @@ pub struct Gemma<B: Backend> {
 
 impl<B: Backend> Gemma<B> {
     /// Builds the model from `weights` (HF names), checking every tensor's
-    /// shape against `config`.
-    pub fn load(
+    /// shape against `config`, with `plan`'s load-time choices
+    /// ([`crate::LoadOptions::plan`]); completes the plan from the
+    /// projections it loaded. Reached through [`crate::Model::load`].
+    pub(crate) fn from_plan(
         config: &GemmaConfig,
         weights: &WeightSource,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        Self::load_routed(config, weights, Route::Fastest, device)
-    }
-
-    /// [`Gemma::load`] with the execution plan `route` allows.
-    pub fn load_routed(
-        config: &GemmaConfig,
-        weights: &WeightSource,
-        route: Route,
+        plan: ExecutionPlan,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
         let c = config;
-        let plan = ExecutionPlan::for_backend::<B>(route);
         let (h, hd, eps) = (c.hidden_size, c.head_dim, c.rms_norm_eps);
         let v2plus = c.version != GemmaVersion::V1;
         let norm = |name: &str, dim| weights.rms_norm::<B>(name, dim, eps, true, device);
@@ -91,8 +83,13 @@ impl<B: Backend> Gemma<B> {
         for (i, &sliding) in c.sliding_layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
             let lin = |name: &str, i_f, o_f| {
-                let l = weights.linear::<B>(&format!("{p}.{name}"), i_f, o_f, false, device)?;
-                Ok::<_, ModelError>(l.with_product_plan(plan.products))
+                weights.linear::<B>(
+                    &format!("{p}.{name}"),
+                    (i_f, o_f),
+                    false,
+                    plan.products,
+                    device,
+                )
             };
             let qk_norm = c.version == GemmaVersion::V3;
             let attn = Attention {
@@ -133,11 +130,10 @@ impl<B: Backend> Gemma<B> {
             });
         }
         let lm_head = if c.tie_word_embeddings {
-            weights.tied_head(&embed_tokens)?
+            weights.tied_head(&embed_tokens, plan.products)?
         } else {
-            weights.linear("lm_head", h, c.vocab_size, false, device)?
-        }
-        .with_product_plan(plan.products);
+            weights.linear("lm_head", (h, c.vocab_size), false, plan.products, device)?
+        };
         let plan = plan.with_projections(
             layers
                 .iter()
@@ -204,8 +200,8 @@ impl<B: Backend> LanguageModel<B> for Gemma<B> {
         self.device.clone()
     }
 
-    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
-        KvCache::with_storage(self.num_layers(), rows, precision, self.plan.host_kv)
+    fn plan(&self) -> &ExecutionPlan {
+        &self.plan
     }
 
     fn forward_hidden(

@@ -25,10 +25,8 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding}
 
 use crate::error::ModelError;
 use crate::layers::activation::{gelu, gelu_tanh};
-use crate::layers::{
-    KvCache, KvPrecision, LayerNorm, Linear, LinearDelta, Projection, Scoring, Site, StepMask,
-};
-use crate::plan::{ExecutionPlan, Route};
+use crate::layers::{KvCache, LayerNorm, Linear, LinearDelta, Projection, Scoring, Site, StepMask};
+use crate::plan::ExecutionPlan;
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -71,28 +69,20 @@ pub struct Gpt2<B: Backend> {
 
 impl<B: Backend> Gpt2<B> {
     /// Builds the model from `weights`, checking every tensor's shape against
-    /// `config`. HF names are `transformer.h.N.attn.c_attn.weight`, ...; the
-    /// prefix-less names of the original OpenAI checkpoints (`h.N...`,
-    /// `wte.weight`) are accepted too.
-    pub fn load(
+    /// `config`, with `plan`'s load-time choices ([`crate::LoadOptions::plan`]);
+    /// completes the plan from the projections it loaded. HF names are
+    /// `transformer.h.N.attn.c_attn.weight`, ...; the prefix-less names of the
+    /// original OpenAI checkpoints (`h.N...`, `wte.weight`) are accepted too.
+    /// GPT-2's forward runs the tensor block operations only (its LayerNorm,
+    /// fused attention projection and biases have no host form). Reached
+    /// through [`crate::Model::load`].
+    pub(crate) fn from_plan(
         config: &Gpt2Config,
         weights: &WeightSource,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        Self::load_routed(config, weights, Route::Fastest, device)
-    }
-
-    /// [`Gpt2::load`] with the execution plan `route` allows. GPT-2's
-    /// forward runs the tensor block operations only (its LayerNorm, fused
-    /// attention projection and biases have no host form).
-    pub fn load_routed(
-        config: &Gpt2Config,
-        weights: &WeightSource,
-        route: Route,
+        plan: ExecutionPlan,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
         let c = config;
-        let plan = ExecutionPlan::for_backend::<B>(route);
         let (h, inner) = (c.n_embd, c.n_inner);
         let root = if !weights.contains("transformer.wte.weight") && weights.contains("wte.weight")
         {
@@ -135,7 +125,7 @@ impl<B: Backend> Gpt2<B> {
         let lm_head = if c.tie_word_embeddings {
             Linear::new(wte.clone(), None)
         } else {
-            weights.linear("lm_head", h, c.vocab_size, false, device)?
+            weights.linear("lm_head", (h, c.vocab_size), false, plan.products, device)?
         }
         .with_product_plan(plan.products);
         let plan = plan.with_projections(
@@ -245,8 +235,8 @@ impl<B: Backend> LanguageModel<B> for Gpt2<B> {
         self.device.clone()
     }
 
-    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
-        KvCache::with_storage(self.num_layers(), rows, precision, self.plan.host_kv)
+    fn plan(&self) -> &ExecutionPlan {
+        &self.plan
     }
 
     fn forward_hidden(

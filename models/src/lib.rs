@@ -19,7 +19,8 @@
 //! - `cpu` (feature `flex`): the CPU kernels of the host-memory decode path
 //!   (quantised products, attention, activations) and their dispatch table.
 //! - [`runtime`]: [`Batch`], [`LanguageModel`], generation helpers.
-//! - [`model`]: [`Model`], any supported model loaded from a path.
+//! - [`model`]: [`Model`], any supported model, loaded as [`LoadOptions`]
+//!   say (source, route, decode products, device).
 //! - [`tokenizer`]: [`Tokenizer`], text to ids and back, with the end-of-turn
 //!   stop ids; [`chat_template`]: [`ChatTemplate`], conversations rendered as
 //!   transformers' `apply_chat_template` renders them.
@@ -64,11 +65,11 @@ pub use gemma::{Gemma, GemmaConfig, GemmaVersion};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};
 pub use layers::{KvCache, KvPrecision, LinearDelta, Projection, Site};
 pub use llama::{Llama, LlamaBlockParts, LlamaConfig};
-pub use model::Model;
-pub use plan::{ExecutionPlan, Route};
+pub use model::{LoadOptions, Model, ModelSource};
+pub use plan::{DecodeProducts, ExecutionPlan, Route};
 pub use runtime::{Batch, LanguageModel, generate_greedy, generate_sampled, log_softmax};
 pub use tokenizer::Tokenizer;
-pub use weights::{DecodeProducts, WeightSource};
+pub use weights::WeightSource;
 #[cfg(feature = "wgpu")]
 pub use wgpu_device::open_wgpu_device;
 

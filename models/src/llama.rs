@@ -6,11 +6,10 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::error::ModelError;
 use crate::layers::{
-    Attention, AttentionConfig, KvCache, KvPrecision, Linear, LinearDelta, Projection, RmsNorm,
-    Rope, Site,
+    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Projection, RmsNorm, Rope, Site,
 };
 use crate::ops::{BlockOps, GateActivation};
-use crate::plan::{ExecutionPlan, Route};
+use crate::plan::ExecutionPlan;
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
 
@@ -51,25 +50,16 @@ pub struct Llama<B: Backend> {
 
 impl<B: Backend> Llama<B> {
     /// Builds the model from `weights` (HF names; see [`WeightSource`]),
-    /// checking every tensor's shape against `config`, with the fastest
-    /// execution plan the backend allows.
-    pub fn load(
+    /// checking every tensor's shape against `config`, with `plan`'s
+    /// load-time choices ([`crate::LoadOptions::plan`]); completes the plan
+    /// from the projections it loaded. Reached through [`crate::Model::load`].
+    pub(crate) fn from_plan(
         config: &LlamaConfig,
         weights: &WeightSource,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        Self::load_routed(config, weights, Route::Fastest, device)
-    }
-
-    /// [`Llama::load`] with the execution plan `route` allows.
-    pub fn load_routed(
-        config: &LlamaConfig,
-        weights: &WeightSource,
-        route: Route,
+        plan: ExecutionPlan,
         device: &B::Device,
     ) -> Result<Self, ModelError> {
         let c = config;
-        let plan = ExecutionPlan::for_backend::<B>(route);
         let (h, hd) = (c.hidden_size, c.head_dim);
         let eps = c.rms_norm_eps;
         let embed_tokens =
@@ -78,8 +68,13 @@ impl<B: Backend> Llama<B> {
         for i in 0..c.num_hidden_layers {
             let p = format!("model.layers.{i}");
             let lin = |name: &str, i_f, o_f, bias| {
-                let l = weights.linear::<B>(&format!("{p}.{name}"), i_f, o_f, bias, device)?;
-                Ok::<_, ModelError>(l.with_product_plan(plan.products))
+                weights.linear::<B>(
+                    &format!("{p}.{name}"),
+                    (i_f, o_f),
+                    bias,
+                    plan.products,
+                    device,
+                )
             };
             let attn = Attention {
                 config: AttentionConfig {
@@ -141,11 +136,10 @@ impl<B: Backend> Llama<B> {
             });
         }
         let lm_head = if c.tie_word_embeddings {
-            weights.tied_head(&embed_tokens)?
+            weights.tied_head(&embed_tokens, plan.products)?
         } else {
-            weights.linear("lm_head", h, c.vocab_size, false, device)?
-        }
-        .with_product_plan(plan.products);
+            weights.linear("lm_head", (h, c.vocab_size), false, plan.products, device)?
+        };
         let plan = plan.with_projections(
             layers
                 .iter()
@@ -257,8 +251,8 @@ impl<B: Backend> LanguageModel<B> for Llama<B> {
         self.device.clone()
     }
 
-    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
-        KvCache::with_storage(self.num_layers(), rows, precision, self.plan.host_kv)
+    fn plan(&self) -> &ExecutionPlan {
+        &self.plan
     }
 
     fn forward_hidden(

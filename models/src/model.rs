@@ -1,6 +1,6 @@
-//! Any supported model behind one type, loaded from a path.
+//! Any supported model behind one type, loaded as [`LoadOptions`] say.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use burn::tensor::{Tensor, backend::Backend};
 
@@ -9,11 +9,11 @@ use crate::error::ModelError;
 use crate::gemma::Gemma;
 use crate::gguf::GgufFile;
 use crate::gpt2::Gpt2;
-use crate::layers::{KvCache, KvPrecision, LinearDelta};
+use crate::layers::{KvCache, LinearDelta};
 use crate::llama::Llama;
-use crate::plan::{ExecutionPlan, Route};
+use crate::plan::{DecodeProducts, ExecutionPlan, Route};
 use crate::runtime::{Batch, LanguageModel};
-use crate::weights::{DecodeProducts, WeightSource};
+use crate::weights::WeightSource;
 
 /// A loaded model of any supported architecture.
 #[derive(Debug, Clone)]
@@ -27,69 +27,122 @@ pub enum Model<B: Backend> {
     Gemma(Gemma<B>),
 }
 
-impl<B: Backend> Model<B> {
-    /// Loads a GGUF file, or an HF folder (`config.json` + safetensors).
-    pub fn load(path: impl AsRef<Path>, device: &B::Device) -> Result<Self, ModelError> {
-        let path = path.as_ref();
-        if path.is_dir() {
-            let config = ModelConfig::from_hf_file(path.join("config.json"))?;
-            let weights = WeightSource::from_hf_dir(path)?;
-            Self::from_weights(&config, &weights, device)
-        } else {
-            Self::load_gguf(path, device)
+/// Where a model's configuration and weights come from.
+#[derive(Debug, Clone)]
+pub enum ModelSource<'a> {
+    /// A GGUF file, or a Hugging Face folder (`config.json` plus
+    /// safetensors).
+    Path(PathBuf),
+    /// A configuration and weights already opened (the weights' tensors
+    /// are checked against the configuration's shapes).
+    Weights(&'a ModelConfig, &'a WeightSource),
+}
+
+/// Everything [`Model::load`] is told: where the model comes from, which
+/// execution plan its route allows, how products read weights kept in
+/// GGUF blocks, and the device of backend `B` the weights go to. The one way
+/// to load a model, whatever its architecture and format.
+///
+/// ```no_run
+/// use privmix_models::{CpuBackend, DecodeProducts, LoadOptions, Model, Route};
+///
+/// let device = Default::default();
+/// let model = Model::<CpuBackend>::load(
+///     LoadOptions::path("models-cache/smollm2.gguf", &device)
+///         .decode_products(DecodeProducts::Int8Activations)
+///         .route(Route::Fastest),
+/// )?;
+/// println!("{}", model.plan());
+/// # Ok::<(), privmix_models::ModelError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct LoadOptions<'a, B: Backend> {
+    /// Where the configuration and weights come from.
+    pub source: ModelSource<'a>,
+    /// Which implementations the execution plan may use (default: the
+    /// fastest the backend allows).
+    pub route: Route,
+    /// How products read weights kept in GGUF Q4_1/Q8_0 blocks, where the
+    /// plan uses the CPU kernels (elsewhere it has no effect).
+    pub decode_products: DecodeProducts,
+    /// The device the weights are loaded to.
+    pub device: B::Device,
+}
+
+impl<'a, B: Backend> LoadOptions<'a, B> {
+    /// A GGUF file, or an HF folder (`config.json` + safetensors), loaded to
+    /// `device` with the default route and decode products.
+    pub fn path(path: impl AsRef<Path>, device: &B::Device) -> Self {
+        Self::from_source(ModelSource::Path(path.as_ref().to_path_buf()), device)
+    }
+
+    /// The model `config` describes, built from `weights`, loaded to `device`
+    /// with the default route and decode products.
+    pub fn weights(config: &'a ModelConfig, weights: &'a WeightSource, device: &B::Device) -> Self {
+        Self::from_source(ModelSource::Weights(config, weights), device)
+    }
+
+    fn from_source(source: ModelSource<'a>, device: &B::Device) -> Self {
+        Self {
+            source,
+            route: Route::default(),
+            decode_products: DecodeProducts::default(),
+            device: device.clone(),
         }
     }
 
-    /// Loads a GGUF file.
-    pub fn load_gguf(path: impl AsRef<Path>, device: &B::Device) -> Result<Self, ModelError> {
-        Self::load_gguf_with(path, DecodeProducts::default(), device)
+    /// The options with the execution plan `route` allows (a test picks the
+    /// tensor block operations, or burn's ops only, on burn-flex this way).
+    pub fn route(mut self, route: Route) -> Self {
+        self.route = route;
+        self
     }
 
-    /// Loads a GGUF file whose products multiply by its quantised blocks as
-    /// `products` says (on plain burn-flex; elsewhere it has no effect).
-    pub fn load_gguf_with(
-        path: impl AsRef<Path>,
-        products: DecodeProducts,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        Self::load_gguf_routed(path, products, Route::Fastest, device)
+    /// The options with GGUF blocks read as `products` says.
+    pub fn decode_products(mut self, products: DecodeProducts) -> Self {
+        self.decode_products = products;
+        self
     }
 
-    /// [`Model::load_gguf_with`] with the execution plan `route` allows (a
-    /// test picks the tensor block operations, or burn's ops only, on
-    /// burn-flex this way).
-    pub fn load_gguf_routed(
-        path: impl AsRef<Path>,
-        products: DecodeProducts,
-        route: Route,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        let file = GgufFile::open(path)?;
-        let config = ModelConfig::from_gguf(&file)?;
-        let weights = WeightSource::from_gguf(file)?.with_decode_products(products);
-        Self::from_weights_routed(&config, &weights, route, device)
+    /// The execution plan's load-time part: what the route allows on `B`
+    /// and the decode products. A model completes it from its projections.
+    pub fn plan(&self) -> ExecutionPlan {
+        ExecutionPlan::for_backend::<B>(self.route).with_decode_products(self.decode_products)
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// Loads the model `options` describe: its configuration (`config.json`
+    /// or the GGUF metadata) picks the architecture, and every weight's
+    /// shape is checked against it.
+    pub fn load(options: LoadOptions<'_, B>) -> Result<Self, ModelError> {
+        match &options.source {
+            ModelSource::Weights(config, weights) => Self::build(config, weights, &options),
+            ModelSource::Path(path) if path.is_dir() => {
+                let config = ModelConfig::from_hf_file(path.join("config.json"))?;
+                let weights = WeightSource::from_hf_dir(path)?;
+                Self::build(&config, &weights, &options)
+            }
+            ModelSource::Path(path) => {
+                let file = GgufFile::open(path)?;
+                let config = ModelConfig::from_gguf(&file)?;
+                let weights = WeightSource::from_gguf(file)?;
+                Self::build(&config, &weights, &options)
+            }
+        }
     }
 
-    /// Builds the model `config` describes from `weights`.
-    pub fn from_weights(
+    /// The model `config` describes from `weights`, as `options` say.
+    fn build(
         config: &ModelConfig,
         weights: &WeightSource,
-        device: &B::Device,
+        options: &LoadOptions<'_, B>,
     ) -> Result<Self, ModelError> {
-        Self::from_weights_routed(config, weights, Route::Fastest, device)
-    }
-
-    /// [`Model::from_weights`] with the execution plan `route` allows.
-    pub fn from_weights_routed(
-        config: &ModelConfig,
-        weights: &WeightSource,
-        route: Route,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
+        let (plan, device) = (options.plan(), &options.device);
         Ok(match config {
-            ModelConfig::Gpt2(c) => Self::Gpt2(Gpt2::load_routed(c, weights, route, device)?),
-            ModelConfig::Llama(c) => Self::Llama(Llama::load_routed(c, weights, route, device)?),
-            ModelConfig::Gemma(c) => Self::Gemma(Gemma::load_routed(c, weights, route, device)?),
+            ModelConfig::Gpt2(c) => Self::Gpt2(Gpt2::from_plan(c, weights, plan, device)?),
+            ModelConfig::Llama(c) => Self::Llama(Llama::from_plan(c, weights, plan, device)?),
+            ModelConfig::Gemma(c) => Self::Gemma(Gemma::from_plan(c, weights, plan, device)?),
         })
     }
 }
@@ -133,8 +186,8 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         self.inner().device()
     }
 
-    fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
-        self.inner().new_cache_with(rows, precision)
+    fn plan(&self) -> &ExecutionPlan {
+        Model::plan(self)
     }
 
     fn forward_hidden(

@@ -82,6 +82,37 @@ pub enum BlockOpsKind {
     Tensor,
 }
 
+/// How plain burn-flex multiplies by a GGUF Q4_1/Q8_0 weight that it keeps
+/// in its blocks. Other backends multiply by the f32 dequantised weight
+/// either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeProducts {
+    /// Products of a few rows (decode steps) read the blocks with f32
+    /// activations, multiplying exactly the dequantised weights (see
+    /// [`crate::cpu::blocks_f32`]); longer ones (prefill) multiply the f32
+    /// dequantised weight. Both agree with the f32 forward (transformers) to
+    /// summation order. Products of 8 rows or more (batch rows × new
+    /// tokens: an ensemble step of 7 members or more, or a decode-path
+    /// prefill of 8 tokens) on an AVX-512 CPU read a second copy of the
+    /// blocks in 16-row tiles, made at the first such product: as much
+    /// memory again as the quantised projections (see
+    /// [`crate::cpu::tiles_f32`]).
+    #[default]
+    F32Activations,
+    /// Every product, whatever its number of rows (so a row's logits do
+    /// not depend on its batch), rounds each row of activations to 8 bits
+    /// per block of 32 first, as llama.cpp's CPU kernels do, and takes the
+    /// blocks' dot products as integer sums (see
+    /// [`crate::cpu::tiles_q8`]): about 3×
+    /// the multiply-adds per second, so a step with many rows (an ensemble)
+    /// costs much less. The logits move by about as much as llama.cpp's
+    /// differ from an f32 forward (see `tests/integration/llama_cpp_agreement.rs`).
+    /// Weights whose output width is not a multiple of 16 keep f32
+    /// activations.
+    Int8Activations,
+}
+
 /// How a [`crate::layers::Linear`] computes its products: stored in every
 /// projection when the model is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +129,9 @@ pub struct ProductPlan {
     /// read (GPT-2's `[in, out]` layout) split their output columns over the
     /// threads; larger products are one matmul, which gemm parallelises.
     pub split_max_rows: usize,
+    /// How products read a weight kept in GGUF blocks (with the CPU
+    /// kernels only).
+    pub decode_products: DecodeProducts,
 }
 
 impl ProductPlan {
@@ -112,6 +146,7 @@ impl ProductPlan {
             cpu_kernels,
             few_rows_max: 24,
             split_max_rows: 8,
+            decode_products: DecodeProducts::default(),
         }
     }
 }
@@ -126,6 +161,44 @@ pub struct HostSteps {
     /// when every product takes 8-bit activations: f32 activations read the
     /// quantised copies only up to [`ProductPlan::few_rows_max`] rows.
     pub max_rows: Option<usize>,
+}
+
+/// What the CPU kernels run at on this CPU: decided once per process by the
+/// kernel table (`cpu::dispatch`, from the instruction set it detects), and
+/// read from there by every kernel, so that a plan can state it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuChoices {
+    /// The instruction set every CPU kernel runs at (`avx512-vnni`,
+    /// `avx512`, `avx2` or `fallback`: portable code, or pulp's widest
+    /// level on other architectures than x86-64).
+    pub isa: &'static str,
+    /// The host attention widens f16 keys and values in AVX-512 registers;
+    /// otherwise it widens them into f32 scratch first (exactly either way).
+    pub f16_kv_in_registers: bool,
+    /// Q4_1 × f32 products dequantise each block through a 16-entry lookup
+    /// table (AVX-512 lane permutes); otherwise entry by entry (the same
+    /// weights bit for bit).
+    pub q4_1_lookup_table: bool,
+}
+
+impl CpuChoices {
+    /// The choices the kernel table made on this CPU (`None` without the
+    /// CPU kernels, feature `flex`).
+    pub fn detected() -> Option<Self> {
+        #[cfg(feature = "flex")]
+        {
+            use crate::cpu::{ActivationFormat, Isa, WeightFormat, kernel_for};
+            let isa = Isa::detected();
+            Some(Self {
+                isa: isa.name(),
+                f16_kv_in_registers: crate::cpu::dispatch::f16_kv_in_registers(),
+                q4_1_lookup_table: kernel_for(WeightFormat::Q4_1, ActivationFormat::F32)
+                    .is_some_and(|e| e.isa.has_avx512()),
+            })
+        }
+        #[cfg(not(feature = "flex"))]
+        None
+    }
 }
 
 /// Products of the model, counted by the kernel that computes them (for
@@ -157,6 +230,9 @@ pub struct ExecutionPlan {
     pub host_kv: bool,
     /// The decoder blocks' projections by product kernel.
     pub kernels: KernelCounts,
+    /// What the CPU kernels run at, where the plan uses them (`None`:
+    /// burn's ops only).
+    pub cpu: Option<CpuChoices>,
 }
 
 impl ExecutionPlan {
@@ -180,7 +256,14 @@ impl ExecutionPlan {
             hot_pool: host,
             host_kv: host,
             kernels: Vec::new(),
+            cpu: if host { CpuChoices::detected() } else { None },
         }
+    }
+
+    /// The plan with weights kept in GGUF blocks read as `products` says.
+    pub fn with_decode_products(mut self, products: DecodeProducts) -> Self {
+        self.products.decode_products = products;
+        self
     }
 
     /// Decides the host steps from the decoder blocks' projections:
@@ -313,6 +396,27 @@ impl fmt::Display for ExecutionPlan {
                 "KV cache in tensors, burn's eager attention"
             }
         )?;
+        if let Some(cpu) = self.cpu {
+            writeln!(f, "  CPU kernels: {} (detected once)", cpu.isa)?;
+            writeln!(
+                f,
+                "  f16 KV cache: {}",
+                if cpu.f16_kv_in_registers {
+                    "widened in AVX-512 registers"
+                } else {
+                    "widened into f32 scratch first"
+                }
+            )?;
+            writeln!(
+                f,
+                "  Q4_1 blocks × f32: {}",
+                if cpu.q4_1_lookup_table {
+                    "dequantised through a 16-entry lookup table (AVX-512)"
+                } else {
+                    "dequantised entry by entry"
+                }
+            )?;
+        }
         write!(
             f,
             "  threads: {}",
@@ -370,5 +474,51 @@ mod tests {
         assert_eq!(autodiff.backend, BackendKind::Device);
         assert_eq!(autodiff.block_ops(1, 1), BlockOpsKind::Tensor);
         assert!(!autodiff.hot_pool && !autodiff.host_kv);
+    }
+
+    /// The printed plan states the instruction set the CPU kernels run at
+    /// and the two choices made from it outside the product kernels (the
+    /// attention's f16 widening, the Q4_1 lookup table), as the kernel table
+    /// made them; a plan without the CPU kernels states none of them.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn printed_plan_states_the_instruction_set_decisions() {
+        use crate::cpu::{ActivationFormat, Isa, WeightFormat, kernel_for};
+        use burn::backend::{Autodiff, Flex};
+        let isa = Isa::detected();
+        let plan = ExecutionPlan::for_backend::<Flex>(Route::Fastest)
+            .with_projections(vec![kernel(true, true)], None);
+        let cpu = plan.cpu.expect("CPU kernels on plain flex");
+        assert_eq!(cpu.isa, isa.name());
+        let q4_1 = kernel_for(WeightFormat::Q4_1, ActivationFormat::F32).expect("a kernel");
+        assert_eq!(cpu.q4_1_lookup_table, q4_1.isa.has_avx512());
+        assert_eq!(
+            cpu.f16_kv_in_registers,
+            cfg!(target_arch = "x86_64") && isa.has_avx512()
+        );
+        let printed = plan.to_string();
+        assert!(
+            printed.contains(&format!("CPU kernels: {isa} (detected once)")),
+            "{printed}"
+        );
+        let (f16, lut) = if isa.has_avx512() {
+            ("widened in AVX-512 registers", "16-entry lookup table")
+        } else {
+            ("widened into f32 scratch first", "entry by entry")
+        };
+        assert!(
+            printed.contains(&format!("f16 KV cache: {f16}")),
+            "{printed}"
+        );
+        assert!(printed.contains(lut), "{printed}");
+        for plan in [
+            ExecutionPlan::for_backend::<Flex>(Route::BurnOpsOnly),
+            ExecutionPlan::for_backend::<Autodiff<Flex>>(Route::Fastest),
+        ] {
+            assert_eq!(plan.cpu, None);
+            let printed = plan.to_string();
+            assert!(!printed.contains("CPU kernels"), "{printed}");
+            assert!(!printed.contains("f16 KV cache"), "{printed}");
+        }
     }
 }

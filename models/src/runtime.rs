@@ -7,6 +7,7 @@ use rand::Rng;
 
 use crate::error::ModelError;
 use crate::layers::{KvCache, KvPrecision, LinearDelta};
+use crate::plan::ExecutionPlan;
 pub use crate::threads::{for_each_task, on_hot_pool, rows_per_task};
 pub use crate::to_host::to_vec;
 
@@ -142,6 +143,11 @@ pub trait LanguageModel<B: Backend> {
     /// The device the weights live on.
     fn device(&self) -> B::Device;
 
+    /// Which implementations run the forward pass (chosen at load); code
+    /// around the model (caches, adapters, log-softmax) reads its decisions
+    /// from here rather than from the backend's type.
+    fn plan(&self) -> &ExecutionPlan;
+
     /// Runs the tokens of `batch` after whatever `cache` holds, appends them
     /// to the cache, and returns the final hidden states (after the last
     /// norm) at every position, `[rows, len, hidden]` (rows at padding
@@ -179,9 +185,9 @@ pub trait LanguageModel<B: Backend> {
     }
 
     /// An empty cache for `rows` rows holding keys and values in `precision`
-    /// (where the model's execution plan keeps them).
+    /// (where the model's execution plan keeps them: [`ExecutionPlan::host_kv`]).
     fn new_cache_with(&self, rows: usize, precision: KvPrecision) -> KvCache<B> {
-        KvCache::with_precision(self.num_layers(), rows, precision)
+        KvCache::with_storage(self.num_layers(), rows, precision, self.plan().host_kv)
     }
 
     /// Logits at every position of `batch` from an empty cache.
@@ -240,13 +246,17 @@ pub trait LanguageModel<B: Backend> {
 }
 
 /// Log-softmax over the last dimension, read into host memory (row-major).
-/// On plain burn-flex computed there, vectorised and rows in parallel
-/// ([`crate::cpu::vexp`]); elsewhere by [`log_softmax`] on the device.
+/// Where `plan` (the model's) uses the CPU kernels, computed there,
+/// vectorised and rows in parallel (`cpu::vexp`); elsewhere by
+/// [`log_softmax`] on the device.
 pub fn log_softmax_to_vec<B: Backend, const D: usize>(
+    plan: &ExecutionPlan,
     logits: Tensor<B, D>,
 ) -> Result<Vec<f32>, ModelError> {
+    #[cfg(not(feature = "flex"))]
+    let _ = plan;
     #[cfg(feature = "flex")]
-    if crate::plan::BackendKind::of::<B>().is_host_memory() {
+    if plan.products.cpu_kernels {
         let width = logits.dims()[D - 1];
         let mut v = to_vec(logits)?;
         crate::cpu::vexp::log_softmax_rows_in_place(&mut v, width);

@@ -24,6 +24,9 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 use crate::error::ModelError;
 use crate::gguf::GgufFile;
 use crate::layers::{Linear, RmsNorm};
+#[cfg(feature = "flex")]
+use crate::plan::DecodeProducts;
+use crate::plan::ProductPlan;
 use crate::safetensors::{SafetensorsError, SafetensorsFile, ShardedSafetensors};
 
 mod gguf_layout;
@@ -54,40 +57,7 @@ pub enum WeightSource {
         /// stay in llama.cpp's order, for a model using
         /// [`crate::layers::RopeStyle::Interleaved`].
         undo_qk_permutation: bool,
-        /// How products read the quantised blocks.
-        decode_products: DecodeProducts,
     },
-}
-
-/// How plain burn-flex multiplies by a GGUF Q4_1/Q8_0 weight that it keeps
-/// in its blocks. Other backends multiply by the f32 dequantised weight
-/// either way.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DecodeProducts {
-    /// Products of a few rows (decode steps) read the blocks with f32
-    /// activations, multiplying exactly the dequantised weights (see
-    /// [`crate::cpu::blocks_f32`]); longer ones (prefill) multiply the f32
-    /// dequantised weight. Both agree with the f32 forward (transformers) to
-    /// summation order. Products of 8 rows or more (batch rows × new
-    /// tokens: an ensemble step of 7 members or more, or a decode-path
-    /// prefill of 8 tokens) on an AVX-512 CPU read a second copy of the
-    /// blocks in 16-row tiles, made at the first such product: as much
-    /// memory again as the quantised projections (see
-    /// [`crate::cpu::tiles_f32`]).
-    #[default]
-    F32Activations,
-    /// Every product, whatever its number of rows (so a row's logits do
-    /// not depend on its batch), rounds each row of activations to 8 bits
-    /// per block of 32 first, as llama.cpp's CPU kernels do, and takes the
-    /// blocks' dot products as integer sums (see
-    /// [`crate::cpu::tiles_q8`]): about 3×
-    /// the multiply-adds per second, so a step with many rows (an ensemble)
-    /// costs much less. The logits move by about as much as llama.cpp's
-    /// differ from an f32 forward (see `tests/integration/llama_cpp_agreement.rs`).
-    /// Weights whose output width is not a multiple of 16 keep f32
-    /// activations.
-    Int8Activations,
 }
 
 impl WeightSource {
@@ -125,31 +95,7 @@ impl WeightSource {
             num_heads,
             num_kv_heads,
             undo_qk_permutation: true,
-            decode_products: DecodeProducts::default(),
         })
-    }
-
-    /// Sets how products read a GGUF file's quantised blocks (no effect on
-    /// other sources).
-    pub fn with_decode_products(mut self, products: DecodeProducts) -> Self {
-        if let Self::Gguf {
-            decode_products, ..
-        } = &mut self
-        {
-            *decode_products = products;
-        }
-        self
-    }
-
-    /// How products read the quantised blocks (the default for sources
-    /// without any).
-    pub fn decode_products(&self) -> DecodeProducts {
-        match self {
-            Self::Gguf {
-                decode_products, ..
-            } => *decode_products,
-            _ => DecodeProducts::default(),
-        }
     }
 
     /// Keeps a GGUF file's Llama Q/K rows in llama.cpp's permuted order (no
@@ -296,24 +242,27 @@ impl WeightSource {
     ) -> Result<Tensor<B, 2>, ModelError> {
         let v = self.tensor(name, &[rows, cols])?;
         let t = Tensor::from_data(TensorData::new(v, [rows, cols]), device);
-        // Off burn-flex the upload is only queued, its data held in a
+        // On a device backend the upload is only queued, its data held in a
         // staging copy until the queue runs. Waiting for each weight frees
         // its staging copy before the next is made, instead of letting the
         // copies pile up until the queue runs, which raised the load's peak
-        // memory and made the run's peak vary from run to run.
-        if !crate::plan::BackendKind::of::<B>().is_host_memory() {
-            B::sync(device).map_err(|e| ModelError::Device(format!("uploading {name}: {e:?}")))?;
-        }
+        // memory and made the run's peak vary from run to run. Where
+        // tensors live in host memory (burn-flex) the upload is done and
+        // the wait returns at once.
+        B::sync(device).map_err(|e| ModelError::Device(format!("uploading {name}: {e:?}")))?;
         Ok(t)
     }
 
-    /// The linear layer `{prefix}.weight` (`[out, in]`) with `{prefix}.bias` if `bias`.
+    /// The linear layer `{prefix}.weight` (`[out, in]`) with `{prefix}.bias`
+    /// if `bias`, computing its products as `products` says: where that
+    /// plan uses the CPU kernels, a GGUF Q4_1/Q8_0 weight is kept in its
+    /// blocks too, in the form [`ProductPlan::decode_products`] asks for.
     pub fn linear<B: Backend>(
         &self,
         prefix: &str,
-        in_features: usize,
-        out_features: usize,
+        (in_features, out_features): (usize, usize),
         bias: bool,
+        products: ProductPlan,
         device: &B::Device,
     ) -> Result<Linear<B>, ModelError> {
         let w = self.tensor2(
@@ -327,43 +276,36 @@ impl WeightSource {
         } else {
             None
         };
-        let linear = Linear::new(w, b);
-        // Only plain burn-flex reads the blocks: elsewhere reading them would
+        let linear = Linear::new(w, b).with_product_plan(products);
+        // Only the CPU kernels read the blocks: elsewhere reading them would
         // be a transient copy of every weight for nothing.
         #[cfg(feature = "flex")]
-        if crate::plan::BackendKind::of::<B>().is_host_memory()
+        if products.cpu_kernels
             && let Some(q) =
                 self.quantized(&format!("{prefix}.weight"), out_features, in_features)?
         {
-            return Ok(self.decode_form(linear.with_quantized(q)));
+            return Ok(decode_form(linear.with_quantized(q), products));
         }
         Ok(linear)
     }
 
     /// A head tied to the token embedding `embed_tokens` (`[vocab, hidden]`),
-    /// which reads the embedding's GGUF blocks when decoding where it has them.
+    /// computing its products as `products` says; where that plan uses the
+    /// CPU kernels, it reads the embedding's GGUF blocks when decoding.
     pub fn tied_head<B: Backend>(
         &self,
         embed_tokens: &Tensor<B, 2>,
+        products: ProductPlan,
     ) -> Result<Linear<B>, ModelError> {
-        let head = Linear::new(embed_tokens.clone(), None);
+        let head = Linear::new(embed_tokens.clone(), None).with_product_plan(products);
         #[cfg(feature = "flex")]
-        if crate::plan::BackendKind::of::<B>().is_host_memory() {
+        if products.cpu_kernels {
             let [vocab, hidden] = embed_tokens.dims();
             if let Some(q) = self.quantized("model.embed_tokens.weight", vocab, hidden)? {
-                return Ok(self.decode_form(head.with_quantized(q)));
+                return Ok(decode_form(head.with_quantized(q), products));
             }
         }
         Ok(head)
-    }
-
-    /// `linear` with its quantised copy in the form [`DecodeProducts`] asks for.
-    #[cfg(feature = "flex")]
-    fn decode_form<B: Backend>(&self, linear: Linear<B>) -> Linear<B> {
-        match self.decode_products() {
-            DecodeProducts::F32Activations => linear,
-            DecodeProducts::Int8Activations => linear.with_int8_activations(),
-        }
     }
 
     /// Tensor `name` (`[out, in]`, HF layout) in its GGUF blocks, for
@@ -442,5 +384,14 @@ impl WeightSource {
             Tensor::from_data(TensorData::new(g, [dim]), device),
             eps,
         ))
+    }
+}
+
+/// `linear` with its quantised copy in the form `products` asks for.
+#[cfg(feature = "flex")]
+fn decode_form<B: Backend>(linear: Linear<B>, products: ProductPlan) -> Linear<B> {
+    match products.decode_products {
+        DecodeProducts::F32Activations => linear,
+        DecodeProducts::Int8Activations => linear.with_int8_activations(),
     }
 }

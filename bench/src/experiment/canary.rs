@@ -33,7 +33,7 @@ use privmix_accountant::Orders;
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_mechanisms::{Ensemble, PrivacyRng, Rows};
-use privmix_models::{LanguageModel, Model, Tokenizer};
+use privmix_models::{LanguageModel, LoadOptions, Model, Tokenizer};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
@@ -161,7 +161,7 @@ pub fn canary_audit(
     audit_config.dp_sgd = None;
     audit_config.fine_tuned = false;
     let trained = train_members(&audit_config, &audit_data, progress)?;
-    let model = Model::<Backend>::load(&config.model, &Default::default())?;
+    let model = Model::<Backend>::load(LoadOptions::path(&config.model, &Default::default()))?;
     let vocab = model.vocab_size();
     let runner = EnsembleRunner::new(model, &trained.members)?;
     let layout = RowLayout::public_and_members(n);

@@ -17,7 +17,7 @@ use privmix_ensemble::runner::EnsembleRunner;
 use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, TrainConfig, Trainer, dp_sgd_epsilon, dp_sgd_sigma,
 };
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -112,7 +112,7 @@ pub fn validation_losses(
     if blocks.is_empty() {
         return Err(BenchError::Config("no validation block".into()));
     }
-    let model = Model::<Backend>::load(model_path, &Default::default())?;
+    let model = Model::<Backend>::load(LoadOptions::path(model_path, &Default::default()))?;
     let runner = EnsembleRunner::new(model, adapters)?;
     let layout = RowLayout::public_and_members(adapters.len());
     let mut sums = vec![0.0f64; adapters.len() + 1];
@@ -140,7 +140,7 @@ pub fn train_members(
     progress: bool,
 ) -> Result<TrainedMembers, BenchError> {
     let device = Default::default();
-    let model = Model::<Train>::load(&config.model, &device)?;
+    let model = Model::<Train>::load(LoadOptions::path(&config.model, &device))?;
     let base = model.base_shapes()?;
     let plan = &config.training;
     let lora = lora_config(plan)?;
@@ -376,7 +376,7 @@ pub fn verify_member_cache(
         .members
         .first()
         .ok_or_else(|| BenchError::Config("no member to verify".into()))?;
-    let model = Model::<Train>::load(&config.model, &Default::default())?;
+    let model = Model::<Train>::load(LoadOptions::path(&config.model, &Default::default()))?;
     let base = model.base_shapes()?;
     let lora = lora_config(&config.training)?;
     let (_, dir, _) = member_key(config, 0, blocks, &[path_sha256(&config.model)?])?;

@@ -5,7 +5,7 @@
 
 use crate::Backend;
 use privmix_ensemble::runner::EnsembleRunner;
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 
 use super::config::ExperimentConfig;
 use super::data::ExperimentData;
@@ -83,7 +83,7 @@ pub fn runner_for(
     config: &ExperimentConfig,
     trained: &TrainedMembers,
 ) -> Result<EnsembleRunner<Backend, Model<Backend>>, BenchError> {
-    let model = Model::<Backend>::load(&config.model, &Default::default())?;
+    let model = Model::<Backend>::load(LoadOptions::path(&config.model, &Default::default()))?;
     let mut adapters = trained.members.clone();
     adapters.extend(trained.dp_sgd.iter().map(|(_, a)| a.clone()));
     adapters.extend(trained.fine_tuned.iter().cloned());

@@ -52,7 +52,7 @@ use privmix_mechanisms::{
     Account, DpFewShot, DpsMozo, DpsMozoConfig, FewShotProduct, IclMechanism, MechanismError,
     PrivacyRng, Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
 };
-use privmix_models::{Model, Tokenizer};
+use privmix_models::{LoadOptions, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
@@ -235,7 +235,7 @@ pub fn run_icl_verified(
     }
     let device = Default::default();
     let tokenizer = crate::experiment::tokenizer_for(&config.model, config.tokenizer.as_deref())?;
-    let model = Model::<Backend>::load(&config.model, &device)?;
+    let model = Model::<Backend>::load(LoadOptions::path(&config.model, &device))?;
     let runner: IclRunner = EnsembleRunner::new(model, &[])?;
     let nouns = load_nouns(&config.wordnet)?;
     let sizes = SplitSizes {

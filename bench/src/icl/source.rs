@@ -385,7 +385,7 @@ pub(super) mod fixtures {
     use privmix_ensemble::rows::RowLayout;
     use privmix_ensemble::runner::EnsembleRunner;
     use privmix_mechanisms::MechanismError;
-    use privmix_models::{Model, Tokenizer};
+    use privmix_models::{LoadOptions, Model, Tokenizer};
 
     use crate::Backend;
     use crate::icl::source::{IclRunner, source_error, to_f64};
@@ -405,7 +405,7 @@ pub(super) mod fixtures {
     /// The tiny Llama fixture (vocabulary 256) of the models crate.
     pub(crate) fn runner() -> IclRunner {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/hf/llama");
-        let model = Model::<Backend>::load(&dir, &Default::default()).unwrap();
+        let model = Model::<Backend>::load(LoadOptions::path(&dir, &Default::default())).unwrap();
         EnsembleRunner::new(model, &[]).unwrap()
     }
 

@@ -31,7 +31,7 @@ use std::path::Path;
 
 use privmix_ensemble::lora::KNOWN_TARGET_MODULES;
 use privmix_models::gguf::GgufFile;
-use privmix_models::{LanguageModel, Model, Tokenizer};
+use privmix_models::{LanguageModel, LoadOptions, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -110,9 +110,11 @@ pub fn run(args: &TrainArgs) -> Result<(), CliError> {
     }
     let device = Default::default();
     let model =
-        Model::<TrainBackend>::load(&args.model, &device).map_err(|source| CliError::Model {
-            path: args.model.clone(),
-            source,
+        Model::<TrainBackend>::load(LoadOptions::path(&args.model, &device)).map_err(|source| {
+            CliError::Model {
+                path: args.model.clone(),
+                source,
+            }
         })?;
     if tokenizer.vocab_size() > model.vocab_size() {
         return Err(CliError::Tokenizer(format!(

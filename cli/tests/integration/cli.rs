@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::backend::Flex;
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 use serde_json::Value;
 
 use crate::serve_support::write_adapters_with_std;
@@ -1257,7 +1257,7 @@ fn temperature_tempers_each_model_before_the_mechanism() {
     let text = dir.join("text.txt");
     let body = "The quick brown fox";
     std::fs::write(&text, body).unwrap();
-    let model = Model::<B>::load(llama(), &Default::default()).unwrap();
+    let model = Model::<B>::load(LoadOptions::path(llama(), &Default::default())).unwrap();
     let tokens: Vec<u32> = body.bytes().map(u32::from).collect();
     let expected = |t: f64| {
         let mut nll = 0.0;

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::backend::Flex;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase};
-use privmix_models::Model;
 use privmix_models::runtime::to_vec;
+use privmix_models::{LoadOptions, Model};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -170,7 +170,7 @@ fn safetensors_header(path: &Path) -> (BTreeMap<String, (String, Vec<u64>)>, Val
 }
 
 fn base() -> (Model<B>, privmix_ensemble::lora::BaseShapes) {
-    let m = Model::<B>::load(llama(), &Default::default()).unwrap();
+    let m = Model::<B>::load(LoadOptions::path(llama(), &Default::default())).unwrap();
     let b = m.base_shapes().unwrap();
     (m, b)
 }

@@ -142,7 +142,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
-    use privmix_models::Model;
+    use privmix_models::{LoadOptions, Model};
 
     use super::*;
     use crate::lora::LoraConfig;
@@ -152,7 +152,7 @@ mod tests {
 
     fn model() -> Model<AB> {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/hf/llama");
-        Model::load(dir, &Default::default()).unwrap()
+        Model::load(LoadOptions::path(dir, &Default::default())).unwrap()
     }
 
     fn config(noise: NoiseSource) -> DpSgdConfig {

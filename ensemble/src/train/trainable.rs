@@ -273,7 +273,7 @@ mod tests {
     use std::path::Path;
 
     use burn::backend::{Autodiff, Flex};
-    use privmix_models::Model;
+    use privmix_models::{LoadOptions, Model};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -290,7 +290,7 @@ mod tests {
     #[test]
     fn per_row_copies_give_each_block_its_own_gradient() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/hf/llama");
-        let model = Model::<AB>::load(&dir, &Default::default()).unwrap();
+        let model = Model::<AB>::load(LoadOptions::path(&dir, &Default::default())).unwrap();
         let device = Default::default();
         let mut rng = ChaCha8Rng::seed_from_u64(5);
         let blocks: Vec<Vec<u32>> = (0..3)

@@ -23,7 +23,7 @@ use lora_support::*;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
-use privmix_models::{KvPrecision, LanguageModel, Model};
+use privmix_models::{KvPrecision, LanguageModel, LoadOptions, Model};
 use proptest::prelude::*;
 
 /// The padded-batch tolerance of the models' tests (logits there,
@@ -299,7 +299,7 @@ fn joined_requests_equal_each_alone_on_the_host_path() {
 fn joined_requests_equal_each_alone_with_a_sliding_window() {
     let dir = llama_dir().join("../gemma3");
     for kv in [KvPrecision::F32, KvPrecision::F16] {
-        let model = Model::<Flex>::load(&dir, &dev()).unwrap();
+        let model = Model::<Flex>::load(LoadOptions::path(&dir, &dev())).unwrap();
         check_schedule(
             &runner(model, false, kv),
             Expect::Exact,
@@ -318,7 +318,7 @@ fn joined_requests_equal_each_alone_with_a_sliding_window() {
 fn joined_requests_equal_each_alone_through_the_host_step() {
     let path = llama_dir().join("../../gguf/llama_q8_0.gguf");
     for kv in [KvPrecision::F32, KvPrecision::F16] {
-        let model = Model::<Flex>::load_gguf(&path, &dev()).unwrap();
+        let model = Model::<Flex>::load(LoadOptions::path(&path, &dev())).unwrap();
         let tol = if kv == KvPrecision::F16 {
             F16_TOL
         } else {
@@ -338,7 +338,7 @@ fn joined_requests_equal_each_alone_through_the_host_step() {
 fn joined_requests_equal_each_alone_on_the_tensor_path() {
     type AB = Autodiff<Flex>;
     for kv in [KvPrecision::F32, KvPrecision::F16] {
-        let model = Model::<AB>::load(llama_dir(), &Default::default()).unwrap();
+        let model = Model::<AB>::load(LoadOptions::path(llama_dir(), &Default::default())).unwrap();
         check_schedule(
             &runner(model, true, kv),
             tolerance(kv),
@@ -388,7 +388,7 @@ proptest! {
         let kv = if f16 { KvPrecision::F16 } else { KvPrecision::F32 };
         let leaving = LEAVINGS[leaving];
         let (worst, exact) = if tensors {
-            let model = Model::<Autodiff<Flex>>::load(llama_dir(), &Default::default()).unwrap();
+            let model = Model::<Autodiff<Flex>>::load(LoadOptions::path(llama_dir(), &Default::default())).unwrap();
             compare(&runner(model, true, kv), &reqs, leaving)
         } else {
             compare(&runner(tiny_llama(), true, kv), &reqs, leaving)

@@ -15,7 +15,7 @@ use privmix_ensemble::train::{
     SIGMA_REL_TOL, TrainError, clip_to_norm, dp_sgd_epsilon, dp_sgd_rdp_curve,
     dp_sgd_rdp_epsilon_at, dp_sgd_sigma, l2_norm, mean_nll, poisson_sample,
 };
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 use proptest::prelude::*;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
@@ -365,7 +365,11 @@ fn config(steps: usize, sigma: f64) -> DpSgdConfig {
 /// two `Seeded` runs release the same one bit for bit.
 #[test]
 fn noise_comes_from_the_os_unless_seeded() {
-    let model: Model<AB> = Model::load(lora_support::llama_dir(), &Default::default()).unwrap();
+    let model: Model<AB> = Model::load(LoadOptions::path(
+        lora_support::llama_dir(),
+        &Default::default(),
+    ))
+    .unwrap();
     let data = blocks(4, 8);
     let mut cfg = config(1, 1.0);
     cfg.sampling_rate = 1.0;
@@ -387,7 +391,11 @@ fn noise_comes_from_the_os_unless_seeded() {
 
 #[test]
 fn epsilon_is_the_accountants_and_low_noise_training_learns() {
-    let model: Model<AB> = Model::load(lora_support::llama_dir(), &Default::default()).unwrap();
+    let model: Model<AB> = Model::load(LoadOptions::path(
+        lora_support::llama_dir(),
+        &Default::default(),
+    ))
+    .unwrap();
     let data = blocks(16, 12);
     let cfg = config(20, 0.05);
     let mut t = DpSgdTrainer::<AB, _>::new(&model, data.clone(), cfg.clone()).unwrap();

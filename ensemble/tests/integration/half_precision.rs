@@ -16,7 +16,9 @@ use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
 use privmix_ensemble::stacked::FactorPrecision;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, KvPrecision, LanguageModel, LinearDelta, Model, log_softmax};
+use privmix_models::{
+    Batch, KvPrecision, LanguageModel, LinearDelta, LoadOptions, Model, log_softmax,
+};
 
 const TOL: f32 = 1e-4;
 
@@ -136,7 +138,7 @@ fn f16_factors_equal_rounded_members_on_quantised_host_path() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
     check(
-        &Model::<B>::load_gguf(&path, &dev()).unwrap(),
+        &Model::<B>::load(LoadOptions::path(&path, &dev())).unwrap(),
         &dev(),
         "Q8_0 GGUF, plain flex",
     );
@@ -148,7 +150,7 @@ fn f16_factors_equal_rounded_members_on_quantised_host_path() {
 fn f16_factors_equal_rounded_members_on_tensor_path() {
     type AB = Autodiff<Flex>;
     let device = Default::default();
-    let model = Model::<AB>::load(llama_dir(), &device).unwrap();
+    let model = Model::<AB>::load(LoadOptions::path(llama_dir(), &device)).unwrap();
     check(&model, &device, "tensors, Autodiff<Flex>");
 }
 
@@ -206,7 +208,7 @@ fn alone(
 fn f16_cache_rows_equal_rounded_members_alone_with_f16_caches() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
-    let model = Model::<B>::load_gguf(&path, &dev()).unwrap();
+    let model = Model::<B>::load(LoadOptions::path(&path, &dev())).unwrap();
     let ms = members(&model, &dev());
     let twins: Vec<_> = ms.iter().map(|m| rounded_twin(m, &model, &dev())).collect();
     let runner = EnsembleRunner::with_precision(model.clone(), &ms, FactorPrecision::F16)

@@ -11,6 +11,7 @@ use lora_support::*;
 use privmix_ensemble::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
 use privmix_ensemble::stacked::{FactorPrecision, StackedAdapters};
+use privmix_models::plan::{BackendKind, ExecutionPlan, Route};
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::json;
 
@@ -232,25 +233,35 @@ fn memory_of_100_rank4_adapters_over_smollm2() {
     let members: Vec<LoraAdapter<B>> = (0..5)
         .map(|s| LoraAdapter::random(c.clone(), &tiny, 0.1, s, &dev()).unwrap())
         .collect();
-    let stacked = StackedAdapters::new(&members, &tiny, &dev()).unwrap();
+    // On plain flex (the tests' backend) the plan keeps tensors in host memory.
+    let host = ExecutionPlan::for_backend::<B>(Route::Fastest).backend;
+    assert_eq!(host, BackendKind::HostMemory);
+    let stacked = StackedAdapters::new(&members, &tiny, host, &dev()).unwrap();
     assert_eq!(
         stacked.bytes(),
-        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F32)
+        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F32, host)
     );
-    // On plain flex the factors are host-held, without the tensors' zero slot.
-    assert!(privmix_models::plan::BackendKind::of::<B>().is_host_memory());
+    // There the factors are host-held, without the tensors' zero slot.
     assert_eq!(stacked.bytes(), 4 * 5 * members[0].num_parameters());
     // Held in f16 there, half of it.
-    let half =
-        StackedAdapters::with_precision(&members, &tiny, FactorPrecision::F16, &dev()).unwrap();
+    let half = StackedAdapters::with_precision(&members, &tiny, FactorPrecision::F16, host, &dev())
+        .unwrap();
     assert_eq!(half.bytes(), 2 * 5 * members[0].num_parameters());
     assert_eq!(
         half.bytes(),
-        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F16)
+        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F16, host)
+    );
+    // As tensors (a device backend): the zero slot too, f32 whatever was asked.
+    let device = BackendKind::Device;
+    let tensors = StackedAdapters::new(&members, &tiny, device, &dev()).unwrap();
+    assert_eq!(tensors.bytes(), 4 * 6 * members[0].num_parameters());
+    assert_eq!(
+        tensors.bytes(),
+        StackedAdapters::<B>::bytes_for(&tiny, &c, 5, FactorPrecision::F16, device)
     );
 
     let smollm2 = BaseShapes::llama_style(30, 576, 1536, 576, 192);
-    let stacked = StackedAdapters::<B>::bytes_for(&smollm2, &c, 100, FactorPrecision::F32);
+    let stacked = StackedAdapters::<B>::bytes_for(&smollm2, &c, 100, FactorPrecision::F32, host);
     // Per layer r · Σ(in + out) = 4 · 10176 floats; 30 layers; 100 members.
     assert_eq!(stacked, 4 * 100 * 4 * 10_176 * 30);
     // With tensors (other backends): a zero slot, and a decoder over all 101

@@ -12,7 +12,7 @@ use privmix_ensemble::lora::{LoraAdapter, module_path};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_models::safetensors::SafetensorsFile;
-use privmix_models::{LinearDelta, Model};
+use privmix_models::{LinearDelta, LoadOptions, Model};
 use safetensors::{Dtype, tensor::TensorView};
 
 /// Writes the base checkpoint merged with `adapter` into a fresh folder.
@@ -63,7 +63,7 @@ fn check(name: &str) {
     let model = tiny_llama();
     let adapter = load_adapter(name, &base_of(&model));
     let dir = merge(&adapter, name);
-    let merged = Model::<B>::load(&dir, &dev()).unwrap();
+    let merged = Model::<B>::load(LoadOptions::path(&dir, &dev())).unwrap();
     let doc = read_json(&peft_dir(name).join("logits.json"));
     let ids = input_ids(&doc);
     let with_adapter = logits_with(&model, &ids, Some(&adapter as &dyn LinearDelta<B>));

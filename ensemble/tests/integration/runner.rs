@@ -10,7 +10,9 @@ use lora_support::*;
 use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
 use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
-use privmix_models::{Batch, DecodeProducts, LanguageModel, LinearDelta, Model, log_softmax};
+use privmix_models::{
+    Batch, DecodeProducts, LanguageModel, LinearDelta, LoadOptions, Model, log_softmax,
+};
 
 const TOL: f32 = 1e-4;
 
@@ -72,7 +74,9 @@ fn batched_rows_of_different_lengths_equal_each_member_alone() {
 fn quantised_gguf_rows_equal_each_member_alone() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
-    rows_of_different_lengths_equal_each_member_alone(&Model::load_gguf(&path, &dev()).unwrap());
+    rows_of_different_lengths_equal_each_member_alone(
+        &Model::load(LoadOptions::path(&path, &dev())).unwrap(),
+    );
 }
 
 /// The same with 8-bit activations in the decode products
@@ -84,9 +88,12 @@ fn quantised_gguf_rows_equal_each_member_alone() {
 fn int8_activation_rows_equal_each_member_alone() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../models/tests/fixtures/gguf/llama_q8_0.gguf");
-    let int8 = Model::load_gguf_with(&path, DecodeProducts::Int8Activations, &dev()).unwrap();
+    let int8 = Model::load(
+        LoadOptions::path(&path, &dev()).decode_products(DecodeProducts::Int8Activations),
+    )
+    .unwrap();
     rows_of_different_lengths_equal_each_member_alone(&int8);
-    let f32 = Model::load_gguf(&path, &dev()).unwrap();
+    let f32 = Model::load(LoadOptions::path(&path, &dev())).unwrap();
     let context = [5u32, 17, 99, 3];
     let (a, b) = (
         alone(&int8, None, &context, &[8, 41]),

@@ -9,12 +9,16 @@ use crate::lora_support;
 use burn::backend::{Autodiff, Flex};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::train::{LoraParams, TrainConfig, TrainError, Trainer, mean_nll};
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 
 type AB = Autodiff<Flex>;
 
 fn model() -> Model<AB> {
-    Model::load(lora_support::llama_dir(), &Default::default()).unwrap()
+    Model::load(LoadOptions::path(
+        lora_support::llama_dir(),
+        &Default::default(),
+    ))
+    .unwrap()
 }
 
 /// Blocks of an arithmetic pattern (next = previous + step mod 64, offset

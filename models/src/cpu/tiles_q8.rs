@@ -18,7 +18,7 @@
 //! size of llama.cpp's own rounding, not the same rounding (llama.cpp rounds
 //! ties away from zero, keeps its KV cache in f16 and sums in other orders;
 //! `tests/integration/llama_cpp_agreement.rs` compares the two). It is opt-in:
-//! [`crate::weights::DecodeProducts::Int8Activations`].
+//! [`crate::plan::DecodeProducts::Int8Activations`].
 //!
 //! Kernels ([`super::dispatch`]): AVX-512 with VNNI, whose `vpdpbusd` does
 //! the 8-bit multiply and both sums in one instruction; AVX-512 without it

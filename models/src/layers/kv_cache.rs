@@ -86,22 +86,12 @@ pub struct KvCache<B: Backend> {
 }
 
 impl<B: Backend> KvCache<B> {
-    /// An empty cache for `num_layers` layers and `batch` rows, in f32.
-    pub fn new(num_layers: usize, batch: usize) -> Self {
-        Self::with_precision(num_layers, batch, KvPrecision::F32)
-    }
-
     /// An empty cache for `num_layers` layers and `batch` rows, holding
-    /// keys and values as `precision` says: in host memory where the
-    /// backend's tensors live there, else in tensors.
-    pub fn with_precision(num_layers: usize, batch: usize, precision: KvPrecision) -> Self {
-        let host = crate::plan::BackendKind::of::<B>().is_host_memory();
-        Self::with_storage(num_layers, batch, precision, host)
-    }
-
-    /// [`KvCache::with_precision`] with keys and values in host memory
-    /// (`host`, only where the backend's tensors live there) or in tensors,
-    /// as a model's [`crate::plan::ExecutionPlan`] says.
+    /// keys and values as `precision` says: in host memory where `host` (a
+    /// model's [`crate::plan::ExecutionPlan::host_kv`], which
+    /// [`crate::LanguageModel::new_cache_with`] passes), else in tensors.
+    /// Host storage needs the CPU kernels (feature `flex`); without them
+    /// the cache holds tensors whatever `host` says.
     pub fn with_storage(
         num_layers: usize,
         batch: usize,
@@ -112,7 +102,7 @@ impl<B: Backend> KvCache<B> {
             layers: vec![Layer::Empty; num_layers],
             rows: vec![RowSlots::default(); batch],
             precision,
-            host: host && crate::plan::BackendKind::of::<B>().is_host_memory(),
+            host: cfg!(feature = "flex") && host,
         }
     }
 

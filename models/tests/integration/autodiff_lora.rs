@@ -7,7 +7,9 @@ use crate::runtime_support;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Tensor, TensorData};
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, LinearDelta, Model, Projection, Site, log_softmax};
+use privmix_models::{
+    Batch, LanguageModel, LinearDelta, LoadOptions, Model, Projection, Site, log_softmax,
+};
 use runtime_support::{fixture, reference};
 
 type AB = Autodiff<Flex>;
@@ -64,7 +66,8 @@ fn log_likelihood(model: &Model<AB>, tokens: &[u32], lora: &Lora) -> Tensor<AB, 
 
 #[test]
 fn adapter_gets_gradients_and_base_weights_stay_frozen() {
-    let model = Model::<AB>::load(fixture("hf/llama"), &Default::default()).unwrap();
+    let model =
+        Model::<AB>::load(LoadOptions::path(fixture("hf/llama"), &Default::default())).unwrap();
     let tokens = reference("llama").input_ids[0].clone();
     // Layer 0: hidden 64, q out 64, v out 32 (2 kv heads × 16).
     let lora = Lora {

@@ -10,14 +10,19 @@ use crate::runtime_support;
 
 use burn::backend::Flex;
 use privmix_models::plan::BlockOpsKind;
-use privmix_models::{DecodeProducts, LanguageModel, Model, Route};
+use privmix_models::{DecodeProducts, LanguageModel, LoadOptions, Model, Route};
 use runtime_support::{fixture, max_abs_diff, prefill_and_decode_steps as steps};
 
 fn routes_agree(file: &str) {
     let path = fixture(file);
     let dev = Default::default();
     let load = |route| {
-        Model::<Flex>::load_gguf_routed(&path, DecodeProducts::default(), route, &dev).unwrap()
+        Model::<Flex>::load(
+            LoadOptions::path(&path, &dev)
+                .decode_products(DecodeProducts::default())
+                .route(route),
+        )
+        .unwrap()
     };
     let fastest = load(Route::Fastest);
     println!("{file}: {}", fastest.plan());

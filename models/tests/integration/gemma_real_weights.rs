@@ -11,7 +11,7 @@ use crate::runtime_support;
 use std::time::Instant;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model};
+use privmix_models::{Batch, LanguageModel, LoadOptions, Model};
 use runtime_support::B;
 
 #[test]
@@ -20,7 +20,8 @@ fn gemma3_270m_gguf_matches_transformers_and_decodes() {
         return;
     };
     let t0 = Instant::now();
-    let model = Model::<B>::load(&path, &Default::default()).expect("load Gemma 3 270M");
+    let model =
+        Model::<B>::load(LoadOptions::path(&path, &Default::default())).expect("load Gemma 3 270M");
     println!("load: {:.2?}", t0.elapsed());
     assert_eq!(model.vocab_size(), 262_144);
     assert_eq!(model.num_layers(), 18);

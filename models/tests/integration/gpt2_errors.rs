@@ -8,7 +8,7 @@ use crate::runtime_support;
 
 use privmix_models::gguf::GgufFile;
 use privmix_models::safetensors::SafetensorsFile;
-use privmix_models::{Gpt2, Gpt2Config, Model, ModelConfig, ModelError, WeightSource};
+use privmix_models::{Gpt2Config, LoadOptions, Model, ModelConfig, ModelError, WeightSource};
 use runtime_support::{B, fixture};
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::Value;
@@ -52,8 +52,9 @@ fn edited_weights(edit: impl Fn(&mut Tensors)) -> WeightSource {
     WeightSource::Safetensors(SafetensorsFile::from_bytes(data).unwrap())
 }
 
-fn load(doc: &Value, weights: &WeightSource) -> Result<Gpt2<B>, ModelError> {
-    Gpt2::load(&config(doc)?, weights, &Default::default())
+fn load(doc: &Value, weights: &WeightSource) -> Result<Model<B>, ModelError> {
+    let config = ModelConfig::Gpt2(config(doc)?);
+    Model::load(LoadOptions::weights(&config, weights, &Default::default()))
 }
 
 #[test]
@@ -194,7 +195,7 @@ fn load_gguf_bytes(bytes: Vec<u8>) -> Result<Model<B>, ModelError> {
     let file = GgufFile::parse(bytes).unwrap();
     let config = ModelConfig::from_gguf(&file)?;
     let weights = WeightSource::from_gguf(file)?;
-    Model::from_weights(&config, &weights, &Default::default())
+    Model::load(LoadOptions::weights(&config, &weights, &Default::default()))
 }
 
 #[test]

@@ -12,12 +12,16 @@
 use crate::runtime_support;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, Gpt2Activation, LanguageModel, Model, ModelConfig};
+use privmix_models::{Batch, Gpt2Activation, LanguageModel, LoadOptions, Model, ModelConfig};
 use runtime_support::{B, check_against_reference, fixture, load_hf, max_abs_diff};
 use serde_json::Value;
 
 fn load_gguf(name: &str) -> Model<B> {
-    Model::load(fixture(&format!("gguf/{name}.gguf")), &Default::default()).expect("load gguf")
+    Model::load(LoadOptions::path(
+        fixture(&format!("gguf/{name}.gguf")),
+        &Default::default(),
+    ))
+    .expect("load gguf")
 }
 
 /// (input ids, flattened logits) of `gguf/<name>.logits.json`.
@@ -136,7 +140,8 @@ fn prefixless_openai_names_load_to_the_same_model() {
     let bytes = safetensors::serialize(views, None).unwrap();
     let weights = WeightSource::Safetensors(SafetensorsFile::from_bytes(bytes).unwrap());
     let config = ModelConfig::from_hf_file(fixture("hf/gpt2/config.json")).unwrap();
-    let model = Model::<B>::from_weights(&config, &weights, &Default::default()).unwrap();
+    let model =
+        Model::<B>::load(LoadOptions::weights(&config, &weights, &Default::default())).unwrap();
     let (plain, _) = check_against_reference(&model, "gpt2", 1e-4);
     println!("prefix-less names: max |Δ| {plain:e}");
 }

@@ -11,7 +11,9 @@
 use crate::runtime_support;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, LinearDelta, Model, ModelError, Projection, Site};
+use privmix_models::{
+    Batch, LanguageModel, LinearDelta, LoadOptions, Model, ModelError, Projection, Site,
+};
 use runtime_support::{B, load_hf, max_abs_diff, reference};
 
 use burn::tensor::{Tensor, TensorData};
@@ -259,8 +261,11 @@ fn last_logits_sum(model: &Model<AB>, tokens: &[u32], lora: &CAttnLora) -> f32 {
 
 #[test]
 fn lora_on_c_attn_trains_under_autodiff_with_frozen_base() {
-    let model =
-        Model::<AB>::load(runtime_support::fixture("hf/gpt2"), &Default::default()).unwrap();
+    let model = Model::<AB>::load(LoadOptions::path(
+        runtime_support::fixture("hf/gpt2"),
+        &Default::default(),
+    ))
+    .unwrap();
     let tokens = reference("gpt2").input_ids[0][..6].to_vec();
     let lora = CAttnLora {
         a: param(64 * 2, 1, [64, 2]),

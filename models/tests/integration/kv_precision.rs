@@ -14,7 +14,7 @@ use crate::runtime_support;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::Backend;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, KvPrecision, LanguageModel, Model};
+use privmix_models::{Batch, KvPrecision, LanguageModel, LoadOptions, Model};
 use runtime_support::{fixture, max_abs_diff};
 
 /// Logits of a left-padded prefill of two rows (12 and 9 tokens: longer
@@ -74,8 +74,9 @@ fn check(host: &Model<Flex>, tensors: &Model<Autodiff<Flex>>, vocab: usize, what
 fn f16_cache_agrees_across_paths_on_every_architecture() {
     for name in ["llama", "gemma", "gemma2", "gemma3", "gpt2"] {
         let dir = fixture(&format!("hf/{name}"));
-        let host = Model::<Flex>::load(&dir, &Default::default()).unwrap();
-        let tensors = Model::<Autodiff<Flex>>::load(&dir, &Default::default()).unwrap();
+        let host = Model::<Flex>::load(LoadOptions::path(&dir, &Default::default())).unwrap();
+        let tensors =
+            Model::<Autodiff<Flex>>::load(LoadOptions::path(&dir, &Default::default())).unwrap();
         check(&host, &tensors, host.vocab_size(), name);
     }
 }
@@ -83,7 +84,8 @@ fn f16_cache_agrees_across_paths_on_every_architecture() {
 #[test]
 fn f16_cache_agrees_across_paths_on_quantised_host_steps() {
     let path = fixture("gguf/llama_q8_0.gguf");
-    let host = Model::<Flex>::load_gguf(&path, &Default::default()).unwrap();
-    let tensors = Model::<Autodiff<Flex>>::load_gguf(&path, &Default::default()).unwrap();
+    let host = Model::<Flex>::load(LoadOptions::path(&path, &Default::default())).unwrap();
+    let tensors =
+        Model::<Autodiff<Flex>>::load(LoadOptions::path(&path, &Default::default())).unwrap();
     check(&host, &tensors, host.vocab_size(), "llama Q8_0 GGUF");
 }

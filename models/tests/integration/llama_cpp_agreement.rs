@@ -37,7 +37,8 @@ use std::time::Instant;
 use privmix_models::gguf::GgufFile;
 use privmix_models::runtime::to_vec;
 use privmix_models::{
-    Batch, DecodeProducts, LanguageModel, Model, Tokenizer, generate_greedy, log_softmax,
+    Batch, DecodeProducts, LanguageModel, LoadOptions, Model, Tokenizer, generate_greedy,
+    log_softmax,
 };
 use runtime_support::B;
 use serde_json::Value;
@@ -92,7 +93,8 @@ fn ids(v: &Value) -> Vec<u32> {
 
 fn load() -> Option<(Model<B>, Tokenizer)> {
     let path = runtime_support::real_weights("smollm2.gguf")?;
-    let model = Model::<B>::load(&path, &Default::default()).expect("load SmolLM2");
+    let model =
+        Model::<B>::load(LoadOptions::path(&path, &Default::default())).expect("load SmolLM2");
     let file = GgufFile::open(&path).expect("open gguf");
     let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer from gguf");
     Some((model, tokenizer))
@@ -290,7 +292,9 @@ fn hamlet_perplexity_matches_llama_cpp() {
 /// empty cache, so that every product is a decode product, with the model
 /// loaded with `products`.
 fn decode_worst(path: &std::path::Path, products: DecodeProducts) -> ([f64; 3], f64) {
-    let model = Model::<B>::load_gguf_with(path, products, &Default::default()).expect("load");
+    let model =
+        Model::<B>::load(LoadOptions::path(path, &Default::default()).decode_products(products))
+            .expect("load");
     let vocab = model.vocab_size();
     let mut worst = [0.0f64; 3];
     let (mut sum, mut count) = (0.0f64, 0usize);

@@ -7,7 +7,7 @@
 use crate::runtime_support;
 
 use burn::backend::{Autodiff, Flex};
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 use runtime_support::{fixture, max_abs_diff, prefill_and_decode_steps as steps};
 
 /// Three rows and nine. On an AVX-512 CPU the products of `cpu::tiles_f32::
@@ -17,8 +17,8 @@ use runtime_support::{fixture, max_abs_diff, prefill_and_decode_steps as steps};
 fn host_step_equals_the_tensor_path() {
     let path = fixture("gguf/llama_q8_0.gguf");
     let dev = Default::default();
-    let host = Model::<Flex>::load_gguf(&path, &dev).unwrap();
-    let tensor = Model::<Autodiff<Flex>>::load_gguf(&path, &dev).unwrap();
+    let host = Model::<Flex>::load(LoadOptions::path(&path, &dev)).unwrap();
+    let tensor = Model::<Autodiff<Flex>>::load(LoadOptions::path(&path, &dev)).unwrap();
     for count in [3, 9] {
         let (got, want) = (steps(&host, count), steps(&tensor, count));
         let mut worst: f32 = 0.0;

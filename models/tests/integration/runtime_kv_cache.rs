@@ -8,7 +8,7 @@ use crate::runtime_support;
 
 use privmix_models::runtime::{select_positions, to_vec};
 use privmix_models::{
-    Batch, KvPrecision, LanguageModel, ModelError, generate_greedy, generate_sampled,
+    Batch, KvPrecision, LanguageModel, LoadOptions, ModelError, generate_greedy, generate_sampled,
 };
 use rand::SeedableRng;
 use runtime_support::{load_hf, max_abs_diff, reference};
@@ -226,7 +226,7 @@ fn bad_input_gives_typed_errors() {
     assert!(bad(model
         .forward(&Batch::single(&[1]).unwrap(), &mut cache, None)
         .map(|_| ())));
-    let mut other = privmix_models::KvCache::new(1, 1);
+    let mut other = privmix_models::KvCache::with_storage(1, 1, KvPrecision::F32, true);
     assert!(bad(model
         .forward(&Batch::single(&[1]).unwrap(), &mut other, None)
         .map(|_| ())));
@@ -351,8 +351,11 @@ fn joined_caches_decode_each_row_as_alone() {
     for name in ["llama", "gemma", "gemma2", "gemma3", "gpt2"] {
         let dir = runtime_support::fixture(&format!("hf/{name}"));
         let host = load_hf(name);
-        let tensors =
-            privmix_models::Model::<Autodiff<Flex>>::load(&dir, &Default::default()).unwrap();
+        let tensors = privmix_models::Model::<Autodiff<Flex>>::load(LoadOptions::path(
+            &dir,
+            &Default::default(),
+        ))
+        .unwrap();
         for kv in [KvPrecision::F32, KvPrecision::F16] {
             let (h, h_exact) = joined_rows_against_alone(&host, kv);
             let (t, t_exact) = joined_rows_against_alone(&tensors, kv);
@@ -401,7 +404,7 @@ fn mismatched_caches_are_not_joined() {
     for other in [
         prefilled(&gemma, KvPrecision::F32),
         prefilled(&llama, KvPrecision::F16),
-        privmix_models::KvCache::new(llama.num_layers() + 1, 1),
+        privmix_models::KvCache::with_storage(llama.num_layers() + 1, 1, KvPrecision::F32, true),
     ] {
         let mut cache = base.clone();
         let e = cache.append_rows(other).unwrap_err();

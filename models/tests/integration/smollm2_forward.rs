@@ -12,7 +12,7 @@ use crate::runtime_support;
 use std::time::Instant;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model, generate_greedy};
+use privmix_models::{Batch, LanguageModel, LoadOptions, Model, generate_greedy};
 use runtime_support::B;
 
 #[test]
@@ -21,7 +21,8 @@ fn smollm2_gguf_matches_transformers_and_decodes() {
         return;
     };
     let t0 = Instant::now();
-    let model = Model::<B>::load(&path, &Default::default()).expect("load SmolLM2");
+    let model =
+        Model::<B>::load(LoadOptions::path(&path, &Default::default())).expect("load SmolLM2");
     println!("load: {:.2?}", t0.elapsed());
     assert_eq!(model.vocab_size(), 49152);
     assert_eq!(model.num_layers(), 30);

@@ -7,7 +7,7 @@ use crate::runtime_support;
 
 use privmix_models::gguf::{GgufError, GgufFile};
 use privmix_models::safetensors::SafetensorsFile;
-use privmix_models::{Llama, LlamaConfig, Model, ModelConfig, ModelError, WeightSource};
+use privmix_models::{LlamaConfig, LoadOptions, Model, ModelConfig, ModelError, WeightSource};
 use runtime_support::{B, fixture};
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::Value;
@@ -50,8 +50,9 @@ fn edited_weights(edit: impl Fn(&mut Vec<(String, Vec<f32>, Vec<usize>)>)) -> We
     WeightSource::Safetensors(SafetensorsFile::from_bytes(data).unwrap())
 }
 
-fn load(doc: &Value, weights: &WeightSource) -> Result<Llama<B>, ModelError> {
-    Llama::load(&llama_config(doc)?, weights, &Default::default())
+fn load(doc: &Value, weights: &WeightSource) -> Result<Model<B>, ModelError> {
+    let config = ModelConfig::Llama(llama_config(doc)?);
+    Model::load(LoadOptions::weights(&config, weights, &Default::default()))
 }
 
 #[test]
@@ -166,7 +167,7 @@ fn gguf_tensor_renamed_away_is_missing() {
     bytes[at + 6..at + 12].copy_from_slice(b"ffn_xx");
     let path = std::env::temp_dir().join(format!("privmix_renamed_{}.gguf", std::process::id()));
     std::fs::write(&path, bytes).unwrap();
-    let err = Model::<B>::load(&path, &Default::default()).unwrap_err();
+    let err = Model::<B>::load(LoadOptions::path(&path, &Default::default())).unwrap_err();
     std::fs::remove_file(&path).unwrap();
     assert_eq!(
         err,
@@ -179,7 +180,7 @@ fn truncated_gguf_and_missing_files() {
     let bytes = std::fs::read(fixture("gguf/llama_q8_0.gguf")).unwrap();
     let path = std::env::temp_dir().join(format!("privmix_truncated_{}.gguf", std::process::id()));
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-    let err = Model::<B>::load(&path, &Default::default()).unwrap_err();
+    let err = Model::<B>::load(LoadOptions::path(&path, &Default::default())).unwrap_err();
     std::fs::remove_file(&path).unwrap();
     assert!(
         matches!(
@@ -188,14 +189,17 @@ fn truncated_gguf_and_missing_files() {
         ),
         "{err:?}"
     );
-    let missing = Model::<B>::load(fixture("hf/does_not_exist.gguf"), &Default::default());
+    let missing = Model::<B>::load(LoadOptions::path(
+        fixture("hf/does_not_exist.gguf"),
+        &Default::default(),
+    ));
     assert!(matches!(
         missing,
         Err(ModelError::Gguf(GgufError::Io { .. }))
     ));
     let empty_dir = std::env::temp_dir().join(format!("privmix_empty_{}", std::process::id()));
     std::fs::create_dir_all(&empty_dir).unwrap();
-    let err = Model::<B>::load(&empty_dir, &Default::default()).unwrap_err();
+    let err = Model::<B>::load(LoadOptions::path(&empty_dir, &Default::default())).unwrap_err();
     std::fs::remove_dir(&empty_dir).unwrap();
     assert!(matches!(err, ModelError::Io { .. }), "{err:?}");
 }

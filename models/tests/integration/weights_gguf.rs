@@ -8,12 +8,16 @@
 use crate::runtime_support;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, LlamaConfig, Model, ModelConfig};
+use privmix_models::{Batch, LanguageModel, LlamaConfig, LoadOptions, Model, ModelConfig};
 use runtime_support::{B, fixture, load_hf, max_abs_diff};
 use serde_json::Value;
 
 fn load_gguf(name: &str) -> Model<B> {
-    Model::load(fixture(&format!("gguf/{name}.gguf")), &Default::default()).expect("load gguf")
+    Model::load(LoadOptions::path(
+        fixture(&format!("gguf/{name}.gguf")),
+        &Default::default(),
+    ))
+    .expect("load gguf")
 }
 
 /// (input ids, flattened logits) of `gguf/<name>.logits.json`.
@@ -89,8 +93,8 @@ fn gguf_config_matches_the_hf_config() {
 
 #[test]
 fn permuted_gguf_rows_with_interleaved_rope_are_the_same_network() {
+    use privmix_models::WeightSource;
     use privmix_models::layers::RopeStyle;
-    use privmix_models::{Llama, WeightSource};
     let file = privmix_models::gguf::GgufFile::open(fixture("gguf/llama_f32.gguf")).unwrap();
     let ModelConfig::Llama(config) = ModelConfig::from_gguf(&file).unwrap() else {
         panic!("not llama")
@@ -102,22 +106,21 @@ fn permuted_gguf_rows_with_interleaved_rope_are_the_same_network() {
         rope_style: RopeStyle::Interleaved,
         ..config
     };
-    let model = Llama::<B>::load(&interleaved, &raw, &Default::default()).unwrap();
+    let load = |config: LlamaConfig| {
+        let config = ModelConfig::Llama(config);
+        Model::<B>::load(LoadOptions::weights(&config, &raw, &Default::default())).unwrap()
+    };
+    let model = load(interleaved.clone());
     let (ids, want) = gguf_reference("llama_f32");
     let got = to_vec(model.logits_all(&Batch::new(&ids).unwrap()).unwrap()).unwrap();
     let d = max_abs_diff(&got, &want);
     println!("interleaved RoPE on llama.cpp-ordered Q/K: max |Δ| vs transformers {d:e}");
     assert!(d <= 1e-4, "{d}");
     // Without the interleaved RoPE the permuted rows give another network.
-    let wrong = Llama::<B>::load(
-        &LlamaConfig {
-            rope_style: RopeStyle::RotateHalf,
-            ..interleaved
-        },
-        &raw,
-        &Default::default(),
-    )
-    .unwrap();
+    let wrong = load(LlamaConfig {
+        rope_style: RopeStyle::RotateHalf,
+        ..interleaved
+    });
     let bad = to_vec(wrong.logits_all(&Batch::new(&ids).unwrap()).unwrap()).unwrap();
     assert!(max_abs_diff(&bad, &want) > 1e-2);
 }

@@ -7,7 +7,7 @@ use crate::runtime_support;
 use privmix_models::Model;
 use privmix_models::runtime::to_vec;
 use privmix_models::safetensors::SafetensorsFile;
-use privmix_models::{Batch, LanguageModel};
+use privmix_models::{Batch, LanguageModel, LoadOptions};
 use runtime_support::{B, fixture, load_hf, reference};
 use safetensors::{Dtype, tensor::TensorView};
 
@@ -52,7 +52,7 @@ fn sharded_checkpoint_equals_single_file() {
     let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
     std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
 
-    let sharded = Model::<B>::load(&dir, &Default::default());
+    let sharded = Model::<B>::load(LoadOptions::path(&dir, &Default::default()));
     std::fs::remove_dir_all(&dir).unwrap();
     let batch = Batch::new(&reference("llama").input_ids).unwrap();
     let a = to_vec(sharded.unwrap().logits_all(&batch).unwrap()).unwrap();

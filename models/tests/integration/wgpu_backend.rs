@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use burn::backend::{Flex, Wgpu};
 use burn::tensor::backend::Backend;
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model, open_wgpu_device};
+use privmix_models::{Batch, LanguageModel, LoadOptions, Model, open_wgpu_device};
 use serde_json::Value;
 
 const TOL: f32 = 1e-4;
@@ -41,7 +41,7 @@ fn reference(name: &str) -> (Vec<Vec<u32>>, Vec<f32>) {
 }
 
 fn load<B: Backend>(name: &str, device: &B::Device) -> Model<B> {
-    Model::load(fixture(&format!("hf/{name}")), device).expect("load fixture")
+    Model::load(LoadOptions::path(fixture(&format!("hf/{name}")), device)).expect("load fixture")
 }
 
 /// Names of the HF fixtures of the architectures on burn.
@@ -55,7 +55,10 @@ fn architectures() -> Vec<&'static str> {
 #[test]
 fn hf_fixtures_match_transformers_on_wgpu() {
     for name in architectures() {
-        let model = match Model::<Wgpu>::load(fixture(&format!("hf/{name}")), &Default::default()) {
+        let model = match Model::<Wgpu>::load(LoadOptions::path(
+            fixture(&format!("hf/{name}")),
+            &Default::default(),
+        )) {
             Ok(m) => m,
             // An architecture the loader does not know yet is reported, not hidden.
             Err(e) => panic!("{name}: {e}"),
@@ -109,11 +112,11 @@ fn smollm2_on_wgpu_agrees_with_flex() {
     }
     // "The quick brown fox" and a few more ids: any in-vocabulary ids serve.
     let tokens: Vec<u32> = vec![1, 504, 2365, 6354, 16438, 30, 260, 1114];
-    let flex = Model::<Flex>::load_gguf(&path, &Default::default()).unwrap();
+    let flex = Model::<Flex>::load(LoadOptions::path(&path, &Default::default())).unwrap();
     let want = flex.log_probs_last(&tokens).unwrap();
     drop(flex);
     let device = open_wgpu_device().expect("open the wgpu device");
-    let wgpu = Model::<Wgpu>::load_gguf(&path, &device).unwrap();
+    let wgpu = Model::<Wgpu>::load(LoadOptions::path(&path, &device)).unwrap();
     let got = wgpu.log_probs_last(&tokens).unwrap();
     assert!(got.iter().all(|x| x.is_finite()));
     let diff = max_abs_diff(&got, &want);

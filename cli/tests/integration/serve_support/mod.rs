@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use burn::backend::Flex;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 use serde_json::Value;
 
 /// A fresh empty folder under the system temp dir (removed at drop).
@@ -80,7 +80,7 @@ pub fn write_adapters_with_std(
     std: f32,
 ) -> Vec<PathBuf> {
     let device = Default::default();
-    let m = Model::<Flex>::load(model, &device).unwrap();
+    let m = Model::<Flex>::load(LoadOptions::path(model, &device)).unwrap();
     let base = m.base_shapes().unwrap();
     (0..n)
         .map(|i| {
@@ -98,7 +98,7 @@ pub fn write_adapters_with_std(
 /// (it loads), but its products overflow f32, so its log-probabilities are not finite.
 pub fn write_exploding_adapter(model: &Path, dir: &TempDir) -> PathBuf {
     let device = Default::default();
-    let m = Model::<Flex>::load(model, &device).unwrap();
+    let m = Model::<Flex>::load(LoadOptions::path(model, &device)).unwrap();
     let base = m.base_shapes().unwrap();
     let config = LoraConfig::new(2, 4.0, &["q_proj", "v_proj", "down_proj"]).unwrap();
     let a = LoraAdapter::<Flex>::random(config, &base, 1e30, 7, &device).unwrap();

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::backend::{Autodiff, Flex};
-use privmix_models::Model;
+use privmix_models::{LoadOptions, Model};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -32,7 +32,12 @@ fn fixture(rel: &str) -> PathBuf {
 fn models() -> Vec<(&'static str, Model<AB>)> {
     ["hf/llama", "gguf/llama_q8_0.gguf", "hf/llama_scaled"]
         .into_iter()
-        .map(|p| (p, Model::load(fixture(p), &Default::default()).expect(p)))
+        .map(|p| {
+            (
+                p,
+                Model::load(LoadOptions::path(fixture(p), &Default::default())).expect(p),
+            )
+        })
         .collect()
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use burn::backend::Flex;
 use burn::tensor::Tensor;
 use privmix_ensemble::lora::{BaseShapes, LoraAdapter, LoraBase};
-use privmix_models::{Batch, LanguageModel, LinearDelta, Model};
+use privmix_models::{Batch, LanguageModel, LinearDelta, LoadOptions, Model};
 use serde_json::Value;
 
 pub type B = Flex;
@@ -27,7 +27,7 @@ pub fn llama_dir() -> PathBuf {
 }
 
 pub fn tiny_llama() -> Model<B> {
-    Model::load(llama_dir(), &dev()).expect("tiny llama fixture")
+    Model::load(LoadOptions::path(llama_dir(), &dev())).expect("tiny llama fixture")
 }
 
 pub fn base_of(m: &Model<B>) -> BaseShapes {

@@ -45,7 +45,7 @@ fn filled(
     (rows, heads, slots): (usize, usize, usize),
     seed: f32,
 ) -> KvCache<Flex> {
-    let mut cache = KvCache::<Flex>::with_precision(1, rows, precision);
+    let mut cache = KvCache::<Flex>::with_storage(1, rows, precision, true);
     cache.push_step(&vec![vec![true; slots]; rows]).unwrap();
     let (k, v) = entries(seed, rows, heads, slots);
     cache.layers[0] = match form {
@@ -202,14 +202,14 @@ fn caches_without_rows_or_slots_join_either_way() {
     for (form, precision) in FORMS {
         let full = filled(form, precision, (2, 2, 3), 7.0);
         // No rows: the other cache as it is.
-        let mut none = KvCache::<Flex>::with_precision(1, 0, precision);
+        let mut none = KvCache::<Flex>::with_storage(1, 0, precision, true);
         none.append_rows(full.clone()).unwrap();
         assert_eq!(
             (held(&none), bookkeeping(&none)),
             (held(&full), bookkeeping(&full))
         );
         let mut same = full.clone();
-        same.append_rows(KvCache::with_precision(1, 0, precision))
+        same.append_rows(KvCache::with_storage(1, 0, precision, true))
             .unwrap();
         assert_eq!(
             (held(&same), bookkeeping(&same)),
@@ -220,13 +220,13 @@ fn caches_without_rows_or_slots_join_either_way() {
         let zeros = vec![0.0; 2 * 2 * 3 * DIM];
         let mut after = full.clone();
         after
-            .append_rows(KvCache::with_precision(1, 2, precision))
+            .append_rows(KvCache::with_storage(1, 2, precision, true))
             .unwrap();
         assert_eq!(
             held(&after),
             ([&k[..], &zeros].concat(), [&v[..], &zeros].concat())
         );
-        let mut before = KvCache::<Flex>::with_precision(1, 2, precision);
+        let mut before = KvCache::<Flex>::with_storage(1, 2, precision, true);
         before.append_rows(full.clone()).unwrap();
         assert_eq!(
             held(&before),
@@ -240,9 +240,9 @@ fn caches_without_rows_or_slots_join_either_way() {
             ]
         );
         // Two fresh caches.
-        let mut fresh = KvCache::<Flex>::with_precision(1, 1, precision);
+        let mut fresh = KvCache::<Flex>::with_storage(1, 1, precision, true);
         fresh
-            .append_rows(KvCache::with_precision(1, 2, precision))
+            .append_rows(KvCache::with_storage(1, 2, precision, true))
             .unwrap();
         assert_eq!((fresh.batch_size(), fresh.slots()), (3, 0));
         assert!(matches!(fresh.layers[0], Layer::Empty));
@@ -253,13 +253,13 @@ fn caches_without_rows_or_slots_join_either_way() {
 fn mismatched_caches_are_refused_and_left_unchanged() {
     let base = filled(Form::Host, KvPrecision::F32, (2, 2, 3), 0.0);
     let refused = [
-        KvCache::<Flex>::new(2, 1),
+        KvCache::<Flex>::with_storage(2, 1, KvPrecision::F32, true),
         filled(Form::Host, KvPrecision::F16, (1, 2, 3), 0.0),
         filled(Form::Host, KvPrecision::F32, (1, 1, 3), 0.0),
         filled(Form::Tensors, KvPrecision::F32, (1, 2, 3), 0.0),
         // Rows with slots but a layer without keys (a failed step).
         {
-            let mut c = KvCache::<Flex>::new(1, 1);
+            let mut c = KvCache::<Flex>::with_storage(1, 1, KvPrecision::F32, true);
             c.push_step(&[vec![true]]).unwrap();
             c
         },

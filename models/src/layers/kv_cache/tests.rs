@@ -5,7 +5,7 @@ use burn::backend::Flex;
 
 #[test]
 fn padding_slots_are_masked_and_do_not_advance_positions() {
-    let mut cache = KvCache::<Flex>::new(1, 2);
+    let mut cache = KvCache::<Flex>::with_storage(1, 2, KvPrecision::F32, true);
     let pos = cache
         .push_step(&[vec![true, true, true], vec![false, true, true]])
         .unwrap();

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use privmix_models::runtime::to_vec;
-use privmix_models::{Batch, LanguageModel, Model};
+use privmix_models::{Batch, LanguageModel, LoadOptions, Model};
 use serde_json::Value;
 
 /// The CPU backend of the tests.
@@ -66,7 +66,11 @@ pub fn max_abs_diff(got: &[f32], want: &[f32]) -> f32 {
 
 /// Loads the HF fixture `name` on the CPU.
 pub fn load_hf(name: &str) -> Model<B> {
-    Model::load(fixture(&format!("hf/{name}")), &Default::default()).expect("load fixture")
+    Model::load(LoadOptions::path(
+        fixture(&format!("hf/{name}")),
+        &Default::default(),
+    ))
+    .expect("load fixture")
 }
 
 /// Checks `model` against fixture `name`: all positions of the plain batch,
