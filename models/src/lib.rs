@@ -11,7 +11,9 @@
 //! - [`safetensors`]: single-file and sharded safetensors checkpoints.
 //! - [`weights`]: tensors by canonical HF name from either format (GGUF names
 //!   mapped, llama.cpp's Q/K permutation and Gemma `1 + w` norms undone).
-//! - [`config`], [`gpt2`], [`llama`], [`gemma`]: configurations and forwards.
+//! - [`config`], [`gpt2`], [`llama`], [`gemma`]: configurations and forwards;
+//!   [`decoder`]: the one decoder Llama and Gemma share, [`DecoderVariant`]
+//!   stating what Gemma changes.
 //! - [`layers`]: linear + LoRA hook, RMSNorm, LayerNorm, RoPE, attention, KV cache.
 //! - [`ops`]: the block operations each forward is written in, with a tensor
 //!   and a host implementation; [`plan`]: [`ExecutionPlan`], which of them
@@ -39,6 +41,7 @@ pub mod config;
 pub mod config_fields;
 #[cfg(feature = "flex")]
 pub mod cpu;
+pub mod decoder;
 pub mod error;
 pub mod gemma;
 pub mod gguf;
@@ -60,6 +63,7 @@ pub mod wgpu_device;
 pub use bert::{Bert, BertConfig, SentenceEncoder};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::ModelConfig;
+pub use decoder::{Decoder, DecoderBlockParts, DecoderVariant};
 pub use error::ModelError;
 pub use gemma::{Gemma, GemmaConfig, GemmaVersion};
 pub use gpt2::{Gpt2, Gpt2Activation, Gpt2Config};

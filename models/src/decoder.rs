@@ -1,0 +1,424 @@
+//! The one pre-norm decoder Llama and Gemma share: RMSNorm, rotary
+//! embeddings, grouped-query attention and a gated MLP, written once over
+//! the block operations ([`crate::ops::BlockOps`]). What Gemma changes is
+//! stated by a value, [`DecoderVariant`], as candle's and llama-burn's
+//! configurations state it: an embedding scale, sandwich norms around the
+//! attention and the MLP, the MLP's gate activation (GeGLU for SwiGLU), and
+//! sliding-window layers with their own (local) RoPE; plus final-logit
+//! soft-capping (Gemma 2). The architectures' files keep what differs at
+//! load (names, norm gains, head counts) and their configurations.
+
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::error::ModelError;
+use crate::layers::activation::soft_cap;
+use crate::layers::{
+    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Projection, RmsNorm, Rope,
+    RopeScaling, RopeStyle, Site,
+};
+use crate::ops::{BlockOps, GateActivation};
+use crate::plan::ExecutionPlan;
+use crate::runtime::{Batch, LanguageModel, Step, start_step};
+use crate::weights::WeightSource;
+
+/// How a decoder differs from Llama's: each field's Llama value is the
+/// first named (`None`, `false`, SiLU).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecoderVariant {
+    /// Token embeddings multiplied by this (Gemma: `√hidden`, cast to f32
+    /// as HF casts it to the weights' dtype).
+    pub embed_scale: Option<f32>,
+    /// Sandwich norms (Gemma 2/3): the attention output is normed before
+    /// its residual add, the MLP input by its own `pre_feedforward_layernorm`
+    /// and the MLP output by `post_feedforward_layernorm`. Without them
+    /// (Llama, Gemma 1) `post_attention_layernorm` is the MLP's pre-norm.
+    pub sandwich_norms: bool,
+    /// The gated MLP's activation, `act(gate) · up`: SiLU (SwiGLU) or GELU
+    /// (GeGLU).
+    pub activation: GateActivation,
+    /// Sliding-window layers (Gemma 2/3) see at most this many positions
+    /// back, rotated by [`DecoderVariant::local_rope_theta`]'s RoPE.
+    pub sliding_window: Option<usize>,
+    /// The RoPE base of the sliding-window layers, without scaling (Gemma
+    /// 3's `rope_local_base_freq`); without it they share the global RoPE.
+    pub local_rope_theta: Option<f64>,
+    /// Final logits soft-capped at this (Gemma 2 `final_logit_softcapping`).
+    pub final_logit_softcap: Option<f64>,
+}
+
+impl DecoderVariant {
+    /// Llama's decoder.
+    pub const LLAMA: Self = Self {
+        embed_scale: None,
+        sandwich_norms: false,
+        activation: GateActivation::Silu,
+        sliding_window: None,
+        local_rope_theta: None,
+        final_logit_softcap: None,
+    };
+}
+
+/// The shapes and per-layer options a decoder is loaded with, from an
+/// architecture's configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct DecoderShape {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub attention: AttentionConfig,
+    /// Biases on q/k/v/o (Llama `attention_bias`).
+    pub attention_bias: bool,
+    /// Biases on gate/up/down (Llama `mlp_bias`).
+    pub mlp_bias: bool,
+    /// Per-head q/k RMSNorm (Gemma 3).
+    pub qk_norm: bool,
+    pub rms_norm_eps: f64,
+    /// Norm gains stored as `w` for `1 + w` (Gemma).
+    pub norm_one_plus: bool,
+    pub tie_word_embeddings: bool,
+    /// Whether each layer is a sliding-window layer (one entry per layer).
+    pub sliding_layers: Vec<bool>,
+    /// The RoPE base of the global layers (of all, without sliding ones).
+    pub rope_theta: f64,
+    /// The global layers' RoPE scaling.
+    pub rope_scaling: RopeScaling,
+    /// How rotated pairs are laid out.
+    pub rope_style: RopeStyle,
+}
+
+/// The gated MLP: `down(act(gate(x)) · up(x))`.
+#[derive(Debug, Clone)]
+struct Mlp<B: Backend> {
+    gate: Linear<B>,
+    up: Linear<B>,
+    down: Linear<B>,
+}
+
+/// One pre-norm decoder block.
+#[derive(Debug, Clone)]
+struct Block<B: Backend> {
+    input_layernorm: RmsNorm<B>,
+    attn: Attention<B>,
+    post_attention_layernorm: RmsNorm<B>,
+    /// `pre_feedforward_layernorm` and `post_feedforward_layernorm`
+    /// (sandwich norms).
+    feedforward_norms: Option<(RmsNorm<B>, RmsNorm<B>)>,
+    mlp: Mlp<B>,
+    sliding: bool,
+}
+
+impl<B: Backend> Block<B> {
+    /// The block's seven projections.
+    fn projections(&self) -> [&Linear<B>; 7] {
+        let (a, m) = (&self.attn, &self.mlp);
+        [
+            &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &m.gate, &m.up, &m.down,
+        ]
+    }
+}
+
+/// A Llama-shaped decoder on backend `B` with configuration `C`
+/// ([`crate::Llama`], [`crate::Gemma`]).
+#[derive(Debug, Clone)]
+pub struct Decoder<B: Backend, C> {
+    /// Its configuration.
+    pub config: C,
+    variant: DecoderVariant,
+    vocab_size: usize,
+    embed_tokens: Tensor<B, 2>,
+    layers: Vec<Block<B>>,
+    norm: RmsNorm<B>,
+    lm_head: Linear<B>,
+    rope: Rope,
+    rope_local: Option<Rope>,
+    plan: ExecutionPlan,
+    device: B::Device,
+}
+
+impl<B: Backend, C> Decoder<B, C> {
+    /// Builds the decoder `shape` and `variant` describe from `weights` (HF
+    /// names), checking every tensor's shape, with `plan`'s load-time
+    /// choices; completes the plan from the projections it loaded.
+    pub(crate) fn load(
+        config: C,
+        shape: DecoderShape,
+        variant: DecoderVariant,
+        weights: &WeightSource,
+        plan: ExecutionPlan,
+        device: &B::Device,
+    ) -> Result<Self, ModelError> {
+        let s = &shape;
+        let (h, hd) = (s.hidden_size, s.attention.head_dim);
+        let norm = |name: &str, dim| {
+            weights.rms_norm::<B>(name, dim, s.rms_norm_eps, s.norm_one_plus, device)
+        };
+        let embed_tokens =
+            weights.tensor2::<B>("model.embed_tokens.weight", s.vocab_size, h, device)?;
+        let mut layers = Vec::with_capacity(s.sliding_layers.len());
+        for (i, &sliding) in s.sliding_layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let lin = |name: &str, i_f, o_f, bias| {
+                weights.linear::<B>(
+                    &format!("{p}.{name}"),
+                    (i_f, o_f),
+                    bias,
+                    plan.products,
+                    device,
+                )
+            };
+            let (q_width, kv_width) = (s.attention.num_heads * hd, s.attention.num_kv_heads * hd);
+            let qk_norm = |name: &str| {
+                s.qk_norm
+                    .then(|| norm(&format!("{p}.self_attn.{name}.weight"), hd))
+                    .transpose()
+            };
+            let attn = Attention {
+                config: s.attention.clone(),
+                q_proj: lin("self_attn.q_proj", h, q_width, s.attention_bias)?,
+                k_proj: lin("self_attn.k_proj", h, kv_width, s.attention_bias)?,
+                v_proj: lin("self_attn.v_proj", h, kv_width, s.attention_bias)?,
+                o_proj: lin("self_attn.o_proj", q_width, h, s.attention_bias)?,
+                q_norm: qk_norm("q_norm")?,
+                k_norm: qk_norm("k_norm")?,
+            };
+            let feedforward_norms = if variant.sandwich_norms {
+                Some((
+                    norm(&format!("{p}.pre_feedforward_layernorm.weight"), h)?,
+                    norm(&format!("{p}.post_feedforward_layernorm.weight"), h)?,
+                ))
+            } else {
+                None
+            };
+            let m = s.intermediate_size;
+            layers.push(Block {
+                input_layernorm: norm(&format!("{p}.input_layernorm.weight"), h)?,
+                attn,
+                post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"), h)?,
+                feedforward_norms,
+                mlp: Mlp {
+                    gate: lin("mlp.gate_proj", h, m, s.mlp_bias)?,
+                    up: lin("mlp.up_proj", h, m, s.mlp_bias)?,
+                    down: lin("mlp.down_proj", m, h, s.mlp_bias)?,
+                },
+                sliding: sliding && variant.sliding_window.is_some(),
+            });
+        }
+        let lm_head = if s.tie_word_embeddings {
+            weights.tied_head(&embed_tokens, plan.products)?
+        } else {
+            weights.linear("lm_head", (h, s.vocab_size), false, plan.products, device)?
+        };
+        let plan = plan.with_projections(
+            layers
+                .iter()
+                .flat_map(Block::projections)
+                .map(Linear::projection_kernel),
+            None,
+        );
+        Ok(Self {
+            config,
+            variant,
+            vocab_size: s.vocab_size,
+            embed_tokens,
+            layers,
+            norm: norm("model.norm.weight", h)?,
+            lm_head,
+            rope: Rope::new(s.rope_theta, hd, s.rope_scaling, s.rope_style),
+            rope_local: variant
+                .local_rope_theta
+                .map(|theta| Rope::new(theta, hd, RopeScaling::None, s.rope_style)),
+            plan,
+            device: device.clone(),
+        })
+    }
+
+    /// Which implementations run the forward pass.
+    pub fn plan(&self) -> &ExecutionPlan {
+        &self.plan
+    }
+
+    /// How this decoder differs from Llama's.
+    pub fn variant(&self) -> &DecoderVariant {
+        &self.variant
+    }
+
+    /// The token embedding matrix, `[vocab, hidden]`.
+    pub fn embed_tokens(&self) -> &Tensor<B, 2> {
+        &self.embed_tokens
+    }
+
+    /// The attention block of layer `layer`.
+    pub fn attention(&self, layer: usize) -> Option<&Attention<B>> {
+        self.layers.get(layer).map(|b| &b.attn)
+    }
+
+    /// The norm after the last block.
+    pub fn final_norm(&self) -> &RmsNorm<B> {
+        &self.norm
+    }
+
+    /// The output head (the embedding matrix, transposed, when tied).
+    pub fn lm_head(&self) -> &Linear<B> {
+        &self.lm_head
+    }
+
+    /// The norms and projections of decoder block `layer`, for code that
+    /// computes the same forward outside burn (a host trainer's forward and
+    /// backward pass); the fields carry HF transformers' names. `None` past
+    /// the last layer, and for a variant with sandwich norms (which
+    /// [`DecoderBlockParts`] does not hold).
+    pub fn block_parts(&self, layer: usize) -> Option<DecoderBlockParts<'_, B>> {
+        if self.variant.sandwich_norms {
+            return None;
+        }
+        self.layers.get(layer).map(|b| DecoderBlockParts {
+            input_layernorm: &b.input_layernorm,
+            q_proj: &b.attn.q_proj,
+            k_proj: &b.attn.k_proj,
+            v_proj: &b.attn.v_proj,
+            o_proj: &b.attn.o_proj,
+            post_attention_layernorm: &b.post_attention_layernorm,
+            gate_proj: &b.mlp.gate,
+            up_proj: &b.mlp.up,
+            down_proj: &b.mlp.down,
+        })
+    }
+}
+
+/// One decoder block's parameters, borrowed ([`Decoder::block_parts`]); the
+/// fields carry HF transformers' names.
+#[derive(Debug, Clone)]
+pub struct DecoderBlockParts<'a, B: Backend> {
+    /// The norm before attention.
+    pub input_layernorm: &'a RmsNorm<B>,
+    /// Query projection.
+    pub q_proj: &'a Linear<B>,
+    /// Key projection.
+    pub k_proj: &'a Linear<B>,
+    /// Value projection.
+    pub v_proj: &'a Linear<B>,
+    /// Attention output projection.
+    pub o_proj: &'a Linear<B>,
+    /// The norm before the MLP.
+    pub post_attention_layernorm: &'a RmsNorm<B>,
+    /// MLP gate projection (its activation multiplies `up_proj`'s output).
+    pub gate_proj: &'a Linear<B>,
+    /// MLP up projection.
+    pub up_proj: &'a Linear<B>,
+    /// MLP down projection.
+    pub down_proj: &'a Linear<B>,
+}
+
+impl<B: Backend, C: Sync> LanguageModel<B> for Decoder<B, C> {
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    fn device(&self) -> B::Device {
+        self.device.clone()
+    }
+
+    fn plan(&self) -> &ExecutionPlan {
+        &self.plan
+    }
+
+    fn forward_hidden(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        self.plan.run(|| {
+            let step = start_step(self, batch, cache)?;
+            crate::ops::dispatch!(self.plan, batch, delta, &self.device, |ops| self
+                .blocks(ops, step, cache))
+        })
+    }
+
+    fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.plan.run(|| {
+            let logits = self.lm_head.forward_base(hidden);
+            match self.variant.final_logit_softcap {
+                Some(cap) => soft_cap(logits, cap),
+                None => logits,
+            }
+        })
+    }
+}
+
+impl<B: Backend, C> Decoder<B, C> {
+    /// The decoder blocks and the final norm, in the block operations `ops`.
+    fn blocks<O: BlockOps<B>>(
+        &self,
+        mut ops: O,
+        Step { ids, positions }: Step<B>,
+        cache: &mut KvCache<B>,
+    ) -> Result<Tensor<B, 3>, ModelError> {
+        let v = &self.variant;
+        let new_tokens = positions.first().map_or(0, Vec::len);
+        let global = (
+            self.rope.angles::<B>(&positions, &self.device),
+            cache.step_mask(new_tokens, None, &self.device),
+        );
+        // The sliding-window layers' rotation and mask, where there are any.
+        let local = self.layers.iter().any(|b| b.sliding).then(|| {
+            let rope = self.rope_local.as_ref().unwrap_or(&self.rope);
+            (
+                rope.angles::<B>(&positions, &self.device),
+                cache.step_mask(new_tokens, v.sliding_window, &self.device),
+            )
+        });
+        let mut x = ops.embed(&self.embed_tokens, ids, v.embed_scale)?;
+        let first = self.layers.first();
+        let mut n = ops.norm(first.map_or(&self.norm, |b| &b.input_layernorm), &x);
+        for (i, block) in self.layers.iter().enumerate() {
+            let site = |module| Site { layer: i, module };
+            let (attn, mlp) = (&block.attn, &block.mlp);
+            let (angles, mask) = match &local {
+                Some(local) if block.sliding => local,
+                _ => &global,
+            };
+            let qkv = ops.project(
+                &n,
+                [
+                    (&attn.q_proj, site(Projection::Q)),
+                    (&attn.k_proj, site(Projection::K)),
+                    (&attn.v_proj, site(Projection::V)),
+                ],
+            );
+            let heads = ops.attend(attn, i, qkv, angles, mask, cache);
+            let [o] = ops.project(&heads, [(&attn.o_proj, site(Projection::O))]);
+            // Sandwich norms: norm the attention output, then pre-norm the
+            // MLP input; else the post-attention norm is the MLP's pre-norm.
+            (x, n) = match &block.feedforward_norms {
+                Some((pre, _)) => ops.residual(x, o, Some(&block.post_attention_layernorm), pre),
+                None => ops.residual(x, o, None, &block.post_attention_layernorm),
+            };
+            let [gate, up] = ops.project(
+                &n,
+                [
+                    (&mlp.gate, site(Projection::Gate)),
+                    (&mlp.up, site(Projection::Up)),
+                ],
+            );
+            let act = ops.gated(v.activation, gate, up);
+            let [down] = ops.project(&act, [(&mlp.down, site(Projection::Down))]);
+            // The residual add (with sandwich norms, of the normed MLP
+            // output), then the next block's input norm (the final norm
+            // after the last block).
+            let next = self.layers.get(i + 1);
+            (x, n) = ops.residual(
+                x,
+                down,
+                block.feedforward_norms.as_ref().map(|(_, post)| post),
+                next.map_or(&self.norm, |b| &b.input_layernorm),
+            );
+        }
+        drop(x);
+        ops.finish(n)
+    }
+}
