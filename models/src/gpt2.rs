@@ -8,10 +8,11 @@
 //! - the output head tied to `wte`.
 //!
 //! HF stores GPT-2's projections as `Conv1D` with weights `[in, out]` (the
-//! transpose of `nn.Linear`); they are used as they are
-//! ([`Linear::from_in_out`]). llama.cpp's converter transposes them to the
-//! usual `[out, in]`, which [`WeightSource`] undoes, so both formats build the
-//! same modules.
+//! transpose of `nn.Linear`); they are transposed to `[out, in]` once at load
+//! ([`WeightSource::conv1d`]), so that their products take the same kernels
+//! as every other projection. llama.cpp's converter stores them `[out, in]`,
+//! which [`WeightSource`] first returns in HF's shape, so both formats build
+//! the same modules.
 //!
 //! Positions come from the [`KvCache`]: each row's real tokens are numbered
 //! from 0, padding takes no position, so a padded row sees exactly the
@@ -97,13 +98,14 @@ impl<B: Backend> Gpt2<B> {
                 c.layer_norm_epsilon,
             ))
         };
-        // A `Conv1D`: weight `[in, out]`, bias `[out]`.
-        let conv1d = |prefix: &str, i_f: usize, o_f: usize| -> Result<Linear<B>, ModelError> {
-            Ok(Linear::from_in_out(
-                weights.tensor2::<B>(&format!("{root}{prefix}.weight"), i_f, o_f, device)?,
-                Some(weights.tensor1::<B>(&format!("{root}{prefix}.bias"), o_f, device)?),
+        // A `Conv1D`, transposed to `[out, in]` at load.
+        let conv1d = |prefix: &str, i_f: usize, o_f: usize| {
+            weights.conv1d::<B>(
+                &format!("{root}{prefix}"),
+                (i_f, o_f),
+                plan.products,
+                device,
             )
-            .with_product_plan(plan.products))
         };
         let wte = weights.tensor2::<B>(&format!("{root}wte.weight"), c.vocab_size, h, device)?;
         let wpe = weights.tensor2::<B>(&format!("{root}wpe.weight"), c.n_positions, h, device)?;

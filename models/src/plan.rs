@@ -125,10 +125,6 @@ pub struct ProductPlan {
     /// on burn's matmul (gemm's packed kernels) is faster. Products whose
     /// quantised copy takes 8-bit activations take it for any number of rows.
     pub few_rows_max: usize,
-    /// Products of at most this many rows whose weight the row kernel cannot
-    /// read (GPT-2's `[in, out]` layout) split their output columns over the
-    /// threads; larger products are one matmul, which gemm parallelises.
-    pub split_max_rows: usize,
     /// How products read a weight kept in GGUF blocks (with the CPU
     /// kernels only).
     pub decode_products: DecodeProducts,
@@ -145,7 +141,6 @@ impl ProductPlan {
         Self {
             cpu_kernels,
             few_rows_max: 24,
-            split_max_rows: 8,
             decode_products: DecodeProducts::default(),
         }
     }
@@ -373,8 +368,8 @@ impl fmt::Display for ExecutionPlan {
         if self.products.cpu_kernels {
             writeln!(
                 f,
-                "  tensor-op products: CPU kernels up to {} rows (8-bit activations: any rows), column split up to {} rows, else burn's matmul",
-                self.products.few_rows_max, self.products.split_max_rows
+                "  tensor-op products: CPU kernels up to {} rows (8-bit activations: any rows), else burn's matmul",
+                self.products.few_rows_max
             )?;
         } else {
             writeln!(f, "  products: burn's matmul")?;

@@ -289,6 +289,28 @@ impl WeightSource {
         Ok(linear)
     }
 
+    /// A GPT-2 `Conv1D` — `{prefix}.weight` in its HF shape `[in, out]`
+    /// (the transpose of `nn.Linear`'s) and `{prefix}.bias` `[out]` — as a
+    /// linear layer: the weight is transposed to `[out, in]` once, here at
+    /// load, so that its products take the kernels every other projection
+    /// takes, as `products` says.
+    pub fn conv1d<B: Backend>(
+        &self,
+        prefix: &str,
+        (in_features, out_features): (usize, usize),
+        products: ProductPlan,
+        device: &B::Device,
+    ) -> Result<Linear<B>, ModelError> {
+        let name = format!("{prefix}.weight");
+        let in_out = self.tensor(&name, &[in_features, out_features])?;
+        let out_in = transpose(&in_out, in_features, out_features);
+        drop(in_out);
+        let w = Tensor::from_data(TensorData::new(out_in, [out_features, in_features]), device);
+        B::sync(device).map_err(|e| ModelError::Device(format!("uploading {name}: {e:?}")))?;
+        let b = self.tensor1(&format!("{prefix}.bias"), out_features, device)?;
+        Ok(Linear::new(w, Some(b)).with_product_plan(products))
+    }
+
     /// A head tied to the token embedding `embed_tokens` (`[vocab, hidden]`),
     /// computing its products as `products` says; where that plan uses the
     /// CPU kernels, it reads the embedding's GGUF blocks when decoding.

@@ -5,7 +5,6 @@
 //! for that [`Site`]. With no adapter the hook costs one `Option` check.
 
 use burn::tensor::{Tensor, backend::Backend};
-use rayon::prelude::*;
 
 #[cfg(feature = "flex")]
 use crate::cpu::CpuWeight;
@@ -131,10 +130,6 @@ pub struct Linear<B: Backend> {
     host_bias: std::sync::Arc<std::sync::OnceLock<Option<Vec<f32>>>>,
     /// Which kernels compute the products (chosen at load).
     plan: ProductPlan,
-    /// The weight is held as `[out, in]` rows (`Linear::new`), which the
-    /// row kernel reads; GPT-2's `[in, out]` weights are not.
-    #[cfg_attr(not(feature = "flex"), allow(dead_code))]
-    out_in_rows: bool,
 }
 
 impl<B: Backend> Linear<B> {
@@ -148,21 +143,6 @@ impl<B: Backend> Linear<B> {
             #[cfg(feature = "flex")]
             host_bias: Default::default(),
             plan: ProductPlan::for_backend::<B>(),
-            out_in_rows: true,
-        }
-    }
-
-    /// A projection from an `[in, out]` weight (GPT-2 `Conv1D` layout).
-    pub fn from_in_out(weight_in_out: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Self {
-        Self {
-            weight_t: weight_in_out,
-            bias,
-            #[cfg(feature = "flex")]
-            quantized: None,
-            #[cfg(feature = "flex")]
-            host_bias: Default::default(),
-            plan: ProductPlan::for_backend::<B>(),
-            out_in_rows: false,
         }
     }
 
@@ -342,25 +322,18 @@ impl<B: Backend> Linear<B> {
         }
         #[cfg(feature = "flex")]
         if self.plan.cpu_kernels {
-            // The row kernel reads `[out, in]` rows: the transposed view
-            // `Linear::new` keeps. GPT-2's `[in, out]` weights split their
-            // columns over the threads instead.
+            // The row kernel reads the `[out, in]` rows `Linear::new` keeps
+            // (as the transposed view `weight_t`).
             let rows_kernel = crate::cpu::kernel_for(
                 crate::cpu::WeightFormat::F32,
                 crate::cpu::ActivationFormat::F32,
             );
-            return match rows_kernel {
-                Some(k) if self.out_in_rows => {
-                    format!(
-                        "{k} up to {} rows, else burn matmul",
-                        self.plan.few_rows_max
-                    )
-                }
-                _ => format!(
-                    "burn matmul, output columns split over the threads up to {} rows",
-                    self.plan.split_max_rows
-                ),
-            };
+            if let Some(k) = rows_kernel {
+                return format!(
+                    "{k} up to {} rows, else burn matmul",
+                    self.plan.few_rows_max
+                );
+            }
         }
         "burn matmul".to_string()
     }
@@ -478,10 +451,7 @@ impl<B: Backend> Linear<B> {
         let x = x.reshape([b * s, i]);
         let y = match self.few_rows(&x) {
             Some(y) => y,
-            None => match self.parallel_chunks(b * s) {
-                Some(chunks) => self.matmul_split(x, chunks),
-                None => x.matmul(self.weight_t.clone()),
-            },
+            None => x.matmul(self.weight_t.clone()),
         };
         let y = match &self.bias {
             Some(bias) => y + bias.clone().unsqueeze::<2>(),
@@ -536,55 +506,7 @@ impl<B: Backend> Linear<B> {
         let any_rows = matches!(q, CpuWeight::Tiles(_));
         ((rows <= self.plan.few_rows_max || any_rows) && k == q.in_features()).then_some(q)
     }
-
-    /// How many column chunks to compute in parallel for an `x` of `rows`
-    /// rows, or `None` for one plain matmul.
-    ///
-    /// Used where the few-rows kernel declines (GPT-2's `[in, out]` weights).
-    /// Why: for a few rows (decoding) the product is a matrix-vector product
-    /// bound by reading `W`, and burn-flex hands it to `gemm`'s gemv kernel,
-    /// which runs on one thread whatever the size. Splitting the output
-    /// columns (views of `W`, no copy) over rayon's threads reads `W` on
-    /// every core. Only on plain [`burn::backend::Flex`] (CPU, no autodiff):
-    /// elsewhere the backend schedules its own kernels.
-    fn parallel_chunks(&self, rows: usize) -> Option<usize> {
-        if rows > self.plan.split_max_rows || !self.plan.cpu_kernels {
-            return None;
-        }
-        let [i, o] = self.weight_t.dims();
-        if i * o < SPLIT_MIN_WEIGHTS {
-            return None;
-        }
-        let threads = rayon::current_num_threads().min(o / SPLIT_COLUMN_ALIGN);
-        (threads > 1).then_some(threads)
-    }
-
-    /// `x Wᵀ` with the output columns in `chunks` slices computed in parallel.
-    /// The split is over output columns, never over the summed dimension:
-    /// for one row each output is summed exactly as in one matmul (gemm's
-    /// gemv); for more rows gemm's blocking may reorder the sum (see the
-    /// test for the bound).
-    fn matmul_split(&self, x: Tensor<B, 2>, chunks: usize) -> Tensor<B, 2> {
-        let o = self.out_features();
-        // Chunk widths rounded up to SPLIT_COLUMN_ALIGN (SIMD-friendly).
-        let width = o.div_ceil(chunks).div_ceil(SPLIT_COLUMN_ALIGN) * SPLIT_COLUMN_ALIGN;
-        let parts: Vec<Tensor<B, 2>> = (0..o)
-            .step_by(width)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|start| {
-                let w = self.weight_t.clone().narrow(1, start, width.min(o - start));
-                x.clone().matmul(w)
-            })
-            .collect();
-        Tensor::cat(parts, 1)
-    }
 }
-
-/// Weights smaller than this (elements) are not worth a parallel split.
-const SPLIT_MIN_WEIGHTS: usize = 1 << 16;
-/// Column chunks start at multiples of this.
-const SPLIT_COLUMN_ALIGN: usize = 64;
 
 /// The kernels of the dispatch table that multiply by `w` (for the
 /// execution plan): by row count where they differ.

@@ -4,61 +4,6 @@ use super::*;
 use burn::backend::Flex;
 use burn::tensor::TensorData;
 
-/// The parallel column split computes each output as a dot product over
-/// the same `in` terms as one matmul. For one row both go to gemm's gemv
-/// kernel, which sums each output in the same order: bit-identical. For
-/// more rows gemm may block the sum differently, so outputs may differ by
-/// reordering alone: each order is within `γ_k Σ|w_j x_j|` of the exact
-/// sum (`γ_k = k·u/(1 − k·u)`, `u = 2⁻²⁴`, Higham, *Accuracy and
-/// Stability*, Thm 3.1), hence within `2 γ_k Σ|w_j x_j|` of each other
-/// (the bias is added identically on both sides).
-#[test]
-fn column_split_equals_one_matmul_exactly() {
-    let dev = Default::default();
-    let (o, i) = (200, 576); // 115 200 weights: above SPLIT_MIN_WEIGHTS
-    let w: Vec<f32> = (0..o * i)
-        .map(|j| ((j * 7919 % 1013) as f32 - 506.0) / 977.0)
-        .collect();
-    let bias: Vec<f32> = (0..o).map(|j| j as f32 / 7.0).collect();
-    // In GPT-2's `[in, out]` layout, which the few-rows kernel declines
-    // (its rows are not W's rows), so the column split answers.
-    let w_in_out: Vec<f32> = (0..i * o).map(|j| w[(j % o) * i + j / o]).collect();
-    let lin = Linear::<Flex>::from_in_out(
-        Tensor::from_data(TensorData::new(w_in_out, [i, o]), &dev),
-        Some(Tensor::from_data(TensorData::new(bias, [o]), &dev)),
-    );
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
-    for rows in [1, 3] {
-        let xs: Vec<f32> = (0..rows * i).map(|j| (j % 17) as f32 / 5.0 - 1.5).collect();
-        let x = Tensor::<Flex, 3>::from_data(TensorData::new(xs.clone(), [1, rows, i]), &dev);
-        let (split, chunks) =
-            pool.install(|| (lin.forward_base(x.clone()), lin.parallel_chunks(rows)));
-        assert_eq!(chunks, Some(2));
-        let plain = x.reshape([rows, i]).matmul(lin.weight_t().clone())
-            + lin.bias().unwrap().clone().unsqueeze::<2>();
-        assert_eq!(split.dims(), [1, rows, o]);
-        let split = split.into_data().to_vec::<f32>().unwrap();
-        let plain = plain.into_data().to_vec::<f32>().unwrap();
-        if rows == 1 {
-            assert_eq!(split, plain);
-        }
-        let u = f64::from(f32::EPSILON) / 2.0;
-        let gamma = i as f64 * u / (1.0 - i as f64 * u);
-        for (r, (gr, pr)) in split.chunks(o).zip(plain.chunks(o)).enumerate() {
-            for (c, (g, p)) in gr.iter().zip(pr).enumerate() {
-                let abs_sum: f64 = (0..i)
-                    .map(|j| f64::from((w[c * i + j] * xs[r * i + j]).abs()))
-                    .sum();
-                let diff = (f64::from(*g) - f64::from(*p)).abs();
-                assert!(diff <= 2.0 * gamma * abs_sum, "row {r} col {c}: {g} vs {p}");
-            }
-        }
-    }
-}
-
 /// A delta with a host form that adds `site.layer + x[row, 0]` to every
 /// output of a row, counting its calls; `delta` is never to be used.
 struct HostOnly(std::sync::atomic::AtomicUsize);
