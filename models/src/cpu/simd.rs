@@ -36,7 +36,7 @@ pub fn dot<S: Simd>(simd: S, x: &[f32], y: &[f32]) -> f32 {
 }
 
 /// Software prefetch of the cache lines a kernel reads next (the next key/value
-/// head's slots in [`super::attention`], the next weight blocks in
+/// head's slots in the attention kernel, the next weight blocks in
 /// [`super::blocks_f32`]), so that memory latency overlaps with the current
 /// computation. A hint only: it reads nothing architecturally, never faults,
 /// and changes no result. Through `pulp`'s safe wrapper of SSE's `prefetcht0`
