@@ -10,7 +10,7 @@ use crate::{DpEvent, Orders, RdpCurve};
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct LedgerHeader {
-    /// The file's format version (1 to 3; see `ledger/format.rs`).
+    /// The file's format version (1 to 4; see `ledger/format.rs`).
     pub version: u32,
     /// The orders every charge is measured at.
     pub orders: Orders,
@@ -62,4 +62,51 @@ pub enum EntryKind {
     },
     /// From here on the ledger's budget is this (or none).
     Budget(Option<PrivacyBudget>),
+    /// The charges of one decoding step (format version 4): each run's curve
+    /// charged `count` times in turn, the runs in order.
+    Step(Vec<StepRun>),
+}
+
+/// Charges of a step record: one curve charged `count` times under one label.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StepRun {
+    /// The curve of one charge, bit-exact as it was charged.
+    pub curve: RdpCurve,
+    /// The event it was charged as, if it was (its curve at the ledger's orders
+    /// is `curve`).
+    pub event: Option<DpEvent>,
+    /// The label of each of these charges.
+    pub label: String,
+    /// How many charges of `curve` in a row (at least 1).
+    pub count: u32,
+}
+
+impl StepRun {
+    /// The run as an event: its event (or, for a curve charged without one,
+    /// [`DpEvent::DataDependent`] of the curve) composed `count` times.
+    pub fn to_event(&self) -> DpEvent {
+        let one = self
+            .event
+            .clone()
+            .unwrap_or_else(|| DpEvent::DataDependent(self.curve.clone()));
+        if self.count == 1 {
+            one
+        } else {
+            DpEvent::SelfComposed {
+                event: Box::new(one),
+                count: u64::from(self.count),
+            }
+        }
+    }
+
+    /// `spent` with this run's charges composed onto it in turn (each composition
+    /// rounded up, as `count` charge records would be).
+    pub fn compose_onto(&self, spent: &RdpCurve) -> Result<RdpCurve, crate::AccountantError> {
+        let mut total = spent.compose(&self.curve)?;
+        for _ in 1..self.count {
+            total = total.compose(&self.curve)?;
+        }
+        Ok(total)
+    }
 }

@@ -13,13 +13,30 @@
 //!           payload = kind u8 | sequence u64 | unix time ms u64 | body
 //!           charge body = n × RDP value f64 | label len u16 | label (UTF-8)
 //!           event charge body (version 3) = charge body | event len u32 | event
+//!           step body (version 4) = defs u16 | defs × definition | runs u16 | runs × run
 //!           budget body = 17 B
+//! definition = n × RDP value f64 | event flag u8 (0 none, 1 some) | [event len u32 | event]
+//! run     = definition number u32 | count u32 | label len u16 | label (UTF-8)
 //! budget  = flag u8 (0 none, 1 some) | ε f64 | δ f64
 //! ```
 //!
 //! The event encoding is in `ledger/event_codec.rs`. Record kinds: 1 charge,
 //! 2 budget, 3 event charge (a charge that also records the `DpEvent` it
-//! paid for; its RDP values are the event's curve at the ledger's orders).
+//! paid for; its RDP values are the event's curve at the ledger's orders),
+//! 4 step (the charges of one decoding step of many requests).
+//!
+//! Version 4 added the step record. A step record first defines charges not
+//! defined before: each definition gets the next definition number of the
+//! file (0, 1, … in file order, across records), and holds the charge's curve
+//! and, when it was charged as one, the `DpEvent` (its curve at the ledger's
+//! orders). Then come its runs: a run charges definition `d` `count` times
+//! under one label, each time composed onto the total in turn (rounded up), so
+//! a step record accounts exactly as `count` charge records would, in the same
+//! order. A server's steps charge the same few definitions over and over: a
+//! step of many requests costs a few bytes per request, not a curve per token.
+//! A run may name only a definition made in its own record or before it.
+//! Versions 1 to 3 never hold a step record; steps are written to them as
+//! ordinary charge records (in one write).
 //!
 //! Version 3 added the event charge record; its header is version 2's. A
 //! version 1 or 2 file is appended to in its own version, so it never holds an
@@ -43,16 +60,16 @@ use std::io::Read;
 use std::path::Path;
 
 use super::budget::PrivacyBudget;
-use super::entry::{EntryKind, LedgerEntry, LedgerHeader};
+use super::entry::{EntryKind, LedgerEntry, LedgerHeader, StepRun};
 use super::error::LedgerError;
 use super::event_codec::{self, MAX_EVENT_BYTES};
 use super::protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
-use crate::{Orders, RdpCurve};
+use crate::{DpEvent, Orders, RdpCurve};
 
 /// The first bytes of every ledger file.
 pub(crate) const MAGIC: &[u8; 14] = b"PRIVMIX-LEDGER";
 /// The format version written by this build.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The oldest format version this build still reads.
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 /// Longest label a charge may carry, in bytes.
@@ -68,8 +85,25 @@ const PAYLOAD_PREFIX_LEN: usize = 17;
 const KIND_CHARGE: u8 = 1;
 const KIND_BUDGET: u8 = 2;
 const KIND_EVENT_CHARGE: u8 = 3;
+const KIND_STEP: u8 = 4;
 /// The first version whose files may hold event charges.
 pub(crate) const FIRST_EVENT_VERSION: u32 = 3;
+/// The first version whose files may hold step records.
+pub(crate) const FIRST_STEP_VERSION: u32 = 4;
+/// Most definitions one step record makes (a larger step is written as several
+/// records, in one write).
+pub const MAX_STEP_DEFINITIONS: usize = 4;
+/// Most runs one step record holds.
+pub const MAX_STEP_RUNS: usize = 64;
+/// Longest definition over `n` orders: values, flag, event length and event.
+fn max_definition_len(n_orders: usize) -> usize {
+    8 * n_orders + 1 + 4 + MAX_EVENT_BYTES
+}
+/// Most definitions one file makes; a charge not yet defined when a file has
+/// this many is written as a charge record (this bounds what a reader keeps).
+pub const MAX_DEFINITIONS: usize = 256;
+/// Longest run: definition, count, label length and label.
+const MAX_RUN_LEN: usize = 4 + 4 + 2 + MAX_LABEL_BYTES;
 
 /// The largest payload a record over `n_orders` orders can have in a file of
 /// `version` (event charges, from version 3, are the longest).
@@ -80,7 +114,12 @@ pub(crate) fn max_payload_len(n_orders: usize, version: u32) -> usize {
     } else {
         0
     };
-    PAYLOAD_PREFIX_LEN + (charge + event).max(BUDGET_LEN)
+    let step = if version >= FIRST_STEP_VERSION {
+        2 + MAX_STEP_DEFINITIONS * max_definition_len(n_orders) + 2 + MAX_STEP_RUNS * MAX_RUN_LEN
+    } else {
+        0
+    };
+    PAYLOAD_PREFIX_LEN + (charge + event).max(BUDGET_LEN).max(step)
 }
 
 /// The header bytes of a new ledger (format [`VERSION`]).
@@ -335,6 +374,178 @@ pub(crate) fn budget_payload(
     p
 }
 
+/// A charge a step record defines: its curve's values and, when it was
+/// charged as one, its event's encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct DefinitionBytes {
+    /// `n × f64 | flag | [len | event]`, as stored.
+    pub(crate) bytes: Vec<u8>,
+}
+
+impl DefinitionBytes {
+    /// The stored form of a definition of `values` (with `event`'s encoding, at
+    /// most [`MAX_EVENT_BYTES`], checked by the caller).
+    pub(crate) fn new(values: &[f64], event: Option<&[u8]>) -> Self {
+        let mut bytes = Vec::with_capacity(8 * values.len() + 5 + event.map_or(0, <[u8]>::len));
+        for v in values {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        match event {
+            None => bytes.push(0),
+            Some(e) => {
+                bytes.push(1);
+                let len =
+                    u32::try_from(e.len()).expect("events are checked against MAX_EVENT_BYTES");
+                bytes.extend_from_slice(&len.to_le_bytes());
+                bytes.extend_from_slice(e);
+            }
+        }
+        Self { bytes }
+    }
+}
+
+/// One run of a step record: definition `definition` charged `count` times
+/// under `label`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RunRef<'a> {
+    pub(crate) definition: u32,
+    pub(crate) count: u32,
+    pub(crate) label: &'a str,
+}
+
+/// The payload of a step record: the definitions it makes (at most
+/// [`MAX_STEP_DEFINITIONS`]) and its runs (at most [`MAX_STEP_RUNS`]; labels
+/// checked against [`MAX_LABEL_BYTES`] by the caller).
+pub(crate) fn step_payload(
+    sequence: u64,
+    time_ms: u64,
+    definitions: &[&DefinitionBytes],
+    runs: &[RunRef<'_>],
+) -> Vec<u8> {
+    let body = 4
+        + definitions.iter().map(|d| d.bytes.len()).sum::<usize>()
+        + runs.iter().map(|r| 10 + r.label.len()).sum::<usize>();
+    let mut p = payload_prefix(KIND_STEP, sequence, time_ms, body);
+    let defs = u16::try_from(definitions.len()).expect("at most MAX_STEP_DEFINITIONS");
+    p.extend_from_slice(&defs.to_le_bytes());
+    for d in definitions {
+        p.extend_from_slice(&d.bytes);
+    }
+    let n = u16::try_from(runs.len()).expect("at most MAX_STEP_RUNS");
+    p.extend_from_slice(&n.to_le_bytes());
+    for r in runs {
+        p.extend_from_slice(&r.definition.to_le_bytes());
+        p.extend_from_slice(&r.count.to_le_bytes());
+        let len = u16::try_from(r.label.len()).expect("labels are checked against MAX_LABEL_BYTES");
+        p.extend_from_slice(&len.to_le_bytes());
+        p.extend_from_slice(r.label.as_bytes());
+    }
+    p
+}
+
+/// A definition as read back: its bytes (to recognise it when it is charged
+/// again), its curve and its event.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Definition {
+    pub(crate) bytes: DefinitionBytes,
+    pub(crate) curve: RdpCurve,
+    pub(crate) event: Option<DpEvent>,
+}
+
+/// Decodes a step body, adding its definitions to `definitions` (the file's,
+/// so far); a run naming a definition not yet made is an error.
+fn decode_step(
+    body: &[u8],
+    orders: &Orders,
+    definitions: &mut Vec<Definition>,
+) -> Result<EntryKind, String> {
+    let n = orders.len();
+    let mut at = 0usize;
+    let short = || "step record ends early".to_string();
+    let take = |at: &mut usize, len: usize| -> Result<std::ops::Range<usize>, String> {
+        let end = at
+            .checked_add(len)
+            .filter(|&e| e <= body.len())
+            .ok_or_else(short)?;
+        let range = *at..end;
+        *at = end;
+        Ok(range)
+    };
+    let r = take(&mut at, 2)?;
+    let defs = usize::from(u16::from_le_bytes([body[r.start], body[r.start + 1]]));
+    if defs > MAX_STEP_DEFINITIONS {
+        return Err("step record makes too many definitions".into());
+    }
+    for _ in 0..defs {
+        if definitions.len() >= MAX_DEFINITIONS {
+            return Err("step record makes more definitions than a file may hold".into());
+        }
+        let start = at;
+        let values = take(&mut at, 8 * n)?;
+        let values: Vec<f64> = (0..n).map(|i| f64_at(body, values.start + 8 * i)).collect();
+        let curve = RdpCurve::new(orders.clone(), values).map_err(|e| e.to_string())?;
+        let flag = body[take(&mut at, 1)?.start];
+        let event = match flag {
+            0 => None,
+            1 => {
+                let len = u32_at(body, take(&mut at, 4)?.start) as usize;
+                if len > MAX_EVENT_BYTES {
+                    return Err("step definition's event is too long".into());
+                }
+                let e = take(&mut at, len)?;
+                let event = event_codec::decode(&body[e])
+                    .map_err(|reason| format!("step definition: {reason}"))?;
+                Some(event)
+            }
+            _ => return Err("unknown step definition flag".into()),
+        };
+        definitions.push(Definition {
+            bytes: DefinitionBytes {
+                bytes: body[start..at].to_vec(),
+            },
+            curve,
+            event,
+        });
+    }
+    let r = take(&mut at, 2)?;
+    let count = usize::from(u16::from_le_bytes([body[r.start], body[r.start + 1]]));
+    if count > MAX_STEP_RUNS {
+        return Err("step record has too many runs".into());
+    }
+    let mut runs = Vec::with_capacity(count);
+    for _ in 0..count {
+        let d = u32_at(body, take(&mut at, 4)?.start) as usize;
+        let times = u32_at(body, take(&mut at, 4)?.start);
+        let r = take(&mut at, 2)?;
+        let len = usize::from(u16::from_le_bytes([body[r.start], body[r.start + 1]]));
+        if len > MAX_LABEL_BYTES {
+            return Err("step run's label is too long".into());
+        }
+        let label = std::str::from_utf8(&body[take(&mut at, len)?])
+            .map_err(|_| "step run's label is not UTF-8".to_string())?
+            .to_owned();
+        let definition = definitions
+            .get(d)
+            .ok_or_else(|| format!("step run names definition {d}, which is not made before it"))?;
+        if times == 0 {
+            return Err("step run charges nothing".into());
+        }
+        runs.push(StepRun {
+            curve: definition.curve.clone(),
+            event: definition.event.clone(),
+            label,
+            count: times,
+        });
+    }
+    if runs.is_empty() {
+        return Err("step record has no run".into());
+    }
+    if at != body.len() {
+        return Err("bytes after the step record's runs".into());
+    }
+    Ok(EntryKind::Step(runs))
+}
+
 /// What the bytes at a record's start hold.
 #[derive(Debug)]
 pub(crate) enum Frame<'a> {
@@ -381,6 +592,7 @@ pub(crate) fn decode_payload(
     payload: &[u8],
     orders: &Orders,
     version: u32,
+    definitions: &mut Vec<Definition>,
 ) -> Result<LedgerEntry, String> {
     let sequence = payload_sequence(payload);
     let time_ms = u64_at(payload, 9);
@@ -405,6 +617,9 @@ pub(crate) fn decode_payload(
             let event = event_codec::decode(&body[charge_len + 4..])
                 .map_err(|reason| format!("event charge: {reason}"))?;
             (kind, Some(event))
+        }
+        KIND_STEP if version >= FIRST_STEP_VERSION => {
+            (decode_step(body, orders, definitions)?, None)
         }
         KIND_BUDGET if body.len() == BUDGET_LEN => (
             EntryKind::Budget(decode_budget(body).map_err(str::to_owned)?),

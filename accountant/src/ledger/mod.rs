@@ -54,6 +54,16 @@
 //! The encoding is the ledger's own (`ledger/event_codec.rs`), independent of
 //! the `serde` feature.
 //!
+//! # Steps
+//!
+//! [`Ledger::charge_step`] records the charges of one decoding step of many
+//! requests with one write and one `fdatasync`: each is checked against the
+//! budget in memory, in order, a refused one is dropped (and only it), and the
+//! accepted ones are written as one step record that names each distinct
+//! charge by a number defined once per file, so a step costs a few bytes per
+//! request (`ledger/step.rs`). Reading it back composes the same charges in the
+//! same order, so the total is bit for bit the one the writer held.
+//!
 //! The file layout is in `ledger/format.rs`.
 
 mod budget;
@@ -63,7 +73,9 @@ mod event_codec;
 mod format;
 mod protected;
 mod reader;
+mod step;
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -71,12 +83,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use budget::{PrivacyBudget, Receipt};
-pub use entry::{EntryKind, LedgerEntry, LedgerHeader};
+pub use entry::{EntryKind, LedgerEntry, LedgerHeader, StepRun};
 pub use error::LedgerError;
 pub use event_codec::MAX_EVENT_BYTES;
-pub use format::{MAX_LABEL_BYTES, OLDEST_READABLE_VERSION, VERSION as FORMAT_VERSION};
+pub use format::{
+    MAX_DEFINITIONS, MAX_LABEL_BYTES, MAX_STEP_DEFINITIONS, MAX_STEP_RUNS, OLDEST_READABLE_VERSION,
+    VERSION as FORMAT_VERSION,
+};
 pub use protected::{MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, ProtectedSet};
 pub use reader::{LedgerReader, LedgerSummary, verify};
+pub use step::{StepCharge, StepCost, StepReceipt};
 
 use crate::{AccountantError, DpEvent, EpsilonDelta, Orders, RdpCurve};
 
@@ -134,6 +150,8 @@ pub struct Ledger {
     next_sequence: u64,
     recovered_torn_bytes: u64,
     poisoned: bool,
+    /// The file's step definitions by their stored bytes, with their numbers.
+    definitions: HashMap<Vec<u8>, u32>,
 }
 
 impl Ledger {
@@ -209,6 +227,7 @@ impl Ledger {
             next_sequence: 0,
             recovered_torn_bytes: 0,
             poisoned: false,
+            definitions: HashMap::new(),
         })
     }
 
@@ -248,6 +267,7 @@ impl Ledger {
             next_sequence: summary.records,
             recovered_torn_bytes: summary.torn_tail_bytes,
             poisoned: false,
+            definitions: step::definition_numbers(&summary.definitions),
         })
     }
 
@@ -497,16 +517,21 @@ impl Ledger {
     /// poisons the handle: the tail is then unknown, and writing after it
     /// could bury a torn record in the middle of the file.
     fn append(&mut self, payload: &[u8]) -> Result<(), LedgerError> {
-        let frame = format::encode_frame(payload);
+        self.append_frames(&format::encode_frame(payload), 1)
+    }
+
+    /// Writes `records` whole records (`frames`, framed) with a single write
+    /// and one sync; a failure poisons the handle, as in [`Self::append`].
+    fn append_frames(&mut self, frames: &[u8], records: u64) -> Result<(), LedgerError> {
         let written = self
             .file
-            .write_all(&frame)
+            .write_all(frames)
             .and_then(|()| self.file.sync_data());
         if let Err(e) = written {
             self.poisoned = true;
             return Err(LedgerError::io(&self.path, e));
         }
-        self.next_sequence += 1;
+        self.next_sequence += records;
         Ok(())
     }
 }

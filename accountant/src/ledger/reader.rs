@@ -3,10 +3,12 @@
 //!
 //! # Torn tail or corruption?
 //!
-//! A writer appends one whole record with a single write and syncs it before
-//! acknowledging it, and writes nothing after a failed write or sync (the
-//! handle is poisoned). So after a crash at most the *last* record can be
-//! incomplete, and it was never acknowledged. Reading stops at the first
+//! A writer appends whole records (one, or a step's few) with a single write
+//! and syncs it before acknowledging any of them, and writes nothing after a
+//! failed write or sync (the handle is poisoned). So after a crash at most the
+//! *last* record can be incomplete, and it was never acknowledged (records of
+//! the same write before it may be intact: they were not acknowledged either,
+//! and counting them can only over-count). Reading stops at the first
 //! record that is not intact (bytes missing, length out of range, checksum
 //! wrong). Its damage is taken for a torn write, and dropped, only when both
 //!
@@ -31,7 +33,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use super::budget::PrivacyBudget;
-use super::entry::{EntryKind, LedgerEntry, LedgerHeader};
+use super::entry::{EntryKind, LedgerEntry, LedgerHeader, StepRun};
 use super::error::LedgerError;
 use super::format::{self, Frame};
 use super::protected::ProtectedSet;
@@ -51,6 +53,8 @@ pub struct LedgerReader {
     torn_tail_bytes: u64,
     finished: bool,
     buf: Vec<u8>,
+    /// The step definitions read so far, numbered in file order.
+    definitions: Vec<format::Definition>,
 }
 
 impl LedgerReader {
@@ -77,6 +81,7 @@ impl LedgerReader {
             torn_tail_bytes: 0,
             finished: false,
             buf: Vec::new(),
+            definitions: Vec::new(),
         })
     }
 
@@ -137,8 +142,13 @@ impl LedgerReader {
                 ),
             ));
         }
-        let entry = format::decode_payload(payload, &self.header.orders, self.header.version)
-            .map_err(|reason| LedgerError::corrupt(&self.path, self.valid_len, reason))?;
+        let entry = format::decode_payload(
+            payload,
+            &self.header.orders,
+            self.header.version,
+            &mut self.definitions,
+        )
+        .map_err(|reason| LedgerError::corrupt(&self.path, self.valid_len, reason))?;
         self.valid_len += self.buf.len() as u64;
         self.next_sequence += 1;
         Ok(Some(entry))
@@ -240,8 +250,12 @@ impl LedgerReader {
         let mut events = Vec::new();
         for entry in self {
             let entry = entry?;
-            if let EntryKind::Charge { curve, .. } = entry.kind {
-                events.push(entry.event.unwrap_or(DpEvent::DataDependent(curve)));
+            match entry.kind {
+                EntryKind::Charge { curve, .. } => {
+                    events.push(entry.event.unwrap_or(DpEvent::DataDependent(curve)));
+                }
+                EntryKind::Step(runs) => events.extend(runs.iter().map(StepRun::to_event)),
+                EntryKind::Budget(_) => {}
             }
         }
         Ok(DpEvent::Composed(events))
@@ -265,7 +279,8 @@ pub struct LedgerSummary {
     pub budget: Option<PrivacyBudget>,
     /// The composition of every charge, in file order (rounded up).
     pub spent: RdpCurve,
-    /// How many charge records there are.
+    /// How many charges there are: charge records, and each charge of a step
+    /// record's runs.
     pub charges: u64,
     /// How many records of any kind there are (the next sequence number).
     pub records: u64,
@@ -273,6 +288,9 @@ pub struct LedgerSummary {
     pub valid_len: u64,
     /// Bytes of a torn final write after them (never acknowledged; dropped on open).
     pub torn_tail_bytes: u64,
+    /// The step definitions, numbered in file order (for the writer that opens
+    /// the file, to charge them again by number).
+    pub(crate) definitions: Vec<format::Definition>,
 }
 
 impl LedgerSummary {
@@ -286,6 +304,12 @@ impl LedgerSummary {
                 EntryKind::Charge { curve, .. } => {
                     spent = spent.compose(&curve)?;
                     charges += 1;
+                }
+                EntryKind::Step(runs) => {
+                    for run in &runs {
+                        spent = run.compose_onto(&spent)?;
+                        charges += u64::from(run.count);
+                    }
                 }
                 EntryKind::Budget(b) => budget = b,
             }
@@ -302,6 +326,7 @@ impl LedgerSummary {
             records: reader.next_sequence,
             valid_len: reader.valid_len,
             torn_tail_bytes: reader.torn_tail_bytes,
+            definitions: reader.definitions,
         })
     }
 }

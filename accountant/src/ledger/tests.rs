@@ -148,11 +148,11 @@ fn intact_headers_with_bad_sets_or_versions_are_refused() {
     long.push(0);
     let got = format::read_header(&mut reframe(&long, 2).as_slice(), Path::new("x"));
     assert!(matches!(got, Err(LedgerError::Corrupt { .. })), "{got:?}");
-    // Version 4 (from a newer build) and version 0 are refused by number.
-    for v in [0, 4] {
+    // Version 5 (from a newer build) and version 0 are refused by number.
+    for v in [0, 5] {
         let got = format::read_header(&mut reframe(&good, v).as_slice(), Path::new("x"));
         assert!(
-            matches!(got, Err(LedgerError::UnsupportedVersion { found, supported: 3, .. }) if found == v),
+            matches!(got, Err(LedgerError::UnsupportedVersion { found, supported: 4, .. }) if found == v),
             "{got:?}"
         );
     }
@@ -167,7 +167,8 @@ fn charge_payload_round_trips_bit_exact() {
     else {
         panic!("fresh frame must be intact");
     };
-    let entry = format::decode_payload(payload, &orders(), format::VERSION).unwrap();
+    let entry =
+        format::decode_payload(payload, &orders(), format::VERSION, &mut Vec::new()).unwrap();
     assert_eq!((entry.sequence, entry.time_ms), (7, 1234));
     let EntryKind::Charge { curve, label } = entry.kind else {
         panic!("expected a charge")
@@ -369,7 +370,8 @@ fn event_payload(sequence: u64, event: &DpEvent) -> Vec<u8> {
 fn event_charge_payload_round_trips() {
     let event = an_event();
     let payload = event_payload(3, &event);
-    let entry = format::decode_payload(&payload, &orders(), format::VERSION).unwrap();
+    let entry =
+        format::decode_payload(&payload, &orders(), format::VERSION, &mut Vec::new()).unwrap();
     assert_eq!(entry.event(), Some(&event));
     let EntryKind::Charge { curve, label } = &entry.kind else {
         panic!("expected a charge")
@@ -380,7 +382,7 @@ fn event_charge_payload_round_trips() {
     );
     // Older versions have no such record kind.
     for v in [1, 2] {
-        let err = format::decode_payload(&payload, &orders(), v).unwrap_err();
+        let err = format::decode_payload(&payload, &orders(), v, &mut Vec::new()).unwrap_err();
         assert!(err.contains("unknown record kind 3"), "{err}");
     }
 }
@@ -442,7 +444,7 @@ proptest::proptest! {
         let mut payload = good[..event_at - 4].to_vec();
         payload.extend_from_slice(&(event.len() as u32).to_le_bytes());
         payload.extend_from_slice(&event);
-        match format::decode_payload(&payload, &orders(), format::VERSION) {
+        match format::decode_payload(&payload, &orders(), format::VERSION, &mut Vec::new()) {
             Ok(entry) => {
                 let e = entry.event().expect("an event charge has an event");
                 proptest::prop_assert!(e.validate().is_ok());
@@ -498,4 +500,248 @@ fn events_are_charged_recorded_and_refused_on_old_files() {
         Err(LedgerError::EventsNeedVersion { version: 2, .. })
     ));
     assert_eq!(ledger.next_sequence(), 0);
+}
+
+/// The charges of a step: `count` charges of `c` labelled `label`, one event
+/// charge, and then `count` more of `c`.
+fn step_charges<'a>(c: &'a RdpCurve, event: &'a DpEvent, count: usize) -> Vec<StepCharge<'a>> {
+    let mut charges = vec![
+        StepCharge {
+            cost: StepCost::Curve(c),
+            label: "tenant=a;pmixed",
+        };
+        count
+    ];
+    charges.push(StepCharge {
+        cost: StepCost::Event(event),
+        label: "ev",
+    });
+    charges.extend(vec![
+        StepCharge {
+            cost: StepCost::Curve(c),
+            label: "tenant=b;pmixed",
+        };
+        count
+    ]);
+    charges
+}
+
+#[test]
+fn a_step_is_one_write_and_reads_back_as_its_charges_in_order() {
+    let dir = TempDir::new("step");
+    let path = dir.file("l");
+    let c = curve([0.1, 0.2, 0.7]);
+    let event = an_event();
+    let mut ledger = Ledger::create(&path, orders(), None).unwrap();
+    // The same charges one by one, into a second ledger, for the reference total.
+    let reference_path = dir.file("reference");
+    let mut reference = Ledger::create(&reference_path, orders(), None).unwrap();
+    for _ in 0..3 {
+        let charges = step_charges(&c, &event, 5);
+        let receipt = ledger.charge_step(&charges).unwrap();
+        assert_eq!(receipt.accepted, vec![true; 11]);
+        assert_eq!(receipt.records, 1);
+        for ch in &charges {
+            match ch.cost {
+                StepCost::Curve(c) => reference.charge(c, ch.label).map(drop),
+                StepCost::Event(e) => reference.charge_event(e, ch.label).map(drop),
+            }
+            .unwrap();
+        }
+    }
+    assert_eq!(ledger.spent(), reference.spent());
+    assert_eq!((ledger.charges(), ledger.next_sequence()), (33, 3));
+    // Two definitions (the curve and the event), made by the first step only: the
+    // later steps are a few bytes per run.
+    let len = std::fs::metadata(&path).unwrap().len();
+    let reference_len = std::fs::metadata(&reference_path).unwrap().len();
+    assert!(len * 4 < reference_len, "{len} vs {reference_len}");
+    drop(ledger);
+    let reopened = Ledger::open(&path).unwrap();
+    assert_eq!(reopened.spent(), reference.spent());
+    assert_eq!(reopened.charges(), 33);
+    assert_eq!(reopened.definitions.len(), 2);
+    let summary = verify(&path).unwrap();
+    assert_eq!((summary.charges, &summary.spent), (33, reference.spent()));
+    // Read back as runs, in order, and as one event.
+    let entries: Vec<LedgerEntry> = reopened.entries().unwrap().map(Result::unwrap).collect();
+    let EntryKind::Step(runs) = &entries[1].kind else {
+        panic!("{:?}", entries[1].kind)
+    };
+    let shape: Vec<(&str, u32)> = runs.iter().map(|r| (r.label.as_str(), r.count)).collect();
+    assert_eq!(
+        shape,
+        [("tenant=a;pmixed", 5), ("ev", 1), ("tenant=b;pmixed", 5)]
+    );
+    assert_eq!(runs[1].event.as_ref(), Some(&event));
+    let DpEvent::Composed(events) = reopened.events().unwrap() else {
+        panic!()
+    };
+    assert_eq!(events.len(), 9);
+    assert_eq!(
+        events[0],
+        DpEvent::SelfComposed {
+            event: Box::new(DpEvent::DataDependent(c.clone())),
+            count: 5
+        }
+    );
+}
+
+#[test]
+fn a_step_drops_only_the_charges_the_budget_cannot_pay() {
+    let dir = TempDir::new("step-refuse");
+    let path = dir.file("l");
+    let budget = PrivacyBudget::new(3.0, 1e-5).unwrap();
+    let mut ledger = Ledger::create(&path, orders(), Some(budget)).unwrap();
+    let small = curve([0.01, 0.02, 0.05]);
+    let big = curve([10.0, 10.0, 10.0]);
+    let step = |c: &[&RdpCurve]| -> Vec<bool> {
+        let charges: Vec<StepCharge<'_>> = c
+            .iter()
+            .map(|c| StepCharge {
+                cost: StepCost::Curve(c),
+                label: "x",
+            })
+            .collect();
+        ledger_step(&path, &charges)
+    };
+    // An empty step writes nothing.
+    assert_eq!(ledger.charge_step(&[]).unwrap().records, 0);
+    drop(ledger);
+    // The big charge alone is refused; the small ones around it are recorded.
+    assert_eq!(step(&[&small, &big, &small]), [true, false, true]);
+    let reopened = Ledger::open(&path).unwrap();
+    assert_eq!(reopened.charges(), 2);
+    assert_eq!(reopened.spent(), &small.compose(&small).unwrap());
+    drop(reopened);
+    // A step of refusals only writes nothing.
+    let before = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(step(&[&big]), [false]);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), before);
+    // A bad label fails the whole step before anything is written.
+    let long = "x".repeat(MAX_LABEL_BYTES + 1);
+    let mut ledger = Ledger::open(&path).unwrap();
+    let bad = [
+        StepCharge {
+            cost: StepCost::Curve(&small),
+            label: "ok",
+        },
+        StepCharge {
+            cost: StepCost::Curve(&small),
+            label: &long,
+        },
+    ];
+    assert!(matches!(
+        ledger.charge_step(&bad),
+        Err(LedgerError::LabelTooLong { .. })
+    ));
+    assert_eq!(ledger.charges(), 2);
+}
+
+/// One step on the ledger at `path`, opened for it.
+fn ledger_step(path: &Path, charges: &[StepCharge<'_>]) -> Vec<bool> {
+    Ledger::open(path)
+        .unwrap()
+        .charge_step(charges)
+        .unwrap()
+        .accepted
+}
+
+#[test]
+fn large_steps_split_into_records_and_old_files_get_charge_records() {
+    let dir = TempDir::new("step-large");
+    let path = dir.file("l");
+    let mut ledger = Ledger::create(&path, orders(), None).unwrap();
+    // More distinct labels than a record holds runs, more distinct curves than it
+    // makes definitions.
+    let curves: Vec<RdpCurve> = (0..10)
+        .map(|i| curve([0.1, 0.2, 0.3 + f64::from(i)]))
+        .collect();
+    let labels: Vec<String> = (0..150).map(|i| format!("tenant=t{i};m")).collect();
+    let charges: Vec<StepCharge<'_>> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, label)| StepCharge {
+            cost: StepCost::Curve(&curves[i % curves.len()]),
+            label,
+        })
+        .collect();
+    let receipt = ledger.charge_step(&charges).unwrap();
+    assert!(receipt.records >= 3, "{receipt:?}");
+    let mut expected = RdpCurve::zero(orders());
+    for ch in &charges {
+        let StepCost::Curve(c) = ch.cost else {
+            panic!()
+        };
+        expected = expected.compose(c).unwrap();
+    }
+    assert_eq!(ledger.spent(), &expected);
+    drop(ledger);
+    let reopened = Ledger::open(&path).unwrap();
+    assert_eq!((reopened.spent(), reopened.charges()), (&expected, 150));
+    let labels_read: Vec<String> = reopened
+        .entries()
+        .unwrap()
+        .flat_map(|e| match e.unwrap().kind {
+            EntryKind::Step(runs) => runs.into_iter().map(|r| r.label).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(labels_read, labels);
+    // A version 2 file is appended to with charge records, in one write.
+    let old = dir.file("v2");
+    std::fs::write(&old, format::encode_header_v2(&orders())).unwrap();
+    let mut ledger = Ledger::open(&old).unwrap();
+    let event = an_event();
+    let receipt = ledger
+        .charge_step(&step_charges(&curves[0], &event, 2))
+        .unwrap();
+    assert_eq!(receipt.records, 5);
+    drop(ledger);
+    let reopened = Ledger::open(&old).unwrap();
+    assert_eq!((reopened.format_version(), reopened.charges()), (2, 5));
+}
+
+#[test]
+fn a_file_keeps_at_most_max_definitions_and_charges_on_past_it() {
+    let dir = TempDir::new("step-defs");
+    let path = dir.file("l");
+    let mut ledger = Ledger::create(&path, orders(), None).unwrap();
+    let curves: Vec<RdpCurve> = (0..MAX_DEFINITIONS + 3)
+        .map(|i| curve([0.0, 0.0, 1e-3 * (i as f64 + 1.0)]))
+        .collect();
+    let mut expected = RdpCurve::zero(orders());
+    for c in &curves {
+        ledger
+            .charge_step(&[StepCharge {
+                cost: StepCost::Curve(c),
+                label: "d",
+            }])
+            .unwrap();
+        expected = expected.compose(c).unwrap();
+    }
+    assert_eq!(ledger.definitions.len(), MAX_DEFINITIONS);
+    drop(ledger);
+    let reopened = Ledger::open(&path).unwrap();
+    assert_eq!(reopened.spent(), &expected);
+    assert_eq!(reopened.definitions.len(), MAX_DEFINITIONS);
+}
+
+#[test]
+fn step_records_naming_unknown_definitions_are_corruption() {
+    let dir = TempDir::new("step-bad");
+    let path = dir.file("l");
+    let run = format::RunRef {
+        definition: 0,
+        count: 1,
+        label: "x",
+    };
+    write_ledger(&path, &[format::step_payload(0, 0, &[], &[run])]);
+    expect_corrupt(Ledger::open(&path), "not made before it");
+    let zero = format::RunRef { count: 0, ..run };
+    let def = format::DefinitionBytes::new(&[0.1, 0.2, 0.3], None);
+    write_ledger(&path, &[format::step_payload(0, 0, &[&def], &[zero])]);
+    expect_corrupt(Ledger::open(&path), "charges nothing");
+    write_ledger(&path, &[format::step_payload(0, 0, &[&def], &[])]);
+    expect_corrupt(Ledger::open(&path), "no run");
 }
