@@ -226,11 +226,12 @@ pub struct GenerateArgs {
     /// tokenizer_config.json's eos_token; a GGUF's eos, eot and eom ids.
     #[arg(long)]
     pub no_stop: bool,
-    /// The privacy ledger file. Created if absent (with --epsilon), recording the
-    /// sha256 of every --adapter's weights: a ledger only charges for the adapter set it
-    /// was created for.
+    /// The privacy ledger: a file path, or a PostgreSQL ledger as a postgres:// URL
+    /// (shared with `privmix serve` replicas). Created if absent (with --epsilon),
+    /// recording the sha256 of every --adapter's weights: a ledger only charges for the
+    /// adapter set it was created for.
     #[arg(long)]
-    pub ledger: Option<PathBuf>,
+    pub ledger: Option<String>,
     /// Budget ε of a new ledger (required to create one). For an existing ledger it may
     /// only repeat the recorded budget: raise it explicitly with `privmix ledger raise`.
     /// With --no-privacy: the ε the mechanism is calibrated to (default 8).

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use privmix_accountant::{AccountantError, LedgerError, PrivacyBudget};
+use privmix_accountant::{AccountantError, LedgerError};
 use privmix_ensemble::lora::LoraError;
 use privmix_ensemble::runner::EnsembleError;
 use privmix_mechanisms::MechanismError;
@@ -124,20 +124,6 @@ pub enum CliError {
         /// The mechanism asked for.
         mechanism: &'static str,
     },
-    /// `--epsilon`/`--delta` ask for more than the existing ledger's budget.
-    #[error(
-        "ledger {path} has the budget ε = {}, δ = {}; --epsilon/--delta ask for ε = {}, δ = {}. Raising a budget is an explicit, recorded act: run `privmix ledger raise {path} --epsilon {} --delta {}` first",
-        recorded.epsilon(), recorded.delta(), requested.epsilon(), requested.delta(),
-        requested.epsilon(), requested.delta()
-    )]
-    BudgetRaiseNeeded {
-        /// The ledger file.
-        path: PathBuf,
-        /// Its budget.
-        recorded: PrivacyBudget,
-        /// What the flags ask for.
-        requested: PrivacyBudget,
-    },
     /// A token was ready after its `--step-time-ms` deadline: it is withheld (it was
     /// charged) and the run ends, rather than release it at a data-dependent time.
     #[error(
@@ -208,10 +194,10 @@ impl CliError {
         match self {
             Self::Argument { .. }
             | Self::NoTokenizer
-            | Self::BudgetRaiseNeeded { .. }
             | Self::Prompt { .. }
             | Self::BackendNotBuilt { .. } => EXIT_USAGE,
             Self::Train(e) if e.is_usage() => EXIT_USAGE,
+            Self::Store(e) if e.is_usage() => EXIT_USAGE,
             Self::BudgetExhausted { .. } => EXIT_BUDGET_EXHAUSTED,
             _ => EXIT_ERROR,
         }

@@ -1,8 +1,8 @@
 //! `privmix generate`: private text generation, one charged step per released token.
 //!
-//! Every token is released only after the mechanism has charged its cost to the account
-//! (the ledger's `charge` returns only once the record is synced), so the ledger always
-//! covers what was printed. A charge the budget cannot pay stops the run: before the first
+//! Every token is released only after the mechanism's charge for it is committed to the
+//! ledger (`LedgerStore::commit_step` returns only once the record is synced, or the
+//! PostgreSQL transaction committed), so the ledger always covers what was printed. A charge the budget cannot pay stops the run: before the first
 //! token that is an error (the budget is exhausted), later it ends the text early.
 //!
 //! What is printed is the released tokens, the ε the ledger has recorded as spent, and
@@ -35,10 +35,10 @@ use std::time::Instant;
 
 use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use privmix_accountant::{Ledger, Orders, PrivacyBudget, ProtectedSet};
+use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet};
 use privmix_ensemble::rows::RowLayout;
 use privmix_mechanisms::{
-    Account, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows, Unbudgeted,
+    Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows, Unbudgeted,
 };
 use privmix_models::{LanguageModel, Tokenizer};
 use serde_json::json;
@@ -46,7 +46,7 @@ use serde_json::json;
 use crate::args::{GenerateArgs, MechanismKind};
 use crate::error::{CliError, EXIT_BUDGET_STOPPED, EXIT_OK};
 use crate::ledger_common::DEFAULT_DELTA;
-use crate::ledger_open::{LedgerPlan, finish, prepare};
+use crate::ledger_store::{LedgerStore, StepAccount, StorePlan, prepare_store};
 use crate::pacing::Pacer;
 use crate::prompts::{PromptInput, prompt_ids, read_prompts};
 use crate::protected::protected_set;
@@ -118,18 +118,16 @@ pub fn run(args: &GenerateArgs) -> Result<RunEnd, CliError> {
     // adapter set or its budget is spent (hashing the adapters reads only their files).
     // Duplicate members are refused with or without a ledger.
     let protected = protected_set(&args.model.adapters)?;
-    let plan = match &args.ledger {
-        Some(path) => Some(prepare(path, &protected, args.epsilon, args.delta)?),
+    let mut plan = match &args.ledger {
+        Some(spec) => Some(prepare_store(spec, &protected, args.epsilon, args.delta)?),
         None => None,
     };
-    if let Some(LedgerPlan::Open(ledger, budget)) = &plan {
-        let spent = ledger
-            .spent_epsilon(budget.delta())
-            .map_err(|e| CliError::ledger(ledger.path(), e))?;
+    if let Some(StorePlan::Open(store, budget)) = &mut plan {
+        let spent = store.spent(None)?.epsilon(budget.delta())?;
         if kind != MechanismKind::Public
             && spent.epsilon >= budget.epsilon() * (1.0 - NEGLIGIBLE_LEFT)
         {
-            return Err(exhausted(ledger.path(), spent.epsilon, *budget, kind));
+            return Err(exhausted(&**store, spent.epsilon, *budget, kind));
         }
     }
     with_backend(
@@ -158,7 +156,7 @@ struct Generation<'a> {
     args: &'a GenerateArgs,
     inputs: Vec<PromptInput>,
     protected: ProtectedSet,
-    plan: Option<LedgerPlan>,
+    plan: Option<StorePlan>,
 }
 
 impl BackendFn<RunEnd> for Generation<'_> {
@@ -198,11 +196,9 @@ impl BackendFn<RunEnd> for Generation<'_> {
             _ => Vec::new(),
         };
         // Everything loaded: only now is a new ledger created.
-        let ledger = match (plan, &args.ledger) {
-            (Some(plan), Some(path)) => {
-                Some(finish(plan, path, &protected, args.epsilon, args.delta)?)
-            }
-            _ => None,
+        let mut ledger = match plan {
+            Some(plan) => Some(plan.finish(&protected, args.epsilon, args.delta)?),
+            None => None,
         };
         let (epsilon, delta) = match &ledger {
             Some((_, b)) => (b.epsilon(), b.delta()),
@@ -212,12 +208,15 @@ impl BackendFn<RunEnd> for Generation<'_> {
             ),
         };
         let orders = match &ledger {
-            Some((l, _)) => l.orders().clone(),
+            Some((store, _)) => store.orders().clone(),
             None => Orders::dp_accounting_default(),
         };
         // Calibrated to what is left: the ledger's spent curve composed with this
         // run's queries (every prompt's --max-tokens) fits the budget.
-        let spent = ledger.as_ref().map(|(l, _)| l.spent().clone());
+        let spent = match &mut ledger {
+            Some((store, _)) => Some(store.spent(None)?),
+            None => None,
+        };
         let (mechanism, layout) = build_mechanism(&MechanismPlan {
             kind,
             params: &args.model.params,
@@ -273,7 +272,7 @@ struct Session<'a, B: Backend> {
     layout: RowLayout,
     rng: PrivacyRng,
     unbudgeted: Unbudgeted,
-    ledger: Option<(Ledger, PrivacyBudget)>,
+    ledger: Option<(Box<dyn LedgerStore>, PrivacyBudget)>,
     delta: f64,
     stops: Vec<u32>,
     /// Tokens released so far, over all prompts.
@@ -315,21 +314,27 @@ impl<B: Backend> Session<'_, B> {
                 Rows::LogProbF32(public),
                 Rows::LogProbF32(members),
             )?;
-            let account: &mut dyn Account = match &mut self.ledger {
-                Some((ledger, _)) => ledger,
-                None => &mut self.unbudgeted,
+            // A private step's charge is committed (durably) before its token is used.
+            let stepped = match &mut self.ledger {
+                Some((store, _)) => {
+                    let mut account = StepAccount::new(store.orders().clone());
+                    self.mechanism
+                        .step(&ensemble, &mut self.rng, &mut account)
+                        .and_then(|outcome| commit_one(&mut **store, account).map(|()| outcome))
+                }
+                None => self
+                    .mechanism
+                    .step(&ensemble, &mut self.rng, &mut self.unbudgeted),
             };
-            let outcome = match self.mechanism.step(&ensemble, &mut self.rng, account) {
+            let outcome = match stepped {
                 Ok(outcome) => outcome,
                 Err(MechanismError::ChargeRefused(_)) => {
-                    if let Some((ledger, budget)) = &self.ledger
+                    if let Some((store, budget)) = &mut self.ledger
                         && self.released == 0
                     {
-                        let spent = ledger
-                            .spent_epsilon(budget.delta())
-                            .map_err(|e| CliError::ledger(ledger.path(), e))?;
+                        let spent = store.spent(None)?.epsilon(budget.delta())?;
                         bar.finish_and_clear();
-                        return Err(exhausted(ledger.path(), spent.epsilon, *budget, kind));
+                        return Err(exhausted(&**store, spent.epsilon, *budget, kind));
                     }
                     // The end of the stream is released on the schedule too.
                     if let Some(pacer) = &pacer
@@ -427,7 +432,7 @@ impl<B: Backend> Session<'_, B> {
             String::new()
         };
         match (&self.ledger, budget_epsilon) {
-            (Some((ledger, _)), Some(b)) => {
+            (Some((store, _)), Some(b)) => {
                 eprintln!(
                     "privmix: {which}{} tokens with {}, spent ε = {spent} at δ = {delta} of the budget ε = {b}; stopped: {}",
                     generated.len(),
@@ -437,8 +442,8 @@ impl<B: Backend> Session<'_, B> {
                 if stop == Stop::Budget {
                     eprintln!(
                         "privmix: the privacy budget of ledger {} is exhausted: the text stopped early (a larger budget must be set explicitly: privmix ledger raise {} --epsilon E)",
-                        ledger.path().display(),
-                        ledger.path().display()
+                        store.describe(),
+                        store.describe()
                     );
                 }
             }
@@ -453,14 +458,27 @@ impl<B: Backend> Session<'_, B> {
     }
 
     /// ε spent so far at δ: the ledger's, or what the unbudgeted account summed.
-    fn spent_epsilon(&self) -> Result<f64, CliError> {
-        match &self.ledger {
-            Some((l, b)) => Ok(l
-                .spent_epsilon(b.delta())
-                .map_err(|e| CliError::ledger(l.path(), e))?
-                .epsilon),
+    fn spent_epsilon(&mut self) -> Result<f64, CliError> {
+        match &mut self.ledger {
+            Some((store, b)) => Ok(store.spent(None)?.epsilon(b.delta())?.epsilon),
             None => Ok(self.unbudgeted.spent().epsilon(self.delta)?.epsilon),
         }
+    }
+}
+
+/// Commits what `account` collected in one step (one token's charge) to `store`: a
+/// refusal is [`MechanismError::ChargeRefused`], as a budget refusal is from any
+/// account; a failure of the store fails the run.
+fn commit_one(store: &mut dyn LedgerStore, account: StepAccount) -> Result<(), MechanismError> {
+    let Some(charge) = account.into_charge(None) else {
+        return Ok(());
+    };
+    match store.commit_step(std::slice::from_ref(&charge)) {
+        Ok(mut outcomes) => match outcomes.pop() {
+            Some(Err(refused)) => Err(MechanismError::ChargeRefused(refused.to_string())),
+            _ => Ok(()),
+        },
+        Err(e) => Err(crate::ledger_store::mechanism_error(e, &store.describe())),
     }
 }
 
@@ -492,20 +510,20 @@ fn check_privacy_flags(args: &GenerateArgs) -> Result<(), CliError> {
     if !args.no_privacy && args.ledger.is_none() {
         return Err(CliError::arg(
             "--ledger",
-            "a private run needs a ledger file to charge (created if absent); --no-privacy runs without one, NOT privately",
+            "a private run needs a ledger to charge (a file, created if absent, or a postgres:// URL); --no-privacy runs without one, NOT privately",
         ));
     }
     Ok(())
 }
 
 fn exhausted(
-    path: &std::path::Path,
+    store: &dyn LedgerStore,
     spent: f64,
     budget: PrivacyBudget,
     kind: MechanismKind,
 ) -> CliError {
     CliError::BudgetExhausted {
-        path: path.to_path_buf(),
+        path: store.describe().into(),
         spent,
         delta: budget.delta(),
         budget: budget.epsilon(),

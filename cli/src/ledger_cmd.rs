@@ -359,6 +359,32 @@ fn export_file(out: &mut dyn Write, path: &std::path::Path) -> Result<(), CliErr
                     })?,
                 })
             }
+            EntryKind::Step(runs) => {
+                let runs = runs
+                    .iter()
+                    .map(|run| {
+                        let (tenant, label) = split_label(&run.label);
+                        let event = run.event.as_ref().map(serde_json::to_value).transpose();
+                        Ok(json!({
+                            "tenant": tenant,
+                            "label": label,
+                            "count": run.count,
+                            "epsilons": epsilons_json(&run.curve),
+                            "event": event.map_err(|e| CliError::Io {
+                                what: format!("writing step {}'s event", entry.sequence),
+                                source: e.into(),
+                            })?,
+                        }))
+                    })
+                    .collect::<Result<Vec<_>, CliError>>()?;
+                // One decoding step: each run's curve charged `count` times in turn.
+                json!({
+                    "kind": "step",
+                    "sequence": entry.sequence,
+                    "time_ms": entry.time_ms,
+                    "runs": runs,
+                })
+            }
             EntryKind::Budget(b) => json!({
                 "kind": "budget",
                 "sequence": entry.sequence,

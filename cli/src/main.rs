@@ -14,7 +14,6 @@ mod error;
 mod generate;
 mod ledger_cmd;
 mod ledger_common;
-mod ledger_open;
 mod ledger_store;
 mod pacing;
 mod prompts;

@@ -9,19 +9,23 @@
 //!
 //! A tenant charge is checked against the tenant's budget first, then handed to
 //! `Ledger::charge`, which checks the total budget and syncs the record before it
-//! returns: a charge either budget refuses writes nothing.
+//! returns: a charge either budget refuses writes nothing. A step's charges are checked
+//! the same way one after another, and the accepted ones handed to
+//! `Ledger::charge_step` (one write, one sync, one compact record).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use privmix_accountant::{
-    EntryKind, Ledger, LedgerError, Orders, PrivacyBudget, ProtectedSet, RdpCurve,
+    EntryKind, Ledger, LedgerError, Orders, PrivacyBudget, ProtectedSet, RdpCurve, StepCharge,
+    StepCost,
 };
 
 use super::snapshot::{self, Snapshot};
+use super::step::{Cost, PendingCharge};
 use super::{
-    LedgerStore, StoreError, StoreReceipt, TENANT_PREFIX, Tenant, check_budget, check_tenant_name,
-    split_label,
+    LedgerStore, StepOutcomes, StoreError, StoreReceipt, TENANT_PREFIX, Tenant, check_budget,
+    check_tenant_name, split_label,
 };
 
 /// A file ledger with per-tenant spending. See the module docs.
@@ -65,17 +69,29 @@ impl FileStore {
         let mut tenants: BTreeMap<String, RdpCurve> = BTreeMap::new();
         let mut total = RdpCurve::zero(ledger.orders().clone());
         let mut charges = 0u64;
+        let mut add = |curve: &RdpCurve, label: &str| -> Result<(), StoreError> {
+            total = total.compose(curve)?;
+            charges += 1;
+            if let (Some(name), _) = split_label(label) {
+                let spent = match tenants.remove(name) {
+                    Some(spent) => spent.compose(curve)?,
+                    None => curve.clone(),
+                };
+                tenants.insert(name.to_owned(), spent);
+            }
+            Ok(())
+        };
         for entry in ledger.entries().map_err(fail)? {
-            if let EntryKind::Charge { curve, label } = entry.map_err(fail)?.kind {
-                total = total.compose(&curve)?;
-                charges += 1;
-                if let (Some(name), _) = split_label(&label) {
-                    let spent = match tenants.remove(name) {
-                        Some(spent) => spent.compose(&curve)?,
-                        None => curve,
-                    };
-                    tenants.insert(name.to_owned(), spent);
+            match entry.map_err(fail)?.kind {
+                EntryKind::Charge { curve, label } => add(&curve, &label)?,
+                EntryKind::Step(runs) => {
+                    for run in &runs {
+                        for _ in 0..run.count {
+                            add(&run.curve, &run.label)?;
+                        }
+                    }
                 }
+                _ => {}
             }
         }
         // The records read must be the ones the ledger counted when it opened.
@@ -103,6 +119,23 @@ impl FileStore {
 
     fn path_buf(&self) -> PathBuf {
         self.ledger.path().to_path_buf()
+    }
+
+    /// The label a charge is recorded under: `tenant=NAME;label` for a tenant's; a
+    /// label of no tenant may not look like a tenant's.
+    fn full_label(tenant: Option<&Tenant>, label: &str) -> Result<String, StoreError> {
+        match tenant {
+            None if label.starts_with(TENANT_PREFIX) => Err(StoreError::BadLabel {
+                reason: format!(
+                    "a label starting with {TENANT_PREFIX:?} would be read back as a tenant's charge"
+                ),
+            }),
+            None => Ok(label.to_owned()),
+            Some(t) => {
+                check_tenant_name(&t.name)?;
+                Ok(format!("{TENANT_PREFIX}{};{label}", t.name))
+            }
+        }
     }
 }
 
@@ -204,6 +237,68 @@ impl LedgerStore for FileStore {
             spent: receipt.spent,
             tenant_spent,
         })
+    }
+
+    fn commit_step(&mut self, charges: &[PendingCharge]) -> Result<StepOutcomes, StoreError> {
+        let orders = self.ledger.orders().clone();
+        let budget = self.ledger.budget();
+        // Checked in order, as the ledger will check the total again: the tenant's
+        // budget first, then the total's, each on what the step accepted before.
+        let mut total = self.ledger.spent().clone();
+        let mut tenants: BTreeMap<String, RdpCurve> = BTreeMap::new();
+        let mut outcomes = Vec::with_capacity(charges.len());
+        let mut accepted: Vec<(&Cost, String)> = Vec::new();
+        for charge in charges {
+            let curve = charge.cost.curve(&orders)?;
+            let label = Self::full_label(charge.tenant.as_ref(), &charge.label)?;
+            let mut tenant_after = None;
+            if let Some(t) = &charge.tenant {
+                let zero = RdpCurve::zero(orders.clone());
+                let spent = tenants
+                    .get(&t.name)
+                    .or_else(|| self.tenants.get(&t.name))
+                    .unwrap_or(&zero);
+                match check_budget(|| format!("tenant {}", t.name), spent, &curve, t.budget) {
+                    Ok((composed, _)) => tenant_after = Some((t.name.clone(), composed)),
+                    Err(e @ StoreError::Refused { .. }) => {
+                        outcomes.push(Err(e));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            match check_budget(|| "total".into(), &total, &curve, budget) {
+                Ok((composed, _)) => total = composed,
+                Err(e @ StoreError::Refused { .. }) => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            tenants.extend(tenant_after);
+            accepted.push((&charge.cost, label));
+            outcomes.push(Ok(()));
+        }
+        let step: Vec<StepCharge<'_>> = accepted
+            .iter()
+            .map(|(cost, label)| StepCharge {
+                cost: match cost {
+                    Cost::Curve(c) => StepCost::Curve(c),
+                    Cost::Event(e) => StepCost::Event(e),
+                },
+                label,
+            })
+            .collect();
+        let receipt = self.ledger.charge_step(&step).map_err(|e| self.fail(e))?;
+        // The ledger checks the total with the same compositions in the same order.
+        if receipt.accepted.iter().any(|ok| !ok) || self.ledger.spent() != &total {
+            return Err(StoreError::Inconsistent {
+                store: self.describe(),
+                reason: "the ledger's total after a step differs from the store's check".into(),
+            });
+        }
+        self.tenants.extend(tenants);
+        Ok(outcomes)
     }
 
     fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError> {

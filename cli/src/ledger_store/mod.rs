@@ -29,6 +29,7 @@ pub mod file;
 pub mod open;
 pub mod postgres;
 pub mod snapshot;
+pub mod step;
 #[cfg(test)]
 mod test_cluster;
 #[cfg(test)]
@@ -41,11 +42,16 @@ use privmix_accountant::{
 };
 
 // What `privmix serve` uses (see the allowance above).
-pub use account::StoreAccount;
-pub use open::open_store;
+pub use account::mechanism_error;
+pub use open::{StorePlan, open_store, prepare_store};
 pub use open::{StoreSpec, open_existing};
 pub use postgres::PostgresStore;
 pub use snapshot::{Record, Snapshot, StoreFormat, of_file as snapshot_of_file};
+pub use step::{Cost, PendingCharge, StepAccount};
+
+/// What a step commit says of each of its charges, in order: `Ok` when it was
+/// recorded, [`StoreError::Refused`] when a budget could not pay it.
+pub type StepOutcomes = Vec<Result<(), StoreError>>;
 
 /// Longest tenant name, in bytes.
 pub const MAX_TENANT_BYTES: usize = 128;
@@ -309,6 +315,19 @@ impl StoreError {
         }
     }
 
+    /// Whether the flags or the spec are at fault (a missing `--epsilon` for a new
+    /// ledger, a budget the flags may not change, a malformed spec): the command line's
+    /// usage exit status.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            Self::NotFound { .. }
+                | Self::BudgetRaiseNeeded { .. }
+                | Self::BudgetNotRepeated { .. }
+                | Self::BadSpec { .. }
+        )
+    }
+
     /// Whether this is a budget refusal (nothing recorded because a budget could not
     /// pay), as opposed to a failure.
     #[cfg(test)]
@@ -353,6 +372,18 @@ pub trait LedgerStore: Send {
         curve: &RdpCurve,
         label: &str,
     ) -> Result<StoreReceipt, StoreError>;
+    /// Records the charges of one decoding step (see `step.rs`): each checked in
+    /// order against its tenant's budget and the total budget, composed onto what
+    /// the charges before it in the step left, as [`Self::charge_receipt`] checks one
+    /// charge; a charge either budget refuses is dropped (its outcome is
+    /// [`StoreError::Refused`]) and the next is checked. The accepted ones are
+    /// recorded durably together: one write and one sync for a file, one transaction
+    /// for PostgreSQL.
+    ///
+    /// **Contract:** release what an accepted charge pays for only after `Ok`. An
+    /// error fails the whole step: nothing of it was acknowledged (a failure after the
+    /// write may leave charges recorded, an over-count, which is safe).
+    fn commit_step(&mut self, charges: &[PendingCharge]) -> Result<StepOutcomes, StoreError>;
     /// Sets a new total budget, recorded with its time (the budget's history is kept);
     /// a budget below what is already spent (at its δ) is
     /// [`StoreError::BudgetBelowSpent`]. Returns the budget record's sequence number.

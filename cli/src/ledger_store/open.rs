@@ -1,6 +1,7 @@
 //! Opening a store from a spec: a `postgres://…`/`postgresql://…` URL, or a file path.
 //!
-//! The rules are `ledger_open.rs`'s, for either store:
+//! Every command that charges (`generate`, `serve`) and every `privmix ledger` command
+//! opens its ledger here, so the rules are written once, for either store:
 //!
 //! - a store charges only for the adapter set it was created for (its protected set);
 //!   another set, or none, is refused, and creating a store is announced on stderr;
@@ -75,19 +76,31 @@ pub fn open_existing(spec: &str) -> Result<Box<dyn LedgerStore>, StoreError> {
     })
 }
 
-/// Opens the store `spec` for charging releases computed from the adapters
-/// `protected`, creating it when absent with the budget `epsilon` (required then) and
-/// `delta` (default 1e-5) over dp_accounting's default orders, announced on stderr.
+/// The store a run will charge: an existing one, opened and checked, or the budget of
+/// one to create once the run's inputs have loaded (so that a run failing on bad input
+/// leaves no new ledger behind).
+#[derive(Debug)]
+pub enum StorePlan {
+    /// An existing store protecting the run's adapters, with its budget.
+    Open(Box<dyn LedgerStore>, PrivacyBudget),
+    /// No store yet: create one at the spec with this budget.
+    Create(StoreSpec, PrivacyBudget),
+}
+
+/// Opens and checks the store `spec` for charging releases computed from the adapters
+/// `protected`, or, when it is absent, checks that `epsilon` (with `delta`, default
+/// 1e-5) gives the budget to create it with ([`StorePlan::finish`] creates it).
 ///
 /// An existing store must protect exactly `protected` and have a budget, and
 /// `epsilon`/`delta` may only repeat that budget: more is
-/// [`StoreError::BudgetRaiseNeeded`], less [`StoreError::BudgetNotRepeated`].
-pub fn open_store(
+/// [`StoreError::BudgetRaiseNeeded`], less [`StoreError::BudgetNotRepeated`]. An absent
+/// store without `epsilon` is [`StoreError::NotFound`].
+pub fn prepare_store(
     spec: &str,
     protected: &ProtectedSet,
     epsilon: Option<f64>,
     delta: Option<f64>,
-) -> Result<Box<dyn LedgerStore>, StoreError> {
+) -> Result<StorePlan, StoreError> {
     let spec = StoreSpec::parse(spec)?;
     let existing: Result<Box<dyn LedgerStore>, StoreError> = match &spec {
         StoreSpec::File(path) if !path.exists() => Err(StoreError::NotFound {
@@ -96,28 +109,67 @@ pub fn open_store(
         StoreSpec::File(path) => FileStore::open(path).map(|s| Box::new(s) as _),
         StoreSpec::Postgres { url, .. } => PostgresStore::open(url).map(|s| Box::new(s) as _),
     };
-    let store = match existing {
-        Ok(store) => store,
+    match existing {
+        Ok(store) => {
+            let budget = check_existing(&*store, protected, epsilon, delta)?;
+            Ok(StorePlan::Open(store, budget))
+        }
         Err(StoreError::NotFound { store }) => {
             let Some(eps) = epsilon else {
                 return Err(StoreError::NotFound { store });
             };
             let budget = PrivacyBudget::new(eps, delta.unwrap_or(DEFAULT_DELTA))?;
-            match create(&spec, budget, protected) {
-                Ok(created) => {
-                    announce(&*created, budget);
-                    return Ok(created);
-                }
-                // Created by another process or replica in between: use theirs,
-                // checked like any other.
-                Err(StoreError::AlreadyExists { .. }) => open_existing_spec(&spec)?,
-                Err(e) => return Err(e),
-            }
+            Ok(StorePlan::Create(spec, budget))
         }
-        Err(e) => return Err(e),
-    };
-    check_existing(&*store, protected, epsilon, delta)?;
-    Ok(store)
+        Err(e) => Err(e),
+    }
+}
+
+impl StorePlan {
+    /// The store of the plan: the opened one, or a new one protecting `protected`
+    /// (dp_accounting's default orders), announced on stderr. A store another process
+    /// or replica created in between is opened and checked like any other (`epsilon`
+    /// and `delta` are the flags [`prepare_store`] was given).
+    pub fn finish(
+        self,
+        protected: &ProtectedSet,
+        epsilon: Option<f64>,
+        delta: Option<f64>,
+    ) -> Result<(Box<dyn LedgerStore>, PrivacyBudget), StoreError> {
+        let (spec, budget) = match self {
+            Self::Open(store, budget) => return Ok((store, budget)),
+            Self::Create(spec, budget) => (spec, budget),
+        };
+        match create(&spec, budget, protected) {
+            Ok(created) => {
+                announce(&*created, budget);
+                Ok((created, budget))
+            }
+            // Created by another process or replica in between: use theirs, checked
+            // like any other.
+            Err(StoreError::AlreadyExists { .. }) => {
+                let store = open_existing_spec(&spec)?;
+                let budget = check_existing(&*store, protected, epsilon, delta)?;
+                Ok((store, budget))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Opens the store `spec` for charging releases computed from the adapters
+/// `protected`, creating it when absent with the budget `epsilon` (required then) and
+/// `delta` (default 1e-5) over dp_accounting's default orders, announced on stderr:
+/// [`prepare_store`] then [`StorePlan::finish`] at once.
+pub fn open_store(
+    spec: &str,
+    protected: &ProtectedSet,
+    epsilon: Option<f64>,
+    delta: Option<f64>,
+) -> Result<Box<dyn LedgerStore>, StoreError> {
+    prepare_store(spec, protected, epsilon, delta)?
+        .finish(protected, epsilon, delta)
+        .map(|(store, _)| store)
 }
 
 fn open_existing_spec(spec: &StoreSpec) -> Result<Box<dyn LedgerStore>, StoreError> {

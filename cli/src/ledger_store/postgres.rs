@@ -58,7 +58,10 @@ use postgres::{Client, Config, GenericClient, IsolationLevel, NoTls, Row, Transa
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 
 use super::snapshot::{BudgetChange, Record, Snapshot, StoreFormat, TenantSpent};
-use super::{LedgerStore, StoreError, StoreReceipt, Tenant, check_budget, check_tenant_name};
+use super::step::PendingCharge;
+use super::{
+    LedgerStore, StepOutcomes, StoreError, StoreReceipt, Tenant, check_budget, check_tenant_name,
+};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -636,6 +639,22 @@ impl LedgerStore for PostgresStore {
         Ok(receipt)
     }
 
+    fn commit_step(&mut self, charges: &[PendingCharge]) -> Result<StepOutcomes, StoreError> {
+        let mut curves = Vec::with_capacity(charges.len());
+        for charge in charges {
+            curves.push(charge.cost.curve(&self.orders)?);
+            check_label(&charge.label)?;
+            if let Some(t) = &charge.tenant {
+                check_tenant_name(&t.name)?;
+            }
+        }
+        let describe = self.describe.clone();
+        let (outcomes, budget) =
+            self.serializable(|tx, orders| step_steps(tx, orders, &describe, charges, &curves))?;
+        self.budget = budget;
+        Ok(outcomes)
+    }
+
     fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError> {
         let describe = self.describe.clone();
         let sequence = self.serializable(|tx, orders| {
@@ -835,6 +854,122 @@ fn charge_steps(
         tenant_spent,
     };
     Ok((receipt, budget))
+}
+
+/// The steps of one step commit inside `tx` (everything but the commit): the charge
+/// transaction of the module docs for every charge of the step in turn, each checked on
+/// what the ones before it left, a refused one skipped. Returns each charge's outcome
+/// and the total budget read.
+fn step_steps(
+    tx: &mut Transaction<'_>,
+    orders: &Orders,
+    describe: &str,
+    charges: &[PendingCharge],
+    curves: &[RdpCurve],
+) -> Result<(StepOutcomes, Option<PrivacyBudget>), Fail> {
+    tx.batch_execute("LOCK TABLE privmix_ledger IN SHARE ROW EXCLUSIVE MODE")
+        .map_err(pg("locking the ledger"))?;
+    let h = tx
+        .query_one(
+            "SELECT budget_epsilon, budget_delta, next_sequence, charges FROM privmix_ledger FOR UPDATE",
+            &[],
+        )
+        .map_err(pg("reading the header"))?;
+    let budget = budget_of(&h, 0, 1, describe)?;
+    let mut sequence: i64 = h.get(2);
+    let mut recorded: i64 = h.get(3);
+    let mut keys: Vec<&str> = vec![TOTAL_KEY];
+    keys.extend(
+        charges
+            .iter()
+            .filter_map(|c| c.tenant.as_ref().map(|t| t.name.as_str())),
+    );
+    let rows = tx
+        .query(
+            "SELECT tenant, curve, charges FROM privmix_spent WHERE tenant = ANY($1) FOR UPDATE",
+            &[&keys],
+        )
+        .map_err(pg("reading the spending"))?;
+    let mut spent: BTreeMap<String, (RdpCurve, i64)> = BTreeMap::new();
+    for row in &rows {
+        spent.insert(
+            row.get(0),
+            (curve_of(orders, row.get(1), describe)?, row.get(2)),
+        );
+    }
+    if !spent.contains_key(TOTAL_KEY) {
+        return Err(StoreError::Inconsistent {
+            store: describe.to_owned(),
+            reason: "the total's spending row is missing".into(),
+        }
+        .into());
+    }
+    let mut touched: Vec<String> = vec![TOTAL_KEY.to_owned()];
+    let mut outcomes = Vec::with_capacity(charges.len());
+    for (charge, curve) in charges.iter().zip(curves) {
+        // The tenant's budget first, then the total's, as for one charge.
+        let mut tenant_after = None;
+        if let Some(t) = &charge.tenant {
+            let zero = (RdpCurve::zero(orders.clone()), 0);
+            let (tenant_spent, n) = spent.get(&t.name).unwrap_or(&zero);
+            match check_budget(
+                || format!("tenant {}", t.name),
+                tenant_spent,
+                curve,
+                t.budget,
+            ) {
+                Ok((composed, _)) => tenant_after = Some((t.name.clone(), composed, n + 1)),
+                Err(e @ StoreError::Refused { .. }) => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let (total, n) = &spent[TOTAL_KEY];
+        let total_after = match check_budget(|| "total".into(), total, curve, budget) {
+            Ok((composed, _)) => (composed, n + 1),
+            Err(e @ StoreError::Refused { .. }) => {
+                outcomes.push(Err(e));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        spent.insert(TOTAL_KEY.to_owned(), total_after);
+        if let Some((name, composed, n)) = tenant_after {
+            if !touched.contains(&name) {
+                touched.push(name.clone());
+            }
+            spent.insert(name, (composed, n));
+        }
+        tx.execute(
+            "INSERT INTO privmix_charges (sequence, tenant, label, curve, at)
+             VALUES ($1, $2, $3, $4, clock_timestamp())",
+            &[
+                &sequence,
+                &charge.tenant.as_ref().map(|t| t.name.as_str()),
+                &charge.label,
+                &curve.epsilons(),
+            ],
+        )
+        .map_err(pg("appending the charge"))?;
+        sequence += 1;
+        recorded += 1;
+        outcomes.push(Ok(()));
+    }
+    tx.execute(
+        "UPDATE privmix_ledger SET next_sequence = $1, charges = $2",
+        &[&sequence, &recorded],
+    )
+    .map_err(pg("updating the header"))?;
+    let upsert = "INSERT INTO privmix_spent (tenant, curve, charges) VALUES ($1, $2, $3)
+                  ON CONFLICT (tenant) DO UPDATE SET curve = EXCLUDED.curve, charges = EXCLUDED.charges";
+    for key in &touched {
+        let (curve, n) = &spent[key];
+        tx.execute(upsert, &[key, &curve.epsilons(), n])
+            .map_err(pg("updating the spending"))?;
+    }
+    Ok((outcomes, budget))
 }
 
 /// Every record, charges and budget changes, in sequence order.

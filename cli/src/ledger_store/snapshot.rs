@@ -109,24 +109,34 @@ pub fn of_file(path: &Path) -> Result<Snapshot, StoreError> {
     let mut charges = 0u64;
     for entry in reader {
         let entry = entry.map_err(fail)?;
+        let mut add = |curve: &RdpCurve, label: &str| -> Result<(), StoreError> {
+            charges += 1;
+            if let (Some(name), _) = split_label(label) {
+                match tenants.get_mut(name) {
+                    Some(t) => {
+                        t.charges += 1;
+                        t.spent = t.spent.compose(curve)?;
+                    }
+                    None => {
+                        tenants.insert(
+                            name.to_owned(),
+                            TenantSpent {
+                                charges: 1,
+                                spent: curve.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            Ok(())
+        };
         match entry.kind {
-            EntryKind::Charge { curve, label } => {
-                charges += 1;
-                if let (Some(name), _) = split_label(&label) {
-                    match tenants.get_mut(name) {
-                        Some(t) => {
-                            t.charges += 1;
-                            t.spent = t.spent.compose(&curve)?;
-                        }
-                        None => {
-                            tenants.insert(
-                                name.to_owned(),
-                                TenantSpent {
-                                    charges: 1,
-                                    spent: curve,
-                                },
-                            );
-                        }
+            EntryKind::Charge { curve, label } => add(&curve, &label)?,
+            // A step's runs, each charge in turn (as the ledger composes them).
+            EntryKind::Step(runs) => {
+                for run in &runs {
+                    for _ in 0..run.count {
+                        add(&run.curve, &run.label)?;
                     }
                 }
             }

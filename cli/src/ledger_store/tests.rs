@@ -253,41 +253,120 @@ fn file_store_refusals_and_bad_input_write_nothing() {
     assert_eq!(snap.budget, Some(budget(2.0)));
 }
 
+/// A step of `tenants` (`None`: no tenant) each charging `curve`, labelled "step".
+fn step_of(curve: &RdpCurve, tenants: &[Option<&Tenant>]) -> Vec<PendingCharge> {
+    tenants
+        .iter()
+        .map(|t| PendingCharge {
+            tenant: t.cloned(),
+            cost: Cost::Curve(curve.clone()),
+            label: "step".into(),
+        })
+        .collect()
+}
+
+/// Step commits on `store`: budgets checked in request order, a refusal dropping only
+/// its own charge, the tenants' and the total's spend read back as the composition of
+/// the accepted charges.
+fn step_commits_check_budgets_in_order(store: &mut dyn LedgerStore) {
+    let o = store.orders().clone();
+    let a = tenant("a", Some(0.5));
+    let b = tenant("b", None);
+    let step = gaussian(&o, 12.0);
+    let (mut total, mut of_a) = (Vec::new(), Vec::new());
+    // Until tenant a's budget refuses it: b and the tenant-less charge still go on.
+    loop {
+        let outcomes = store
+            .commit_step(&step_of(&step, &[Some(&a), Some(&b), None]))
+            .unwrap();
+        assert_eq!(outcomes.len(), 3);
+        assert!(outcomes[1].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+        // Every charge is the same curve, so the order within a step does not matter.
+        total.extend([step.clone(), step.clone()]);
+        match &outcomes[0] {
+            Ok(()) => {
+                of_a.push(step.clone());
+                total.push(step.clone());
+            }
+            Err(e) => {
+                assert!(e.is_refusal() && e.to_string().contains("tenant a"), "{e}");
+                break;
+            }
+        }
+    }
+    assert!(of_a.len() > 1);
+    assert_eq!(store.spent(Some("a")).unwrap(), compose_all(&o, &of_a));
+    assert_eq!(store.spent(None).unwrap(), compose_all(&o, &total));
+    // An event is charged as its curve at the store's orders.
+    let event = privmix_accountant::DpEvent::gaussian(12.0).unwrap();
+    let charge = PendingCharge {
+        tenant: Some(b.clone()),
+        cost: Cost::Event(event.clone()),
+        label: "gaussian".into(),
+    };
+    assert!(store.commit_step(&[charge]).unwrap()[0].is_ok());
+    total.push(event.rdp(&o).unwrap());
+    assert_eq!(store.spent(None).unwrap(), compose_all(&o, &total));
+    // A label too long fails the whole step, recording nothing.
+    let long = PendingCharge {
+        tenant: None,
+        cost: Cost::Curve(step.clone()),
+        label: "x".repeat(privmix_accountant::MAX_LABEL_BYTES + 1),
+    };
+    let mut charges = step_of(&step, &[Some(&b)]);
+    charges.push(long);
+    assert!(store.commit_step(&charges).is_err());
+    assert_eq!(store.spent(None).unwrap(), compose_all(&o, &total));
+}
+
 #[test]
-fn store_account_maps_refusals_and_failures() {
-    let dir = TempDir::new("account");
+fn file_step_commits_check_budgets_in_order_and_read_back() {
+    let dir = TempDir::new("step");
     let path = dir.0.join("ledger");
     let o = orders();
-    let mut store = FileStore::create(&path, o.clone(), Some(budget(1.0)), set(&["m"])).unwrap();
-    let t = tenant("t", Some(0.5));
+    let mut store = FileStore::create(&path, o.clone(), Some(budget(8.0)), set(&["m"])).unwrap();
+    step_commits_check_budgets_in_order(&mut store);
+    let (total, of_a) = (store.spent(None).unwrap(), store.spent(Some("a")).unwrap());
+    let records = store.ledger().next_sequence();
+    drop(store);
+    // Reopened (and snapshotted), the file holds the same totals, one record a step.
+    let mut reopened = FileStore::open(&path).unwrap();
+    assert_eq!(reopened.spent(None).unwrap(), total);
+    assert_eq!(reopened.spent(Some("a")).unwrap(), of_a);
+    assert_eq!(reopened.ledger().next_sequence(), records);
+    let snap = snapshot_of_file(&path).unwrap();
+    assert_eq!((snap.spent, &snap.tenants["a"].spent), (total, &of_a));
+}
+
+#[test]
+fn a_step_account_collects_one_charge_for_the_commit() {
+    let o = orders();
+    let t = tenant("t", None);
+    let mut account = StepAccount::new(o.clone());
+    assert!(StepAccount::new(o.clone()).into_charge(Some(&t)).is_none());
     let step = gaussian(&o, 12.0);
-    let mut account = StoreAccount::new(&mut store, Some(&t));
-    let mut accepted = Vec::new();
-    let refusal = loop {
-        match account.charge(&step, "step") {
-            Ok(()) => accepted.push(step.clone()),
-            Err(e) => break e,
-        }
-    };
-    assert!(matches!(refusal, MechanismError::ChargeRefused(ref m) if m.contains("tenant t")));
-    assert!(accepted.len() > 1);
-    assert_eq!(account.charged(), &compose_all(&o, &accepted));
-    assert_eq!(account.charges(), accepted.len() as u64);
-    let last = account.last_receipt().unwrap();
-    assert_eq!(last.sequence + 1, accepted.len() as u64);
-    assert_eq!(last.tenant_spent.unwrap().epsilon, eps(account.charged()));
-    assert!(
-        account
-            .last_error()
-            .is_some_and(|m| m.contains("exhausted"))
+    account.charge(&step, "pmixed").unwrap();
+    let charge = account.into_charge(Some(&t)).unwrap();
+    assert_eq!(
+        (charge.cost, charge.label, charge.tenant),
+        (Cost::Curve(step.clone()), "pmixed".to_string(), Some(t))
     );
-    // A label too long for the file is a ledger failure, not a refusal.
-    let long = "x".repeat(privmix_accountant::MAX_LABEL_BYTES + 1);
-    let e = account
-        .charge(&RdpCurve::zero(o.clone()), &long)
-        .unwrap_err();
-    assert!(matches!(e, MechanismError::Ledger(_)), "{e}");
-    // A PostgreSQL failure is a ledger failure too, carrying the store's message.
+    // Two charges in one step are one, composed.
+    let mut account = StepAccount::new(o.clone());
+    account.charge(&step, "a").unwrap();
+    let event = privmix_accountant::DpEvent::gaussian(3.0).unwrap();
+    account.charge_event(&event, "b").unwrap();
+    let charge = account.into_charge(None).unwrap();
+    let both = charge.cost.curve(&o).unwrap();
+    assert!(both.epsilons()[0] >= step.compose(&event.rdp(&o).unwrap()).unwrap().epsilons()[0]);
+    // Curves over other orders are refused as the mechanism charges them.
+    let other = RdpCurve::zero(Orders::integers(4).unwrap());
+    let mut account = StepAccount::new(o);
+    assert!(matches!(
+        account.charge(&other, "x"),
+        Err(MechanismError::Accountant(_))
+    ));
+    // A PostgreSQL failure is a ledger failure, carrying the store's message.
     let e = account::mechanism_error(
         StoreError::Contention {
             store: "postgresql://u@h/db".into(),
@@ -299,8 +378,6 @@ fn store_account_maps_refusals_and_failures() {
         matches!(e, MechanismError::Ledger(_)) && e.to_string().contains("3 attempts"),
         "{e}"
     );
-    drop(account);
-    assert_eq!(store.spent(Some("t")).unwrap(), compose_all(&o, &accepted));
 }
 
 #[test]
@@ -414,6 +491,16 @@ fn pg_create_open_charge_refuse_and_raise() {
     assert_eq!(snap.tenants["t1"].charges, 1 + more.len() as u64);
     assert!(snap.created_ms.is_some_and(|ms| ms > 1_600_000_000_000));
     b.verify().unwrap();
+}
+
+#[test]
+fn pg_step_commits_check_budgets_in_order_in_one_transaction() {
+    let schema = TestSchema::new("step");
+    let mut store =
+        PostgresStore::create(&schema.url, orders(), Some(budget(8.0)), Some(set(&["m"]))).unwrap();
+    step_commits_check_budgets_in_order(&mut store);
+    // verify recomputes the totals from the charge rows the steps appended.
+    store.verify().unwrap();
 }
 
 #[test]

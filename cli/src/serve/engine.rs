@@ -8,9 +8,10 @@
 //!
 //! 1. every active request's mechanism on its own rows, all in one parallel region
 //!    (`draw.rs`): charges recorded, tokens drawn, nothing released;
-//! 2. the step's charges committed to the store in request order (`commit_step`:
-//!    durably, the total and the tenant's budget checked in one atomic step), a
-//!    refused charge dropping that request's token alone;
+//! 2. the step's charges committed to the store together, in request order
+//!    (`commit_step`: one write and one sync, or one transaction; each request's
+//!    tenant budget and the total checked in turn), a refused charge dropping that
+//!    request's token alone;
 //! 3. the committed tokens released: detokenised incrementally (`detok.rs`) and sent;
 //! 4. one forward over all rows, computing everyone's next rows.
 //!
@@ -35,7 +36,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::args::MechanismParams;
 use crate::error::CliError;
-use crate::ledger_store::{LedgerStore, StoreAccount, StoreError, Tenant};
+use crate::ledger_store::{LedgerStore, StepAccount, StoreError, Tenant};
 use crate::setup::{MechanismPlan, build_mechanism, calibrated_radius};
 
 use super::detok::Detokeniser;
@@ -515,16 +516,24 @@ enum Committed {
     Failed(String),
 }
 
-/// Commits every request's recorded charges to the store, in request order, each
-/// request's under its tenant (the total and the tenant's budget checked in one
-/// atomic step per charge): nothing of the step has been released yet, and a token
-/// is released only where every charge of its step was committed.
+/// Commits every request's recorded charges to the store as one step, in request
+/// order (`LedgerStore::commit_step`: one write and one sync for a file ledger, one
+/// transaction for PostgreSQL), each request's charges as one under its tenant, the
+/// tenant's and the total budget checked in turn: nothing of the step has been
+/// released yet, and a token is released only where its request's charge was
+/// committed. A store failure fails the step's requests (none of their tokens leaves);
+/// the server goes on.
 fn commit_step<B: Backend, M>(
     active: &mut [Active<'_, B, M>],
     store: &mut dyn LedgerStore,
 ) -> Result<Vec<Committed>, CliError> {
+    let orders = store.orders().clone();
     let mut out = Vec::with_capacity(active.len());
+    let mut pending = Vec::new();
+    // For each request: its place in `pending`, if it has a charge to commit.
+    let mut charged_at = Vec::with_capacity(active.len());
     for a in active.iter_mut() {
+        charged_at.push(None);
         let token = match std::mem::replace(&mut a.mech.drawn, Drawn::Nothing) {
             Drawn::Nothing => {
                 out.push(Committed::Left);
@@ -536,23 +545,46 @@ fn commit_step<B: Backend, M>(
             }
             Drawn::Token(t) => t,
         };
-        let mut account = StoreAccount::new(store, a.job.tenant.as_ref());
+        let mut account = StepAccount::new(orders.clone());
         let mut outcome = Committed::Token(token);
         for charge in &a.mech.charges {
-            match charge.commit(&mut account) {
-                Ok(()) => {}
-                Err(MechanismError::ChargeRefused(message)) => {
-                    outcome = Committed::Refused(message);
-                    break;
-                }
-                Err(e) => {
-                    outcome = Committed::Failed(e.public_description());
-                    break;
-                }
+            if let Err(e) = charge.commit(&mut account) {
+                outcome = Committed::Failed(e.public_description());
+                break;
             }
         }
-        a.charged = a.charged.compose(account.charged())?;
+        if matches!(outcome, Committed::Token(_))
+            && let Some(charge) = account.into_charge(a.job.tenant.as_ref())
+        {
+            *charged_at.last_mut().expect("pushed above") = Some(pending.len());
+            pending.push(charge);
+        }
         out.push(outcome);
+    }
+    if pending.is_empty() {
+        return Ok(out);
+    }
+    let outcomes = match store.commit_step(&pending) {
+        Ok(outcomes) => outcomes,
+        Err(_) => {
+            let failed = "the privacy ledger could not record this step's charges; its token was not released";
+            for (o, at) in out.iter_mut().zip(&charged_at) {
+                if at.is_some() {
+                    *o = Committed::Failed(failed.into());
+                }
+            }
+            return Ok(out);
+        }
+    };
+    for ((a, o), at) in active.iter_mut().zip(out.iter_mut()).zip(&charged_at) {
+        let Some(at) = *at else { continue };
+        match &outcomes[at] {
+            Ok(()) => {
+                let curve = pending[at].cost.curve(&orders)?;
+                a.charged = a.charged.compose(&curve)?;
+            }
+            Err(refused) => *o = Committed::Refused(refused.to_string()),
+        }
     }
     Ok(out)
 }

@@ -1456,3 +1456,67 @@ fn adapmixed_publishes_the_same_epsilon_for_every_member_set() {
     assert_eq!(done_a["stop"], done_b["stop"]);
     assert!(a.windows(2).all(|w| w[0] <= w[1]) && a[5] <= 4.0, "{a:?}");
 }
+
+#[test]
+fn generate_charges_a_postgresql_ledger_and_ledger_reads_it_back() {
+    let schema = crate::serve_replicas::test_cluster::TestSchema::new("generate");
+    let dir = TempDir::new("generate-pg");
+    let adapters = write_adapters(&llama(), &dir, 2);
+    // Created by the run (as a file ledger is), then charged by a second run.
+    let mut spent = Vec::new();
+    for _ in 0..2 {
+        let out = generate(
+            &adapters,
+            &[
+                "--prompt",
+                "xy",
+                "--max-tokens",
+                "3",
+                "--ledger",
+                &schema.url,
+                "--epsilon",
+                "8",
+                "--json",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let summary = json_lines(&out).last().unwrap().clone();
+        assert_eq!(summary["tokens"].as_u64(), Some(3));
+        assert_eq!(summary["private"].as_bool(), Some(true));
+        spent.push(summary["epsilon"].as_f64().unwrap());
+    }
+    assert!(spent[1] > spent[0] && spent[0] > 0.0, "{spent:?}");
+    // `ledger show` and `verify` read the six charges and the ε the run reported.
+    let show = privmix(&["ledger", "show", "--json", &schema.url]);
+    assert!(show.status.success(), "{}", stderr(&show));
+    let shown: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(shown["charges"].as_u64(), Some(6), "{shown}");
+    assert_eq!(
+        shown["spent"]["epsilon"].as_f64(),
+        Some(spent[1]),
+        "{shown}"
+    );
+    let verify = privmix(&["ledger", "verify", &schema.url]);
+    assert!(verify.status.success(), "{}", stderr(&verify));
+    let text = String::from_utf8_lossy(&verify.stdout).into_owned();
+    assert!(text.contains("(6 charges"), "{text}");
+    // Other adapters: refused before anything is loaded or charged.
+    let others = write_adapters(&llama(), &TempDir::new("generate-pg-other"), 1);
+    let out = generate(
+        &others,
+        &[
+            "--prompt",
+            "xy",
+            "--ledger",
+            &schema.url,
+            "--max-tokens",
+            "1",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("protects a different set"),
+        "{}",
+        stderr(&out)
+    );
+}

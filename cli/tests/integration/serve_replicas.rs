@@ -5,7 +5,7 @@
 
 use crate::serve_support;
 #[path = "../../src/ledger_store/test_cluster.rs"]
-mod test_cluster;
+pub(crate) mod test_cluster;
 
 use std::time::Duration;
 
