@@ -14,18 +14,20 @@
 //! `Ledger::charge_step` (one write, one sync, one compact record).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use privmix_accountant::{
     EntryKind, Ledger, LedgerError, Orders, PrivacyBudget, ProtectedSet, RdpCurve, StepCharge,
     StepCost,
 };
 
+#[cfg(test)]
+use super::StoreReceipt;
 use super::snapshot::{self, Snapshot};
 use super::step::{Cost, PendingCharge};
 use super::{
-    LedgerStore, StepOutcomes, StoreError, StoreReceipt, TENANT_PREFIX, Tenant, check_budget,
-    check_tenant_name, split_label,
+    LedgerStore, StepOutcomes, StoreError, TENANT_PREFIX, Tenant, check_budget, check_tenant_name,
+    split_label,
 };
 
 /// A file ledger with per-tenant spending. See the module docs.
@@ -117,7 +119,8 @@ impl FileStore {
         StoreError::file(self.ledger.path(), e)
     }
 
-    fn path_buf(&self) -> PathBuf {
+    #[cfg(test)]
+    fn path_buf(&self) -> std::path::PathBuf {
         self.ledger.path().to_path_buf()
     }
 
@@ -167,6 +170,7 @@ impl LedgerStore for FileStore {
         })
     }
 
+    #[cfg(test)]
     fn charge_receipt(
         &mut self,
         tenant: Option<&Tenant>,

@@ -47,7 +47,7 @@ pub use open::{StorePlan, open_store, prepare_store};
 pub use open::{StoreSpec, open_existing};
 pub use postgres::PostgresStore;
 pub use snapshot::{Record, Snapshot, StoreFormat, of_file as snapshot_of_file};
-pub use step::{Cost, PendingCharge, StepAccount};
+pub use step::{PendingCharge, StepAccount};
 
 /// What a step commit says of each of its charges, in order: `Ok` when it was
 /// recorded, [`StoreError::Refused`] when a budget could not pay it.
@@ -100,6 +100,7 @@ pub fn check_tenant_name(name: &str) -> Result<(), StoreError> {
 }
 
 /// What a recorded charge returns: proof it is durable, and the totals it led to.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreReceipt {
     /// The charge's record number (file records and PostgreSQL records alike count
@@ -359,6 +360,8 @@ pub trait LedgerStore: Send {
     fn protected_set(&self) -> Option<&ProtectedSet>;
     /// The composed spend of everyone (`None`) or of one tenant, as recorded now.
     fn spent(&mut self, tenant: Option<&str>) -> Result<RdpCurve, StoreError>;
+    /// (Tests: one charge at a time, the path a step of one request takes.)
+    #[cfg(test)]
     /// Records `curve` for `tenant` with `label`, durably, or refuses it with
     /// [`StoreError::Refused`] when either the total budget or the tenant's budget
     /// could not pay it (then nothing is recorded). Returns the receipt.
@@ -374,8 +377,7 @@ pub trait LedgerStore: Send {
     ) -> Result<StoreReceipt, StoreError>;
     /// Records the charges of one decoding step (see `step.rs`): each checked in
     /// order against its tenant's budget and the total budget, composed onto what
-    /// the charges before it in the step left, as [`Self::charge_receipt`] checks one
-    /// charge; a charge either budget refuses is dropped (its outcome is
+    /// the charges before it in the step left; a charge either budget refuses is dropped (its outcome is
     /// [`StoreError::Refused`]) and the next is checked. The accepted ones are
     /// recorded durably together: one write and one sync for a file, one transaction
     /// for PostgreSQL.

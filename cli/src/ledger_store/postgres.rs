@@ -57,11 +57,11 @@ use postgres::types::ToSql;
 use postgres::{Client, Config, GenericClient, IsolationLevel, NoTls, Row, Transaction};
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 
+#[cfg(test)]
+use super::{StoreReceipt, Tenant};
 use super::snapshot::{BudgetChange, Record, Snapshot, StoreFormat, TenantSpent};
 use super::step::PendingCharge;
-use super::{
-    LedgerStore, StepOutcomes, StoreError, StoreReceipt, Tenant, check_budget, check_tenant_name,
-};
+use super::{LedgerStore, StepOutcomes, StoreError, check_budget, check_tenant_name};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -619,6 +619,7 @@ impl LedgerStore for PostgresStore {
         }
     }
 
+    #[cfg(test)]
     fn charge_receipt(
         &mut self,
         tenant: Option<&Tenant>,
@@ -760,6 +761,7 @@ impl LedgerStore for PostgresStore {
     }
 }
 
+#[cfg(test)]
 /// The steps of one charge inside `tx` (everything but the commit). See the module
 /// docs. Returns the receipt and the total budget read.
 fn charge_steps(

@@ -14,6 +14,7 @@ use privmix_mechanisms::{Account, MechanismError};
 
 use super::file::FileStore;
 use super::postgres::{describe_config, parse_url, test_hooks};
+use super::step::Cost;
 use super::test_cluster::{TestSchema, server_url};
 use super::*;
 

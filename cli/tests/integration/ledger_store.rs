@@ -92,7 +92,7 @@ fn show_json_reports_tenants_and_export_splits_labels() {
     );
     assert_eq!(v["charges"], 4);
     assert_eq!(v["format"]["kind"], "file");
-    assert_eq!(v["format"]["version"], 3);
+    assert_eq!(v["format"]["version"], 4);
     assert_eq!(v["protected_set"][0], "sha256:00");
     assert_eq!(v["budget"]["epsilon"], 5.0);
     assert_eq!(v["tenants"]["alice"]["charges"], 2);

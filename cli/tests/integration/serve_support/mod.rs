@@ -143,7 +143,8 @@ pub fn write_keys(dir: &TempDir, keys: &Value) -> PathBuf {
 }
 
 /// Every charge in a ledger (file path or PostgreSQL URL), read with `privmix ledger
-/// export`, as `tenant=<name>;<label>` (or the bare label without a tenant).
+/// export`, as `tenant=<name>;<label>` (or the bare label without a tenant): a charge
+/// record as one, a step record's run as `count` of them.
 pub fn ledger_charges(ledger: &Path) -> Vec<String> {
     let out = Command::new(env!("CARGO_BIN_EXE_privmix"))
         .args(["ledger", "export", ledger.to_str().unwrap()])
@@ -157,13 +158,23 @@ pub fn ledger_charges(ledger: &Path) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["kind"] == "charge")
-        .map(|v| {
+        .flat_map(|v| match v["kind"].as_str() {
+            Some("charge") => vec![(v.clone(), 1)],
+            Some("step") => v["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| (r.clone(), r["count"].as_u64().unwrap()))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .flat_map(|(v, count)| {
             let label = v["label"].as_str().unwrap_or_default();
-            match v["tenant"].as_str() {
+            let charge = match v["tenant"].as_str() {
                 Some(t) => format!("tenant={t};{label}"),
                 None => label.to_string(),
-            }
+            };
+            std::iter::repeat_n(charge, count as usize)
         })
         .collect()
 }
