@@ -30,7 +30,6 @@ use privmix_accountant::{PrivacyBudget, RdpCurve};
 use privmix_ensemble::lora::LoraBase;
 use privmix_ensemble::rows::LogProbRows;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
-use privmix_mechanisms::MechanismError;
 use privmix_models::{LanguageModel, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
