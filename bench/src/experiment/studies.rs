@@ -28,42 +28,7 @@ use super::scoring::StudyContender;
 use crate::error::BenchError;
 use crate::stats::Interval;
 
-/// What the studies run (None in the configuration: none).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StudyPlan {
-    /// Query counts of the queries curve (those above a seed's queries are
-    /// left out).
-    pub query_counts: Vec<u64>,
-    /// Target ε of the queries curve (those not among the run's ε too: PMixED
-    /// needs no trained model per ε).
-    pub query_epsilons: Vec<f64>,
-    /// Enforcement orders α_c of the ablation.
-    pub alpha_cs: Vec<f64>,
-    /// Whether the ablation has the paper's-accounting row.
-    pub paper_accounting: bool,
-    /// Ensemble sizes N of the ablation, each a run of its own with members
-    /// trained on proportionally more records where the corpus allows.
-    #[serde(default)]
-    pub members: Vec<usize>,
-    /// Seeds of those runs: the main table's first seeds (the same queries).
-    #[serde(default)]
-    pub members_seeds: usize,
-}
-
-impl Default for StudyPlan {
-    /// The issue's: 16, 64, 254, 1016 queries at ε 8 and 2; α_c ∈ {4, 8, 18, 36};
-    /// the paper's accounting.
-    fn default() -> Self {
-        Self {
-            query_counts: vec![16, 64, 254, 1016],
-            query_epsilons: vec![8.0, 2.0],
-            alpha_cs: vec![4.0, 8.0, 18.0, 36.0],
-            paper_accounting: true,
-            members: vec![32, 64, 100],
-            members_seeds: 3,
-        }
-    }
-}
+pub use super::config::StudyPlan;
 
 /// Which study a row belongs to.
 pub const QUERIES: &str = "queries curve";
