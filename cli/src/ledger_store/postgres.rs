@@ -57,11 +57,11 @@ use postgres::types::ToSql;
 use postgres::{Client, Config, GenericClient, IsolationLevel, NoTls, Row, Transaction};
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 
-#[cfg(test)]
-use super::{StoreReceipt, Tenant};
 use super::snapshot::{BudgetChange, Record, Snapshot, StoreFormat, TenantSpent};
 use super::step::PendingCharge;
 use super::{LedgerStore, StepOutcomes, StoreError, check_budget, check_tenant_name};
+#[cfg(test)]
+use super::{StoreReceipt, Tenant};
 
 /// The schema version this build reads and writes.
 pub const SCHEMA_VERSION: i32 = 1;
