@@ -319,31 +319,11 @@ pub fn build_mechanism(
                     ),
                 ));
             }
-            let beta = p.beta.unwrap_or(plan.epsilon / plan.queries.max(1) as f64);
             let config = match p.radius {
-                Some(radius) => SubmixConfig::new(n / 2, p.submix_alpha, beta, p.alpha_c, radius)?,
-                None => match plan.spent {
-                    Some(spent) => SubmixConfig::calibrate_after(
-                        spent,
-                        plan.epsilon,
-                        plan.delta,
-                        plan.queries.max(1),
-                        n / 2,
-                        p.submix_alpha,
-                        beta,
-                        p.alpha_c,
-                    )?,
-                    None => SubmixConfig::calibrate(
-                        plan.epsilon,
-                        plan.delta,
-                        plan.queries.max(1),
-                        n / 2,
-                        p.submix_alpha,
-                        beta,
-                        p.alpha_c,
-                        plan.orders,
-                    )?,
-                },
+                Some(radius) => {
+                    SubmixConfig::new(n / 2, p.submix_alpha, submix_beta(plan), p.alpha_c, radius)?
+                }
+                None => calibrate_submix(plan)?,
             };
             let pairs: Vec<(usize, usize)> = (0..n / 2).map(|k| (2 * k, 2 * k + 1)).collect();
             (
@@ -351,6 +331,42 @@ pub fn build_mechanism(
                 RowLayout::submix_pairs(&pairs),
             )
         }
+    })
+}
+
+/// SubMix's β: `--beta`, else ε spread over the queries.
+fn submix_beta(plan: &MechanismPlan<'_>) -> f64 {
+    plan.params
+        .beta
+        .unwrap_or(plan.epsilon / plan.queries.max(1) as f64)
+}
+
+/// SubMix over `members / 2` pairs, its radius calibrated to the plan's budget
+/// (after what the account has spent, when it has).
+fn calibrate_submix(plan: &MechanismPlan<'_>) -> Result<SubmixConfig, CliError> {
+    let p = plan.params;
+    let (parts, beta) = (plan.members / 2, submix_beta(plan));
+    Ok(match plan.spent {
+        Some(spent) => SubmixConfig::calibrate_after(
+            spent,
+            plan.epsilon,
+            plan.delta,
+            plan.queries.max(1),
+            parts,
+            p.submix_alpha,
+            beta,
+            p.alpha_c,
+        )?,
+        None => SubmixConfig::calibrate(
+            plan.epsilon,
+            plan.delta,
+            plan.queries.max(1),
+            parts,
+            p.submix_alpha,
+            beta,
+            p.alpha_c,
+            plan.orders,
+        )?,
     })
 }
 
@@ -368,30 +384,7 @@ pub fn calibrated_radius(plan: &MechanismPlan<'_>) -> Result<Option<f64>, CliErr
         MechanismKind::Pmixed => Some(calibrate_pmixed(plan, p.q)?.radius()),
         MechanismKind::Adapmixed => Some(calibrate_pmixed(plan, 1.0)?.radius()),
         MechanismKind::Submix if n >= 2 && n.is_multiple_of(2) => {
-            let beta = p.beta.unwrap_or(plan.epsilon / plan.queries.max(1) as f64);
-            let config = match plan.spent {
-                Some(spent) => SubmixConfig::calibrate_after(
-                    spent,
-                    plan.epsilon,
-                    plan.delta,
-                    plan.queries.max(1),
-                    n / 2,
-                    p.submix_alpha,
-                    beta,
-                    p.alpha_c,
-                )?,
-                None => SubmixConfig::calibrate(
-                    plan.epsilon,
-                    plan.delta,
-                    plan.queries.max(1),
-                    n / 2,
-                    p.submix_alpha,
-                    beta,
-                    p.alpha_c,
-                    plan.orders,
-                )?,
-            };
-            Some(config.radius())
+            Some(calibrate_submix(plan)?.radius())
         }
         _ => None,
     })
