@@ -31,6 +31,7 @@ pub mod data;
 pub mod induced;
 pub mod long;
 pub mod members;
+pub mod paper_accounting;
 pub mod scoring;
 pub mod studies;
 pub mod training;

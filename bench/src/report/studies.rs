@@ -134,9 +134,10 @@ pub fn markdown(r: &ExperimentResults) -> String {
              one thing in the table's PMixED (α_c {}, N = {}, the proven bound) over every \
              seed's queries; \"gap share\" is the part of the PMixED → DP-SGD gap the change \
              accounts for (per seed: (PMixED − row)/(PMixED − DP-SGD)). The paper's-accounting \
-             row runs PMixED at the radius the paper's own bound (arXiv:2410.02016, Thm 3.1, \
-             unproven for a constraint at one order) allows: **not a DP guarantee**; its spent \
-             ε is what the proven bound charges for that radius.\n\n\
+             row runs PMixED at the radius the paper's own accounting allows (arXiv:2410.02016, \
+             Thm 3.1 at every order, converted at the best one; unproven for a constraint at one \
+             order): **not a DP guarantee**; its spent ε is what the proven bound charges for \
+             that radius.\n\n\
              | change | perplexity | gap share | ε spent (proven) | mean λ | parameters |\n\
              |---|---|---|---|---|---|",
             r.config.scoring.pmixed_alpha_c, r.config.members
