@@ -98,10 +98,11 @@ pub use event::pmixed::{pmixed_query, pmixed_subsampled};
 pub use event::randomized_response::randomized_response;
 pub use event::{DpEvent, MAX_EVENT_DEPTH};
 pub use ledger::{
-    EntryKind, FORMAT_VERSION, Ledger, LedgerEntry, LedgerError, LedgerHeader, LedgerReader,
-    LedgerSummary, MAX_DEFINITIONS, MAX_EVENT_BYTES, MAX_LABEL_BYTES, MAX_MEMBER_ID_BYTES,
-    MAX_PROTECTED_MEMBERS, MAX_STEP_DEFINITIONS, MAX_STEP_RUNS, OLDEST_READABLE_VERSION,
-    PrivacyBudget, ProtectedSet, Receipt, StepCharge, StepCost, StepReceipt, StepRun, verify,
+    EntryKind, EventDecodeError, FORMAT_VERSION, Ledger, LedgerEntry, LedgerError, LedgerHeader,
+    LedgerReader, LedgerSummary, MAX_DEFINITIONS, MAX_EVENT_BYTES, MAX_LABEL_BYTES,
+    MAX_MEMBER_ID_BYTES, MAX_PROTECTED_MEMBERS, MAX_STEP_DEFINITIONS, MAX_STEP_RUNS,
+    OLDEST_READABLE_VERSION, PrivacyBudget, ProtectedSet, Receipt, StepCharge, StepCost,
+    StepReceipt, StepRun, decode_event, encode_event, verify,
 };
 pub use pld::{PldError, PrivacyLossDistribution, dp_sgd_epsilon};
 

@@ -296,13 +296,17 @@ pub fn export(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
                         time_ms,
                         tenant,
                         label,
+                        count,
                         curve,
+                        event,
                     } => json!({
                         "kind": "charge",
                         "sequence": sequence,
                         "time_ms": time_ms,
                         "tenant": tenant,
                         "label": label,
+                        "count": count,
+                        "event": event,
                         "epsilons": epsilons_json(&curve),
                     }),
                     Record::Budget(c) => json!({

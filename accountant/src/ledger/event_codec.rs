@@ -133,6 +133,29 @@ pub(crate) fn encode(event: &DpEvent, out: &mut Vec<u8>) {
     }
 }
 
+/// The ledger's encoding of `event`: the bytes a record holds, for stores that
+/// keep events in their own tables (privmix's PostgreSQL ledger) and must read
+/// them back exactly as a ledger file does.
+pub fn encode_event(event: &DpEvent) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode(event, &mut out);
+    out
+}
+
+/// An event encoding [`decode_event`] refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid event encoding: {reason}")]
+pub struct EventDecodeError {
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Decodes what [`encode_event`] wrote, checking every field as construction
+/// does and that the encoding fills `bytes` exactly.
+pub fn decode_event(bytes: &[u8]) -> Result<DpEvent, EventDecodeError> {
+    decode(bytes).map_err(|reason| EventDecodeError { reason })
+}
+
 /// Decodes an event that must fill `bytes` exactly, and validates it.
 pub(crate) fn decode(bytes: &[u8]) -> Result<DpEvent, String> {
     let mut cursor = Cursor { bytes, at: 0 };
@@ -309,6 +332,15 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(decode(&long).unwrap_err().contains("bytes after"));
+        // The public pair is the same encoding, its refusal typed.
+        assert_eq!(encode_event(&event), bytes);
+        assert_eq!(decode_event(&bytes).unwrap(), event);
+        assert!(
+            decode_event(&long)
+                .unwrap_err()
+                .reason
+                .contains("bytes after")
+        );
         for cut in 0..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "truncated at {cut}");
         }

@@ -85,7 +85,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub use budget::{PrivacyBudget, Receipt};
 pub use entry::{EntryKind, LedgerEntry, LedgerHeader, StepRun};
 pub use error::LedgerError;
-pub use event_codec::MAX_EVENT_BYTES;
+pub use event_codec::{EventDecodeError, MAX_EVENT_BYTES, decode_event, encode_event};
 pub use format::{
     MAX_DEFINITIONS, MAX_LABEL_BYTES, MAX_STEP_DEFINITIONS, MAX_STEP_RUNS, OLDEST_READABLE_VERSION,
     VERSION as FORMAT_VERSION,

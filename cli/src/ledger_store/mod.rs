@@ -27,6 +27,8 @@
 pub mod account;
 pub mod file;
 pub mod open;
+#[cfg(test)]
+mod pg_rows_tests;
 pub mod postgres;
 pub mod snapshot;
 pub mod step;

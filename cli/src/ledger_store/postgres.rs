@@ -1,6 +1,6 @@
 //! The PostgreSQL store: one ledger shared by several `privmix serve` replicas.
 //!
-//! # Tables (schema version 1)
+//! # Tables (schema version 2)
 //!
 //! ```text
 //! privmix_ledger   one row: schema_version, orders float8[], the initial and the current
@@ -8,10 +8,30 @@
 //!                  created_at, next_sequence (records so far), charges
 //! privmix_spent    tenant text PRIMARY KEY, curve float8[], charges: each tenant's
 //!                  composed spending, and everyone's under the reserved key `*`
+//! privmix_costs    each distinct cost once: id, curve float8[] (its RDP curve at the
+//!                  ledger's orders), event bytea (the data-independent `DpEvent` in the
+//!                  file ledger's encoding; empty for a measured curve without one)
 //! privmix_charges  append-only: sequence PRIMARY KEY, tenant (NULL: none), label,
-//!                  curve float8[], at
+//!                  cost (a privmix_costs id), count (charges of that cost in a row),
+//!                  curve float8[] (only in rows of schema version 1, whose cost is
+//!                  NULL and count 1), at
 //! privmix_budgets  every budget change: sequence PRIMARY KEY, ε, δ, at, after_charges
 //! ```
+//!
+//! A step commit writes one `privmix_charges` row per run of consecutive accepted
+//! charges with the same tenant, label and cost: a step of eight requests of one tenant
+//! under the same mechanism is one row of a few dozen bytes, whatever the curve's size,
+//! and a cost's curve is stored once per ledger. Replay (`verify`, `export`) composes a
+//! run's curve `count` times in turn with `RdpCurve::compose`, rounded up — the very
+//! operations the writer made, so the totals read back equal the stored totals bit for
+//! bit. A cost's stored curve must not be below its event's curve as this build computes
+//! it, order by order; `verify` checks that, so a record never under-counts its event.
+//!
+//! A database of schema version 1 (one row and one curve per charge) is upgraded in
+//! place the first time a build of version 2 opens it, in one transaction: the new
+//! table and columns are added and every existing row is read as it was (a charge of
+//! its own curve, count 1). A build of version 1 refuses the upgraded database
+//! ([`StoreError::UnsupportedSchema`]).
 //!
 //! They are created when absent, in the first schema of the connection's `search_path`
 //! (a URL's `options=-c search_path=…` gives a ledger its own schema). Floats travel in
@@ -23,10 +43,11 @@
 //! SHARE ROW EXCLUSIVE MODE` before any read: the lock is taken before the transaction's
 //! snapshot, so charges queue on it instead of failing each other's serialization (the
 //! pattern PostgreSQL's `LOCK` documentation gives for serializable writers). It then
-//! reads the header, the total and the tenant's spending `FOR UPDATE`, composes the
-//! charge onto both with `RdpCurve::compose` (rounded up), checks the tenant's budget and
-//! the total budget by `RdpCurve::epsilon` exactly as the file ledger does, updates the
-//! spending rows and the header's counters, appends the charge, and commits. A
+//! reads the header, the total and the tenants' spending `FOR UPDATE`, composes each
+//! charge of the step in turn onto both with `RdpCurve::compose` (rounded up), checks the
+//! tenant's budget and the total budget by `RdpCurve::epsilon` exactly as the file ledger
+//! does (a refused charge is dropped and the next one checked), updates the spending rows
+//! and the header's counters, appends the runs, and commits. A
 //! serialization failure or deadlock (SQLSTATE 40001, 40P01) rolls back everything and
 //! is retried, a bounded number of times. Records are numbered under the lock, so record
 //! order is commit order, and the stored total is the composition of the committed
@@ -48,23 +69,23 @@
 //! Connections are made without TLS (this build links no TLS library): reach the server
 //! over a Unix socket or a trusted network.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, Config, GenericClient, IsolationLevel, NoTls, Row, Transaction};
-use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
+use privmix_accountant::{DpEvent, Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 
 use super::snapshot::{BudgetChange, Record, Snapshot, StoreFormat, TenantSpent};
-use super::step::PendingCharge;
+use super::step::{Cost, PendingCharge};
 use super::{LedgerStore, StepOutcomes, StoreError, check_budget, check_tenant_name};
 #[cfg(test)]
 use super::{StoreReceipt, Tenant};
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 /// The key of everyone's spending in `privmix_spent` (not a valid tenant name).
 const TOTAL_KEY: &str = "*";
 /// How many transactions a charge or a raise tries before giving up.
@@ -99,12 +120,21 @@ CREATE TABLE IF NOT EXISTS privmix_spent (
     curve float8[] NOT NULL,
     charges bigint NOT NULL CHECK (charges >= 0)
 );
+CREATE TABLE IF NOT EXISTS privmix_costs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    curve float8[] NOT NULL,
+    event bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS privmix_costs_event ON privmix_costs USING hash (event);
 CREATE TABLE IF NOT EXISTS privmix_charges (
     sequence bigint PRIMARY KEY,
     tenant text,
     label text NOT NULL,
-    curve float8[] NOT NULL,
-    at timestamptz NOT NULL
+    curve float8[],
+    cost bigint REFERENCES privmix_costs (id),
+    count bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
+    at timestamptz NOT NULL,
+    CHECK ((curve IS NULL) <> (cost IS NULL))
 );
 CREATE TABLE IF NOT EXISTS privmix_budgets (
     sequence bigint PRIMARY KEY,
@@ -114,6 +144,24 @@ CREATE TABLE IF NOT EXISTS privmix_budgets (
     after_charges bigint NOT NULL,
     CHECK ((epsilon IS NULL) = (delta IS NULL))
 );
+";
+
+/// What upgrades a database of schema version 1 to version 2 (see the module docs):
+/// costs are stored once and a charge row names one with a count; the rows already
+/// there keep their curves (cost NULL, count 1).
+const UPGRADE_1_TO_2: &str = "
+CREATE TABLE IF NOT EXISTS privmix_costs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    curve float8[] NOT NULL,
+    event bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS privmix_costs_event ON privmix_costs USING hash (event);
+ALTER TABLE privmix_charges
+    ALTER COLUMN curve DROP NOT NULL,
+    ADD COLUMN cost bigint REFERENCES privmix_costs (id),
+    ADD COLUMN count bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
+    ADD CHECK ((curve IS NULL) <> (cost IS NULL));
+UPDATE privmix_ledger SET schema_version = 2;
 ";
 
 /// Milliseconds since the Unix epoch of a `timestamptz` column, in SQL.
@@ -131,6 +179,8 @@ pub struct PostgresStore {
     orders: Orders,
     budget: Option<PrivacyBudget>,
     protected_set: Option<ProtectedSet>,
+    /// The ids of the costs this handle has seen committed, by [`Prepared::key`].
+    cost_ids: HashMap<Vec<u8>, i64>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -286,6 +336,7 @@ impl PostgresStore {
         if !exists {
             return Err(StoreError::NotFound { store: describe });
         }
+        upgrade(&mut client).map_err(|f| fail(&describe, f))?;
         let header = read_header(&mut client, &describe)
             .map_err(|f| fail(&describe, f))?
             .ok_or_else(|| StoreError::NotFound {
@@ -298,6 +349,7 @@ impl PostgresStore {
             orders: header.orders,
             budget: header.budget,
             protected_set: header.protected_set,
+            cost_ids: HashMap::new(),
         })
     }
 
@@ -353,6 +405,7 @@ impl PostgresStore {
             orders,
             budget,
             protected_set: protected,
+            cost_ids: HashMap::new(),
         })
     }
 
@@ -372,12 +425,13 @@ impl PostgresStore {
                 .read_only(true)
                 .start()
                 .map_err(pg("starting a read"))?;
+            let costs = read_costs(&mut tx, &orders, &describe)?;
             {
                 let mut rows = tx
                     .query_raw(RECORDS_SQL, std::iter::empty::<&dyn ToSql>())
                     .map_err(pg("reading the records"))?;
                 while let Some(row) = rows.next().map_err(pg("reading the records"))? {
-                    each(record_of(&row, &orders, &describe)?)?;
+                    each(record_of(&row, &orders, &costs, &describe)?)?;
                 }
             }
             tx.commit().map_err(pg("ending a read"))
@@ -415,16 +469,18 @@ impl PostgresStore {
             let mut budget = header.initial_budget;
             let mut records = 0u64;
             let mut charges = 0u64;
+            let costs = read_costs(&mut tx, &orders, &describe)?;
             {
                 let mut rows = tx
                     .query_raw(RECORDS_SQL, std::iter::empty::<&dyn ToSql>())
                     .map_err(pg("reading the records"))?;
                 while let Some(row) = rows.next().map_err(pg("reading the records"))? {
-                    match record_of(&row, &orders, &describe)? {
+                    match record_of(&row, &orders, &costs, &describe)? {
                         Record::Charge {
                             sequence,
                             tenant,
                             curve,
+                            count,
                             ..
                         } => {
                             if sequence != records {
@@ -432,7 +488,12 @@ impl PostgresStore {
                                     "record {records} is missing (the next is {sequence})"
                                 )));
                             }
-                            total = total.compose(&curve)?;
+                            // A run's charges in turn, as the writer composed them;
+                            // the spend only grows, so checking after the run's last
+                            // charge checks each.
+                            for _ in 0..count {
+                                total = total.compose(&curve)?;
+                            }
                             if let Some(b) = budget {
                                 let spent = total.epsilon(b.delta())?;
                                 if spent.epsilon > b.epsilon() {
@@ -444,23 +505,16 @@ impl PostgresStore {
                                 }
                             }
                             if let Some(name) = tenant {
-                                match tenants.get_mut(&name) {
-                                    Some(t) => {
-                                        t.charges += 1;
-                                        t.spent = t.spent.compose(&curve)?;
-                                    }
-                                    None => {
-                                        tenants.insert(
-                                            name,
-                                            TenantSpent {
-                                                charges: 1,
-                                                spent: curve,
-                                            },
-                                        );
-                                    }
+                                let t = tenants.entry(name).or_insert_with(|| TenantSpent {
+                                    charges: 0,
+                                    spent: RdpCurve::zero(orders.clone()),
+                                });
+                                for _ in 0..count {
+                                    t.spent = t.spent.compose(&curve)?;
                                 }
+                                t.charges += count;
                             }
-                            charges += 1;
+                            charges += count;
                         }
                         Record::Budget(change) => {
                             if change.sequence != records {
@@ -525,6 +579,25 @@ impl PostgresStore {
             })
         })();
         checked.map_err(|f| fail(&describe, f))
+    }
+
+    /// A step commit (see [`LedgerStore::commit_step`]): every charge checked and
+    /// encoded, then one serializable transaction.
+    fn commit(&mut self, charges: &[PendingCharge]) -> Result<Committed, StoreError> {
+        let prepared = charges
+            .iter()
+            .map(|c| Prepared::new(c, &self.orders))
+            .collect::<Result<Vec<_>, _>>()?;
+        let describe = self.describe.clone();
+        let known = std::mem::take(&mut self.cost_ids);
+        let committed = self
+            .serializable(|tx, orders| commit_charges(tx, orders, &describe, &prepared, &known));
+        self.cost_ids = known;
+        let committed = committed?;
+        // Only now are the new costs' ids in the database for every later transaction.
+        self.cost_ids.extend(committed.new_costs.iter().cloned());
+        self.budget = committed.budget;
+        Ok(committed)
     }
 
     /// The connection, made again if it was lost (checking the server again).
@@ -626,34 +699,18 @@ impl LedgerStore for PostgresStore {
         curve: &RdpCurve,
         label: &str,
     ) -> Result<StoreReceipt, StoreError> {
-        if curve.orders() != &self.orders {
-            return Err(privmix_accountant::AccountantError::OrdersDiffer.into());
-        }
-        check_label(label)?;
-        if let Some(t) = tenant {
-            check_tenant_name(&t.name)?;
-        }
-        let describe = self.describe.clone();
-        let (receipt, budget) = self
-            .serializable(|tx, orders| charge_steps(tx, orders, &describe, tenant, curve, label))?;
-        self.budget = budget;
-        Ok(receipt)
+        // One charge is a step of one: the same path.
+        let charge = PendingCharge {
+            tenant: tenant.cloned(),
+            cost: Cost::Curve(curve.clone()),
+            label: label.to_owned(),
+        };
+        let committed = self.commit(std::slice::from_ref(&charge))?;
+        receipt_of(committed, tenant, self.budget, &self.describe)
     }
 
     fn commit_step(&mut self, charges: &[PendingCharge]) -> Result<StepOutcomes, StoreError> {
-        let mut curves = Vec::with_capacity(charges.len());
-        for charge in charges {
-            curves.push(charge.cost.curve(&self.orders)?);
-            check_label(&charge.label)?;
-            if let Some(t) = &charge.tenant {
-                check_tenant_name(&t.name)?;
-            }
-        }
-        let describe = self.describe.clone();
-        let (outcomes, budget) =
-            self.serializable(|tx, orders| step_steps(tx, orders, &describe, charges, &curves))?;
-        self.budget = budget;
-        Ok(outcomes)
+        Ok(self.commit(charges)?.outcomes)
     }
 
     fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError> {
@@ -761,114 +818,103 @@ impl LedgerStore for PostgresStore {
     }
 }
 
+/// The receipt of a one-charge step.
 #[cfg(test)]
-/// The steps of one charge inside `tx` (everything but the commit). See the module
-/// docs. Returns the receipt and the total budget read.
-fn charge_steps(
-    tx: &mut Transaction<'_>,
-    orders: &Orders,
-    describe: &str,
+fn receipt_of(
+    committed: Committed,
     tenant: Option<&Tenant>,
-    curve: &RdpCurve,
-    label: &str,
-) -> Result<(StoreReceipt, Option<PrivacyBudget>), Fail> {
-    // Before any read, so that the transaction's snapshot is taken after the lock.
-    tx.batch_execute("LOCK TABLE privmix_ledger IN SHARE ROW EXCLUSIVE MODE")
-        .map_err(pg("locking the ledger"))?;
-    let h = tx
-        .query_one(
-            "SELECT budget_epsilon, budget_delta, next_sequence, charges FROM privmix_ledger FOR UPDATE",
-            &[],
-        )
-        .map_err(pg("reading the header"))?;
-    let budget = budget_of(&h, 0, 1, describe)?;
-    let sequence: i64 = h.get(2);
-    let charges: i64 = h.get(3);
-    let mut keys = vec![TOTAL_KEY];
-    if let Some(t) = tenant {
-        keys.push(&t.name);
+    budget: Option<PrivacyBudget>,
+    describe: &str,
+) -> Result<StoreReceipt, StoreError> {
+    if let Some(Err(_)) = committed.outcomes.first() {
+        let mut outcomes = committed.outcomes;
+        return Err(outcomes.remove(0).unwrap_err());
     }
-    let rows = tx
-        .query(
-            "SELECT tenant, curve, charges FROM privmix_spent WHERE tenant = ANY($1) FOR UPDATE",
-            &[&keys],
-        )
-        .map_err(pg("reading the spending"))?;
-    let mut found: BTreeMap<String, (RdpCurve, i64)> = BTreeMap::new();
-    for row in &rows {
-        let key: String = row.get(0);
-        let spent = curve_of(orders, row.get(1), describe)?;
-        found.insert(key, (spent, row.get(2)));
-    }
-    let (total, total_charges) =
-        found
-            .remove(TOTAL_KEY)
-            .ok_or_else(|| StoreError::Inconsistent {
-                store: describe.to_owned(),
-                reason: "the total's spending row is missing".into(),
-            })?;
-    // The tenant's budget first, then the total's, as the file store does.
-    let tenant_update = match tenant {
-        Some(t) => {
-            let (spent, n) = found
-                .remove(&t.name)
-                .unwrap_or_else(|| (RdpCurve::zero(orders.clone()), 0));
-            let (composed, at_delta) =
-                check_budget(|| format!("tenant {}", t.name), &spent, curve, t.budget)?;
-            Some((t.name.as_str(), composed, n + 1, at_delta))
-        }
+    let sequence = committed
+        .first_sequence
+        .ok_or_else(|| StoreError::Backend(format!("ledger {describe}: nothing was recorded")))?;
+    let spent = match budget {
+        Some(b) => Some(committed.spent[TOTAL_KEY].0.epsilon(b.delta())?),
         None => None,
     };
-    let (new_total, spent) = check_budget(|| "total".into(), &total, curve, budget)?;
-
-    tx.execute(
-        "UPDATE privmix_ledger SET next_sequence = $1, charges = $2",
-        &[&(sequence + 1), &(charges + 1)],
-    )
-    .map_err(pg("updating the header"))?;
-    let upsert = "INSERT INTO privmix_spent (tenant, curve, charges) VALUES ($1, $2, $3)
-                  ON CONFLICT (tenant) DO UPDATE SET curve = EXCLUDED.curve, charges = EXCLUDED.charges";
-    tx.execute(
-        upsert,
-        &[&TOTAL_KEY, &new_total.epsilons(), &(total_charges + 1)],
-    )
-    .map_err(pg("updating the total"))?;
-    let mut tenant_spent = None;
-    if let Some((name, composed, n, at_delta)) = &tenant_update {
-        tx.execute(upsert, &[name, &composed.epsilons(), n])
-            .map_err(pg("updating the tenant's spending"))?;
-        tenant_spent = *at_delta;
-    }
-    tx.execute(
-        "INSERT INTO privmix_charges (sequence, tenant, label, curve, at)
-         VALUES ($1, $2, $3, $4, clock_timestamp())",
-        &[
-            &sequence,
-            &tenant.map(|t| t.name.as_str()),
-            &label,
-            &curve.epsilons(),
-        ],
-    )
-    .map_err(pg("appending the charge"))?;
-    let receipt = StoreReceipt {
-        sequence: u64_of(sequence, "next_sequence", describe)?,
+    let tenant_spent = match tenant.and_then(|t| Some((&t.name, t.budget?))) {
+        Some((name, b)) => Some(committed.spent[name].0.epsilon(b.delta())?),
+        None => None,
+    };
+    Ok(StoreReceipt {
+        sequence,
         spent,
         tenant_spent,
-    };
-    Ok((receipt, budget))
+    })
+}
+
+/// One charge of a step, checked and encoded before the transaction.
+struct Prepared<'a> {
+    charge: &'a PendingCharge,
+    curve: RdpCurve,
+    /// The event's encoding; empty for a measured curve.
+    event: Vec<u8>,
+    /// The cost's identity: the curve's bits, then the event's encoding.
+    key: Vec<u8>,
+}
+
+impl<'a> Prepared<'a> {
+    fn new(charge: &'a PendingCharge, orders: &Orders) -> Result<Self, StoreError> {
+        check_label(&charge.label)?;
+        if let Some(t) = &charge.tenant {
+            check_tenant_name(&t.name)?;
+        }
+        let curve = charge.cost.curve(orders)?;
+        let event = match &charge.cost {
+            Cost::Event(e) => privmix_accountant::encode_event(e),
+            Cost::Curve(_) => Vec::new(),
+        };
+        let mut key: Vec<u8> = curve
+            .epsilons()
+            .iter()
+            .flat_map(|e| e.to_le_bytes())
+            .collect();
+        key.extend_from_slice(&event);
+        Ok(Self {
+            charge,
+            curve,
+            event,
+            key,
+        })
+    }
+
+    fn tenant(&self) -> Option<&'a str> {
+        self.charge.tenant.as_ref().map(|t| t.name.as_str())
+    }
+}
+
+/// What a step commit's transaction did.
+struct Committed {
+    outcomes: StepOutcomes,
+    /// The total budget read under the lock.
+    budget: Option<PrivacyBudget>,
+    /// The costs it stored, by key (valid only once the transaction commits).
+    new_costs: Vec<(Vec<u8>, i64)>,
+    /// The first record number it wrote, if it wrote any.
+    #[cfg_attr(not(test), allow(dead_code))]
+    first_sequence: Option<u64>,
+    /// The spending after it, by key (`*` and the tenants it charged).
+    #[cfg_attr(not(test), allow(dead_code))]
+    spent: BTreeMap<String, (RdpCurve, i64)>,
 }
 
 /// The steps of one step commit inside `tx` (everything but the commit): the charge
-/// transaction of the module docs for every charge of the step in turn, each checked on
-/// what the ones before it left, a refused one skipped. Returns each charge's outcome
-/// and the total budget read.
-fn step_steps(
+/// transaction of the module docs, each charge of the step checked in turn on what the
+/// ones before it left, a refused one skipped; then one row per run of consecutive
+/// accepted charges with the same tenant, label and cost. `known` are the cost ids
+/// already committed.
+fn commit_charges(
     tx: &mut Transaction<'_>,
     orders: &Orders,
     describe: &str,
-    charges: &[PendingCharge],
-    curves: &[RdpCurve],
-) -> Result<(StepOutcomes, Option<PrivacyBudget>), Fail> {
+    prepared: &[Prepared<'_>],
+    known: &HashMap<Vec<u8>, i64>,
+) -> Result<Committed, Fail> {
     tx.batch_execute("LOCK TABLE privmix_ledger IN SHARE ROW EXCLUSIVE MODE")
         .map_err(pg("locking the ledger"))?;
     let h = tx
@@ -878,14 +924,10 @@ fn step_steps(
         )
         .map_err(pg("reading the header"))?;
     let budget = budget_of(&h, 0, 1, describe)?;
-    let mut sequence: i64 = h.get(2);
+    let first: i64 = h.get(2);
     let mut recorded: i64 = h.get(3);
     let mut keys: Vec<&str> = vec![TOTAL_KEY];
-    keys.extend(
-        charges
-            .iter()
-            .filter_map(|c| c.tenant.as_ref().map(|t| t.name.as_str())),
-    );
+    keys.extend(prepared.iter().filter_map(Prepared::tenant));
     let rows = tx
         .query(
             "SELECT tenant, curve, charges FROM privmix_spent WHERE tenant = ANY($1) FOR UPDATE",
@@ -907,17 +949,19 @@ fn step_steps(
         .into());
     }
     let mut touched: Vec<String> = vec![TOTAL_KEY.to_owned()];
-    let mut outcomes = Vec::with_capacity(charges.len());
-    for (charge, curve) in charges.iter().zip(curves) {
-        // The tenant's budget first, then the total's, as for one charge.
+    let mut outcomes = Vec::with_capacity(prepared.len());
+    // Runs of accepted charges: (index of the first charge of the run, count).
+    let mut runs: Vec<(usize, i64)> = Vec::new();
+    for (i, p) in prepared.iter().enumerate() {
+        // The tenant's budget first, then the total's, as the file store does.
         let mut tenant_after = None;
-        if let Some(t) = &charge.tenant {
+        if let Some(t) = &p.charge.tenant {
             let zero = (RdpCurve::zero(orders.clone()), 0);
             let (tenant_spent, n) = spent.get(&t.name).unwrap_or(&zero);
             match check_budget(
                 || format!("tenant {}", t.name),
                 tenant_spent,
-                curve,
+                &p.curve,
                 t.budget,
             ) {
                 Ok((composed, _)) => tenant_after = Some((t.name.clone(), composed, n + 1)),
@@ -929,7 +973,7 @@ fn step_steps(
             }
         }
         let (total, n) = &spent[TOTAL_KEY];
-        let total_after = match check_budget(|| "total".into(), total, curve, budget) {
+        let total_after = match check_budget(|| "total".into(), total, &p.curve, budget) {
             Ok((composed, _)) => (composed, n + 1),
             Err(e @ StoreError::Refused { .. }) => {
                 outcomes.push(Err(e));
@@ -944,20 +988,43 @@ fn step_steps(
             }
             spent.insert(name, (composed, n));
         }
-        tx.execute(
-            "INSERT INTO privmix_charges (sequence, tenant, label, curve, at)
-             VALUES ($1, $2, $3, $4, clock_timestamp())",
-            &[
-                &sequence,
-                &charge.tenant.as_ref().map(|t| t.name.as_str()),
-                &charge.label,
-                &curve.epsilons(),
-            ],
-        )
-        .map_err(pg("appending the charge"))?;
-        sequence += 1;
         recorded += 1;
         outcomes.push(Ok(()));
+        match runs.last_mut() {
+            Some((start, count))
+                if prepared[*start].tenant() == p.tenant()
+                    && prepared[*start].charge.label == p.charge.label
+                    && prepared[*start].key == p.key =>
+            {
+                *count += 1;
+            }
+            _ => runs.push((i, 1)),
+        }
+    }
+    let mut new_costs: Vec<(Vec<u8>, i64)> = Vec::new();
+    let mut sequence = first;
+    for &(start, count) in &runs {
+        let p = &prepared[start];
+        let cost = match known.get(&p.key).or_else(|| {
+            new_costs
+                .iter()
+                .find(|(k, _)| *k == p.key)
+                .map(|(_, id)| id)
+        }) {
+            Some(&id) => id,
+            None => {
+                let id = cost_id(tx, orders, describe, p)?;
+                new_costs.push((p.key.clone(), id));
+                id
+            }
+        };
+        tx.execute(
+            "INSERT INTO privmix_charges (sequence, tenant, label, cost, count, at)
+             VALUES ($1, $2, $3, $4, $5, clock_timestamp())",
+            &[&sequence, &p.tenant(), &p.charge.label, &cost, &count],
+        )
+        .map_err(pg("appending the charges"))?;
+        sequence += 1;
     }
     tx.execute(
         "UPDATE privmix_ledger SET next_sequence = $1, charges = $2",
@@ -971,39 +1038,170 @@ fn step_steps(
         tx.execute(upsert, &[key, &curve.epsilons(), n])
             .map_err(pg("updating the spending"))?;
     }
-    Ok((outcomes, budget))
+    Ok(Committed {
+        outcomes,
+        budget,
+        new_costs,
+        first_sequence: (!runs.is_empty())
+            .then(|| u64_of(first, "next_sequence", describe))
+            .transpose()?,
+        spent,
+    })
+}
+
+/// The id of `p`'s cost in `privmix_costs`, stored now if the table lacks it. Called
+/// under the ledger's lock, so no other writer stores the same cost meanwhile. The
+/// curve is compared bit for bit here (SQL's float equality takes -0 for 0).
+fn cost_id(
+    tx: &mut Transaction<'_>,
+    orders: &Orders,
+    describe: &str,
+    p: &Prepared<'_>,
+) -> Result<i64, Fail> {
+    let rows = tx
+        .query(
+            "SELECT id, curve FROM privmix_costs WHERE event = $1",
+            &[&p.event],
+        )
+        .map_err(pg("looking up a cost"))?;
+    for row in &rows {
+        let stored = curve_of(orders, row.get(1), describe)?;
+        let same = stored
+            .epsilons()
+            .iter()
+            .zip(p.curve.epsilons())
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        if same {
+            return Ok(row.get(0));
+        }
+    }
+    Ok(tx
+        .query_one(
+            "INSERT INTO privmix_costs (curve, event) VALUES ($1, $2) RETURNING id",
+            &[&p.curve.epsilons(), &p.event],
+        )
+        .map_err(pg("storing a cost"))?
+        .get(0))
+}
+
+/// A stored cost: its curve and the event it was computed from, if any.
+struct StoredCost {
+    curve: RdpCurve,
+    event: Option<DpEvent>,
+}
+
+/// Every row of `privmix_costs`, by id, each checked: a curve over the ledger's orders,
+/// a valid event, and the curve not below the event's curve at any order (a record
+/// never under-counts its event).
+fn read_costs(
+    tx: &mut Transaction<'_>,
+    orders: &Orders,
+    describe: &str,
+) -> Result<HashMap<i64, StoredCost>, Fail> {
+    let bad = |reason: String| {
+        Fail::Store(StoreError::Inconsistent {
+            store: describe.to_owned(),
+            reason,
+        })
+    };
+    let rows = tx
+        .query("SELECT id, curve, event FROM privmix_costs", &[])
+        .map_err(pg("reading the costs"))?;
+    let mut out = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let id: i64 = row.get(0);
+        let curve = curve_of(orders, row.get(1), describe)?;
+        let bytes: Vec<u8> = row.get(2);
+        let event = if bytes.is_empty() {
+            None
+        } else {
+            let event = privmix_accountant::decode_event(&bytes)
+                .map_err(|e| bad(format!("cost {id}: {e}")))?;
+            let computed = event.rdp(orders)?;
+            if curve
+                .epsilons()
+                .iter()
+                .zip(computed.epsilons())
+                .any(|(stored, at_least)| stored < at_least)
+            {
+                return Err(bad(format!(
+                    "cost {id}'s recorded curve is below its event's curve"
+                )));
+            }
+            Some(event)
+        };
+        out.insert(id, StoredCost { curve, event });
+    }
+    Ok(out)
 }
 
 /// Every record, charges and budget changes, in sequence order.
 const RECORDS_SQL: &str = concat!(
     "SELECT sequence, ",
     ms!("at"),
-    ", tenant, label, curve, NULL::float8, NULL::float8, NULL::int8 FROM privmix_charges
+    ", tenant, label, curve, cost, count, NULL::float8, NULL::float8, NULL::int8
+     FROM privmix_charges
      UNION ALL
      SELECT sequence, ",
     ms!("at"),
-    ", NULL, NULL, NULL, epsilon, delta, after_charges FROM privmix_budgets
+    ", NULL, NULL, NULL, NULL, NULL, epsilon, delta, after_charges FROM privmix_budgets
      ORDER BY 1"
 );
 
-fn record_of(row: &Row, orders: &Orders, describe: &str) -> Result<Record, Fail> {
+fn record_of(
+    row: &Row,
+    orders: &Orders,
+    costs: &HashMap<i64, StoredCost>,
+    describe: &str,
+) -> Result<Record, Fail> {
     let sequence = u64_of(row.get(0), "sequence", describe)?;
     let time_ms = u64_of(row.get(1), "time", describe)?;
     let label: Option<String> = row.get(3);
-    Ok(match label {
-        Some(label) => Record::Charge {
+    let Some(label) = label else {
+        return Ok(Record::Budget(BudgetChange {
             sequence,
             time_ms,
-            tenant: row.get(2),
-            label,
-            curve: curve_of(orders, row.get(4), describe)?,
-        },
-        None => Record::Budget(BudgetChange {
-            sequence,
-            time_ms,
-            budget: budget_of(row, 5, 6, describe)?,
-            after_charges: u64_of(row.get(7), "after_charges", describe)?,
-        }),
+            budget: budget_of(row, 7, 8, describe)?,
+            after_charges: u64_of(row.get(9), "after_charges", describe)?,
+        }));
+    };
+    // A row of schema version 1 holds its curve; a later one names its cost.
+    let (curve, event) = match (
+        row.get::<_, Option<Vec<f64>>>(4),
+        row.get::<_, Option<i64>>(5),
+    ) {
+        (Some(values), None) => (curve_of(orders, values, describe)?, None),
+        (None, Some(id)) => {
+            let cost = costs.get(&id).ok_or_else(|| StoreError::Inconsistent {
+                store: describe.to_owned(),
+                reason: format!("charge {sequence} names cost {id}, which is not stored"),
+            })?;
+            (cost.curve.clone(), cost.event.clone())
+        }
+        _ => {
+            return Err(StoreError::Inconsistent {
+                store: describe.to_owned(),
+                reason: format!("charge {sequence} has both or neither of a curve and a cost"),
+            }
+            .into());
+        }
+    };
+    let count = u64_of(row.get(6), "count", describe)?;
+    if count == 0 {
+        return Err(StoreError::Inconsistent {
+            store: describe.to_owned(),
+            reason: format!("charge {sequence} has a count of 0"),
+        }
+        .into());
+    }
+    Ok(Record::Charge {
+        sequence,
+        time_ms,
+        tenant: row.get(2),
+        label,
+        count,
+        curve,
+        event,
     })
 }
 
@@ -1071,6 +1269,33 @@ fn connect(config: &Config, describe: &str) -> Result<Client, StoreError> {
         ))
         .map_err(|e| postgres_error(describe, "setting the session", e))?;
     Ok(client)
+}
+
+/// Upgrades a database of schema version 1 to this build's (see the module docs), in
+/// one transaction under the creation lock and an exclusive lock on the header, so
+/// that replicas opening it at once upgrade it once. Any other version is left for
+/// [`read_header`] to refuse.
+fn upgrade(client: &mut Client) -> Result<(), Fail> {
+    fn version(c: &mut impl GenericClient) -> Result<Option<i32>, Fail> {
+        Ok(
+            c.query_opt("SELECT schema_version FROM privmix_ledger", &[])
+                .map_err(pg("reading the schema version"))?
+                .map(|row| row.get(0)),
+        )
+    }
+    if version(client)? != Some(1) {
+        return Ok(());
+    }
+    let mut tx = client.transaction().map_err(pg("starting the upgrade"))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CREATE_LOCK_KEY])
+        .map_err(pg("locking for the upgrade"))?;
+    tx.batch_execute("LOCK TABLE privmix_ledger IN ACCESS EXCLUSIVE MODE")
+        .map_err(pg("locking for the upgrade"))?;
+    if version(&mut tx)? == Some(1) {
+        tx.batch_execute(UPGRADE_1_TO_2)
+            .map_err(pg("upgrading the schema"))?;
+    }
+    tx.commit().map_err(pg("committing the upgrade"))
 }
 
 /// The header row, or `None` when the table is empty.
@@ -1244,12 +1469,19 @@ pub(crate) mod test_hooks {
             .start()
             .map_err(|e| e.to_string())?;
         let orders = curve.orders().clone();
-        let out = charge_steps(&mut tx, &orders, &describe, tenant, curve, label);
+        let charge = PendingCharge {
+            tenant: tenant.cloned(),
+            cost: Cost::Curve(curve.clone()),
+            label: label.to_owned(),
+        };
+        let prepared = [Prepared::new(&charge, &orders).map_err(|e| e.to_string())?];
+        let out = commit_charges(&mut tx, &orders, &describe, &prepared, &HashMap::new());
         before_abandon();
         // No rollback message: the server learns of the end only from the closed socket.
         std::mem::forget(tx);
         drop(client);
-        out.map(|(r, _)| r)
-            .map_err(|f| fail(&describe, f).to_string())
+        let committed = out.map_err(|f| fail(&describe, f).to_string())?;
+        let budget = committed.budget;
+        receipt_of(committed, tenant, budget, &describe).map_err(|e| e.to_string())
     }
 }

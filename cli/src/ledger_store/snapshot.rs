@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use privmix_accountant::{
-    EntryKind, LedgerReader, LedgerSummary, Orders, PrivacyBudget, ProtectedSet, RdpCurve,
+    DpEvent, EntryKind, LedgerReader, LedgerSummary, Orders, PrivacyBudget, ProtectedSet, RdpCurve,
 };
 
 use super::{StoreError, split_label};
@@ -63,8 +63,13 @@ pub enum Record {
         tenant: Option<String>,
         /// The label given with it (without a file ledger's tenant prefix).
         label: String,
-        /// What it spent.
+        /// How many charges of `curve` the record holds, recorded together and
+        /// composed in turn (1 for a record of one charge).
+        count: u64,
+        /// What each of them spent.
         curve: RdpCurve,
+        /// The data-independent event `curve` was computed from, when recorded.
+        event: Option<DpEvent>,
     },
     /// A budget change.
     Budget(BudgetChange),
