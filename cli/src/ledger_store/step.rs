@@ -1,7 +1,7 @@
 //! Step commits: the charges of one decoding step of every request, recorded together.
 //!
 //! A step runs each request's mechanism with a [`StepAccount`], which only collects what
-//! the mechanism charges; then [`super::LedgerStore::commit_step`] records every request's
+//! the mechanism charges (`serve` and `generate` both collect with it); then [`super::LedgerStore::commit_step`] records every request's
 //! charge at once (one write and one `fdatasync` for a file ledger, one transaction for
 //! PostgreSQL), checking the budgets in request order, so that a refusal drops only that
 //! request's charge. Only then are the step's tokens released: charge-before-release

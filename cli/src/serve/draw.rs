@@ -9,57 +9,12 @@
 //! mechanism's own state may count a charge the store then refuses (the request
 //! ends there): an over-count, never an under-count.
 
-use privmix_accountant::{DpEvent, Orders, RdpCurve};
-use privmix_mechanisms::{Account, Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows};
+use privmix_accountant::Orders;
+use privmix_mechanisms::{Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows};
 use rayon::prelude::*;
 
+use crate::ledger_store::StepAccount;
 use crate::temper::temper_log_probs;
-
-/// A charge a mechanism asked for, in the form it asked for it.
-#[derive(Debug, Clone)]
-pub enum Charge {
-    /// [`Account::charge`].
-    Curve(RdpCurve, String),
-    /// [`Account::charge_event`].
-    Event(DpEvent, String),
-}
-
-impl Charge {
-    /// Charges `account` as the mechanism asked.
-    pub fn commit(&self, account: &mut dyn Account) -> Result<(), MechanismError> {
-        match self {
-            Self::Curve(curve, label) => account.charge(curve, label),
-            Self::Event(event, label) => account.charge_event(event, label),
-        }
-    }
-}
-
-/// An account that records the charges asked of it and accepts them all: the
-/// step's charges are committed to the store (where budgets are enforced) before
-/// any of its tokens is released.
-#[derive(Debug)]
-struct Recorder<'a> {
-    orders: &'a Orders,
-    charges: &'a mut Vec<Charge>,
-}
-
-impl Account for Recorder<'_> {
-    fn orders(&self) -> &Orders {
-        self.orders
-    }
-
-    fn charge(&mut self, curve: &RdpCurve, label: &str) -> Result<(), MechanismError> {
-        self.charges
-            .push(Charge::Curve(curve.clone(), label.to_string()));
-        Ok(())
-    }
-
-    fn charge_event(&mut self, event: &DpEvent, label: &str) -> Result<(), MechanismError> {
-        self.charges
-            .push(Charge::Event(event.clone(), label.to_string()));
-        Ok(())
-    }
-}
 
 /// What a request's mechanism drew this step.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,8 +37,9 @@ pub struct MechanismState {
     /// The tempered log-probabilities.
     tempered: Vec<f32>,
     ensemble: Option<Ensemble>,
-    /// The charges of the step in progress.
-    pub charges: Vec<Charge>,
+    /// What the mechanism charged in the step in progress, collected (the store's
+    /// step commit decides); `None` when it did not step.
+    pub account: Option<StepAccount>,
     /// The step's outcome.
     pub drawn: Drawn,
 }
@@ -97,7 +53,7 @@ impl MechanismState {
             probs: Vec::new(),
             tempered: Vec::new(),
             ensemble: None,
-            charges: Vec::new(),
+            account: None,
             drawn: Drawn::Nothing,
         })
     }
@@ -105,10 +61,10 @@ impl MechanismState {
     /// One mechanism step on `log_probs` (the request's public row, then its
     /// member rows, `vocab` natural-log probabilities each) at `temperature`:
     /// the rows turned into probabilities, validated into the reused ensemble,
-    /// the mechanism's output computed, its charges recorded in `self.charges`
+    /// the mechanism's output computed, its charges collected in `self.account`
     /// and a token drawn into `self.drawn`.
     fn step(&mut self, log_probs: &[f32], vocab: usize, temperature: f64, orders: &Orders) {
-        self.charges.clear();
+        self.account = None;
         let rows = if temperature == 1.0 {
             log_probs
         } else {
@@ -132,14 +88,12 @@ impl MechanismState {
                 return;
             }
         };
-        let mut account = Recorder {
-            orders,
-            charges: &mut self.charges,
-        };
+        let mut account = StepAccount::new(orders.clone());
         self.drawn = match self.mechanism.step(&ensemble, &mut self.rng, &mut account) {
             Ok(outcome) => Drawn::Token(outcome.token),
             Err(e) => Drawn::Failed(e.public_description()),
         };
+        self.account = Some(account);
         self.ensemble = Some(ensemble);
     }
 }
@@ -189,12 +143,13 @@ mod tests {
             &orders,
         );
         assert!(matches!(state.drawn, Drawn::Token(t) if t < 3));
-        assert_eq!(state.charges.len(), 1);
-        // The recorded charge is the one the mechanism charges an account itself.
-        let mut budget = privmix_mechanisms::Unbudgeted::new(orders.clone());
-        state.charges[0].commit(&mut budget).unwrap();
+        // The collected charge is the one the mechanism charges an account itself.
+        let charge = state.account.take().unwrap().into_charge(None).unwrap();
         let mut direct = Pmixed::new(PmixedConfig::new(36.0, 0.5, 1.0).unwrap());
-        assert_eq!(budget.spent(), direct.charge_curve(&orders, 2).unwrap());
+        assert_eq!(
+            &charge.cost.curve(&orders).unwrap(),
+            direct.charge_curve(&orders, 2).unwrap()
+        );
     }
 
     #[test]
@@ -214,6 +169,6 @@ mod tests {
             &orders,
         );
         assert!(matches!(state.drawn, Drawn::Failed(_)));
-        assert!(state.charges.is_empty());
+        assert!(state.account.is_none());
     }
 }

@@ -35,7 +35,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::args::MechanismParams;
 use crate::error::CliError;
-use crate::ledger_store::{LedgerStore, StepAccount, StoreError, Tenant};
+use crate::ledger_store::{LedgerStore, StoreError, Tenant};
 use crate::setup::{MechanismPlan, build_mechanism, calibrated_radius};
 
 use super::detok::Detokeniser;
@@ -271,7 +271,7 @@ where
                 let _ = a.job.events.send(Note::Started(Instant::now()));
             }
             a.mech.drawn = Drawn::Nothing;
-            a.mech.charges.clear();
+            a.mech.account = None;
         }
         let orders = store.orders().clone();
         let vocab = active[0].current.vocab();
@@ -544,21 +544,16 @@ fn commit_step<B: Backend, M>(
             }
             Drawn::Token(t) => t,
         };
-        let mut account = StepAccount::new(orders.clone());
-        let mut outcome = Committed::Token(token);
-        for charge in &a.mech.charges {
-            if let Err(e) = charge.commit(&mut account) {
-                outcome = Committed::Failed(e.public_description());
-                break;
-            }
-        }
-        if matches!(outcome, Committed::Token(_))
-            && let Some(charge) = account.into_charge(a.job.tenant.as_ref())
-        {
+        let charge = a
+            .mech
+            .account
+            .take()
+            .and_then(|account| account.into_charge(a.job.tenant.as_ref()));
+        if let Some(charge) = charge {
             *charged_at.last_mut().expect("pushed above") = Some(pending.len());
             pending.push(charge);
         }
-        out.push(outcome);
+        out.push(Committed::Token(token));
     }
     if pending.is_empty() {
         return Ok(out);
