@@ -1,13 +1,15 @@
-//! Fine-tuning the N members, one after the other, each resumable from its
-//! checkpoint folder `checkpoints/member-NNN/` (the trainer's checkpoints
-//! resume to the bit-identical trajectory), and the manifest once all are done.
+//! Fine-tuning the N members together ([`JointTrainer`]: one batched pass
+//! over the shared base per step, each member's rows through its own
+//! factors), each resumable from its checkpoint folder
+//! `checkpoints/member-NNN/` (the trainer's checkpoints resume to the
+//! bit-identical trajectory), and the manifest once all are done.
 
 use std::collections::BTreeMap;
 
 use burn::backend::Flex;
 use privmix_ensemble::data::{Corpus, HASH_PARTITION_RULE, hash_partition};
 use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
-use privmix_ensemble::train::{AdamWConfig, TrainConfig, TrainError, Trainer};
+use privmix_ensemble::train::{AdamWConfig, JointTrainer, TrainConfig, TrainError, Trainer};
 use privmix_models::Model;
 
 use super::args::TrainArgs;
@@ -22,6 +24,19 @@ use super::prepared::{
 };
 use crate::error::CliError;
 use crate::protected::adapter_identity;
+
+/// A member this run trains: what its record needs beside the trainer.
+struct Pending {
+    k: usize,
+    name: String,
+    tokens: u64,
+    train_blocks: usize,
+    held_out_blocks: usize,
+    total: usize,
+    train_seed: u64,
+    /// Its [`DONE_FILE`].
+    done: std::path::PathBuf,
+}
 
 /// Written into a member's checkpoint folder once its PEFT folder and card are
 /// complete: its record, so that a rerun skips it.
@@ -110,8 +125,10 @@ pub(crate) fn train(
     shards: &[Vec<String>],
     args: &TrainArgs,
 ) -> Result<bool, CliError> {
-    let mut records = Vec::with_capacity(shards.len());
+    let mut records: Vec<Option<MemberRecord>> = vec![None; shards.len()];
     let mut unfinished = 0;
+    let mut pending = Vec::new();
+    let mut trainers = Vec::new();
     for (k, users) in shards.iter().enumerate() {
         let name = format!("member-{k:03}");
         let checkpoints = p.out.join(CHECKPOINTS).join(&name);
@@ -119,7 +136,7 @@ pub(crate) fn train(
         if done.is_file() {
             let record: MemberRecord = read_json(&done)?;
             eprintln!("{name}: trained by an earlier run");
-            records.push(record);
+            records[k] = Some(record);
             continue;
         }
         let fail = |source: TrainError| TrainCmdError::Training {
@@ -147,17 +164,55 @@ pub(crate) fn train(
         } else {
             Trainer::<TrainBackend, _>::new(model, train, held, config).map_err(fail)?
         };
-        let mut trainer = trainer
-            .with_checkpoints(&checkpoints)
-            .with_progress_label(&name);
-        let report = trainer
-            .run_until(args.stop_at_step.unwrap_or(total))
-            .map_err(fail)?;
+        trainers.push(
+            trainer
+                .with_checkpoints(&checkpoints)
+                .with_progress_label(&name),
+        );
+        pending.push(Pending {
+            k,
+            name,
+            tokens: shard.tokens,
+            train_blocks,
+            held_out_blocks,
+            total,
+            train_seed,
+            done,
+        });
+    }
+    // Every unfinished member in one batched step over the shared base.
+    let names = || {
+        pending
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let joint_fail = |source: TrainError| TrainCmdError::Training {
+        member: names(),
+        source,
+    };
+    let (trainers, reports) = if trainers.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        let mut joint = JointTrainer::new(trainers).map_err(joint_fail)?;
+        let reports = joint
+            .run_until(args.stop_at_step.unwrap_or(usize::MAX))
+            .map_err(joint_fail)?;
+        (joint.into_members(), reports)
+    };
+    for ((m, trainer), report) in pending.iter().zip(&trainers).zip(reports) {
+        let (k, name, total) = (m.k, &m.name, m.total);
+        let users = &shards[k];
+        let fail = |source: TrainError| TrainCmdError::Training {
+            member: name.clone(),
+            source,
+        };
         if report.steps < total && !report.stopped_early {
             eprintln!(
                 "{name}: stopped at step {} of {total} (--stop-at-step); checkpoint in {}",
                 report.steps,
-                checkpoints.display()
+                p.out.join(CHECKPOINTS).join(name).display()
             );
             unfinished += 1;
             continue;
@@ -175,7 +230,7 @@ pub(crate) fn train(
                     trainer.evaluate().map_err(fail)?,
                 ),
             };
-        let dir = p.out.join(&name);
+        let dir = p.out.join(name);
         adapter
             .save_peft(&dir)
             .map_err(|source| TrainCmdError::AdapterWrite {
@@ -187,14 +242,14 @@ pub(crate) fn train(
             path: name.clone(),
             adapter_sha256: adapter_identity(&dir)?,
             users: users.len(),
-            tokens: shard.tokens,
-            train_blocks,
-            held_out_blocks,
+            tokens: m.tokens,
+            train_blocks: m.train_blocks,
+            held_out_blocks: m.held_out_blocks,
             data_sha256: data_hash(users.iter().map(|u| {
                 let text = p.corpus.get(u).map(|t| t.text.as_str()).unwrap_or_default();
                 (u.as_str(), text)
             })),
-            train_seed,
+            train_seed: m.train_seed,
             total_steps: total,
             steps: report.steps,
             stopped_early: report.stopped_early,
@@ -211,13 +266,13 @@ pub(crate) fn train(
             what: format!("writing {}", readme.display()),
             source,
         })?;
-        write_json_atomic(&done, &record)?;
+        write_json_atomic(&m.done, &record)?;
         eprintln!(
             "{name}: {} users, {} tokens, {} training / {} held-out blocks; {} of {total} steps{}, training loss {}, held-out loss {}",
             record.users,
             record.tokens,
-            train_blocks,
-            held_out_blocks,
+            m.train_blocks,
+            m.held_out_blocks,
             record.steps,
             if record.stopped_early {
                 " (early stopping)"
@@ -227,7 +282,7 @@ pub(crate) fn train(
             fmt_loss(record.train_loss),
             fmt_loss(record.held_out_loss),
         );
-        records.push(record);
+        records[k] = Some(record);
     }
     if unfinished > 0 {
         eprintln!(
@@ -258,7 +313,7 @@ pub(crate) fn train(
             users: assignment,
         }),
         config: p.config.clone(),
-        members: records,
+        members: records.into_iter().flatten().collect(),
         dp_sgd: None,
     };
     let path = p.out.join(MANIFEST_FILE);

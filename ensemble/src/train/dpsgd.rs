@@ -26,7 +26,7 @@ use rand_chacha::ChaCha20Rng;
 
 use super::adamw::{AdamW, AdamWConfig, linear_schedule};
 use super::error::TrainError;
-use super::host::{DropoutPlan, HostSlot, StepPath};
+use super::host::{Group, HostSlot, StepPath};
 use super::loss::check_blocks;
 use super::params::LoraParams;
 use super::privacy::{DpSgdEpsilon, DpSgdNoise, clip_to_norm, dp_sgd_epsilon, poisson_sample};
@@ -234,14 +234,12 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrai
             let mut out = Vec::with_capacity(picked.len());
             for ids in picked.chunks(HOST_EXAMPLES) {
                 let blocks: Vec<&Vec<u32>> = ids.iter().map(|&i| &self.data[i]).collect();
-                let plan = DropoutPlan(if c.lora.lora_dropout > 0.0 {
-                    ids.iter().map(|&i| dropout(i)).collect()
-                } else {
-                    Vec::new()
-                });
-                let params = &self.params;
+                let groups: Vec<Group> = ids
+                    .iter()
+                    .map(|&i| Group::new(&self.params, 1, Some(dropout(i))))
+                    .collect();
                 out.extend(privmix_models::threads::on_hot_pool(|| {
-                    host.loss_and_gradients(params, &blocks, &plan, true)
+                    host.losses_and_gradients(&blocks, &groups)
                 })?);
             }
             return Ok(out);

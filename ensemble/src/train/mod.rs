@@ -10,6 +10,7 @@ mod dpsgd;
 mod dpsgd_checkpoint;
 mod error;
 mod host;
+mod joint;
 mod loss;
 mod params;
 mod privacy;
@@ -21,6 +22,7 @@ pub use config::TrainConfig;
 pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer, NoiseSource};
 pub use error::TrainError;
 pub use host::StepPath;
+pub use joint::JointTrainer;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};
 pub use privacy::{

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha20Rng;
 use super::adamw::{AdamW, linear_schedule};
 use super::config::TrainConfig;
 use super::error::TrainError;
-use super::host::{DropoutPlan, HostSlot, StepPath};
+use super::host::{Group, HostSlot, StepPath};
 use super::loss::{check_blocks, mean_nll};
 use super::params::LoraParams;
 use super::trainable::{Dropout, loss_and_gradient};
@@ -175,31 +175,49 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'
     /// at the scheduled learning rate. Returns the mean training loss.
     pub fn step(&mut self) -> Result<f64, TrainError> {
         let c = &self.config;
-        let lr = linear_schedule(c.learning_rate, self.step, c.warmup_steps, c.total_steps);
-        let mut grad = vec![0.0f32; self.params.len()];
+        let (accum, len) = (c.grad_accum, self.params.len());
+        let mut grad = vec![0.0f32; len];
         let mut loss = 0.0f64;
-        let take = c.batch_size.min(self.train.len());
-        for micro in 0..c.grad_accum {
-            let picked = index::sample(&mut self.rng, self.train.len(), take);
-            let blocks: Vec<&Vec<u32>> = picked.iter().map(|i| &self.train[i]).collect();
-            let dropout = Dropout {
-                p: c.lora.lora_dropout,
-                seed: c.seed,
-                pass: (self.step * c.grad_accum + micro) as u64,
-            };
+        for micro in 0..accum {
+            let (picked, dropout) = self.draw(micro);
+            let blocks: Vec<&Vec<u32>> = picked.iter().map(|&i| &self.train[i]).collect();
             let (l, g) = self.loss_and_gradient(&blocks, Some(dropout))?;
-            loss += l / c.grad_accum as f64;
-            for (acc, x) in grad.iter_mut().zip(&g) {
-                *acc += x / c.grad_accum as f32;
-            }
+            accumulate(&mut loss, &mut grad, l, &g, accum);
         }
+        self.apply(loss, &grad)
+    }
+
+    /// Micro-batch `micro` of the current step: the training blocks drawn
+    /// (without replacement) from the ChaCha20 stream, and the dropout pass.
+    pub(crate) fn draw(&mut self, micro: usize) -> (Vec<usize>, Dropout) {
+        let c = &self.config;
+        let take = c.batch_size.min(self.train.len());
+        let picked = index::sample(&mut self.rng, self.train.len(), take).into_vec();
+        let dropout = Dropout {
+            p: c.lora.lora_dropout,
+            seed: c.seed,
+            pass: (self.step * c.grad_accum + micro) as u64,
+        };
+        (picked, dropout)
+    }
+
+    /// Training block `i`.
+    pub(crate) fn train_block(&self, i: usize) -> &Vec<u32> {
+        &self.train[i]
+    }
+
+    /// Ends a step: the mean loss and gradient of its micro-batches checked
+    /// finite, one AdamW update at the scheduled learning rate.
+    pub(crate) fn apply(&mut self, loss: f64, grad: &[f32]) -> Result<f64, TrainError> {
+        let c = &self.config;
+        let lr = linear_schedule(c.learning_rate, self.step, c.warmup_steps, c.total_steps);
         if !loss.is_finite() {
             return Err(TrainError::NonFinite("loss", self.step));
         }
         if grad.iter().any(|g| !g.is_finite()) {
             return Err(TrainError::NonFinite("gradient", self.step));
         }
-        self.opt.step(self.params.values_mut(), &grad, lr)?;
+        self.opt.step(self.params.values_mut(), grad, lr)?;
         self.step += 1;
         self.history.train_loss.push(loss);
         Ok(loss)
@@ -212,10 +230,9 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'
         dropout: Option<Dropout>,
     ) -> Result<(f64, Vec<f32>), TrainError> {
         if let Some(host) = self.host.get::<B, M>(self.model)? {
-            let plan = DropoutPlan(dropout.filter(|d| d.p > 0.0).into_iter().collect());
-            let params = &self.params;
+            let groups = [Group::new(&self.params, blocks.len(), dropout)];
             let out = privmix_models::threads::on_hot_pool(|| {
-                host.loss_and_gradients(params, blocks, &plan, false)
+                host.losses_and_gradients(blocks, &groups)
             })?;
             return out
                 .into_iter()
@@ -233,8 +250,17 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'
         if n == 0 {
             return Ok(None);
         }
-        let adapter: LoraAdapter<B> = self.params.to_adapter(&self.base, &self.device)?;
         let mut total = 0.0;
+        if let Some(host) = self.host.get::<B, M>(self.model)? {
+            for chunk in self.held_out[..n].chunks(self.config.batch_size) {
+                let blocks: Vec<&Vec<u32>> = chunk.iter().collect();
+                let groups = [Group::new(&self.params, blocks.len(), None)];
+                let l = privmix_models::threads::on_hot_pool(|| host.losses(&blocks, &groups))?;
+                total += l[0] * chunk.len() as f64;
+            }
+            return Ok(Some(total / n as f64));
+        }
+        let adapter: LoraAdapter<B> = self.params.to_adapter(&self.base, &self.device)?;
         for chunk in self.held_out[..n].chunks(self.config.batch_size) {
             let blocks: Vec<&Vec<u32>> = chunk.iter().collect();
             let l = mean_nll(self.model, &blocks, Some(&adapter))?;
@@ -258,26 +284,43 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'
         let bar = self.progress_bar();
         while self.step < until && !self.stopped_early {
             let loss = self.step()?;
-            let c = &self.config;
-            if c.eval_every > 0
-                && self.step.is_multiple_of(c.eval_every)
-                && let Some(e) = self.evaluate()?
-            {
-                self.record_eval(e);
-            }
-            bar.set_position(self.step as u64);
-            bar.set_message(match self.history.eval_loss.last() {
-                Some((_, e)) => format!("loss {loss:.4} held-out {e:.4}"),
-                None => format!("loss {loss:.4}"),
-            });
-            if let Some(dir) = &self.checkpoint_dir
-                && self.config.checkpoint_every > 0
-                && self.step.is_multiple_of(self.config.checkpoint_every)
-            {
-                self.save_checkpoint(dir.clone())?;
-            }
+            self.after_step(loss, &bar)?;
         }
         bar.finish_and_clear();
+        self.finish()
+    }
+
+    /// Whether the run still has a step to take before step `until`.
+    pub(crate) fn wants_step(&self, until: usize) -> bool {
+        self.step < until.min(self.config.total_steps) && !self.stopped_early
+    }
+
+    /// After a step of loss `loss`: the held-out evaluation and early
+    /// stopping when due, the progress bar, the periodic checkpoint.
+    pub(crate) fn after_step(&mut self, loss: f64, bar: &ProgressBar) -> Result<(), TrainError> {
+        let c = &self.config;
+        if c.eval_every > 0
+            && self.step.is_multiple_of(c.eval_every)
+            && let Some(e) = self.evaluate()?
+        {
+            self.record_eval(e);
+        }
+        bar.set_position(self.step as u64);
+        bar.set_message(match self.history.eval_loss.last() {
+            Some((_, e)) => format!("loss {loss:.4} held-out {e:.4}"),
+            None => format!("loss {loss:.4}"),
+        });
+        if let Some(dir) = &self.checkpoint_dir
+            && self.config.checkpoint_every > 0
+            && self.step.is_multiple_of(self.config.checkpoint_every)
+        {
+            self.save_checkpoint(dir.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Saves the closing checkpoint of a run (when a folder is set).
+    pub(crate) fn finish(&self) -> Result<TrainReport, TrainError> {
         if let Some(dir) = &self.checkpoint_dir {
             self.save_checkpoint(dir.clone())?;
         }
@@ -309,7 +352,7 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'
         }
     }
 
-    fn progress_bar(&self) -> ProgressBar {
+    pub(crate) fn progress_bar(&self) -> ProgressBar {
         let bar = ProgressBar::new(self.config.total_steps as u64);
         if self.config.progress && std::io::stderr().is_terminal() {
             bar.set_draw_target(ProgressDrawTarget::stderr());
@@ -326,6 +369,15 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'
         }
         bar.set_position(self.step as u64);
         bar
+    }
+}
+
+/// Adds micro-batch loss `l` and gradient `g` into the step's means over
+/// `accum` micro-batches.
+pub(crate) fn accumulate(loss: &mut f64, grad: &mut [f32], l: f64, g: &[f32], accum: usize) {
+    *loss += l / accum as f64;
+    for (acc, x) in grad.iter_mut().zip(g) {
+        *acc += x / accum as f32;
     }
 }
 

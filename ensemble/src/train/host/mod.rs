@@ -24,6 +24,15 @@
 //!   each product split by output rows over rayon's threads.
 //! - **Attention saved, not recomputed**: the softmax probabilities of every
 //!   head (`rows × heads × seq²` per layer) are kept for the backward pass.
+//! - **Memory bounded by a budget.** A step's rows run in chunks whose saved
+//!   activations fit [`HostLlama::activation_budget`]; where one row's do
+//!   not (long blocks), each layer's input alone is kept and the layer's
+//!   forward pass runs again before its backward pass. The logits are
+//!   formed a slice of tokens at a time, and a tied head's weight is the
+//!   embedding table, kept once.
+//! - **Rows in groups** ([`Group`]): each group of rows has its own adapter,
+//!   dropout pass, mean loss and gradient — one group for a trainer's batch,
+//!   one per example for DP-SGD, one per member for members trained together.
 //! - **Buffers reused** across steps ([`HostLlama`] keeps a pool), so a step
 //!   does not pay page faults on hundreds of MB of fresh allocations.
 
@@ -34,10 +43,10 @@ mod step;
 mod tests;
 mod weights;
 
-pub(crate) use step::DropoutPlan;
+pub(crate) use step::Group;
 pub(crate) use weights::HostLlama;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use burn::tensor::backend::AutodiffBackend;
 
@@ -55,11 +64,12 @@ pub enum StepPath {
     Autodiff,
 }
 
-/// A trainer's host copy of the model, built on first use.
-#[derive(Debug, Default)]
+/// A trainer's host copy of the model, built on first use; clones share
+/// one copy (members trained together read one set of weights).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct HostSlot {
     path: StepPath,
-    copy: OnceLock<Option<HostLlama>>,
+    copy: Arc<OnceLock<Option<HostLlama>>>,
 }
 
 impl HostSlot {
@@ -67,8 +77,13 @@ impl HostSlot {
     pub fn new(path: StepPath) -> Self {
         Self {
             path,
-            copy: OnceLock::new(),
+            copy: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// The path asked for.
+    pub fn path(&self) -> StepPath {
+        self.path
     }
 
     /// The host copy of `model` when the host step serves it (built on the

@@ -16,7 +16,7 @@ use privmix_models::{LoadOptions, Model};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{DropoutPlan, HostLlama};
+use super::{Group, HostLlama};
 use crate::lora::{LoraBase, LoraConfig};
 use crate::train::params::LoraParams;
 use crate::train::trainable::{Dropout, loss_and_gradient};
@@ -105,8 +105,8 @@ fn host_step_matches_autodiff_batched_with_and_without_dropout() {
         ] {
             let want = loss_and_gradient::<AB, _>(&model, &p, &refs, dropout, &Default::default())
                 .unwrap();
-            let plan = DropoutPlan(dropout.into_iter().collect());
-            let got = host.loss_and_gradients(&p, &refs, &plan, false).unwrap();
+            let groups = [Group::new(&p, refs.len(), dropout)];
+            let got = host.losses_and_gradients(&refs, &groups).unwrap();
             assert_eq!(got.len(), 1);
             assert_close(&format!("{name} dropout {dropout:?}"), &got[0], &want);
         }
@@ -127,9 +127,8 @@ fn host_step_per_block_matches_autodiff_one_block_at_a_time() {
                 pass: 100 + k,
             })
             .collect();
-        let got = host
-            .loss_and_gradients(&p, &refs, &DropoutPlan(passes.clone()), true)
-            .unwrap();
+        let groups: Vec<Group> = passes.iter().map(|&d| Group::new(&p, 1, Some(d))).collect();
+        let got = host.losses_and_gradients(&refs, &groups).unwrap();
         assert_eq!(got.len(), 3);
         for (k, block) in refs.iter().enumerate() {
             let want = loss_and_gradient::<AB, _>(
@@ -155,9 +154,8 @@ fn host_gradient_matches_finite_differences() {
     let mut p = params(&model, 3);
     let data = blocks(2, 8, 256);
     let refs: Vec<&Vec<u32>> = data.iter().collect();
-    let none = DropoutPlan::default();
     let (_, g) = host
-        .loss_and_gradients(&p, &refs, &none, false)
+        .losses_and_gradients(&refs, &[Group::new(&p, refs.len(), None)])
         .unwrap()
         .remove(0);
     let mut order: Vec<usize> = (0..g.len()).collect();
@@ -167,7 +165,9 @@ fn host_gradient_matches_finite_differences() {
         let at = p.values()[i];
         let mut loss_at = |v: f32| {
             p.values_mut()[i] = v;
-            host.loss_and_gradients(&p, &refs, &none, false).unwrap()[0].0
+            host.losses_and_gradients(&refs, &[Group::new(&p, refs.len(), None)])
+                .unwrap()[0]
+                .0
         };
         let fd = (loss_at(at + h) - loss_at(at - h)) / (2.0 * f64::from(h));
         p.values_mut()[i] = at;
@@ -188,7 +188,112 @@ fn tokens_outside_the_vocabulary_are_an_error() {
     let bad = [vec![1, 2, 999]];
     let refs: Vec<&Vec<u32>> = bad.iter().collect();
     assert!(
-        host.loss_and_gradients(&p, &refs, &DropoutPlan::default(), false)
+        host.losses_and_gradients(&refs, &[Group::new(&p, 1, None)])
             .is_err()
     );
+}
+
+/// Rows in chunks of one or two, with and without recomputing each layer,
+/// give the one-pass step's losses and gradients; so does the forward-only
+/// loss.
+#[test]
+fn chunked_and_recomputed_steps_match_the_one_pass_step() {
+    for (name, model) in models().into_iter().take(2) {
+        let mut host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+        let p = params(&model, 11);
+        let data = blocks(5, 8, 256);
+        let refs: Vec<&Vec<u32>> = data.iter().collect();
+        let d = Dropout {
+            p: 0.2,
+            seed: 4,
+            pass: 2,
+        };
+        let groups = [Group::new(&p, 3, Some(d)), Group::new(&p, 2, None)];
+        let one_pass = host.losses_and_gradients(&refs, &groups).unwrap();
+        let (full, checkpointed) = host.row_floats(7, 0);
+        assert!(full > 2 * checkpointed, "{name}: {full} vs {checkpointed}");
+        let mut seen = Vec::new();
+        for budget in [8 * full, 4 * full, 4] {
+            host.activation_budget = budget;
+            let mode = host.chunking_of(&refs, &groups).unwrap();
+            seen.push(mode);
+            let what = format!("{mode:?}");
+            let got = host.losses_and_gradients(&refs, &groups).unwrap();
+            for (k, (g, want)) in got.iter().zip(&one_pass).enumerate() {
+                assert_close(&format!("{name} {what} group {k}"), g, want);
+            }
+            let losses = host.losses(&refs, &groups).unwrap();
+            for (l, (want, _)) in losses.iter().zip(&one_pass) {
+                assert!(
+                    (l - want).abs() <= 1e-5 * want.abs(),
+                    "{name} {what}: {l} vs {want}"
+                );
+            }
+        }
+        assert!(
+            seen.iter().any(|&(rows, re)| (2..5).contains(&rows) && !re),
+            "{seen:?}"
+        );
+        assert!(seen.contains(&(1, true)), "{seen:?}");
+    }
+}
+
+/// Groups through different adapters in one step (members trained
+/// together) get the losses and gradients each gets alone.
+#[test]
+fn groups_of_different_adapters_match_each_alone() {
+    let (_, model) = models().remove(0);
+    let mut host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let adapters: Vec<LoraParams> = (0..3).map(|k| params(&model, 20 + k)).collect();
+    let data = blocks(6, 8, 256);
+    let refs: Vec<&Vec<u32>> = data.iter().collect();
+    let pass = |k: u64| Dropout {
+        p: 0.1,
+        seed: 9,
+        pass: k,
+    };
+    let rows = [1, 3, 2];
+    let groups: Vec<Group> = adapters
+        .iter()
+        .zip(rows)
+        .enumerate()
+        .map(|(k, (p, r))| Group::new(p, r, Some(pass(k as u64))))
+        .collect();
+    for budget in [usize::MAX, 4] {
+        host.activation_budget = budget;
+        let together = host.losses_and_gradients(&refs, &groups).unwrap();
+        let mut first = 0;
+        for (k, g) in groups.iter().enumerate() {
+            let alone = host
+                .losses_and_gradients(&refs[first..first + g.rows], &[*g])
+                .unwrap();
+            assert_close(
+                &format!("member {k} budget {budget}"),
+                &together[k],
+                &alone[0],
+            );
+            first += g.rows;
+        }
+    }
+}
+
+#[test]
+fn groups_that_do_not_cover_the_blocks_or_differ_in_shape_are_refused() {
+    let (_, model) = models().remove(0);
+    let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let p = params(&model, 1);
+    let data = blocks(3, 6, 256);
+    let refs: Vec<&Vec<u32>> = data.iter().collect();
+    for rows in [[1, 1], [2, 2], [3, 0]] {
+        let groups = [Group::new(&p, rows[0], None), Group::new(&p, rows[1], None)];
+        assert!(
+            host.losses_and_gradients(&refs, &groups).is_err(),
+            "{rows:?}"
+        );
+    }
+    let cfg = LoraConfig::new(2, 4.0, &["q_proj"]).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let other = LoraParams::init(&cfg, &model.base_shapes().unwrap(), &mut rng).unwrap();
+    let groups = [Group::new(&p, 2, None), Group::new(&other, 1, None)];
+    assert!(host.losses_and_gradients(&refs, &groups).is_err());
 }

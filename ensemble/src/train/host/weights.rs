@@ -3,7 +3,8 @@
 
 use std::sync::Mutex;
 
-use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+use burn::tensor::backend::AutodiffBackend;
 use privmix_models::layers::rope::inv_freq;
 use privmix_models::layers::{Linear, RmsNorm, RopeStyle};
 use privmix_models::runtime::to_vec;
@@ -13,24 +14,91 @@ use super::pool::Pool;
 use crate::lora::transpose;
 use crate::train::error::TrainError;
 
+/// A weight's row-major values: burn-flex's own storage where the model's
+/// tensor lies that way (shared, not copied: the trainer's model keeps it
+/// anyway), else a copy.
+#[derive(Debug)]
+pub(crate) enum HostRows {
+    /// A view into a burn-flex tensor's storage.
+    #[cfg(feature = "flex")]
+    Shared {
+        tensor: burn::backend::flex::FlexTensor,
+        start: usize,
+        len: usize,
+    },
+    /// A copy.
+    Owned(Vec<f32>),
+}
+
+impl HostRows {
+    /// The values.
+    pub fn as_slice(&self) -> &[f32] {
+        match self {
+            #[cfg(feature = "flex")]
+            Self::Shared { tensor, start, len } => &tensor.storage::<f32>()[*start..*start + *len],
+            Self::Owned(v) => v,
+        }
+    }
+
+    /// `t` (`[rows, cols]` logically, read through `strides`) as row-major
+    /// `[r, c]` values where its storage lies so, with `strides` the
+    /// expected element strides of its two dimensions; else a copy of
+    /// `to_vec(t)` rearranged by `copy`.
+    fn read<B: AutodiffBackend>(
+        t: &Tensor<B, 2>,
+        strides: [usize; 2],
+        copy: impl FnOnce(Vec<f32>) -> Vec<f32>,
+    ) -> Result<Self, TrainError> {
+        #[cfg(feature = "flex")]
+        if let Some(shared) = Self::share(t, strides) {
+            return Ok(shared);
+        }
+        #[cfg(not(feature = "flex"))]
+        let _ = strides;
+        Ok(Self::Owned(copy(to_vec(t.clone())?)))
+    }
+
+    #[cfg(feature = "flex")]
+    fn share<B: AutodiffBackend>(t: &Tensor<B, 2>, strides: [usize; 2]) -> Option<Self> {
+        use burn::tensor::TensorPrimitive;
+        let TensorPrimitive::Float(p) = t.clone().inner().into_primitive() else {
+            return None;
+        };
+        let flex = (&p as &dyn std::any::Any).downcast_ref::<burn::backend::flex::FlexTensor>()?;
+        let layout = flex.layout();
+        let ok = flex.dtype() == burn::tensor::DType::F32
+            && layout.strides().len() == 2
+            && layout.strides()[0] == strides[0] as isize
+            && layout.strides()[1] == strides[1] as isize;
+        let len = t.dims().iter().product::<usize>();
+        let start = layout.start_offset();
+        (ok && flex.storage::<f32>().len() >= start + len).then(|| Self::Shared {
+            tensor: flex.clone(),
+            start,
+            len,
+        })
+    }
+}
+
 /// One projection: `y = x · w_t (+ bias)`, `w_t: [fan_in, fan_out]`.
 ///
-/// The weights are kept twice, row-major both ways: the forward product reads
-/// `w_t`, the backward product `dx = dy · w_tᵀ` reads `w` (`[fan_out, fan_in]`),
-/// so that each streams its right-hand side along rows: read the other way,
-/// the backward products pack a strided operand, which slows `gemm`'s kernels
+/// The weights are kept both ways round, row-major: the forward product
+/// reads `w_t`, the backward product `dx = dy · w_tᵀ` reads `w`
+/// (`[fan_out, fan_in]`, the model's own storage where it lies so), so that
+/// each streams its right-hand side along rows: read the other way, the
+/// backward products pack a strided operand, which slows `gemm`'s kernels
 /// most on the head's wide shape.
 #[derive(Debug)]
 pub(crate) struct HostLinear {
     pub w_t: Vec<f32>,
-    pub w: Vec<f32>,
+    pub w: HostRows,
     pub bias: Option<Vec<f32>>,
     pub fan_in: usize,
     pub fan_out: usize,
 }
 
 impl HostLinear {
-    fn read<B: Backend>(l: &Linear<B>) -> Result<Self, TrainError> {
+    fn read<B: AutodiffBackend>(l: &Linear<B>) -> Result<Self, TrainError> {
         let (fan_in, fan_out) = (l.in_features(), l.out_features());
         let w_t = to_vec(l.weight_t().clone())?;
         if w_t.len() != fan_in * fan_out {
@@ -39,8 +107,13 @@ impl HostLinear {
                 w_t.len()
             )));
         }
+        // `weight_t` is `[fan_in, fan_out]`; its storage is `[fan_out, fan_in]`
+        // row-major where its strides are `[1, fan_in]`.
+        let w = HostRows::read(l.weight_t(), [1, fan_in], |_| {
+            transpose(&w_t, fan_in, fan_out)
+        })?;
         Ok(Self {
-            w: transpose(&w_t, fan_in, fan_out),
+            w,
             w_t,
             bias: l.bias().map(|b| to_vec(b.clone())).transpose()?,
             fan_in,
@@ -69,6 +142,11 @@ pub(crate) const PROJECTIONS: [Projection; 7] = [
     Projection::Down,
 ];
 
+/// The default [`HostLlama::activation_budget`]: a step keeps at most about
+/// this many bytes of activations for its backward pass, beyond the
+/// weights (a layer's working buffers and one slice of logits come on top).
+pub(crate) const ACTIVATION_BUDGET: usize = 640 << 20;
+
 /// A Llama-family model's frozen weights and shapes in host memory.
 #[derive(Debug)]
 pub(crate) struct HostLlama {
@@ -78,23 +156,27 @@ pub(crate) struct HostLlama {
     pub head_dim: usize,
     pub vocab: usize,
     pub eps: f32,
-    pub embed: Vec<f32>,
+    /// The embedding table `[vocab, hidden]`.
+    pub embed: HostRows,
     pub blocks: Vec<HostBlock>,
     pub norm: Vec<f32>,
     pub head: HostLinear,
     pub inv_freq: Vec<f32>,
+    /// Bytes of saved activations a step aims to stay within (see the
+    /// `step` module): [`ACTIVATION_BUDGET`] unless a test sets less.
+    pub activation_budget: usize,
     /// Buffers kept between steps.
     pub(crate) pool: Mutex<Pool>,
 }
 
-fn gain<B: Backend>(n: &RmsNorm<B>) -> Result<Vec<f32>, TrainError> {
+fn gain<B: AutodiffBackend>(n: &RmsNorm<B>) -> Result<Vec<f32>, TrainError> {
     Ok(to_vec(n.gain().clone())?)
 }
 
 impl HostLlama {
     /// The host copy of `model` when it is a Llama-family model the host
     /// step supports (rotate-half RoPE); `None` for other architectures.
-    pub fn from_model<B: Backend>(model: &Model<B>) -> Result<Option<Self>, TrainError> {
+    pub fn from_model<B: AutodiffBackend>(model: &Model<B>) -> Result<Option<Self>, TrainError> {
         match model {
             Model::Llama(m) => Self::from_llama(m),
             _ => Ok(None),
@@ -103,7 +185,7 @@ impl HostLlama {
 
     /// The host copy of `m`; `None` where the host step lacks a part
     /// (llama.cpp's interleaved RoPE pairing).
-    pub fn from_llama<B: Backend>(m: &Llama<B>) -> Result<Option<Self>, TrainError> {
+    pub fn from_llama<B: AutodiffBackend>(m: &Llama<B>) -> Result<Option<Self>, TrainError> {
         let c = &m.config;
         if c.rope_style != RopeStyle::RotateHalf {
             return Ok(None);
@@ -127,6 +209,8 @@ impl HostLlama {
                 norm2: gain(p.post_attention_layernorm)?,
             });
         }
+        let embed = HostRows::read(m.embed_tokens(), [c.hidden_size, 1], |v| v)?;
+        let head = HostLinear::read(m.lm_head())?;
         Ok(Some(Self {
             hidden: c.hidden_size,
             heads: c.num_attention_heads,
@@ -134,12 +218,23 @@ impl HostLlama {
             head_dim: c.head_dim,
             vocab: c.vocab_size,
             eps: m.final_norm().eps() as f32,
-            embed: to_vec(m.embed_tokens().clone())?,
+            embed,
             blocks,
             norm: gain(m.final_norm())?,
-            head: HostLinear::read(m.lm_head())?,
+            head,
             inv_freq: inv_freq(c.rope_theta, c.head_dim, c.rope_scaling),
+            activation_budget: ACTIVATION_BUDGET,
             pool: Mutex::new(Pool::default()),
         }))
+    }
+
+    /// The embedding table `[vocab, hidden]`.
+    pub fn embedding(&self) -> &[f32] {
+        self.embed.as_slice()
+    }
+
+    /// The head's weight `[vocab, hidden]` (read by the backward product).
+    pub fn head_w(&self) -> &[f32] {
+        self.head.w.as_slice()
     }
 }
