@@ -39,14 +39,16 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> JointTrai
     /// with one adapter shape (rank, alpha, targets); they share the first
     /// member's step path and one host copy of the model.
     ///
-    /// Errors: no member, members of different model instances or adapter
-    /// shapes ([`TrainError::BadData`]).
+    /// Errors: no member, members of different model instances, adapter
+    /// shapes or training block lengths (one batched pass needs one length)
+    /// ([`TrainError::BadData`]).
     pub fn new(mut members: Vec<Trainer<'m, B, M>>) -> Result<Self, TrainError> {
         let first = members
             .first()
             .ok_or_else(|| TrainError::BadData("no member to train".into()))?;
         let host = HostSlot::new(first.host.path());
         let (model, lora) = (first.model, first.config.lora.clone());
+        let len = first.train.first().map_or(0, Vec::len);
         let same_shape = |t: &Trainer<'m, B, M>| {
             let (a, b) = (&t.config.lora, &lora);
             a.r == b.r && a.scale() == b.scale() && a.target_modules == b.target_modules
@@ -57,6 +59,14 @@ impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> JointTrai
         {
             return Err(TrainError::BadData(format!(
                 "member {k} has another base model or adapter shape than member 0"
+            )));
+        }
+        if let Some(k) = members
+            .iter()
+            .position(|t| t.train.iter().any(|b| b.len() != len))
+        {
+            return Err(TrainError::BadData(format!(
+                "member {k} has training blocks of another length than member 0's {len} tokens"
             )));
         }
         for t in &mut members {

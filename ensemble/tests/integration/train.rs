@@ -243,9 +243,12 @@ fn early_stopping_keeps_the_best_adapter() {
     );
 }
 
+/// One member's training blocks, held-out blocks and configuration.
+type MemberSetup = (Vec<Vec<u32>>, Vec<Vec<u32>>, TrainConfig);
+
 /// Three members with their own data, seeds and step counts (one with
 /// gradient accumulation), for the joint trainer's tests.
-fn member_configs() -> Vec<(Vec<Vec<u32>>, Vec<Vec<u32>>, TrainConfig)> {
+fn member_configs() -> Vec<MemberSetup> {
     (0..3u32)
         .map(|k| {
             let mut cfg = resumable_config();
@@ -357,6 +360,13 @@ fn joint_trainer_refuses_no_member_and_mixed_adapter_shapes() {
     let mut other = resumable_config();
     other.lora = LoraConfig::new(4, 4.0, &["q_proj"]).unwrap();
     members.push(Trainer::<AB, _>::new(&model, blocks(3, 12, 3), vec![], other).unwrap());
+    assert!(matches!(
+        JointTrainer::new(members),
+        Err(TrainError::BadData(_))
+    ));
+    let mut members = members_of(&model, None);
+    members
+        .push(Trainer::<AB, _>::new(&model, blocks(3, 10, 3), vec![], resumable_config()).unwrap());
     assert!(matches!(
         JointTrainer::new(members),
         Err(TrainError::BadData(_))

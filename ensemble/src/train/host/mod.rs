@@ -28,8 +28,9 @@
 //!   activations fit [`HostLlama::activation_budget`]; where one row's do
 //!   not (long blocks), each layer's input alone is kept and the layer's
 //!   forward pass runs again before its backward pass. The logits are
-//!   formed a slice of tokens at a time, and a tied head's weight is the
-//!   embedding table, kept once.
+//!   formed a slice of tokens at a time. The embedding table and the
+//!   backward products' weights are read from the model's own storage
+//!   where it holds them as f32 row-major (burn-flex), not copied.
 //! - **Rows in groups** ([`Group`]): each group of rows has its own adapter,
 //!   dropout pass, mean loss and gradient — one group for a trainer's batch,
 //!   one per example for DP-SGD, one per member for members trained together.
