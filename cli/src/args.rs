@@ -46,6 +46,23 @@ pub enum LedgerAction {
         #[arg(long)]
         delta: Option<f64>,
     },
+    /// Set a tenant's own budget in a PostgreSQL ledger, recorded with the time (its
+    /// history is kept): every replica checks each of the tenant's charges against it
+    /// (with the members' total budget). A budget below what the tenant has spent is
+    /// refused.
+    TenantBudget {
+        /// The ledger: a postgres:// URL.
+        ledger: String,
+        /// The tenant (as the API keys file names it).
+        #[arg(long)]
+        tenant: String,
+        /// The budget's ε.
+        #[arg(long)]
+        epsilon: f64,
+        /// The budget's δ (default: the ledger's budget's δ, else 1e-5).
+        #[arg(long)]
+        delta: Option<f64>,
+    },
 }
 
 /// The burn backend that runs the models.

@@ -1,4 +1,4 @@
-//! `privmix ledger show|verify|export|raise`, for a ledger file or a PostgreSQL ledger
+//! `privmix ledger show|verify|export|raise|tenant-budget`, for a ledger file or a PostgreSQL ledger
 //! (`postgres://…`). `show`, `verify` and `export` are read-only views (a file is read
 //! without its lock and nothing is written: a torn final write is reported, not
 //! removed; PostgreSQL is read in one read-only snapshot); `raise` is the one way to
@@ -34,6 +34,12 @@ pub fn run(action: &LedgerAction) -> Result<(), CliError> {
             epsilon,
             delta,
         } => raise(&mut out, ledger, *epsilon, *delta),
+        LedgerAction::TenantBudget {
+            ledger,
+            tenant,
+            epsilon,
+            delta,
+        } => tenant_budget(&mut out, ledger, tenant, *epsilon, *delta),
     };
     out.flush().map_err(write_failed)?;
     result
@@ -149,11 +155,36 @@ pub fn show(
         say!(out, "tenants  {}", s.tenants.len());
         for (name, t) in &s.tenants {
             let e = t.spent.epsilon(delta)?;
+            let own = s.tenant_budgets.get(name).map_or_else(String::new, |b| {
+                format!(" (its budget {})", budget_text(Some(*b)))
+            });
             say!(
                 out,
-                "         {name}: {} charges, ε = {} at δ = {delta}",
+                "         {name}: {} charges, ε = {} at δ = {delta}{own}",
                 t.charges,
                 e.epsilon
+            );
+        }
+    }
+    if !s.leases.is_empty() {
+        say!(
+            out,
+            "leases   {} (reserved and counted as spent; a lease's unspent part is never returned)",
+            s.leases.len()
+        );
+        for l in &s.leases {
+            say!(
+                out,
+                "         {} ({}, {}): reserved ε = {} in {} reservations, spent ε = {} in {} charges, at δ = {delta}",
+                l.id,
+                l.replica,
+                l.tenant
+                    .as_deref()
+                    .map_or_else(|| "no tenant".into(), |t| format!("tenant {t}")),
+                l.reserved.epsilon(delta)?.epsilon,
+                l.reservations,
+                l.used.epsilon(delta)?.epsilon,
+                l.charges
             );
         }
     }
@@ -200,13 +231,41 @@ fn show_json(s: &Snapshot, delta: f64) -> Result<Value, CliError> {
     for (name, t) in &s.tenants {
         tenants.insert(
             name.clone(),
-            json!({ "charges": t.charges, "spent": spent_json(&t.spent, delta)? }),
+            json!({
+                "charges": t.charges,
+                "spent": spent_json(&t.spent, delta)?,
+                "budget": budget_json(s.tenant_budgets.get(name).copied()),
+            }),
         );
+    }
+    // Tenants with a budget and no charge yet.
+    for (name, b) in &s.tenant_budgets {
+        if !tenants.contains_key(name) {
+            tenants.insert(
+                name.clone(),
+                json!({ "charges": 0, "spent": Value::Null, "budget": budget_json(Some(*b)) }),
+            );
+        }
     }
     let left = match s.budget {
         Some(b) => number((b.epsilon() - s.spent.epsilon(b.delta())?.epsilon).max(0.0)),
         None => Value::Null,
     };
+    let leases = s
+        .leases
+        .iter()
+        .map(|l| {
+            Ok(json!({
+                "id": l.id,
+                "replica": l.replica,
+                "tenant": l.tenant,
+                "reserved": spent_json(&l.reserved, delta)?,
+                "used": spent_json(&l.used, delta)?,
+                "charges": l.charges,
+                "reservations": l.reservations,
+            }))
+        })
+        .collect::<Result<Vec<Value>, CliError>>()?;
     Ok(json!({
         "ledger": s.store,
         "format": format,
@@ -220,6 +279,7 @@ fn show_json(s: &Snapshot, delta: f64) -> Result<Value, CliError> {
         "spent": spent_json(&s.spent, delta)?,
         "left": left,
         "tenants": tenants,
+        "leases": leases,
         "orders": s.orders.as_slice().iter().map(|&a| number(a)).collect::<Vec<_>>(),
     }))
 }
@@ -242,10 +302,12 @@ pub fn verify_cmd(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
             let v = PostgresStore::open(&url)?.verify()?;
             say!(
                 out,
-                "ok: {} records ({} charges, {} tenants); the totals are the composition of their charges",
+                "ok: {} records ({} charges, {} tenants, {} leases that spent {} charges); the totals are the composition of their charges, each lease within its reservations",
                 v.records,
                 v.charges,
-                v.tenants
+                v.tenants,
+                v.leases,
+                v.lease_charges
             );
         }
     }
@@ -299,6 +361,7 @@ pub fn export(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
                         count,
                         curve,
                         event,
+                        lease,
                     } => json!({
                         "kind": "charge",
                         "sequence": sequence,
@@ -307,6 +370,7 @@ pub fn export(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
                         "label": label,
                         "count": count,
                         "event": event,
+                        "lease": lease,
                         "epsilons": epsilons_json(&curve),
                     }),
                     Record::Budget(c) => json!({
@@ -400,6 +464,31 @@ fn export_file(out: &mut dyn Write, path: &std::path::Path) -> Result<(), CliErr
         };
         say!(out, "{line}");
     }
+    Ok(())
+}
+
+/// `privmix ledger tenant-budget`: sets a tenant's own budget in a PostgreSQL ledger, as
+/// a timestamped record; refused below what the tenant has spent (a typed error).
+pub fn tenant_budget(
+    out: &mut dyn Write,
+    spec: &str,
+    tenant: &str,
+    epsilon: f64,
+    delta: Option<f64>,
+) -> Result<(), CliError> {
+    let mut store = open_existing(spec)?;
+    let delta = delta
+        .or(store.budget().map(|b| b.delta()))
+        .unwrap_or(DEFAULT_DELTA);
+    let budget = PrivacyBudget::new(epsilon, delta)
+        .map_err(|e| CliError::arg("--epsilon/--delta", e.to_string()))?;
+    store.set_tenant_budget(tenant, budget)?;
+    say!(
+        out,
+        "ledger {}: tenant {tenant}'s budget is {}",
+        store.describe(),
+        budget_text(Some(budget))
+    );
     Ok(())
 }
 

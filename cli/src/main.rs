@@ -1,6 +1,6 @@
 //! The `privmix` command line: private generation (`privmix generate`), perplexity under a
 //! mechanism (`privmix score`) and the privacy ledger (`privmix ledger
-//! show|verify|export|raise`).
+//! show|verify|export|raise|tenant-budget`).
 //!
 //! Errors are printed as one message naming what to fix. Exit status: 0 success; 1 any
 //! other error; 2 bad arguments (clap's, and our own: a value out of range, flags that

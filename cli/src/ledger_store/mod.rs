@@ -28,6 +28,8 @@ pub mod account;
 pub mod file;
 pub mod open;
 #[cfg(test)]
+mod pg_lease_tests;
+#[cfg(test)]
 mod pg_rows_tests;
 pub mod postgres;
 pub mod snapshot;
@@ -301,6 +303,20 @@ pub enum StoreError {
         /// Why.
         reason: String,
     },
+    /// Tenants' budgets are kept only by PostgreSQL ledgers.
+    #[error(
+        "ledger {store} cannot hold tenants' budgets: only a PostgreSQL ledger does (a file ledger's tenants have the budgets of the server's API keys file)"
+    )]
+    TenantBudgetsUnsupported {
+        /// The store.
+        store: String,
+    },
+    /// Budget leases cannot be used as asked.
+    #[error("budget leases: {reason}")]
+    BadLease {
+        /// Why.
+        reason: String,
+    },
     /// A label that cannot be recorded.
     #[error("charge label cannot be recorded: {reason}")]
     BadLabel {
@@ -394,6 +410,32 @@ pub trait LedgerStore: Send {
     fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError>;
     /// Everything the ledger says about itself, read consistently.
     fn snapshot(&mut self) -> Result<Snapshot, StoreError>;
+
+    /// Sets `tenant`'s own budget in the ledger, recorded with its time (its history is
+    /// kept); every later charge of the tenant must fit it, whichever replica records
+    /// it. A budget below what the tenant has spent is [`StoreError::BudgetBelowSpent`].
+    /// Only a PostgreSQL ledger holds tenants' budgets: any other store returns
+    /// [`StoreError::TenantBudgetsUnsupported`].
+    fn set_tenant_budget(&mut self, tenant: &str, budget: PrivacyBudget) -> Result<(), StoreError> {
+        let _ = (tenant, budget);
+        Err(StoreError::TenantBudgetsUnsupported {
+            store: self.describe(),
+        })
+    }
+
+    /// From now on, step commits spend from budget leases of `per_reservation` charges
+    /// each, reserved (and recorded as spent) a slice at a time, instead of taking the
+    /// ledger's lock at every step: see `ledger_store/postgres/lease.rs`. Only a
+    /// PostgreSQL ledger has leases; any other store returns [`StoreError::BadLease`].
+    fn use_leases(&mut self, per_reservation: u64) -> Result<(), StoreError> {
+        let _ = per_reservation;
+        Err(StoreError::BadLease {
+            reason: format!(
+                "ledger {} is not a PostgreSQL ledger; leases are for replicas sharing one",
+                self.describe()
+            ),
+        })
+    }
 
     /// [`Self::charge_receipt`] without the receipt.
     #[cfg(test)]

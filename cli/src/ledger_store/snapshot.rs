@@ -70,9 +70,31 @@ pub enum Record {
         curve: RdpCurve,
         /// The data-independent event `curve` was computed from, when recorded.
         event: Option<DpEvent>,
+        /// The budget lease this charge reserves for, when it is a reservation.
+        lease: Option<u64>,
     },
     /// A budget change.
     Budget(BudgetChange),
+}
+
+/// A budget lease (PostgreSQL ledgers): what a replica reserved, recorded as spent,
+/// and what it has spent of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseUse {
+    /// Its id.
+    pub id: u64,
+    /// The replica holding it.
+    pub replica: String,
+    /// The tenant whose charges it pays (`None`: requests without a tenant).
+    pub tenant: Option<String>,
+    /// What its reservations composed to (recorded as spent).
+    pub reserved: RdpCurve,
+    /// What the charges spent from it composed to, as last written.
+    pub used: RdpCurve,
+    /// How many charges were spent from it, as last written.
+    pub charges: u64,
+    /// How many reservations it made (each a charge record of the ledger).
+    pub reservations: u64,
 }
 
 /// Everything a ledger says about itself.
@@ -100,6 +122,11 @@ pub struct Snapshot {
     pub spent: RdpCurve,
     /// Each tenant's spending, by name.
     pub tenants: BTreeMap<String, TenantSpent>,
+    /// The budget leases (none for a file ledger).
+    pub leases: Vec<LeaseUse>,
+    /// Each tenant's own budget in force, as the ledger records it (PostgreSQL
+    /// ledgers; a file ledger's tenants have their API keys' budgets).
+    pub tenant_budgets: BTreeMap<String, PrivacyBudget>,
 }
 
 /// The snapshot of the ledger file at `path`, read without its lock and without
@@ -178,5 +205,7 @@ pub fn of_file(path: &Path) -> Result<Snapshot, StoreError> {
         charges: summary.charges,
         spent: summary.spent,
         tenants,
+        leases: Vec::new(),
+        tenant_budgets: BTreeMap::new(),
     })
 }

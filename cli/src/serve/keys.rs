@@ -11,7 +11,9 @@
 //!
 //! A tenant without `epsilon` spends only from the members' total budget; one with it
 //! also has its own. Several keys may name one tenant (they then share its budget, which
-//! must be given the same way by each). Keys are compared by their SHA-256 digests, in
+//! must be given the same way by each). Budgets here are for a file ledger: a PostgreSQL
+//! ledger, shared by replicas, holds its tenants' budgets itself (`privmix ledger
+//! tenant-budget`), and the server refuses a keys file that gives any. Keys are compared by their SHA-256 digests, in
 //! constant time over the digest, so a key's bytes never steer a comparison.
 
 use std::collections::HashMap;
@@ -107,6 +109,11 @@ impl ApiKeys {
             ));
         }
         Ok(Self { by_digest })
+    }
+
+    /// Whether any tenant is given its own budget.
+    pub fn has_budgets(&self) -> bool {
+        self.by_digest.iter().any(|(_, t)| t.budget.is_some())
     }
 
     /// The tenant of `key`, if it is accepted.

@@ -77,6 +77,12 @@ pub struct ServeArgs {
     /// Budget δ of a new ledger (default 1e-5).
     #[arg(long)]
     pub delta: Option<f64>,
+    /// With a PostgreSQL ledger: reserve the budget N charges at a time (a budget lease,
+    /// recorded as spent) and spend it locally, instead of taking the ledger's lock at
+    /// every step. What a lease has not spent when the server stops or crashes stays
+    /// counted as spent.
+    #[arg(long, value_name = "N")]
+    pub lease_charges: Option<u64>,
     /// ε (at the ledger's δ) one request of --max-tokens tokens is calibrated to: fixes
     /// PMixED's and SubMix's radius and AdaPMixED's filter, data-independently.
     #[arg(long, default_value_t = 1.0)]
@@ -174,8 +180,26 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         None => None,
     };
     let protected = crate::protected::protected_set(&args.model.adapters)?;
-    let store = crate::ledger_store::open_store(&args.ledger, &protected, args.epsilon, args.delta)
-        .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
+    let mut store =
+        crate::ledger_store::open_store(&args.ledger, &protected, args.epsilon, args.delta)
+            .map_err(|e| CliError::arg("--ledger", e.to_string()))?;
+    // A PostgreSQL ledger holds its tenants' budgets (`privmix ledger tenant-budget`),
+    // so that every replica enforces the same ones: a keys file may not give others.
+    if let (Some(keys), true) = (
+        &keys,
+        crate::ledger_store::postgres::is_postgres_url(&args.ledger),
+    ) && keys.has_budgets()
+    {
+        return Err(CliError::arg(
+            "--api-keys",
+            "gives tenants budgets, but a PostgreSQL ledger holds its tenants' budgets: set them with `privmix ledger tenant-budget URL --tenant NAME --epsilon E` and remove epsilon/delta from the keys file",
+        ));
+    }
+    if let Some(n) = args.lease_charges {
+        store
+            .use_leases(n)
+            .map_err(|e| CliError::arg("--lease-charges", e.to_string()))?;
+    }
     let delta = store
         .budget()
         .map_or(crate::ledger_common::DEFAULT_DELTA, |b| b.delta());

@@ -82,6 +82,7 @@ fn show_json_reports_tenants_and_export_splits_labels() {
             "format",
             "history",
             "initial_budget",
+            "leases",
             "ledger",
             "left",
             "orders",

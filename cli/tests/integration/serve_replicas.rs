@@ -1,7 +1,9 @@
 //! Two `privmix serve` replicas sharing one PostgreSQL ledger: concurrent clients on
 //! both never get more acknowledged charges than the budget allows, the ledger holds
 //! exactly the charges the clients were told about, and a replica killed with SIGKILL
-//! mid-stream leaves the ledger consistent.
+//! mid-stream leaves the ledger consistent. One replica spends from budget leases
+//! (`--lease-charges`), the other charges the ledger at every step; a replica killed
+//! while holding a lease leaves its unspent part counted, never an under-count.
 
 use crate::serve_support;
 #[path = "../../src/ledger_store/test_cluster.rs"]
@@ -12,7 +14,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use serve_support::{Server, TempDir, model_folder, write_adapters};
 
-fn replica(model: &str, adapters: &[String], ledger: &str, create: bool) -> Server {
+fn replica(
+    model: &str,
+    adapters: &[String],
+    ledger: &str,
+    create: bool,
+    lease: Option<u64>,
+) -> Server {
     let mut args: Vec<String> = [
         "serve",
         "--model",
@@ -32,6 +40,9 @@ fn replica(model: &str, adapters: &[String], ledger: &str, create: bool) -> Serv
     .collect();
     if create {
         args.extend(["--epsilon".to_string(), "3".to_string()]);
+    }
+    if let Some(n) = lease {
+        args.extend(["--lease-charges".to_string(), n.to_string()]);
     }
     for a in adapters {
         args.extend(["--adapter".to_string(), a.clone()]);
@@ -72,8 +83,8 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         .map(|p| p.display().to_string())
         .collect();
     let model = model.display().to_string();
-    let a = replica(&model, &adapters, &schema.url, true);
-    let b = replica(&model, &adapters, &schema.url, false);
+    let a = replica(&model, &adapters, &schema.url, true, None);
+    let b = replica(&model, &adapters, &schema.url, false, Some(3));
     let bases = [a.base.clone(), b.base.clone()];
 
     // Six clients, alternating replicas, until each is refused.
@@ -114,7 +125,15 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         ledger["charges"]
     );
     assert!(spent <= budget, "spent {spent} > budget {budget}: {ledger}");
-    assert_eq!(ledger["charges"].as_u64().unwrap(), told, "{ledger}");
+    // Every token told is a charge of the ledger or a charge spent from a lease (whose
+    // reservations are the ledger's charges too).
+    let (reservations, from_leases) = lease_totals(&ledger);
+    assert!(reservations > 0, "{ledger}");
+    assert_eq!(
+        ledger["charges"].as_u64().unwrap() - reservations + from_leases,
+        told,
+        "{ledger}"
+    );
     assert!(told > 0);
     a.stop(Duration::from_secs(30));
     b.stop(Duration::from_secs(30));
@@ -129,8 +148,8 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         "{}",
         String::from_utf8_lossy(&raise.stderr)
     );
-    let before = ledger_json(&schema.url)["charges"].as_u64().unwrap();
-    let c = replica(&model, &adapters, &schema.url, false);
+    let before = ledger_json(&schema.url);
+    let c = replica(&model, &adapters, &schema.url, false, Some(8));
     let mut r = http
         .post(format!("{}/v1/completions", c.base))
         .json(&json!({"model": "tiny", "prompt": "ab", "max_tokens": 4, "stream": true}))
@@ -152,13 +171,27 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         String::from_utf8_lossy(&verify.stderr)
     );
     let after = ledger_json(&schema.url);
-    let charged = after["charges"].as_u64().unwrap() - before;
-    println!("kill: {charged} charges recorded for the killed stream, ledger verifies");
-    // The released token was charged; at most the request's own tokens were.
-    assert!((1..=4).contains(&charged), "{after}");
+    let leases = after["leases"].as_array().unwrap();
+    let held = &leases[leases.len() - 1];
+    let spent_from_lease = held["charges"].as_u64().unwrap();
+    println!("kill: the killed replica's lease spent {spent_from_lease} charges: {held}");
+    // The released token was spent from the lease; at most the request's own tokens
+    // were; all of them within what the lease reserved, which the ledger counts as
+    // spent, within the budget.
+    assert!((1..=4).contains(&spent_from_lease), "{after}");
+    assert!(
+        held["used"]["epsilon"].as_f64().unwrap() <= held["reserved"]["epsilon"].as_f64().unwrap()
+    );
+    let (r0, _) = lease_totals(&before);
+    let (r1, _) = lease_totals(&after);
+    assert_eq!(
+        after["charges"].as_u64().unwrap() - before["charges"].as_u64().unwrap(),
+        r1 - r0,
+        "the leased replica charged the ledger only by reserving: {after}"
+    );
     assert!(after["spent"]["epsilon"].as_f64().unwrap() <= 30.0);
     // A replica starts again on the same ledger and charges on.
-    let d = replica(&model, &adapters, &schema.url, false);
+    let d = replica(&model, &adapters, &schema.url, false, None);
     let r = http
         .post(format!("{}/v1/completions", d.base))
         .json(&json!({"model": "tiny", "prompt": "ab", "max_tokens": 2}))
@@ -167,4 +200,37 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         .unwrap();
     assert_eq!(r.status(), 200);
     d.stop(Duration::from_secs(30));
+}
+
+/// The reservations the ledger's leases made and the charges spent from them.
+fn lease_totals(ledger: &Value) -> (u64, u64) {
+    let leases = ledger["leases"].as_array().expect("a list of leases");
+    let sum = |key: &str| leases.iter().map(|l| l[key].as_u64().unwrap()).sum::<u64>();
+    (sum("reservations"), sum("charges"))
+}
+
+#[test]
+fn a_postgresql_ledger_takes_no_tenant_budgets_from_a_keys_file() {
+    let schema = test_cluster::TestSchema::new("keys_budgets");
+    let dir = TempDir::new("keys-budgets");
+    let model = model_folder(&dir);
+    let adapters = write_adapters(&model, &dir, 1);
+    let keys = dir.join("keys.json");
+    std::fs::write(
+        &keys,
+        r#"{"keys": [{"key": "sk-aaaaaaaaaaaaaaaa", "tenant": "a", "epsilon": 1}]}"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))
+        .args(["serve", "--model"])
+        .arg(&model)
+        .args(["--ledger", &schema.url, "--epsilon", "3", "--api-keys"])
+        .arg(&keys)
+        .arg("--adapter")
+        .arg(&adapters[0])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("privmix ledger tenant-budget"), "{stderr}");
 }

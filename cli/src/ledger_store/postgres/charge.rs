@@ -52,6 +52,8 @@ pub(super) struct Prepared<'a> {
     event: Vec<u8>,
     /// The cost's identity: the curve's bits, then the event's encoding.
     key: Vec<u8>,
+    /// The lease this charge reserves for, if it is a reservation.
+    pub(super) lease: Option<i64>,
 }
 
 impl<'a> Prepared<'a> {
@@ -76,6 +78,7 @@ impl<'a> Prepared<'a> {
             curve,
             event,
             key,
+            lease: None,
         })
     }
 
@@ -137,6 +140,7 @@ pub(super) fn commit_charges(
             (curve_of(orders, row.get(1), describe)?, row.get(2)),
         );
     }
+    let ledger_budgets = tenant_budgets_of(tx, &keys[1..], describe)?;
     if !spent.contains_key(TOTAL_KEY) {
         return Err(StoreError::Inconsistent {
             store: describe.to_owned(),
@@ -154,12 +158,23 @@ pub(super) fn commit_charges(
         if let Some(t) = &p.charge.tenant {
             let zero = (RdpCurve::zero(orders.clone()), 0);
             let (tenant_spent, n) = spent.get(&t.name).unwrap_or(&zero);
-            match check_budget(
+            // The ledger's budget for the tenant, then the caller's (a key file's,
+            // for a file ledger), when given: both must pay.
+            let checked = check_budget(
                 || format!("tenant {}", t.name),
                 tenant_spent,
                 &p.curve,
-                t.budget,
-            ) {
+                ledger_budgets.get(&t.name).copied(),
+            )
+            .and_then(|_| {
+                check_budget(
+                    || format!("tenant {}", t.name),
+                    tenant_spent,
+                    &p.curve,
+                    t.budget,
+                )
+            });
+            match checked {
                 Ok((composed, _)) => tenant_after = Some((t.name.clone(), composed, n + 1)),
                 Err(e @ StoreError::Refused { .. }) => {
                     outcomes.push(Err(e));
@@ -190,7 +205,8 @@ pub(super) fn commit_charges(
             Some((start, count))
                 if prepared[*start].tenant() == p.tenant()
                     && prepared[*start].charge.label == p.charge.label
-                    && prepared[*start].key == p.key =>
+                    && prepared[*start].key == p.key
+                    && prepared[*start].lease == p.lease =>
             {
                 *count += 1;
             }
@@ -215,9 +231,16 @@ pub(super) fn commit_charges(
             }
         };
         tx.execute(
-            "INSERT INTO privmix_charges (sequence, tenant, label, cost, count, at)
-             VALUES ($1, $2, $3, $4, $5, clock_timestamp())",
-            &[&sequence, &p.tenant(), &p.charge.label, &cost, &count],
+            "INSERT INTO privmix_charges (sequence, tenant, label, cost, count, lease, at)
+             VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp())",
+            &[
+                &sequence,
+                &p.tenant(),
+                &p.charge.label,
+                &cost,
+                &count,
+                &p.lease,
+            ],
         )
         .map_err(pg("appending the charges"))?;
         sequence += 1;
@@ -243,6 +266,72 @@ pub(super) fn commit_charges(
             .transpose()?,
         spent,
     })
+}
+
+/// The budgets in force the ledger records for `tenants` (those it has one for).
+pub(super) fn tenant_budgets_of(
+    tx: &mut Transaction<'_>,
+    tenants: &[&str],
+    describe: &str,
+) -> Result<BTreeMap<String, PrivacyBudget>, Fail> {
+    if tenants.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let rows = tx
+        .query(
+            "SELECT DISTINCT ON (tenant) tenant, epsilon, delta FROM privmix_tenant_budgets
+             WHERE tenant = ANY($1) ORDER BY tenant, id DESC",
+            &[&tenants],
+        )
+        .map_err(pg("reading the tenants' budgets"))?;
+    let mut out = BTreeMap::new();
+    for row in &rows {
+        if let Some(b) = budget_of(row, 1, 2, describe)? {
+            out.insert(row.get(0), b);
+        }
+    }
+    Ok(out)
+}
+
+/// The steps of setting `tenant`'s budget inside `tx` (everything but the commit):
+/// under the ledger's lock, refused below what the tenant has spent (at its δ), then
+/// recorded with its time and the number of records before it.
+pub(super) fn set_tenant_budget_in(
+    tx: &mut Transaction<'_>,
+    orders: &Orders,
+    describe: &str,
+    tenant: &str,
+    budget: PrivacyBudget,
+) -> Result<(), Fail> {
+    tx.batch_execute("LOCK TABLE privmix_ledger IN SHARE ROW EXCLUSIVE MODE")
+        .map_err(pg("locking the ledger"))?;
+    let records: i64 = tx
+        .query_one("SELECT next_sequence FROM privmix_ledger FOR UPDATE", &[])
+        .map_err(pg("reading the header"))?
+        .get(0);
+    let spent = tx
+        .query_opt(
+            "SELECT curve FROM privmix_spent WHERE tenant = $1",
+            &[&tenant],
+        )
+        .map_err(pg("reading the tenant's spending"))?;
+    if let Some(row) = spent {
+        let spent = curve_of(orders, row.get(0), describe)?.epsilon(budget.delta())?;
+        if spent.epsilon > budget.epsilon() {
+            return Err(Fail::Store(StoreError::BudgetBelowSpent {
+                store: format!("{describe} (tenant {tenant})"),
+                budget,
+                spent,
+            }));
+        }
+    }
+    tx.execute(
+        "INSERT INTO privmix_tenant_budgets (tenant, epsilon, delta, at, after_records)
+         VALUES ($1, $2, $3, clock_timestamp(), $4)",
+        &[&tenant, &budget.epsilon(), &budget.delta(), &records],
+    )
+    .map_err(pg("recording the tenant's budget"))?;
+    Ok(())
 }
 
 /// The id of `p`'s cost in `privmix_costs`, stored now if the table lacks it. Called

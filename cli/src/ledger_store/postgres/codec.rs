@@ -8,7 +8,7 @@ use privmix_accountant::{DpEvent, Orders, PrivacyBudget, RdpCurve};
 
 use super::error::{Fail, pg};
 use crate::ledger_store::StoreError;
-use crate::ledger_store::snapshot::{BudgetChange, Record, TenantSpent};
+use crate::ledger_store::snapshot::{BudgetChange, LeaseUse, Record, TenantSpent};
 
 /// Longest label, in bytes (the file ledger's limit).
 const MAX_LABEL_BYTES: usize = privmix_accountant::MAX_LABEL_BYTES;
@@ -68,12 +68,12 @@ pub(super) fn read_costs(
 pub(super) const RECORDS_SQL: &str = concat!(
     "SELECT sequence, ",
     ms!("at"),
-    ", tenant, label, curve, cost, count, NULL::float8, NULL::float8, NULL::int8
+    ", tenant, label, curve, cost, count, NULL::float8, NULL::float8, NULL::int8, lease
      FROM privmix_charges
      UNION ALL
      SELECT sequence, ",
     ms!("at"),
-    ", NULL, NULL, NULL, NULL, NULL, epsilon, delta, after_charges FROM privmix_budgets
+    ", NULL, NULL, NULL, NULL, NULL, epsilon, delta, after_charges, NULL FROM privmix_budgets
      ORDER BY 1"
 );
 
@@ -131,7 +131,91 @@ pub(super) fn record_of(
         count,
         curve,
         event,
+        lease: row
+            .get::<_, Option<i64>>(10)
+            .map(|id| u64_of(id, "lease", describe))
+            .transpose()?,
     })
+}
+
+/// Each tenant's budget in force (its last recorded).
+pub(super) fn read_tenant_budgets(
+    tx: &mut Transaction<'_>,
+    describe: &str,
+) -> Result<BTreeMap<String, PrivacyBudget>, Fail> {
+    let rows = tx
+        .query(
+            "SELECT DISTINCT ON (tenant) tenant, epsilon, delta FROM privmix_tenant_budgets
+             ORDER BY tenant, id DESC",
+            &[],
+        )
+        .map_err(pg("reading the tenants' budgets"))?;
+    let mut out = BTreeMap::new();
+    for row in &rows {
+        if let Some(b) = budget_of(row, 1, 2, describe)? {
+            out.insert(row.get(0), b);
+        }
+    }
+    Ok(out)
+}
+
+/// Every change of a tenant's budget, in the order recorded: the tenant, the budget,
+/// and how many records came before it.
+pub(super) fn read_tenant_budget_changes(
+    tx: &mut Transaction<'_>,
+    describe: &str,
+) -> Result<Vec<(String, PrivacyBudget, u64)>, Fail> {
+    let rows = tx
+        .query(
+            "SELECT tenant, epsilon, delta, after_records FROM privmix_tenant_budgets ORDER BY id",
+            &[],
+        )
+        .map_err(pg("reading the tenants' budgets"))?;
+    rows.iter()
+        .map(|row| {
+            let budget = budget_of(row, 1, 2, describe)?.ok_or_else(|| {
+                Fail::Store(StoreError::Inconsistent {
+                    store: describe.to_owned(),
+                    reason: "a tenant's budget without ε and δ".into(),
+                })
+            })?;
+            Ok((
+                row.get(0),
+                budget,
+                u64_of(row.get(3), "after_records", describe)?,
+            ))
+        })
+        .collect()
+}
+
+/// Every row of `privmix_leases`, by id.
+pub(super) fn read_leases(
+    tx: &mut Transaction<'_>,
+    orders: &Orders,
+    describe: &str,
+) -> Result<Vec<LeaseUse>, Fail> {
+    let rows = tx
+        .query(
+            "SELECT id, replica, tenant, reserved, used, charges,
+                    (SELECT coalesce(sum(c.count), 0)::int8 FROM privmix_charges c
+                     WHERE c.lease = l.id)
+             FROM privmix_leases l ORDER BY id",
+            &[],
+        )
+        .map_err(pg("reading the leases"))?;
+    rows.iter()
+        .map(|row| {
+            Ok(LeaseUse {
+                id: u64_of(row.get(0), "a lease id", describe)?,
+                replica: row.get(1),
+                tenant: row.get(2),
+                reserved: curve_of(orders, row.get(3), describe)?,
+                used: curve_of(orders, row.get(4), describe)?,
+                charges: u64_of(row.get(5), "a lease's charges", describe)?,
+                reservations: u64_of(row.get(6), "a lease's reservations", describe)?,
+            })
+        })
+        .collect()
 }
 
 pub(super) fn budget_change_of(row: &Row, describe: &str) -> Result<BudgetChange, Fail> {

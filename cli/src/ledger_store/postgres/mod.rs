@@ -1,6 +1,6 @@
 //! The PostgreSQL store: one ledger shared by several `privmix serve` replicas.
 //!
-//! # Tables (schema version 2)
+//! # Tables (schema version 3)
 //!
 //! ```text
 //! privmix_ledger   one row: schema_version, orders float8[], the initial and the current
@@ -15,7 +15,14 @@
 //!                  cost (a privmix_costs id), count (charges of that cost in a row),
 //!                  curve float8[] (only in rows of schema version 1, whose cost is
 //!                  NULL and count 1), at
+//!                  lease (the budget lease a reservation is for; NULL otherwise)
 //! privmix_budgets  every budget change: sequence PRIMARY KEY, ε, δ, at, after_charges
+//! privmix_leases   budget leases (`lease.rs`): id, replica, tenant (NULL: none),
+//!                  reserved float8[] (its reservations composed), used float8[] and
+//!                  charges (what it spent, as last written), opened_at, updated_at
+//! privmix_tenant_budgets  every change of a tenant's own budget: id, tenant, ε, δ, at,
+//!                  after_records; a tenant's charges must fit its last one (and the
+//!                  total budget), whichever replica records them
 //! ```
 //!
 //! A step commit writes one `privmix_charges` row per run of consecutive accepted
@@ -27,10 +34,11 @@
 //! bit. A cost's stored curve must not be below its event's curve as this build computes
 //! it, order by order; `verify` checks that, so a record never under-counts its event.
 //!
-//! A database of schema version 1 (one row and one curve per charge) is upgraded in
-//! place the first time a build of version 2 opens it, in one transaction: the new
-//! table and columns are added and every existing row is read as it was (a charge of
-//! its own curve, count 1). A build of version 1 refuses the upgraded database
+//! A database of schema version 1 (one row and one curve per charge) or 2 (no leases)
+//! is upgraded in place the first time a build of version 3 opens it, in one
+//! transaction: the new tables and columns are added and every existing row is read as
+//! it was (a version 1 row is a charge of its own curve, count 1). An older build
+//! refuses the upgraded database
 //! ([`crate::ledger_store::StoreError::UnsupportedSchema`]).
 //!
 //! They are created when absent, in the first schema of the connection's `search_path`
@@ -74,7 +82,8 @@
 //! `store.rs` is the handle ([`PostgresStore`]); `schema.rs` the tables, creation and
 //! upgrades; `url.rs` URL parsing; `connection.rs` connecting and the server checks;
 //! `retry.rs` the serializable (retried) and read-only transactions; `charge.rs` step
-//! commits and budget changes; `verify.rs` the replay; `codec.rs` rows to values.
+//! commits and budget changes; `lease.rs` budget leases; `verify.rs` the replay;
+//! `codec.rs` rows to values.
 
 /// Milliseconds since the Unix epoch of a `timestamptz` column, in SQL.
 macro_rules! ms {
@@ -87,6 +96,7 @@ mod charge;
 mod codec;
 mod connection;
 mod error;
+mod lease;
 mod retry;
 mod schema;
 mod store;

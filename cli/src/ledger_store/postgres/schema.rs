@@ -8,7 +8,7 @@ use super::error::{Fail, pg};
 use crate::ledger_store::StoreError;
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The key of everyone's spending in `privmix_spent` (not a valid tenant name).
 pub(super) const TOTAL_KEY: &str = "*";
@@ -44,6 +44,24 @@ CREATE TABLE IF NOT EXISTS privmix_costs (
     event bytea NOT NULL
 );
 CREATE INDEX IF NOT EXISTS privmix_costs_event ON privmix_costs USING hash (event);
+CREATE TABLE IF NOT EXISTS privmix_tenant_budgets (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant text NOT NULL,
+    epsilon float8 NOT NULL,
+    delta float8 NOT NULL,
+    at timestamptz NOT NULL,
+    after_records bigint NOT NULL CHECK (after_records >= 0)
+);
+CREATE TABLE IF NOT EXISTS privmix_leases (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    replica text NOT NULL,
+    tenant text,
+    reserved float8[] NOT NULL,
+    used float8[] NOT NULL,
+    charges bigint NOT NULL CHECK (charges >= 0),
+    opened_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL
+);
 CREATE TABLE IF NOT EXISTS privmix_charges (
     sequence bigint PRIMARY KEY,
     tenant text,
@@ -51,6 +69,7 @@ CREATE TABLE IF NOT EXISTS privmix_charges (
     curve float8[],
     cost bigint REFERENCES privmix_costs (id),
     count bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
+    lease bigint REFERENCES privmix_leases (id),
     at timestamptz NOT NULL,
     CHECK ((curve IS NULL) <> (cost IS NULL))
 );
@@ -81,6 +100,34 @@ ALTER TABLE privmix_charges
     ADD CHECK ((curve IS NULL) <> (cost IS NULL));
 UPDATE privmix_ledger SET schema_version = 2;
 ";
+
+/// What upgrades a database of schema version 2 to version 3: budget leases (a lease
+/// row each, its reservations charge rows naming it) and tenants' budgets.
+const UPGRADE_2_TO_3: &str = "
+CREATE TABLE IF NOT EXISTS privmix_tenant_budgets (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant text NOT NULL,
+    epsilon float8 NOT NULL,
+    delta float8 NOT NULL,
+    at timestamptz NOT NULL,
+    after_records bigint NOT NULL CHECK (after_records >= 0)
+);
+CREATE TABLE IF NOT EXISTS privmix_leases (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    replica text NOT NULL,
+    tenant text,
+    reserved float8[] NOT NULL,
+    used float8[] NOT NULL,
+    charges bigint NOT NULL CHECK (charges >= 0),
+    opened_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL
+);
+ALTER TABLE privmix_charges ADD COLUMN lease bigint REFERENCES privmix_leases (id);
+UPDATE privmix_ledger SET schema_version = 3;
+";
+
+/// The upgrades, by the version each starts from.
+const UPGRADES: [(i32, &str); 2] = [(1, UPGRADE_1_TO_2), (2, UPGRADE_2_TO_3)];
 
 /// The header as read from `privmix_ledger`.
 pub(super) struct Header {
@@ -134,7 +181,7 @@ pub(super) fn create_in(
     Ok(())
 }
 
-/// Upgrades a database of schema version 1 to this build's (see the module docs), in
+/// Upgrades a database of an older schema version to this build's (see the module docs), in
 /// one transaction under the creation lock and an exclusive lock on the header, so
 /// that replicas opening it at once upgrade it once. Any other version is left for
 /// [`read_header`] to refuse.
@@ -146,7 +193,7 @@ pub(super) fn upgrade(client: &mut Client) -> Result<(), Fail> {
                 .map(|row| row.get(0)),
         )
     }
-    if version(client)? != Some(1) {
+    if version(client)?.is_none_or(|v| v >= SCHEMA_VERSION) {
         return Ok(());
     }
     let mut tx = client.transaction().map_err(pg("starting the upgrade"))?;
@@ -154,9 +201,10 @@ pub(super) fn upgrade(client: &mut Client) -> Result<(), Fail> {
         .map_err(pg("locking for the upgrade"))?;
     tx.batch_execute("LOCK TABLE privmix_ledger IN ACCESS EXCLUSIVE MODE")
         .map_err(pg("locking for the upgrade"))?;
-    if version(&mut tx)? == Some(1) {
-        tx.batch_execute(UPGRADE_1_TO_2)
-            .map_err(pg("upgrading the schema"))?;
+    for (from, sql) in UPGRADES {
+        if version(&mut tx)? == Some(from) {
+            tx.batch_execute(sql).map_err(pg("upgrading the schema"))?;
+        }
     }
     tx.commit().map_err(pg("committing the upgrade"))
 }

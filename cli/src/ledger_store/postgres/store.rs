@@ -7,18 +7,20 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 
-use super::charge::{Committed, Prepared, commit_charges, raise_in};
+use super::charge::{Committed, Prepared, commit_charges, raise_in, set_tenant_budget_in};
 use super::codec::{
-    RECORDS_SQL, budget_change_of, budget_of, curve_of, read_costs, read_spent_rows, record_of,
+    RECORDS_SQL, budget_change_of, budget_of, curve_of, read_costs, read_leases, read_spent_rows,
+    read_tenant_budgets, record_of,
 };
 use super::connection::Connection;
 use super::error::{Fail, fail, pg, postgres_error};
+use super::lease::Leases;
 use super::retry::{read_only, serializable};
 use super::schema::{SCHEMA_VERSION, TOTAL_KEY, create_in, read_header, upgrade};
 use super::verify::{PgVerified, verify_in};
 use crate::ledger_store::snapshot::{Record, Snapshot, StoreFormat};
 use crate::ledger_store::step::PendingCharge;
-use crate::ledger_store::{LedgerStore, StepOutcomes, StoreError};
+use crate::ledger_store::{LedgerStore, StepOutcomes, StoreError, check_tenant_name};
 #[cfg(test)]
 use crate::ledger_store::{StoreReceipt, Tenant, step::Cost};
 
@@ -31,6 +33,8 @@ pub struct PostgresStore {
     /// The ids of the costs this handle has seen committed, by their key (a curve's
     /// bits, then its event's encoding).
     cost_ids: HashMap<Vec<u8>, i64>,
+    /// The budget leases step commits spend from, when this handle uses them.
+    leases: Option<Leases>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -70,6 +74,7 @@ impl PostgresStore {
             budget: header.budget,
             protected_set: header.protected_set,
             cost_ids: HashMap::new(),
+            leases: None,
         })
     }
 
@@ -97,6 +102,7 @@ impl PostgresStore {
             budget,
             protected_set: protected,
             cost_ids: HashMap::new(),
+            leases: None,
         })
     }
 
@@ -213,7 +219,40 @@ impl LedgerStore for PostgresStore {
     }
 
     fn commit_step(&mut self, charges: &[PendingCharge]) -> Result<StepOutcomes, StoreError> {
-        Ok(self.commit(charges)?.outcomes)
+        let Some(leases) = &mut self.leases else {
+            return Ok(self.commit(charges)?.outcomes);
+        };
+        let prepared = charges
+            .iter()
+            .map(|c| Prepared::new(c, &self.orders))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (outcomes, budget) =
+            leases.commit(&mut self.conn, &self.orders, &mut self.cost_ids, &prepared)?;
+        if let Some(budget) = budget {
+            self.budget = budget;
+        }
+        Ok(outcomes)
+    }
+
+    fn set_tenant_budget(&mut self, tenant: &str, budget: PrivacyBudget) -> Result<(), StoreError> {
+        check_tenant_name(tenant)?;
+        let describe = self.conn.describe.clone();
+        let orders = self.orders.clone();
+        serializable(&mut self.conn, |tx| {
+            set_tenant_budget_in(tx, &orders, &describe, tenant, budget)
+        })
+    }
+
+    fn use_leases(&mut self, per_reservation: u64) -> Result<(), StoreError> {
+        let replica = format!(
+            "pid {} from {} ms",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
+        );
+        self.leases = Some(Leases::new(replica, per_reservation)?);
+        Ok(())
     }
 
     fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError> {
@@ -267,6 +306,8 @@ impl LedgerStore for PostgresStore {
                 charges: header.charges,
                 spent: total.spent,
                 tenants: rows,
+                leases: read_leases(tx, &orders, &describe)?,
+                tenant_budgets: read_tenant_budgets(tx, &describe)?,
             })
         })?;
         self.budget = snap.budget;

@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use postgres::Transaction;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
-use privmix_accountant::{Orders, RdpCurve};
+use privmix_accountant::{Orders, PrivacyBudget, RdpCurve};
 
-use super::codec::{RECORDS_SQL, read_costs, read_spent_rows, record_of};
+use super::codec::{
+    RECORDS_SQL, read_costs, read_leases, read_spent_rows, read_tenant_budget_changes, record_of,
+};
 use super::error::{Fail, pg};
 use super::schema::{TOTAL_KEY, read_header};
 use crate::ledger_store::StoreError;
@@ -22,6 +24,11 @@ pub struct PgVerified {
     pub charges: u64,
     /// Tenants with at least one charge.
     pub tenants: usize,
+    /// Budget leases.
+    pub leases: usize,
+    /// Charges spent from the leases (as last written; not in `charges`, which counts
+    /// each reservation as one).
+    pub lease_charges: u64,
 }
 
 /// Checks every invariant the ledger keeps, reading through `tx` (see
@@ -45,18 +52,34 @@ pub(super) fn verify_in(
     let mut budget = header.initial_budget;
     let mut records = 0u64;
     let mut charges = 0u64;
+    // Each lease's reservations composed in record order, and its tenant.
+    let mut reservations: BTreeMap<u64, (RdpCurve, Option<String>)> = BTreeMap::new();
     let costs = read_costs(tx, orders, describe)?;
+    // Tenants' budget changes, applied in turn where they were recorded.
+    let changes = read_tenant_budget_changes(tx, describe)?;
+    let mut next_change = 0usize;
+    let mut tenant_budgets: BTreeMap<String, PrivacyBudget> = BTreeMap::new();
+
     {
         let mut rows = tx
             .query_raw(RECORDS_SQL, std::iter::empty::<&dyn ToSql>())
             .map_err(pg("reading the records"))?;
         while let Some(row) = rows.next().map_err(pg("reading the records"))? {
+            apply_tenant_budgets(
+                &changes,
+                &mut next_change,
+                records,
+                &tenants,
+                &mut tenant_budgets,
+                describe,
+            )?;
             match record_of(&row, orders, &costs, describe)? {
                 Record::Charge {
                     sequence,
                     tenant,
                     curve,
                     count,
+                    lease,
                     ..
                 } => {
                     if sequence != records {
@@ -70,6 +93,13 @@ pub(super) fn verify_in(
                     for _ in 0..count {
                         total = total.compose(&curve)?;
                     }
+                    if let Some(id) = lease {
+                        let zero = (RdpCurve::zero(orders.clone()), tenant.clone());
+                        let (reserved, _) = reservations.entry(id).or_insert(zero);
+                        for _ in 0..count {
+                            *reserved = reserved.compose(&curve)?;
+                        }
+                    }
                     if let Some(b) = budget {
                         let spent = total.epsilon(b.delta())?;
                         if spent.epsilon > b.epsilon() {
@@ -81,7 +111,7 @@ pub(super) fn verify_in(
                         }
                     }
                     if let Some(name) = tenant {
-                        let t = tenants.entry(name).or_insert_with(|| TenantSpent {
+                        let t = tenants.entry(name.clone()).or_insert_with(|| TenantSpent {
                             charges: 0,
                             spent: RdpCurve::zero(orders.clone()),
                         });
@@ -89,6 +119,16 @@ pub(super) fn verify_in(
                             t.spent = t.spent.compose(&curve)?;
                         }
                         t.charges += count;
+                        if let Some(b) = tenant_budgets.get(&name) {
+                            let spent = t.spent.epsilon(b.delta())?;
+                            if spent.epsilon > b.epsilon() {
+                                return Err(bad(format!(
+                                    "charge {sequence} took tenant {name}'s ε to {} over its budget ε = {}",
+                                    spent.epsilon,
+                                    b.epsilon()
+                                )));
+                            }
+                        }
                     }
                     charges += count;
                 }
@@ -110,6 +150,19 @@ pub(super) fn verify_in(
             }
             records += 1;
         }
+    }
+    apply_tenant_budgets(
+        &changes,
+        &mut next_change,
+        records,
+        &tenants,
+        &mut tenant_budgets,
+        describe,
+    )?;
+    if next_change != changes.len() {
+        return Err(bad(
+            "a tenant's budget is recorded after more records than the ledger holds".into(),
+        ));
     }
     if records != header.next_sequence || charges != header.charges {
         return Err(bad(format!(
@@ -147,9 +200,75 @@ pub(super) fn verify_in(
             "a spending row for {extra:?}, who has no charge"
         )));
     }
+    // Each lease: its reserved curve is the composition of its reservations, bit for
+    // bit, for its own tenant; what it spent is within what it reserved at every order.
+    let leases = read_leases(tx, orders, describe)?;
+    let mut lease_charges = 0u64;
+    for lease in &leases {
+        let (reserved, tenant) = reservations
+            .remove(&lease.id)
+            .unwrap_or_else(|| (RdpCurve::zero(orders.clone()), lease.tenant.clone()));
+        if reserved != lease.reserved || tenant != lease.tenant {
+            return Err(bad(format!(
+                "lease {} does not hold what its reservations recorded",
+                lease.id
+            )));
+        }
+        let within = lease
+            .used
+            .epsilons()
+            .iter()
+            .zip(lease.reserved.epsilons())
+            .all(|(used, reserved)| used <= reserved);
+        if !within {
+            return Err(bad(format!(
+                "lease {} spent more than it reserved",
+                lease.id
+            )));
+        }
+        lease_charges += lease.charges;
+    }
+    if let Some(id) = reservations.keys().next() {
+        return Err(bad(format!(
+            "reservations name lease {id}, which is not stored"
+        )));
+    }
     Ok(PgVerified {
         records,
         charges,
         tenants: tenants.len(),
+        leases: leases.len(),
+        lease_charges,
     })
+}
+
+/// Applies the tenants' budget changes recorded after at most `records` records (from
+/// `changes[*next..]`, in order): each must not be below what its tenant had spent.
+fn apply_tenant_budgets(
+    changes: &[(String, PrivacyBudget, u64)],
+    next: &mut usize,
+    records: u64,
+    tenants: &BTreeMap<String, TenantSpent>,
+    in_force: &mut BTreeMap<String, PrivacyBudget>,
+    describe: &str,
+) -> Result<(), Fail> {
+    while let Some((name, b, after)) = changes.get(*next) {
+        if *after > records {
+            break;
+        }
+        if let Some(t) = tenants.get(name)
+            && t.spent.epsilon(b.delta())?.epsilon > b.epsilon()
+        {
+            return Err(Fail::Store(StoreError::Inconsistent {
+                store: describe.to_owned(),
+                reason: format!(
+                    "tenant {name}'s budget was set to ε = {} below what it had spent",
+                    b.epsilon()
+                ),
+            }));
+        }
+        in_force.insert(name.clone(), *b);
+        *next += 1;
+    }
+    Ok(())
 }

@@ -1,0 +1,241 @@
+//! Budget leases: a replica reserves a slice of the budget in one transaction and
+//! spends it locally, so that replicas do not queue on the ledger's lock at every step.
+//!
+//! # Guarantee
+//!
+//! A reservation is recorded exactly as a charge is (`charge.rs`): under the ledger's
+//! lock, composed onto the total's and the tenant's spending and checked against both
+//! budgets, a row naming its lease. It is durable before any charge is spent from it.
+//! A charge is spent from a lease only when the lease's used curve composed with it
+//! (`RdpCurve::compose`, rounded up; Mironov, arXiv:1702.07476, Prop. 1) stays at or
+//! below the reserved curve at every order. Everyone's true spending is then at most
+//! the recorded spending, order by order, and the (ε, δ) conversion (Balle et al.,
+//! arXiv:1905.09982, Thm 21) only grows with the curve, so the recorded ε bounds the
+//! true ε: the budgets hold for what was released.
+//!
+//! A lease of one tenant (or of requests without a tenant) is reserved `per_reservation`
+//! charges of the cost that needed it at a time (halved down to one when a budget
+//! cannot pay more), and renewed when a charge no longer fits. What a lease did not
+//! spend stays counted: a replica that crashes or stops loses it, an over-count, never
+//! an under-count.
+//!
+//! Each step commit writes the leases' use (used curve and charges) to their rows in one
+//! short transaction on the replica's own rows, without the ledger's lock, before the
+//! step's tokens are released; `ledger show` and `ledger verify` report it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use privmix_accountant::{Orders, PrivacyBudget, RdpCurve};
+
+use super::charge::{Prepared, commit_charges};
+use super::connection::Connection;
+use super::error::{Fail, pg, postgres_error};
+use super::retry::serializable;
+use crate::ledger_store::step::{Cost, PendingCharge};
+use crate::ledger_store::{StepOutcomes, StoreError};
+
+/// The label of a reservation's charge row.
+pub(super) const LEASE_LABEL: &str = "lease";
+
+/// The leases one store handle (one replica) holds.
+pub(super) struct Leases {
+    /// The name its lease rows carry.
+    replica: String,
+    /// How many charges of a cost one reservation asks for.
+    per_reservation: u64,
+    /// By tenant (`None`: requests without a tenant).
+    held: BTreeMap<Option<String>, Held>,
+}
+
+/// One lease: what it reserved and what it spent.
+struct Held {
+    id: i64,
+    reserved: RdpCurve,
+    used: RdpCurve,
+    charges: i64,
+    /// Its use changed since it was last written.
+    dirty: bool,
+}
+
+/// `a` at or below `b` at every order.
+fn at_most(a: &RdpCurve, b: &RdpCurve) -> bool {
+    a.epsilons().iter().zip(b.epsilons()).all(|(x, y)| x <= y)
+}
+
+impl Leases {
+    /// Leases of `per_reservation` charges (at least 1), on rows named `replica`.
+    pub(super) fn new(replica: String, per_reservation: u64) -> Result<Self, StoreError> {
+        if per_reservation == 0 {
+            return Err(StoreError::BadLease {
+                reason: "a lease must reserve at least 1 charge".into(),
+            });
+        }
+        Ok(Self {
+            replica,
+            per_reservation,
+            held: BTreeMap::new(),
+        })
+    }
+
+    /// A step commit spent from the leases: each charge in order, renewing a lease it
+    /// no longer fits, a charge no renewal can pay refused; then the use written.
+    /// Returns the outcomes and the total budget last read (when a lease was renewed).
+    pub(super) fn commit(
+        &mut self,
+        conn: &mut Connection,
+        orders: &Orders,
+        cost_ids: &mut HashMap<Vec<u8>, i64>,
+        prepared: &[Prepared<'_>],
+    ) -> Result<(StepOutcomes, Option<Option<PrivacyBudget>>), StoreError> {
+        let mut outcomes = Vec::with_capacity(prepared.len());
+        let mut budget = None;
+        for p in prepared {
+            let key = p.tenant().map(str::to_owned);
+            let fits = |h: &Held| -> Result<bool, StoreError> {
+                Ok(at_most(&h.used.compose(&p.curve)?, &h.reserved))
+            };
+            let fit = match self.held.get(&key) {
+                Some(h) => fits(h)?,
+                None => false,
+            };
+            if !fit {
+                match self.renew(conn, orders, cost_ids, p) {
+                    Ok(b) => budget = Some(b),
+                    Err(e @ StoreError::Refused { .. }) => {
+                        outcomes.push(Err(e));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let h = self
+                .held
+                .get_mut(&key)
+                .ok_or_else(|| StoreError::Backend("a renewed lease is not held".into()))?;
+            let used = h.used.compose(&p.curve)?;
+            if !at_most(&used, &h.reserved) {
+                return Err(StoreError::Backend(
+                    "a charge does not fit the lease just renewed for it".into(),
+                ));
+            }
+            h.used = used;
+            h.charges += 1;
+            h.dirty = true;
+            outcomes.push(Ok(()));
+        }
+        self.write_use(conn)?;
+        Ok((outcomes, budget))
+    }
+
+    /// Reserves more for `p`'s lease: `per_reservation` charges of its cost, halved
+    /// while a budget refuses, in one serializable transaction each try.
+    fn renew(
+        &mut self,
+        conn: &mut Connection,
+        orders: &Orders,
+        cost_ids: &mut HashMap<Vec<u8>, i64>,
+        p: &Prepared<'_>,
+    ) -> Result<Option<PrivacyBudget>, StoreError> {
+        let key = p.tenant().map(str::to_owned);
+        let describe = conn.describe.clone();
+        let zero = RdpCurve::zero(orders.clone());
+        let (held_id, reserved) = match self.held.get(&key) {
+            Some(h) => (Some(h.id), h.reserved.clone()),
+            None => (None, zero.clone()),
+        };
+        let mut n = self.per_reservation;
+        loop {
+            let mut slice = zero.clone();
+            for _ in 0..n {
+                slice = slice.compose(&p.curve)?;
+            }
+            let after = reserved.compose(&slice)?;
+            let charge = PendingCharge {
+                tenant: p.charge.tenant.clone(),
+                cost: Cost::Curve(slice),
+                label: LEASE_LABEL.into(),
+            };
+            let mut reservation = Prepared::new(&charge, orders)?;
+            let replica = &self.replica;
+            let known = &*cost_ids;
+            let tried = serializable(conn, |tx| {
+                let id: i64 = match held_id {
+                    Some(id) => id,
+                    None => tx
+                        .query_one(
+                            "INSERT INTO privmix_leases
+                                 (replica, tenant, reserved, used, charges, opened_at, updated_at)
+                             VALUES ($1, $2, $3, $3, 0, clock_timestamp(), clock_timestamp())
+                             RETURNING id",
+                            &[replica, &key, &zero.epsilons()],
+                        )
+                        .map_err(pg("opening a lease"))?
+                        .get(0),
+                };
+                reservation.lease = Some(id);
+                let committed = commit_charges(
+                    tx,
+                    orders,
+                    &describe,
+                    std::slice::from_ref(&reservation),
+                    known,
+                )?;
+                if let Some(Err(_)) = committed.outcomes.first() {
+                    let refused = committed.outcomes.into_iter().next();
+                    return Err(Fail::Store(match refused {
+                        Some(Err(e)) => e,
+                        _ => StoreError::Backend("a refusal went missing".into()),
+                    }));
+                }
+                tx.execute(
+                    "UPDATE privmix_leases SET reserved = $2, updated_at = clock_timestamp()
+                     WHERE id = $1",
+                    &[&id, &after.epsilons()],
+                )
+                .map_err(pg("recording a lease"))?;
+                Ok((id, committed.new_costs, committed.budget))
+            });
+            match tried {
+                Ok((id, new_costs, budget)) => {
+                    cost_ids.extend(new_costs);
+                    let h = self.held.entry(key).or_insert_with(|| Held {
+                        id,
+                        reserved: zero.clone(),
+                        used: zero.clone(),
+                        charges: 0,
+                        dirty: false,
+                    });
+                    h.reserved = after;
+                    return Ok(budget);
+                }
+                Err(StoreError::Refused { .. }) if n > 1 => n /= 2,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes the use of every lease it changed, in one transaction.
+    fn write_use(&mut self, conn: &mut Connection) -> Result<(), StoreError> {
+        if !self.held.values().any(|h| h.dirty) {
+            return Ok(());
+        }
+        let describe = conn.describe.clone();
+        let client = conn.client()?;
+        let written = (|| -> Result<(), postgres::Error> {
+            let mut tx = client.transaction()?;
+            for h in self.held.values().filter(|h| h.dirty) {
+                tx.execute(
+                    "UPDATE privmix_leases SET used = $2, charges = $3,
+                         updated_at = clock_timestamp() WHERE id = $1",
+                    &[&h.id, &h.used.epsilons(), &h.charges],
+                )?;
+            }
+            tx.commit()
+        })();
+        written.map_err(|e| postgres_error(&describe, "recording the leases' use", e))?;
+        for h in self.held.values_mut() {
+            h.dirty = false;
+        }
+        Ok(())
+    }
+}
