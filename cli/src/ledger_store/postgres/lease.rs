@@ -21,7 +21,12 @@
 //!
 //! Each step commit writes the leases' use (used curve and charges) to their rows in one
 //! short transaction on the replica's own rows, without the ledger's lock, before the
-//! step's tokens are released; `ledger show` and `ledger verify` report it.
+//! step's tokens are released; `ledger show` and `ledger verify` report it. That
+//! transaction does not wait for its commit record to reach the disk
+//! (`synchronous_commit = off` for it alone): what pays for the step's tokens is the
+//! reservation, which was flushed before any of them could be spent, so a server crash
+//! that loses the last use written can make a lease show less use than its replica
+//! released, never make the ledger count less than was spent.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -223,6 +228,7 @@ impl Leases {
         let client = conn.client()?;
         let written = (|| -> Result<(), postgres::Error> {
             let mut tx = client.transaction()?;
+            tx.batch_execute("SET LOCAL synchronous_commit = off")?;
             for h in self.held.values().filter(|h| h.dirty) {
                 tx.execute(
                     "UPDATE privmix_leases SET used = $2, charges = $3,
