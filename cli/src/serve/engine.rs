@@ -1,10 +1,12 @@
 //! The decode loop: every active request decoded together, one batched forward per step.
 //!
 //! One thread owns the model, its members, the batched decoder and the ledger store.
-//! Requests arrive on a channel; at each step boundary new ones are prefilled and their
-//! rows (public model + members, as their mechanism's layout says) appended to the
-//! batch, and finished ones leave it (the last requests' rows taking their places, so
-//! that the KV cache moves only those). A step then runs:
+//! Requests arrive on a channel; at each step boundary new ones are prefilled under a
+//! per-step budget of prompt tokens (`admission.rs`: prompts that fit prefilled
+//! together in one forward, longer ones in chunks over several steps), and their rows
+//! (public model + members, as their mechanism's layout says) appended to the batch,
+//! and finished ones leave it (the last requests' rows taking their places, so that
+//! the KV cache moves only those). A step then runs:
 //!
 //! 1. every active request's mechanism on its own rows, all in one parallel region
 //!    (`draw.rs`): charges recorded, tokens drawn, nothing released;
@@ -36,8 +38,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::args::MechanismParams;
 use crate::error::CliError;
 use crate::ledger_store::{LedgerStore, StoreError, Tenant};
-use crate::setup::{MechanismPlan, build_mechanism, calibrated_radius};
+use crate::setup::{MechanismPlan, calibrated_radius};
 
+use super::admission::{Admission, Prefilled};
 use super::detok::Detokeniser;
 use super::draw::{self, Drawn, MechanismState, StepInput};
 
@@ -172,6 +175,8 @@ pub struct EngineConfig {
     pub max_tokens: u64,
     /// Most requests decoded together; more wait in the queue.
     pub max_batch: usize,
+    /// Row-tokens of prompt prefilled per step at most (`admission.rs`).
+    pub prefill_budget: usize,
     /// Token ids that end a turn.
     pub stop_ids: Vec<u32>,
     /// δ at which usage is reported.
@@ -183,7 +188,7 @@ pub struct EngineConfig {
 }
 
 /// A request being decoded.
-struct Active<'a, B: Backend, M> {
+struct Active {
     job: Job,
     /// Its mechanism, generator and reused buffers.
     mech: MechanismState,
@@ -192,8 +197,9 @@ struct Active<'a, B: Backend, M> {
     /// The log-probabilities its next step reads, and the row they start at.
     current: Arc<LogProbRows>,
     current_first: usize,
-    /// Not yet in the batch: its own decoder, appended at the step's end.
-    pending: Option<Decoder<'a, B, M>>,
+    /// Not yet in the batch: which of the step's prefilled decoders holds its rows
+    /// (from `current_first` on), appended at the step's end.
+    joining: Option<usize>,
     /// The released tokens and their text.
     detok: Detokeniser,
     /// Charged tokens: the released ones plus an end-of-turn token that stopped it.
@@ -222,42 +228,38 @@ where
     M: LanguageModel<B> + LoraBase,
 {
     let mut batch: Option<Decoder<'_, B, M>> = None;
-    let mut active: Vec<Active<'_, B, M>> = Vec::new();
+    let mut active: Vec<Active> = Vec::new();
+    let mut admission = Admission::default();
     let mut closed = false;
     let mut times = PhaseTimes::new(config.phase_timings);
     // The calibration is a function of the configuration alone: done once.
     let params = calibrated_params(config, runner.num_members(), store.orders())?;
     loop {
-        // Admit new requests at the step boundary (block when idle).
-        while active.len() < config.max_batch && !closed {
-            let job = if active.is_empty() {
-                match jobs.recv() {
-                    Ok(job) => job,
-                    Err(_) => {
-                        closed = true;
-                        break;
-                    }
-                }
-            } else {
-                match jobs.try_recv() {
-                    Ok(job) => job,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        closed = true;
-                        break;
-                    }
-                }
-            };
-            let t = times.start();
-            let admitted = admit(runner, store, config, &params, job)?;
-            times.add_since(Phase::Admit, t);
-            if let Some(a) = admitted {
-                active.push(a);
+        // Receive new requests at the step boundary (block when there is nothing to
+        // do), then prefill under the step's budget.
+        if !closed && active.is_empty() && admission.is_idle() {
+            match jobs.recv() {
+                Ok(job) => admission.push(job),
+                Err(_) => closed = true,
             }
         }
+        while !closed {
+            match jobs.try_recv() {
+                Ok(job) => admission.push(job),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => closed = true,
+            }
+        }
+        let t = times.start();
+        let room = config.max_batch.saturating_sub(active.len());
+        let orders = store.orders().clone();
+        let admitted = admission.step(runner, config, &params, &orders, room)?;
+        let mut prefilled = admitted.decoders;
+        active.extend(admitted.ready.into_iter().map(|p| Active::new(p, &orders)));
+        times.add_since(Phase::Admit, t);
         if active.is_empty() {
             times.print();
-            if closed {
+            if closed && admission.is_idle() {
                 return Ok(());
             }
             continue;
@@ -273,7 +275,6 @@ where
             a.mech.drawn = Drawn::Nothing;
             a.mech.account = None;
         }
-        let orders = store.orders().clone();
         let vocab = active[0].current.vocab();
         let inputs: Vec<StepInput<'_>> = active
             .iter_mut()
@@ -315,10 +316,11 @@ where
         // Leave, join, then one forward for everyone still decoding.
         let t = times.start();
         let (kept, keep_rows) = leave_order(std::mem::take(&mut active));
-        let mut joining = Vec::new();
+        // The rows each prefilled decoder keeps: those of its requests still decoding.
+        let mut joining: Vec<Vec<usize>> = vec![Vec::new(); prefilled.len()];
         for mut a in kept {
-            if let Some(d) = a.pending.take() {
-                joining.push(d);
+            if let Some(d) = a.joining.take() {
+                joining[d].extend(a.current_first..a.current_first + a.rows);
             }
             active.push(a);
         }
@@ -331,7 +333,13 @@ where
                 b.leave(&keep_rows)?;
             }
         }
-        for d in joining {
+        for (mut d, keep) in prefilled.drain(..).zip(joining) {
+            if keep.is_empty() {
+                continue;
+            }
+            if keep.len() < d.len() {
+                d.retain_rows(&keep)?;
+            }
             match &mut batch {
                 Some(b) => b.append(d)?,
                 None => batch = Some(d),
@@ -367,14 +375,12 @@ where
 /// request has as many rows, a finished request's place is taken by the last
 /// requests' rows, so that the cache moves only those (each kept row `r` lands at
 /// an index at most `r`); otherwise the rows stay in order.
-fn leave_order<'a, B: Backend, M>(
-    active: Vec<Active<'a, B, M>>,
-) -> (Vec<Active<'a, B, M>>, Vec<usize>) {
-    let mut batched: Vec<Option<(usize, Active<'a, B, M>)>> = Vec::new();
+fn leave_order(active: Vec<Active>) -> (Vec<Active>, Vec<usize>) {
+    let mut batched: Vec<Option<(usize, Active)>> = Vec::new();
     let mut joining = Vec::new();
     let mut first = 0;
     for a in active {
-        if a.pending.is_some() {
+        if a.joining.is_some() {
             if a.finished.is_none() {
                 joining.push(a);
             }
@@ -394,7 +400,7 @@ fn leave_order<'a, B: Backend, M>(
         .all(|w| w[0] == w[1]);
     let mut order = Vec::with_capacity(staying + joining.len());
     if uniform {
-        let mut tail: Vec<(usize, Active<'a, B, M>)> = batched
+        let mut tail: Vec<(usize, Active)> = batched
             .drain(staying.min(batched.len())..)
             .flatten()
             .collect();
@@ -412,7 +418,7 @@ fn leave_order<'a, B: Backend, M>(
         .iter()
         .flat_map(|(start, a)| *start..*start + a.rows)
         .collect();
-    let mut kept: Vec<Active<'a, B, M>> = order.into_iter().map(|(_, a)| a).collect();
+    let mut kept: Vec<Active> = order.into_iter().map(|(_, a)| a).collect();
     kept.extend(joining);
     (kept, keep)
 }
@@ -441,65 +447,26 @@ fn calibrated_params(
     Ok(params)
 }
 
-/// Prefills a new request with its own decoder (nothing computed from private data
-/// is released, nothing charged).
-fn admit<'a, B, M>(
-    runner: &'a EnsembleRunner<B, M>,
-    store: &mut dyn LedgerStore,
-    config: &EngineConfig,
-    params: &MechanismParams,
-    job: Job,
-) -> Result<Option<Active<'a, B, M>>, CliError>
-where
-    B: Backend,
-    M: LanguageModel<B> + LoraBase,
-{
-    if job.events.is_closed() {
-        return Ok(None);
+impl Active {
+    /// A prefilled request, before its first step (charges counted at `orders`).
+    fn new(p: Prefilled, orders: &privmix_accountant::Orders) -> Self {
+        Self {
+            job: p.job,
+            mech: p.mech,
+            rows: p.rows,
+            current: p.current,
+            current_first: p.first,
+            joining: Some(p.decoder),
+            detok: Detokeniser::default(),
+            charged_tokens: 0,
+            text: String::new(),
+            sent: 0,
+            charged: RdpCurve::zero(orders.clone()),
+            finished: None,
+            steps: 0,
+            outbox: Vec::new(),
+        }
     }
-    let orders = store.orders().clone();
-    let built = build_mechanism(&MechanismPlan {
-        kind: config.mechanism,
-        params,
-        members: runner.num_members(),
-        epsilon: config.request_epsilon,
-        spent: None,
-        delta: config.delta,
-        queries: config.max_tokens,
-        orders: &orders,
-    });
-    let (mechanism, layout) = match built {
-        Ok(x) => x,
-        Err(e) => {
-            let _ = job.events.send(Note::Now(Event::Failed(e.to_string())));
-            return Ok(None);
-        }
-    };
-    let rows = layout.len();
-    let mut decoder = runner.decoder(layout)?;
-    let current = match decoder.prefill(&job.prompt) {
-        Ok(r) => Arc::new(r),
-        Err(e) => {
-            let _ = job.events.send(Note::Now(Event::Failed(e.to_string())));
-            return Ok(None);
-        }
-    };
-    Ok(Some(Active {
-        job,
-        mech: MechanismState::new(mechanism)?,
-        rows,
-        current,
-        current_first: 0,
-        pending: Some(decoder),
-        detok: Detokeniser::default(),
-        charged_tokens: 0,
-        text: String::new(),
-        sent: 0,
-        charged: RdpCurve::zero(orders),
-        finished: None,
-        steps: 0,
-        outbox: Vec::new(),
-    }))
 }
 
 /// What the commit of a step's charges left a request.
@@ -522,8 +489,8 @@ enum Committed {
 /// released yet, and a token is released only where its request's charge was
 /// committed. A store failure fails the step's requests (none of their tokens leaves);
 /// the server goes on.
-fn commit_step<B: Backend, M>(
-    active: &mut [Active<'_, B, M>],
+fn commit_step(
+    active: &mut [Active],
     store: &mut dyn LedgerStore,
 ) -> Result<Vec<Committed>, CliError> {
     let orders = store.orders().clone();
@@ -585,8 +552,8 @@ fn commit_step<B: Backend, M>(
 
 /// Releases one request's step (its token if committed, its text, its end) and
 /// sends the step's note ([`Note::Started`] was sent before its first step).
-fn release_step<B: Backend, M>(
-    a: &mut Active<'_, B, M>,
+fn release_step(
+    a: &mut Active,
     committed: Committed,
     tokenizer: &Tokenizer,
     store: &mut dyn LedgerStore,
@@ -617,8 +584,8 @@ fn release_step<B: Backend, M>(
 }
 
 /// The step's events, into `a.outbox`.
-fn step_events<B: Backend, M>(
-    a: &mut Active<'_, B, M>,
+fn step_events(
+    a: &mut Active,
     committed: Committed,
     tokenizer: &Tokenizer,
     store: &mut dyn LedgerStore,
@@ -678,7 +645,7 @@ fn step_events<B: Backend, M>(
 
 /// Sends the text not yet sent. Unless `all`, holds back a tail that could still
 /// become a stop string (the detokeniser holds back incomplete characters).
-fn flush<B: Backend, M>(a: &mut Active<'_, B, M>, all: bool) {
+fn flush(a: &mut Active, all: bool) {
     let mut end = a.text.len();
     if !all {
         end = end.min(a.text.len() - held_back(&a.text, &a.job.stop));
@@ -708,8 +675,8 @@ fn stop_position(text: &str, stops: &[String]) -> Option<usize> {
     stops.iter().filter_map(|s| text.find(s.as_str())).min()
 }
 
-fn finish<B: Backend, M>(
-    a: &mut Active<'_, B, M>,
+fn finish(
+    a: &mut Active,
     why: Finish,
     store: &mut dyn LedgerStore,
     config: &EngineConfig,

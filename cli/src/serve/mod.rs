@@ -31,6 +31,7 @@
 //! Errors that leave the process (HTTP bodies, server-sent events, stderr) name the
 //! kind of problem only, never a private value (`MechanismError::public_description`).
 
+mod admission;
 mod api;
 mod detok;
 mod draw;
@@ -96,6 +97,12 @@ pub struct ServeArgs {
     /// Most requests decoded together in one batched forward.
     #[arg(long, default_value_t = 8)]
     pub max_batch: usize,
+    /// Prompt tokens prefilled per step at most, counted once per row (a request's
+    /// prompt length times its rows: public model and members): prompts that fit are
+    /// prefilled together, a longer one in chunks over several steps, so that an
+    /// arrival holds the running requests' next token back by at most this much work.
+    #[arg(long, default_value_t = admission::PREFILL_ROW_TOKENS)]
+    pub prefill_budget: usize,
     /// Most requests in flight (decoding or queued); more get 503.
     #[arg(long, default_value_t = 64)]
     pub max_concurrent: usize,
@@ -123,7 +130,8 @@ pub struct ServeArgs {
     /// Print, every few seconds to stderr, where the decode loop's time goes
     /// (admission, mechanisms, ledger commits, detokenising, joining and leaving the
     /// batch, the forward). These timings depend on the members' data and are not
-    /// charged: for benchmarks with members that are not private.
+    /// charged: for benchmarks with members that are not private, refused with
+    /// --api-keys.
     #[arg(long)]
     pub phase_timings: bool,
     /// Multiply a GGUF's Q4_1/Q8_0 weights by f32 activations. The server's default is
@@ -154,27 +162,7 @@ impl ServeArgs {
 
 /// Runs `privmix serve` until SIGINT or SIGTERM, then drains in-flight requests.
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
-    if args.max_batch == 0 || args.max_concurrent == 0 || args.max_tokens == 0 {
-        return Err(CliError::arg(
-            "--max-batch/--max-concurrent/--max-tokens",
-            "must be at least 1",
-        ));
-    }
-    if args.step_time_ms == Some(0) {
-        return Err(CliError::arg(
-            "--step-time-ms",
-            "must be at least 1 (ms between released tokens)",
-        ));
-    }
-    if !(args.request_epsilon.is_finite() && args.request_epsilon > 0.0) {
-        return Err(CliError::arg("--request-epsilon", "must be finite and > 0"));
-    }
-    if args.model.mechanism == crate::args::MechanismKind::Ensemble {
-        return Err(CliError::arg(
-            "--mechanism",
-            "the non-private ensemble cannot be served: every served token is charged",
-        ));
-    }
+    check_args(args)?;
     let keys = match &args.api_keys {
         Some(path) => Some(keys::ApiKeys::load(path)?),
         None => None,
@@ -214,6 +202,53 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
             delta,
         },
     )
+}
+
+/// The checks of `serve`'s arguments made before anything is opened or loaded.
+///
+/// `--phase-timings` prints step durations that depend on the members' data (the
+/// mechanisms' solvers and shortcuts) and that no ledger charges for. A server with
+/// API keys serves tenants, each spending a budget of the members' privacy: such a
+/// server is refused the option ([`CliError::Argument`] naming it), so that those
+/// timings leave only a server that no tenant pays for, run by whoever holds the
+/// members (a benchmark with random or public adapters).
+fn check_args(args: &ServeArgs) -> Result<(), CliError> {
+    if args.phase_timings && args.api_keys.is_some() {
+        return Err(CliError::arg(
+            "--phase-timings",
+            "cannot be used with --api-keys: the printed step timings depend on the \
+             members' data and are not charged to any budget (use it with --no-auth, \
+             on members that are not private)",
+        ));
+    }
+    if args.max_batch == 0 || args.max_concurrent == 0 || args.max_tokens == 0 {
+        return Err(CliError::arg(
+            "--max-batch/--max-concurrent/--max-tokens",
+            "must be at least 1",
+        ));
+    }
+    if args.prefill_budget == 0 {
+        return Err(CliError::arg(
+            "--prefill-budget",
+            "must be at least 1 (row-tokens of prompt per step)",
+        ));
+    }
+    if args.step_time_ms == Some(0) {
+        return Err(CliError::arg(
+            "--step-time-ms",
+            "must be at least 1 (ms between released tokens)",
+        ));
+    }
+    if !(args.request_epsilon.is_finite() && args.request_epsilon > 0.0) {
+        return Err(CliError::arg("--request-epsilon", "must be finite and > 0"));
+    }
+    if args.model.mechanism == crate::args::MechanismKind::Ensemble {
+        return Err(CliError::arg(
+            "--mechanism",
+            "the non-private ensemble cannot be served: every served token is charged",
+        ));
+    }
+    Ok(())
 }
 
 /// Everything `serve` prepared before the model loads, run on the chosen backend.
@@ -258,6 +293,7 @@ impl BackendFn<()> for Serving<'_> {
             request_epsilon: args.request_epsilon,
             max_tokens: args.max_tokens,
             max_batch: args.max_batch,
+            prefill_budget: args.prefill_budget,
             stop_ids,
             delta,
             paced: args.step_time_ms.is_some(),
@@ -384,6 +420,7 @@ mod tests {
     use clap::Parser;
 
     use super::ServeArgs;
+    use crate::error::CliError;
 
     #[derive(Debug, Parser)]
     struct Cli {
@@ -413,6 +450,36 @@ mod tests {
         // A model folder has no quantised weights to take 8-bit activations.
         let m = parse(env!("CARGO_MANIFEST_DIR"), &[]).unwrap().model_args();
         assert!(!m.int8_activations && m.f16_kv);
+    }
+
+    #[test]
+    fn phase_timings_are_refused_to_a_server_with_api_keys() {
+        let keys = ["--phase-timings", "--api-keys", "keys.json"];
+        let args = Cli::try_parse_from(
+            ["serve", "--model", &gguf(), "--ledger", "l"]
+                .into_iter()
+                .chain(keys),
+        )
+        .unwrap()
+        .serve;
+        match super::check_args(&args) {
+            Err(CliError::Argument { flag, reason }) => {
+                assert_eq!(flag, "--phase-timings");
+                assert!(reason.contains("--api-keys"), "{reason}");
+            }
+            other => panic!("expected --phase-timings refused, got {other:?}"),
+        }
+        // Without keys (a benchmark's --no-auth server) the option is allowed, and
+        // keys without it are too.
+        assert!(super::check_args(&parse(&gguf(), &["--phase-timings"]).unwrap()).is_ok());
+        let args = Cli::try_parse_from(
+            ["serve", "--model", &gguf(), "--ledger", "l"]
+                .into_iter()
+                .chain(["--api-keys", "keys.json"]),
+        )
+        .unwrap()
+        .serve;
+        assert!(super::check_args(&args).is_ok());
     }
 
     #[test]

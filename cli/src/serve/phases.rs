@@ -9,7 +9,8 @@
 //! These durations depend on the private members (the solvers' evaluations, the
 //! mechanisms' shortcuts), and the ledger does not charge for them: the option is
 //! for measuring a server whose members are not private (benchmarks with random or
-//! public adapters), off by default, and never sent to clients.
+//! public adapters), off by default, never sent to clients, and refused to a server
+//! with API keys (tenants paying for the members' privacy: `serve::check_args`).
 
 use std::time::{Duration, Instant};
 

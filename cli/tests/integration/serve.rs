@@ -237,10 +237,13 @@ async fn serves_completions_and_charges_every_token() {
     assert!(status.success(), "{status:?}");
 }
 
+/// Six requests of prompts of 2 to 12 bytes (each fed to 3 rows), at most 4
+/// decoded together, and a prefill budget of 16 row-tokens per step: arrivals are
+/// prefilled together when they fit, in chunks over several steps when they do not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_are_batched_and_shutdown_drains_them() {
     let dir = TempDir::new("serve-batch");
-    let server = start(&dir, &["--max-batch", "4"]);
+    let server = start(&dir, &["--max-batch", "4", "--prefill-budget", "16"]);
     let http = reqwest::Client::new();
     let url = format!("{}/v1/completions", server.base);
     let mut tasks = Vec::new();
