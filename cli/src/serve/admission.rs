@@ -45,7 +45,7 @@ use crate::error::CliError;
 use crate::setup::{MechanismPlan, build_mechanism};
 
 use super::draw::MechanismState;
-use super::engine::{EngineConfig, Event, Job, Note};
+use super::job::{EngineConfig, Event, Job, Note};
 
 /// Row-tokens of prompt prefilled per step at most, by default (llama.cpp's server
 /// takes 2,048 tokens per batch by default); a request of more rows than the budget

@@ -37,6 +37,7 @@ mod detok;
 mod draw;
 mod engine;
 mod http;
+mod job;
 mod keys;
 mod pace;
 mod phases;
