@@ -754,6 +754,48 @@ fn recall(audit: &CanaryAudit, mechanism: &str, target: Option<f64>) -> Option<(
 
 pub use crate::experiment::canary::CANARY_MEMBER;
 
+/// The fewest canaries with which the positive control can succeed: the
+/// smallest n whose n of n extracted gives a Clopper–Pearson lower end of at
+/// least 0.5 (0.025^(1/n) ≥ 0.5, so n ≥ 6). With fewer, even a control that
+/// extracts every canary cannot show that canaries are extractable.
+pub fn canaries_for_control() -> usize {
+    (1..)
+        .find(|&n| clopper_pearson(n, n).0 >= 0.5)
+        .unwrap_or(usize::MAX)
+}
+
+/// The positive control's verdict for `k` of `n` canaries extracted without
+/// privacy (SubMix, arXiv:2201.00971, Fig. 4: ≥ 90% recall): reproduced when
+/// the Clopper–Pearson interval's lower end is at least 0.5, not reproduced
+/// when its upper end is below the paper's 0.9, and otherwise not comparable:
+/// the audit has too few canaries to decide either way (with fewer than
+/// [`canaries_for_control`] it can never succeed).
+pub fn control_verdict(k: usize, n: usize) -> (Verdict, String) {
+    let (lo, hi) = clopper_pearson(k, n);
+    let rule = "greedy extraction of the secret; reproduced when the Clopper–Pearson \
+                interval's lower end is at least 0.5, not reproduced when its upper end is \
+                below the paper's 0.9";
+    if n > 0 && lo >= 0.5 {
+        (Verdict::Reproduced, rule.into())
+    } else if hi < 0.9 {
+        (Verdict::NotReproduced, rule.into())
+    } else {
+        let need = canaries_for_control();
+        let power = if n < need {
+            format!(
+                "with {n} canaries even {n} of {n} extracted leaves the lower end below 0.5 \
+                 (at least {need} are needed)"
+            )
+        } else {
+            format!("{k} of {n} is consistent with both")
+        };
+        (
+            Verdict::NotComparable,
+            format!("{rule}; the interval [{lo:.2}, {hi:.2}] decides neither: {power}"),
+        )
+    }
+}
+
 fn canary_claims(audit: &CanaryAudit) -> Vec<Claim> {
     let source = format!("{SUBMIX}, Fig. 4 (canary extraction)");
     let mut out = Vec::new();
@@ -764,9 +806,7 @@ fn canary_claims(audit: &CanaryAudit) -> Vec<Claim> {
             k as f64 / n.max(1) as f64
         )
     };
-    let extracted = |(k, n): (usize, usize)| n > 0 && clopper_pearson(k, n).0 >= 0.5;
-    let rule = "greedy extraction of the secret; reproduced when the Clopper–Pearson \
-                interval's lower end is at least 0.5";
+    let extracted = |(k, n): (usize, usize)| control_verdict(k, n).0 == Verdict::Reproduced;
     // The positive control: the member that holds each canary, as SubMix's
     // non-privately fine-tuned model; else (older audits) the ensemble.
     let mut control = None;
@@ -778,17 +818,14 @@ fn canary_claims(audit: &CanaryAudit) -> Vec<Claim> {
             continue;
         };
         control.get_or_insert((who, k));
+        let (verdict, why) = control_verdict(k.0, k.1);
         out.push(claim(
             &source,
             &format!("without privacy the canaries are extracted (recall ≥ 90%): {who}"),
             "≥ 90% recall",
             format!("{who}: {}", fmt(k)),
-            if extracted(k) {
-                Verdict::Reproduced
-            } else {
-                Verdict::NotReproduced
-            },
-            rule.into(),
+            verdict,
+            why,
         ));
     }
     let smallest = audit
@@ -1421,6 +1458,36 @@ mod tests {
         ]));
         let sub = leaky.iter().find(|c| c.claim.contains("SubMix")).unwrap();
         assert_eq!(sub.verdict, Verdict::NotReproduced, "{sub:?}");
+    }
+
+    /// Review case: the quick preset's 4 canaries, all extracted by the
+    /// control, fail the Clopper–Pearson bound (lower end 0.40): with too few
+    /// canaries the control, and so SubMix's claim, is "not comparable".
+    #[test]
+    fn a_control_with_too_few_canaries_is_not_comparable() {
+        assert_eq!(canaries_for_control(), 6);
+        let (v, why) = control_verdict(4, 4);
+        assert_eq!(v, Verdict::NotComparable, "{why}");
+        assert!(why.contains("at least 6"), "{why}");
+        // 0 of 4 is still significantly below the paper's 90%.
+        assert_eq!(control_verdict(0, 4).0, Verdict::NotReproduced);
+        assert_eq!(control_verdict(6, 6).0, Verdict::Reproduced);
+        assert_eq!(control_verdict(5, 6).0, Verdict::NotComparable);
+        // The default's 16 canaries: 13 extracted suffice, 12 do not.
+        assert_eq!(control_verdict(13, 16).0, Verdict::Reproduced);
+        assert_eq!(control_verdict(12, 16).0, Verdict::NotComparable);
+        let mut four = audit(&[(CANARY_MEMBER, None, 4), ("submix", Some(1.0), 0)]);
+        for r in &mut four.results {
+            r.extracted.truncate(4);
+        }
+        let claims = canary_claims(&four);
+        let control = claims
+            .iter()
+            .find(|c| c.claim.contains("without privacy"))
+            .unwrap();
+        assert_eq!(control.verdict, Verdict::NotComparable, "{control:?}");
+        let sub = claims.iter().find(|c| c.claim.contains("SubMix")).unwrap();
+        assert_eq!(sub.verdict, Verdict::NotComparable, "{sub:?}");
     }
 
     fn icl(rows: &[(&str, Option<f64>, [f64; 5])]) -> IclResults {

@@ -176,8 +176,13 @@ struct Args {
     /// ICL: tokens per answer at most.
     #[arg(long, default_value_t = 20)]
     icl_max_tokens: usize,
-    /// Canary audit: number of canaries (0: skip the audit).
-    #[arg(long, default_value_t = 8)]
+    /// Canary audit: number of canaries (0: skip the audit). The positive
+    /// control succeeds when the Clopper–Pearson lower end of its recall is at
+    /// least 0.5: with 16 canaries (one per default member) 13 extracted
+    /// suffice, which a control at the SubMix paper's 90% recall reaches with
+    /// probability 0.93 (8 canaries need all 8: probability 0.43; fewer than 6
+    /// can never succeed).
+    #[arg(long, default_value_t = 16)]
     canaries: usize,
     /// Canary audit: repeats of each canary sentence in its user's text (whole
     /// sentences in every block).
