@@ -353,45 +353,40 @@ pub(crate) fn contenders(
                 (1, "sa-laplace (B=1)", "gnmax (B=1)"),
             ] {
                 let (sa, gn) = baseline_noise(eps, delta, b, n, vocab, orders)?;
-                let accounting = || -> Result<Accounting, BenchError> {
-                    Ok(if b == 1 {
+                let calibrated = if b == 1 {
+                    "calibrated to 1 query".to_string()
+                } else {
+                    format!("calibrated to {b} queries")
+                };
+                let rows = [
+                    (
+                        Mechanism::SaLaplace(sa, sa.curve(orders, n, vocab)?),
+                        name_sa,
+                        format!(
+                            "Laplace scale {:.4e} on the mean of {n} members, {calibrated}",
+                            sa.scale()
+                        ),
+                    ),
+                    (
+                        Mechanism::Gnmax(gn, gn.curve(orders)?),
+                        name_gn,
+                        format!(
+                            "σ {:.4e} on the votes of {n} members, {calibrated}",
+                            gn.sigma()
+                        ),
+                    ),
+                ];
+                for (mechanism, name, parameters) in rows {
+                    // One query is a deployment of its own: no budget runs across queries.
+                    let accounting = if b == 1 {
                         Accounting::Free(Unbudgeted::new(orders.clone()))
                     } else {
                         Accounting::Budget(Budget::new(orders.clone(), eps, delta)?)
-                    })
-                };
-                let sa_curve = sa.curve(orders, n, vocab)?;
-                let single = b == 1;
-                out.push(Contender::new(
-                    Mechanism::SaLaplace(sa, sa_curve),
-                    accounting()?,
-                    name_sa,
-                    Some(eps),
-                    format!(
-                        "Laplace scale {:.4e} on the mean of {n} members, calibrated to {b} quer{}",
-                        sa.scale(),
-                        if b == 1 { "y" } else { "ies" }
-                    ),
-                    delta,
-                ));
-                if let Some(c) = out.last_mut() {
-                    c.single_query = single;
-                }
-                let gn_curve = gn.curve(orders)?;
-                out.push(Contender::new(
-                    Mechanism::Gnmax(gn, gn_curve),
-                    accounting()?,
-                    name_gn,
-                    Some(eps),
-                    format!(
-                        "σ {:.4e} on the votes of {n} members, calibrated to {b} quer{}",
-                        gn.sigma(),
-                        if b == 1 { "y" } else { "ies" }
-                    ),
-                    delta,
-                ));
-                if let Some(c) = out.last_mut() {
-                    c.single_query = single;
+                    };
+                    let mut c =
+                        Contender::new(mechanism, accounting, name, Some(eps), parameters, delta);
+                    c.single_query = b == 1;
+                    out.push(c);
                 }
             }
         }

@@ -151,15 +151,9 @@ pub fn train_members(
     let model_sha256 = vec![path_sha256(&config.model)?];
     for (i, blocks) in data.members.iter().enumerate() {
         let (key, dir, steps) = member_key(config, i, blocks, &model_sha256)?;
-        let adapter = match load_cached(&dir, &base)? {
-            Some((adapter, meta)) => {
-                reused_seconds += train_seconds(&meta);
-                adapter
-            }
-            None => {
-                cached = false;
-                let started = Instant::now();
-                let adapter = train_member(
+        let (adapter, reused) =
+            load_or_train(&dir, &base, json!({ "steps": steps, "key": key }), || {
+                train_member(
                     config,
                     &model,
                     &lora,
@@ -167,21 +161,12 @@ pub fn train_members(
                     &format!("fine-tune member {i}"),
                     blocks,
                     progress,
-                )?;
-                let seconds = started.elapsed().as_secs_f64();
-                save_cached(
-                    &dir,
-                    &adapter,
-                    json!({
-                        "steps": steps,
-                        TRAIN_SECONDS: seconds,
-                        "key": key,
-                        "commit": crate::run_info::commit(),
-                    }),
-                )?;
-                adapter
-            }
-        };
+                )
+            })?;
+        match reused {
+            Some(seconds) => reused_seconds += seconds,
+            None => cached = false,
+        }
         members.push(adapter);
         member_steps.push(steps);
     }
@@ -199,35 +184,22 @@ pub fn train_members(
         let dir = config
             .cache_dir
             .join(format!("fine-tuned-{}", key.digest()));
-        Some(match load_cached(&dir, &base)? {
-            Some((adapter, meta)) => {
-                reused_seconds += train_seconds(&meta);
-                adapter
-            }
-            None => {
-                cached = false;
-                let started = Instant::now();
-                let adapter = train_member(
-                    config,
-                    &model,
-                    &lora,
-                    seed,
-                    "fine-tune on all",
-                    &all,
-                    progress,
-                )?;
-                save_cached(
-                    &dir,
-                    &adapter,
-                    json!({
-                        TRAIN_SECONDS: started.elapsed().as_secs_f64(),
-                        "key": key,
-                        "commit": crate::run_info::commit(),
-                    }),
-                )?;
-                adapter
-            }
-        })
+        let (adapter, reused) = load_or_train(&dir, &base, json!({ "key": key }), || {
+            train_member(
+                config,
+                &model,
+                &lora,
+                seed,
+                "fine-tune on all",
+                &all,
+                progress,
+            )
+        })?;
+        match reused {
+            Some(seconds) => reused_seconds += seconds,
+            None => cached = false,
+        }
+        Some(adapter)
     } else {
         None
     };
@@ -499,38 +471,22 @@ impl DpTraining<'_> {
         let dir = config
             .cache_dir
             .join(format!("dp-sgd-{target}-{}", key.digest()));
-        let (adapter, reused) = match load_cached(&dir, self.base)? {
-            Some((adapter, meta)) => (adapter, Some(train_seconds(&meta))),
-            None => {
-                let started = Instant::now();
-                let mut trainer =
-                    DpSgdTrainer::<Train, _>::new(self.model, self.records.to_vec(), dp_config)?;
-                let pb = bar(
-                    steps as u64,
-                    &format!("DP-SGD ε {target} lr {lr} ep {epochs}"),
-                    self.progress,
-                );
-                for _ in 0..steps {
-                    trainer.step()?;
-                    pb.inc(1);
-                }
-                pb.finish_and_clear();
-                let adapter = trainer.adapter::<Backend>()?;
-                let seconds = started.elapsed().as_secs_f64();
-                save_cached(
-                    &dir,
-                    &adapter,
-                    json!({
-                        "sigma": sigma,
-                        "q": self.q,
-                        TRAIN_SECONDS: seconds,
-                        "key": key,
-                        "commit": crate::run_info::commit(),
-                    }),
-                )?;
-                (adapter, None)
+        let meta = json!({ "sigma": sigma, "q": self.q, "key": key });
+        let (adapter, reused) = load_or_train(&dir, self.base, meta, || {
+            let mut trainer =
+                DpSgdTrainer::<Train, _>::new(self.model, self.records.to_vec(), dp_config)?;
+            let pb = bar(
+                steps as u64,
+                &format!("DP-SGD ε {target} lr {lr} ep {epochs}"),
+                self.progress,
+            );
+            for _ in 0..steps {
+                trainer.step()?;
+                pb.inc(1);
             }
-        };
+            pb.finish_and_clear();
+            Ok(trainer.adapter::<Backend>()?)
+        })?;
         // The accountant's ε for the steps the plan runs (whether trained now or
         // loaded: the cache key holds σ, q and the step count).
         let spent = dp_sgd_epsilon(self.q, sigma, steps as u64, config.delta)?;
@@ -571,6 +527,27 @@ const TRAIN_SECONDS: &str = "train_seconds";
 /// older run did not record them).
 fn train_seconds(meta: &serde_json::Value) -> f64 {
     meta[TRAIN_SECONDS].as_f64().unwrap_or(0.0)
+}
+
+/// The adapter cached at `dir` with the seconds its training took when it was
+/// made; else the one `train` makes (and None), saved at `dir` with `meta` (its
+/// key and what the entry records) plus its training time and the commit that
+/// made it (provenance only, never part of the key).
+fn load_or_train(
+    dir: &Path,
+    base: &privmix_ensemble::lora::BaseShapes,
+    mut meta: serde_json::Value,
+    train: impl FnOnce() -> Result<LoraAdapter<Backend>, BenchError>,
+) -> Result<(LoraAdapter<Backend>, Option<f64>), BenchError> {
+    if let Some((adapter, cached)) = load_cached(dir, base)? {
+        return Ok((adapter, Some(train_seconds(&cached))));
+    }
+    let started = Instant::now();
+    let adapter = train()?;
+    meta[TRAIN_SECONDS] = json!(started.elapsed().as_secs_f64());
+    meta["commit"] = json!(crate::run_info::commit());
+    save_cached(dir, &adapter, meta)?;
+    Ok((adapter, None))
 }
 
 fn load_cached(

@@ -4,20 +4,22 @@
 //! normalised product; at λ = 0 every factor is the zero-shot law on its top k,
 //! and the product of n copies of softmax(l) is softmax(n·l). So +On's gain over
 //! the plain zero-shot row (temperature 1) holds a part that needs no private
-//! demonstration at all; this control measures that part. It reads no
-//! demonstration, so each token is charged zero.
+//! demonstration at all; this control measures that part. It is DPS-MOZO's own
+//! product step ([`dps_mozo_output`]) at radius 0 (so λ = 0) with the zero-shot
+//! row in place of every one-shot row: it reads no demonstration, so each token
+//! is charged zero.
 
 use privmix_accountant::RdpCurve;
 use privmix_mechanisms::{
-    Account, Diagnostics, IclMechanism, IclSource, MechanismError, PrivacyRng, PublicReason,
-    StepOutcome, ZeroShot, sample_log_index,
+    Account, Diagnostics, DpsMozoConfig, IclMechanism, IclSource, MechanismError, PrivacyRng,
+    PublicReason, StepOutcome, dps_mozo_output, sample_log_index,
 };
 
 /// Zero-shot on the top k at temperature 1/`n_shots`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SharpenedZeroShot {
-    zero: ZeroShot,
-    n_shots: usize,
+    /// DPS-MOZO's configuration at radius 0: every λ is 0.
+    at_lambda_zero: DpsMozoConfig,
 }
 
 impl SharpenedZeroShot {
@@ -32,23 +34,17 @@ impl SharpenedZeroShot {
             });
         }
         Ok(Self {
-            zero: ZeroShot::new(top_k)?,
-            n_shots,
+            at_lambda_zero: DpsMozoConfig::new(n_shots, top_k, 0.0)?,
         })
     }
 
     /// Log-probabilities on the zero-shot top-k support of `zero_shot` logits,
-    /// with the support: log softmax(n · log softmax(l)) = log softmax(n · l).
+    /// with the support: DPS-MOZO's product at λ = 0, which is
+    /// log softmax(n · log softmax(l)) = log softmax(n · l).
     pub fn output(&self, zero_shot: &[f64]) -> Result<(Vec<f64>, Vec<usize>), MechanismError> {
-        let out = self.zero.output(zero_shot)?;
-        let scaled: Vec<f64> = out
-            .log_probs
-            .iter()
-            .map(|l| self.n_shots as f64 * l)
-            .collect();
-        let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let log_sum = max + scaled.iter().map(|l| (l - max).exp()).sum::<f64>().ln();
-        Ok((scaled.iter().map(|l| l - log_sum).collect(), out.support))
+        let rows = vec![zero_shot; self.at_lambda_zero.n_shots()];
+        let out = dps_mozo_output(&self.at_lambda_zero, zero_shot, &rows)?;
+        Ok((out.log_probs, out.support))
     }
 }
 
@@ -83,11 +79,13 @@ impl IclMechanism for SharpenedZeroShot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use privmix_mechanisms::{DpsMozoConfig, dps_mozo_output};
+    use privmix_mechanisms::ZeroShot;
 
-    /// At radius 0 (λ = 0) DPS-MOZO's released law is this control's.
+    /// At radius 0 (λ = 0) DPS-MOZO's released law, whatever the one-shot
+    /// rows, is the zero-shot law on its top k at temperature 1/n, computed
+    /// here directly: softmax(n · l) over the k largest logits.
     #[test]
-    fn equals_dps_mozo_at_lambda_zero() {
+    fn equals_dps_mozo_at_lambda_zero_and_the_tempered_zero_shot() {
         let zero = [2.0, 0.5, -1.0, 1.5, -3.0, 0.0];
         let rows: Vec<Vec<f64>> = vec![
             vec![0.0, 3.0, 1.0, -2.0, 0.5, 1.0],
@@ -107,9 +105,21 @@ mod tests {
         for (a, b) in log_probs.iter().zip(&mozo.log_probs) {
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
         }
-        // Sharper than the zero-shot row: its mode gains mass.
+        // The top 4 logits 2, 1.5, 0.5, 0 at temperature 1/3.
+        let top = [2.0f64, 1.5, 0.5, 0.0];
+        let norm: f64 = top.iter().map(|l| (3.0 * l).exp()).sum();
+        let mut got: Vec<(usize, f64)> = support.iter().copied().zip(log_probs.clone()).collect();
+        got.sort_by_key(|&(i, _)| i);
+        let want_index = [0usize, 1, 3, 5];
+        for ((i, lp), (&w, l)) in got.iter().zip(want_index.iter().zip([2.0, 0.5, 1.5, 0.0])) {
+            assert_eq!(*i, w);
+            let want = 3.0 * l - norm.ln();
+            assert!((lp - want).abs() < 1e-12, "{lp} vs {want}");
+        }
+        // Sharper than the zero-shot row: its mode (logit 2, index 0) gains mass.
         let plain = ZeroShot::new(4).unwrap().output(&zero).unwrap();
-        assert!(log_probs[0] > plain.log_probs[0]);
+        let at = |support: &[usize]| support.iter().position(|&i| i == 0).unwrap();
+        assert!(got[0].1 > plain.log_probs[at(&plain.support)]);
         assert!(SharpenedZeroShot::new(4, 0).is_err());
     }
 }
