@@ -13,7 +13,8 @@ use privmix_ensemble::runner::EnsembleRunner;
 use privmix_ensemble::stacked::FactorPrecision;
 use privmix_mechanisms::baselines::{NonPrivateEnsemble, PublicOnly};
 use privmix_mechanisms::{
-    Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, SubMix, SubmixConfig,
+    Adapmixed, AdapmixedConfig, EnsembleMechanism, Pmixed, PmixedConfig, RunBudget, SubMix,
+    SubmixConfig,
 };
 use privmix_models::gguf::GgufFile;
 use privmix_models::{
@@ -289,24 +290,14 @@ pub fn build_mechanism(
             // Default radius: PMixED's for the same budget and queries, so that a run of
             // --max-tokens worst-case queries fits; members that stay nearer p₀ spend
             // less and answer longer. (The paper's 3.6 spends a filter in one query.)
-            let radius = match p.radius {
-                Some(r) => r,
-                None => calibrate_pmixed(plan, 1.0)?.radius(),
-            };
-            let config = AdapmixedConfig {
+            let screening = AdapmixedConfig {
                 alpha_c: p.alpha_c,
-                radius,
                 sigma: p.sigma,
                 threshold: p.threshold,
                 top_k: p.top_k,
                 ..AdapmixedConfig::default()
             };
-            let config = match plan.spent {
-                Some(spent) => {
-                    config.with_calibrated_filter_after(spent, plan.epsilon, plan.delta, n)?
-                }
-                None => config.with_calibrated_filter(plan.epsilon, plan.delta, n, plan.orders)?,
-            };
+            let config = run_budget(plan).adapmixed(n, screening, p.radius)?;
             (Box::new(Adapmixed::new(config)?), all)
         }
         MechanismKind::Submix => {
@@ -321,7 +312,8 @@ pub fn build_mechanism(
             }
             let config = match p.radius {
                 Some(radius) => {
-                    SubmixConfig::new(n / 2, p.submix_alpha, submix_beta(plan), p.alpha_c, radius)?
+                    let beta = run_budget(plan).submix_beta(p.beta);
+                    SubmixConfig::new(n / 2, p.submix_alpha, beta, p.alpha_c, radius)?
                 }
                 None => calibrate_submix(plan)?,
             };
@@ -334,40 +326,24 @@ pub fn build_mechanism(
     })
 }
 
-/// SubMix's β: `--beta`, else ε spread over the queries.
-fn submix_beta(plan: &MechanismPlan<'_>) -> f64 {
-    plan.params
-        .beta
-        .unwrap_or(plan.epsilon / plan.queries.max(1) as f64)
+/// The plan's budget, the one input of every calibration
+/// ([`privmix_mechanisms::RunBudget`]: the rules live there, shared with the
+/// benchmark).
+fn run_budget<'a>(plan: &MechanismPlan<'a>) -> RunBudget<'a> {
+    RunBudget {
+        epsilon: plan.epsilon,
+        delta: plan.delta,
+        queries: plan.queries.max(1),
+        spent: plan.spent,
+        orders: plan.orders,
+    }
 }
 
 /// SubMix over `members / 2` pairs, its radius calibrated to the plan's budget
 /// (after what the account has spent, when it has).
 fn calibrate_submix(plan: &MechanismPlan<'_>) -> Result<SubmixConfig, CliError> {
     let p = plan.params;
-    let (parts, beta) = (plan.members / 2, submix_beta(plan));
-    Ok(match plan.spent {
-        Some(spent) => SubmixConfig::calibrate_after(
-            spent,
-            plan.epsilon,
-            plan.delta,
-            plan.queries.max(1),
-            parts,
-            p.submix_alpha,
-            beta,
-            p.alpha_c,
-        )?,
-        None => SubmixConfig::calibrate(
-            plan.epsilon,
-            plan.delta,
-            plan.queries.max(1),
-            parts,
-            p.submix_alpha,
-            beta,
-            p.alpha_c,
-            plan.orders,
-        )?,
-    })
+    Ok(run_budget(plan).submix(plan.members, p.submix_alpha, p.beta, p.alpha_c)?)
 }
 
 /// The radius [`build_mechanism`] calibrates for `plan` when none is given
@@ -393,27 +369,5 @@ pub fn calibrated_radius(plan: &MechanismPlan<'_>) -> Result<Option<f64>, CliErr
 /// PMixED's largest radius for the plan's queries (members Poisson-sampled at
 /// `q`): after the plan's spent curve when there is one.
 fn calibrate_pmixed(plan: &MechanismPlan<'_>, q: f64) -> Result<PmixedConfig, CliError> {
-    let p = plan.params;
-    let members = plan.members as u64;
-    let queries = plan.queries.max(1);
-    Ok(match plan.spent {
-        Some(spent) => PmixedConfig::calibrate_after(
-            spent,
-            plan.epsilon,
-            plan.delta,
-            queries,
-            q,
-            members,
-            p.alpha_c,
-        )?,
-        None => PmixedConfig::calibrate(
-            plan.epsilon,
-            plan.delta,
-            queries,
-            q,
-            members,
-            p.alpha_c,
-            plan.orders,
-        )?,
-    })
+    Ok(run_budget(plan).pmixed(plan.members, q, plan.params.alpha_c)?)
 }

@@ -45,6 +45,7 @@
 mod account;
 pub mod adapmixed;
 pub mod baselines;
+mod calibration;
 mod dps_mozo;
 pub mod driver;
 mod embedding_aggregation;
@@ -66,6 +67,7 @@ pub use pmixed::bounds;
 
 pub use account::{Account, Unbudgeted};
 pub use adapmixed::{Adapmixed, AdapmixedConfig, PrivateAnswer, ScreenDecision, ScreeningVector};
+pub use calibration::RunBudget;
 pub use dps_mozo::step::{
     DpDemonstration, DpDemonstrations, DpFewShot, DpsMozo, FewShotProduct, FewShotSource,
     IclMechanism, IclSource, ZeroShot, generate_dp_demonstrations, generate_icl,

@@ -10,7 +10,7 @@ use privmix_mechanisms::baselines::{
 };
 use privmix_mechanisms::{
     Account, Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, MechanismError, Pmixed,
-    PmixedConfig, PrivacyRng, PublicReason, Release, SubMix, SubmixConfig, Unbudgeted,
+    PmixedConfig, PrivacyRng, PublicReason, Release, RunBudget, SubMix, Unbudgeted,
 };
 
 use serde::{Deserialize, Serialize};
@@ -426,15 +426,14 @@ fn mixing_contenders(
     ];
     for &eps in &config.epsilons {
         let budget = || Budget::new(orders.clone(), eps, delta);
-        let pmixed = PmixedConfig::calibrate(
-            eps,
+        let run = RunBudget {
+            epsilon: eps,
             delta,
             queries,
-            plan.pmixed_q,
-            n as u64,
-            plan.pmixed_alpha_c,
+            spent: None,
             orders,
-        )?;
+        };
+        let pmixed = run.pmixed(n, plan.pmixed_q, plan.pmixed_alpha_c)?;
         let parameters = format!(
             "α_c {}, radius {:.4e}, q {}, calibrated to {queries} queries",
             pmixed.alpha_c(),
@@ -450,20 +449,17 @@ fn mixing_contenders(
             delta,
         ));
         let (sigma, threshold, top_k) = plan.screen;
-        // The radius PMixED would get for the same budget and queries without
-        // subsampling (the paper's 3.6 spends a member's whole filter in one query).
-        let radius =
-            PmixedConfig::calibrate(eps, delta, queries, 1.0, n as u64, plan.alpha_c, orders)?
-                .radius();
-        let ada = AdapmixedConfig {
-            alpha_c: plan.alpha_c,
-            radius,
-            sigma,
-            threshold,
-            top_k,
-            ..AdapmixedConfig::default()
-        }
-        .with_calibrated_filter(eps, delta, n, orders)?;
+        let ada = run.adapmixed(
+            n,
+            AdapmixedConfig {
+                alpha_c: plan.alpha_c,
+                sigma,
+                threshold,
+                top_k,
+                ..AdapmixedConfig::default()
+            },
+            None,
+        )?;
         let parameters = format!(
             "α_c {}, radius {}, σ {sigma}, T {threshold}, k {top_k}, member filter calibrated to the whole run",
             ada.alpha_c, ada.radius
@@ -476,17 +472,8 @@ fn mixing_contenders(
             parameters,
             delta,
         ));
-        let beta = eps / queries as f64;
-        let submix = SubmixConfig::calibrate(
-            eps,
-            delta,
-            queries,
-            n / 2,
-            2.0,
-            beta,
-            plan.pmixed_alpha_c,
-            orders,
-        )?;
+        let beta = run.submix_beta(None);
+        let submix = run.submix(n, 2.0, None, plan.pmixed_alpha_c)?;
         out.push(Contender::new(
             Mechanism::Submix(SubMix::new(submix)),
             Accounting::Budget(budget()?),
@@ -543,15 +530,14 @@ pub(crate) fn pmixed_contender(
     orders: &Orders,
 ) -> Result<Contender, BenchError> {
     let n = config.members;
-    let pmixed = PmixedConfig::calibrate(
-        eps,
-        config.delta,
+    let pmixed = RunBudget {
+        epsilon: eps,
+        delta: config.delta,
         queries,
-        config.scoring.pmixed_q,
-        n as u64,
-        alpha_c,
+        spent: None,
         orders,
-    )?;
+    }
+    .pmixed(n, config.scoring.pmixed_q, alpha_c)?;
     let parameters = format!(
         "α_c {}, radius {:.4e}, q {}, calibrated to {queries} queries",
         pmixed.alpha_c(),
