@@ -405,25 +405,7 @@ fn mixing_contenders(
     let n = config.members;
     let plan = &config.scoring;
     let delta = config.delta;
-    let free = || Accounting::Free(Unbudgeted::new(orders.clone()));
-    let mut out = vec![
-        Contender::new(
-            Mechanism::Public(PublicOnly),
-            free(),
-            "public",
-            None,
-            "p0 alone".into(),
-            delta,
-        ),
-        Contender::new(
-            Mechanism::Ensemble(NonPrivateEnsemble),
-            free(),
-            "ensemble",
-            None,
-            format!("mean of {n} members, no privacy"),
-            delta,
-        ),
-    ];
+    let mut out = reference_contenders(config, orders);
     for &eps in &config.epsilons {
         let budget = || Budget::new(orders.clone(), eps, delta);
         let run = RunBudget {
@@ -433,21 +415,13 @@ fn mixing_contenders(
             spent: None,
             orders,
         };
-        let pmixed = run.pmixed(n, plan.pmixed_q, plan.pmixed_alpha_c)?;
-        let parameters = format!(
-            "α_c {}, radius {:.4e}, q {}, calibrated to {queries} queries",
-            pmixed.alpha_c(),
-            pmixed.radius(),
-            pmixed.q()
-        );
-        out.push(Contender::new(
-            Mechanism::Pmixed(Pmixed::new(pmixed)),
-            Accounting::Budget(budget()?),
-            "pmixed",
-            Some(eps),
-            parameters,
-            delta,
-        ));
+        out.push(pmixed_contender(
+            config,
+            eps,
+            queries,
+            plan.pmixed_alpha_c,
+            orders,
+        )?);
         let (sigma, threshold, top_k) = plan.screen;
         let ada = run.adapmixed(
             n,
