@@ -25,7 +25,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::speed::run_json;
-use crate::workspace::{cargo, workspace_root};
+use crate::workspace::{built_executables, workspace_root};
 
 /// The members rows' shapes: members, blocks of 128 tokens each.
 const MEMBER_SHAPES: [(&str, &str); 2] = [("4", "4"), ("16", "1")];
@@ -76,15 +76,21 @@ pub(crate) fn section(quick: bool) -> String {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let gguf_arg = gguf.to_string_lossy().into_owned();
     let python = venv(&root.join("models-cache").join("peft-venv"));
-    let ours = cargo(&[
+    // The example where cargo built it (`CARGO_TARGET_DIR` honoured).
+    let built: Result<std::path::PathBuf, String> = built_executables(&[
         "build",
         "--release",
         "-p",
         "privmix-ensemble",
         "--example",
         "train_speed",
-    ]);
-    let example = root.join("target/release/examples/train_speed");
+    ])
+    .and_then(|all| {
+        all.into_iter()
+            .find(|e| e.name == "train_speed")
+            .map(|e| e.path)
+            .ok_or_else(|| "cargo built no train_speed example".to_string())
+    });
     let script = root.join("xtask/peers/peft_step.py");
     let steps = steps.to_string();
     for (mode, peer_label) in [
@@ -116,10 +122,12 @@ pub(crate) fn section(quick: bool) -> String {
             });
         }
         let run_ours = |mode: &str| {
-            let mut mine = Command::new(&example);
-            mine.args([&gguf_arg, "--mode", mode, "--steps", &steps])
-                .env("RAYON_NUM_THREADS", THREADS);
-            ours.clone().and_then(|()| run_json(mine, "train_speed"))
+            built.clone().and_then(|example| {
+                let mut mine = Command::new(example);
+                mine.args([&gguf_arg, "--mode", mode, "--steps", &steps])
+                    .env("RAYON_NUM_THREADS", THREADS);
+                run_json(mine, "train_speed")
+            })
         };
         for _ in 0..rounds {
             let ours_run = run_ours(mode);
@@ -153,7 +161,6 @@ pub(crate) fn section(quick: bool) -> String {
         }
         render(&mut s, mode, &rows);
     }
-    let built = ours.clone().map(|()| example.clone());
     let _ = writeln!(
         s,
         "### Members trained together against one after another\n"
