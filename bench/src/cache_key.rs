@@ -30,7 +30,11 @@ use crate::error::BenchError;
 /// - 1: the keys of before (source hashes, `Debug` text, file sizes).
 /// - 2: keys of version, canonical configuration and content hashes; the ICL
 ///   parts hold the sharpened zero-shot control; whole-sentence canaries.
-pub const RESULTS_VERSION: u32 = 2;
+/// - 3: adapters trained by the chunked host step (row chunks, logits a slice
+///   at a time, members together), whose sums can differ from the unchunked
+///   step's in the last bits; the sharpened control normalised by DPS-MOZO's
+///   own product step.
+pub const RESULTS_VERSION: u32 = 3;
 
 /// The key of one cached part.
 #[derive(Debug, Clone, PartialEq, Serialize)]
