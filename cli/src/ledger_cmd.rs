@@ -169,13 +169,13 @@ pub fn show(
     if !s.leases.is_empty() {
         say!(
             out,
-            "leases   {} (reserved and counted as spent; a lease's unspent part is never returned)",
+            "leases   {} (reserved and counted as spent; an open lease's unspent part is given back only when its replica stops cleanly)",
             s.leases.len()
         );
         for l in &s.leases {
             say!(
                 out,
-                "         {} ({}, {}): reserved ε = {} in {} reservations, spent ε = {} in {} charges, at δ = {delta}",
+                "         {} ({}, {}): reserved ε = {} in {} reservations, spent ε = {} in {} charges, at δ = {delta}{}",
                 l.id,
                 l.replica,
                 l.tenant
@@ -184,7 +184,12 @@ pub fn show(
                 l.reserved.epsilon(delta)?.epsilon,
                 l.reservations,
                 l.used.epsilon(delta)?.epsilon,
-                l.charges
+                l.charges,
+                if l.closed {
+                    " (closed, its unspent part given back)"
+                } else {
+                    ""
+                }
             );
         }
     }
@@ -263,6 +268,7 @@ fn show_json(s: &Snapshot, delta: f64) -> Result<Value, CliError> {
                 "used": spent_json(&l.used, delta)?,
                 "charges": l.charges,
                 "reservations": l.reservations,
+                "closed": l.closed,
             }))
         })
         .collect::<Result<Vec<Value>, CliError>>()?;
@@ -372,6 +378,20 @@ pub fn export(out: &mut dyn Write, spec: &str) -> Result<(), CliError> {
                         "event": event,
                         "lease": lease,
                         "epsilons": epsilons_json(&curve),
+                    }),
+                    Record::Release {
+                        sequence,
+                        time_ms,
+                        tenant,
+                        lease,
+                        unspent,
+                    } => json!({
+                        "kind": "release",
+                        "sequence": sequence,
+                        "time_ms": time_ms,
+                        "tenant": tenant,
+                        "lease": lease,
+                        "epsilons": epsilons_json(&unspent),
                     }),
                     Record::Budget(c) => json!({
                         "kind": "budget",

@@ -437,6 +437,15 @@ pub trait LedgerStore: Send {
         })
     }
 
+    /// A clean stop: closes the budget leases this handle holds (see
+    /// [`Self::use_leases`]), giving back to the total's and tenants' spending what they
+    /// did not spend, rounded so that the recorded spending still bounds everything
+    /// released. Call it only once no step commit is in flight and none will follow
+    /// whose tokens were released before; a handle without leases has nothing to do.
+    fn close_leases(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// [`Self::charge_receipt`] without the receipt.
     #[cfg(test)]
     fn charge(

@@ -133,6 +133,106 @@ fn pg_leases_spend_reservations_and_never_past_the_budget() {
     assert!(e.to_string().contains("spent more than it reserved"), "{e}");
 }
 
+/// `a` at or below `b` at every order.
+fn below(a: &RdpCurve, b: &RdpCurve) -> bool {
+    a.epsilons().iter().zip(b.epsilons()).all(|(x, y)| x <= y)
+}
+
+#[test]
+fn pg_a_clean_stop_gives_back_the_unspent_part() {
+    let schema = TestSchema::new("release");
+    let o = orders();
+    let set = ProtectedSet::new(["m".to_string()]).unwrap();
+    PostgresStore::create(&schema.url, o.clone(), Some(budget(2.0)), Some(set)).unwrap();
+    let mut leased = PostgresStore::open(&schema.url).unwrap();
+    leased.use_leases(16).unwrap();
+    let t = Tenant {
+        name: "t".into(),
+        budget: Some(budget(1.0)),
+    };
+    let event = DpEvent::gaussian(30.0).unwrap();
+    let curve = event.rdp(&o).unwrap();
+    // Three steps, each a charge of tenant t and one without a tenant: far less than
+    // a reservation of 16.
+    let mut acked_t = RdpCurve::zero(o.clone());
+    let mut acked_none = RdpCurve::zero(o.clone());
+    for _ in 0..3 {
+        let out = leased
+            .commit_step(&[charge(Some(&t), &event), charge(None, &event)])
+            .unwrap();
+        assert!(out.iter().all(Result::is_ok));
+        acked_t = acked_t.compose(&curve).unwrap();
+        acked_none = acked_none.compose(&curve).unwrap();
+    }
+    let acked = acked_t.compose(&acked_none).unwrap();
+    let total_before = leased.spent(None).unwrap();
+    let t_before = leased.spent(Some("t")).unwrap();
+    leased.close_leases().unwrap();
+    let total_after = leased.spent(None).unwrap();
+    let t_after = leased.spent(Some("t")).unwrap();
+    // The spending dropped (13 of 16 charges given back per lease), and still covers
+    // every charge released.
+    assert!(below(&total_after, &total_before) && total_after != total_before);
+    assert!(below(&t_after, &t_before) && t_after != t_before);
+    // (`acked` composes the two uses rounded up; the released spending is their exact
+    // sum, which the give-back keeps below the total up to that rounding.)
+    let exact_sum = RdpCurve::from_fn(o.clone(), |a| {
+        (acked_t.at(a).unwrap() + acked_none.at(a).unwrap()) * (1.0 - 1e-12)
+    })
+    .unwrap();
+    assert!(
+        below(&exact_sum, &total_after),
+        "{total_after:?} < {acked:?}"
+    );
+    assert!(below(&acked_none, &total_after) && below(&acked_t, &total_after));
+    assert!(below(&acked_t, &t_after), "{t_after:?} < {acked_t:?}");
+    assert!(eps(&total_after) < 0.5 * eps(&total_before));
+    // Each lease is recorded closed, its reservation reduced to its use.
+    let snap = leased.snapshot().unwrap();
+    assert_eq!(snap.leases.len(), 2);
+    for l in &snap.leases {
+        assert!(l.closed);
+        assert_eq!(l.reserved, l.used);
+        assert_eq!(l.charges, 3);
+    }
+    let v = leased.verify().unwrap();
+    assert_eq!((v.leases, v.lease_charges, v.charges), (2, 6, 2));
+    // Closing again has nothing to give back; the handle opens new leases after.
+    leased.close_leases().unwrap();
+    let out = leased.commit_step(&[charge(Some(&t), &event)]).unwrap();
+    assert!(out[0].is_ok());
+    let v = leased.verify().unwrap();
+    assert_eq!(v.leases, 3);
+
+    // A release that gives back more than the reservation less the use is caught.
+    let mut client = ::postgres::Client::connect(&schema.url, ::postgres::NoTls).unwrap();
+    client
+        .execute(
+            "UPDATE privmix_charges SET curve = array(SELECT x * 2 FROM unnest(curve) x)
+             WHERE label = 'lease release' AND tenant = 't'",
+            &[],
+        )
+        .unwrap();
+    let e = leased.verify().unwrap_err();
+    assert!(e.to_string().contains("not the composition"), "{e}");
+}
+
+#[test]
+fn pg_give_back_rounds_toward_the_safe_side() {
+    let o = Orders::new(vec![2.0, 4.0]).unwrap();
+    let reserved = RdpCurve::new(o.clone(), vec![0.3, 1.0]).unwrap();
+    let used = RdpCurve::new(o.clone(), vec![0.1, 1.0]).unwrap();
+    let gave = super::postgres::unspent_of(&reserved, &used).unwrap();
+    // At most the true difference, 0 where nothing is unspent.
+    assert!(gave.epsilons()[0] < 0.3 - 0.1 && gave.epsilons()[0] > 0.19);
+    assert_eq!(gave.epsilons()[1], 0.0);
+    let spent = RdpCurve::new(o.clone(), vec![0.3, 1.0]).unwrap();
+    let after = super::postgres::give_back_of(&spent, &gave).unwrap();
+    // Never below what stays spent (the use): here 0.1 at order 2, all at order 4.
+    assert!(after.epsilons()[0] >= 0.1 && after.epsilons()[0] < 0.11);
+    assert_eq!(after.epsilons()[1], 1.0);
+}
+
 #[test]
 fn leases_need_a_postgresql_ledger() {
     let dir = std::env::temp_dir().join(format!("privmix-lease-{}", std::process::id()));

@@ -73,6 +73,21 @@ pub enum Record {
         /// The budget lease this charge reserves for, when it is a reservation.
         lease: Option<u64>,
     },
+    /// A budget lease closed on a clean stop, giving back what it did not spend
+    /// (PostgreSQL ledgers): its tenant's and the total's spending dropped by `unspent`
+    /// (rounded up, see `ledger_store/postgres/lease.rs`).
+    Release {
+        /// Its record number.
+        sequence: u64,
+        /// When it was recorded (ms since the Unix epoch).
+        time_ms: u64,
+        /// The tenant of the lease, if any.
+        tenant: Option<String>,
+        /// The lease it closes.
+        lease: u64,
+        /// What it gave back (its reservation less its use, rounded down).
+        unspent: RdpCurve,
+    },
     /// A budget change.
     Budget(BudgetChange),
 }
@@ -95,6 +110,9 @@ pub struct LeaseUse {
     pub charges: u64,
     /// How many reservations it made (each a charge record of the ledger).
     pub reservations: u64,
+    /// It was closed on a clean stop, its unspent part given back (its reserved curve
+    /// is then what it used).
+    pub closed: bool,
 }
 
 /// Everything a ledger says about itself.

@@ -370,9 +370,11 @@ fn serve<B: Backend>(
         store.describe()
     );
 
+    let engine_store: &mut dyn LedgerStore = &mut *store;
     std::thread::scope(|scope| {
         let tokenizer = &*tokenizer;
-        let engine = scope.spawn(move || engine::run(runner, tokenizer, store, config, &queue));
+        let engine =
+            scope.spawn(move || engine::run(runner, tokenizer, engine_store, config, &queue));
         let served = runtime.block_on(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown_signal())
@@ -388,9 +390,13 @@ fn serve<B: Backend>(
             source,
         })?;
         engine?;
-        eprintln!("privmix: stopped; every released token is in the ledger");
-        Ok(())
-    })
+        Ok::<(), CliError>(())
+    })?;
+    // A clean stop: every step is committed and no token is released any more, so what
+    // the budget leases did not spend can go back to the budget.
+    store.close_leases()?;
+    eprintln!("privmix: stopped; every released token is in the ledger");
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

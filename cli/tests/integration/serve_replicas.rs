@@ -137,6 +137,27 @@ async fn replicas(schema: &test_cluster::TestSchema) {
     assert!(told > 0);
     a.stop(Duration::from_secs(30));
     b.stop(Duration::from_secs(30));
+    // A clean stop closed the leases, giving back their unspent part: the spending
+    // dropped and still covers every charge, and the ledger verifies.
+    let stopped = ledger_json(&schema.url);
+    let closed = stopped["leases"].as_array().unwrap();
+    assert!(
+        !closed.is_empty() && closed.iter().all(|l| l["closed"] == json!(true)),
+        "{stopped}"
+    );
+    assert!(
+        stopped["spent"]["epsilon"].as_f64().unwrap() <= spent,
+        "{stopped}"
+    );
+    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))
+        .args(["ledger", "verify", &schema.url])
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
 
     // A fresh budget, a stream, and a SIGKILL after its first token.
     let raise = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))

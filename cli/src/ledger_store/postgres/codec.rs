@@ -10,6 +10,10 @@ use super::error::{Fail, pg};
 use crate::ledger_store::StoreError;
 use crate::ledger_store::snapshot::{BudgetChange, LeaseUse, Record, TenantSpent};
 
+/// The label of the charge row that closes a lease and gives back its unspent part
+/// (a row naming a lease is a reservation unless it carries this label).
+pub(super) const RELEASE_LABEL: &str = "lease release";
+
 /// Longest label, in bytes (the file ledger's limit).
 const MAX_LABEL_BYTES: usize = privmix_accountant::MAX_LABEL_BYTES;
 
@@ -115,6 +119,19 @@ pub(super) fn record_of(
             .into());
         }
     };
+    let lease = row
+        .get::<_, Option<i64>>(10)
+        .map(|id| u64_of(id, "lease", describe))
+        .transpose()?;
+    if let (Some(lease), RELEASE_LABEL) = (lease, label.as_str()) {
+        return Ok(Record::Release {
+            sequence,
+            time_ms,
+            tenant: row.get(2),
+            lease,
+            unspent: curve,
+        });
+    }
     let count = u64_of(row.get(6), "count", describe)?;
     if count == 0 {
         return Err(StoreError::Inconsistent {
@@ -131,10 +148,7 @@ pub(super) fn record_of(
         count,
         curve,
         event,
-        lease: row
-            .get::<_, Option<i64>>(10)
-            .map(|id| u64_of(id, "lease", describe))
-            .transpose()?,
+        lease,
     })
 }
 
@@ -198,9 +212,11 @@ pub(super) fn read_leases(
         .query(
             "SELECT id, replica, tenant, reserved, used, charges,
                     (SELECT coalesce(sum(c.count), 0)::int8 FROM privmix_charges c
-                     WHERE c.lease = l.id)
+                     WHERE c.lease = l.id AND c.label <> $1),
+                    EXISTS (SELECT 1 FROM privmix_charges c
+                            WHERE c.lease = l.id AND c.label = $1)
              FROM privmix_leases l ORDER BY id",
-            &[],
+            &[&RELEASE_LABEL],
         )
         .map_err(pg("reading the leases"))?;
     rows.iter()
@@ -213,6 +229,7 @@ pub(super) fn read_leases(
                 used: curve_of(orders, row.get(4), describe)?,
                 charges: u64_of(row.get(5), "a lease's charges", describe)?,
                 reservations: u64_of(row.get(6), "a lease's reservations", describe)?,
+                closed: row.get(7),
             })
         })
         .collect()

@@ -16,8 +16,17 @@
 //! A lease of one tenant (or of requests without a tenant) is reserved `per_reservation`
 //! charges of the cost that needed it at a time (halved down to one when a budget
 //! cannot pay more), and renewed when a charge no longer fits. What a lease did not
-//! spend stays counted: a replica that crashes or stops loses it, an over-count, never
-//! an under-count.
+//! spend stays counted while it is open: a replica that crashes loses it, an
+//! over-count, never an under-count.
+//!
+//! A clean stop (`Leases::close`) gives the unspent part back: in one serializable
+//! transaction under the ledger's lock, each open lease gets a release record
+//! (`RELEASE_LABEL`, naming the lease) holding `unspent` (reserved − used per
+//! order, rounded down), the total's and tenant's spending become `give_back` of it
+//! (the difference rounded up), and the lease's reserved curve becomes its used one.
+//! Since the used curve covers every charge released from the lease and the spending
+//! drops by at most the unspent part, the recorded spending after still bounds
+//! everything released. `ledger verify` replays both functions bit for bit.
 //!
 //! Each step commit writes the leases' use (used curve and charges) to their rows in one
 //! short transaction on the replica's own rows, without the ledger's lock, before the
@@ -33,6 +42,7 @@ use std::collections::{BTreeMap, HashMap};
 use privmix_accountant::{Orders, PrivacyBudget, RdpCurve};
 
 use super::charge::{Prepared, commit_charges};
+use super::codec::{RELEASE_LABEL, curve_of};
 use super::connection::Connection;
 use super::error::{Fail, pg, postgres_error};
 use super::retry::serializable;
@@ -41,6 +51,41 @@ use crate::ledger_store::{StepOutcomes, StoreError};
 
 /// The label of a reservation's charge row.
 pub(super) const LEASE_LABEL: &str = "lease";
+
+/// What a lease that reserved `reserved` and used `used` gives back on closing:
+/// `reserved − used` at each order, rounded down (never below 0), so that it never
+/// exceeds the true unspent part.
+pub(crate) fn unspent(reserved: &RdpCurve, used: &RdpCurve) -> Result<RdpCurve, StoreError> {
+    let values = reserved
+        .epsilons()
+        .iter()
+        .zip(used.epsilons())
+        .map(|(&r, &u)| {
+            let d = r - u;
+            if d > 0.0 { d.next_down().max(0.0) } else { 0.0 }
+        })
+        .collect();
+    Ok(RdpCurve::new(reserved.orders().clone(), values)?)
+}
+
+/// `spent` less a released `unspent` part: `spent − unspent` at each order, rounded
+/// up (never below 0), so that the recorded spending after never falls below the
+/// true one.
+pub(crate) fn give_back(spent: &RdpCurve, unspent: &RdpCurve) -> Result<RdpCurve, StoreError> {
+    let values = spent
+        .epsilons()
+        .iter()
+        .zip(unspent.epsilons())
+        .map(|(&s, &g)| {
+            if g <= 0.0 {
+                s
+            } else {
+                (s - g).next_up().max(0.0)
+            }
+        })
+        .collect();
+    Ok(RdpCurve::new(spent.orders().clone(), values)?)
+}
 
 /// The leases one store handle (one replica) holds.
 pub(super) struct Leases {
@@ -217,6 +262,73 @@ impl Leases {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// A clean stop: closes every lease held, giving back what it did not spend (see
+    /// the module docs), in one serializable transaction. The leases are dropped
+    /// whatever the outcome: a failed close leaves them counted, never spent twice.
+    pub(super) fn close(
+        &mut self,
+        conn: &mut Connection,
+        orders: &Orders,
+    ) -> Result<(), StoreError> {
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            return Ok(());
+        }
+        let describe = conn.describe.clone();
+        let releases = held
+            .iter()
+            .map(|(tenant, h)| Ok((tenant.clone(), h, unspent(&h.reserved, &h.used)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        serializable(conn, |tx| {
+            let row = tx
+                .query_one("SELECT next_sequence FROM privmix_ledger FOR UPDATE", &[])
+                .map_err(pg("locking the ledger"))?;
+            let mut sequence: i64 = row.get(0);
+            for (tenant, h, unspent) in &releases {
+                let keys: Vec<&str> = std::iter::once(super::schema::TOTAL_KEY)
+                    .chain(tenant.as_deref())
+                    .collect();
+                for key in keys {
+                    let row = tx
+                        .query_one(
+                            "SELECT curve FROM privmix_spent WHERE tenant = $1 FOR UPDATE",
+                            &[&key],
+                        )
+                        .map_err(pg("reading the spending a lease gives back to"))?;
+                    let spent = curve_of(orders, row.get(0), &describe)?;
+                    let after = give_back(&spent, unspent)?;
+                    tx.execute(
+                        "UPDATE privmix_spent SET curve = $2 WHERE tenant = $1",
+                        &[&key, &after.epsilons()],
+                    )
+                    .map_err(pg("giving back a lease's unspent part"))?;
+                }
+                tx.execute(
+                    "INSERT INTO privmix_charges (sequence, tenant, label, curve, count, lease, at)
+                     VALUES ($1, $2, $3, $4, 1, $5, clock_timestamp())",
+                    &[
+                        &sequence,
+                        tenant,
+                        &RELEASE_LABEL,
+                        &unspent.epsilons(),
+                        &h.id,
+                    ],
+                )
+                .map_err(pg("recording a lease's release"))?;
+                sequence += 1;
+                tx.execute(
+                    "UPDATE privmix_leases SET reserved = $2, used = $2, charges = $3,
+                         updated_at = clock_timestamp() WHERE id = $1",
+                    &[&h.id, &h.used.epsilons(), &h.charges],
+                )
+                .map_err(pg("closing a lease"))?;
+            }
+            tx.execute("UPDATE privmix_ledger SET next_sequence = $1", &[&sequence])
+                .map_err(pg("closing the leases"))?;
+            Ok(())
+        })
     }
 
     /// Writes the use of every lease it changed, in one transaction.

@@ -106,6 +106,8 @@ mod url;
 mod verify;
 
 #[cfg(test)]
+pub(crate) use lease::{give_back as give_back_of, unspent as unspent_of};
+#[cfg(test)]
 pub use schema::SCHEMA_VERSION;
 pub use store::PostgresStore;
 pub use url::{describe_config, is_postgres_url, parse_url};

@@ -255,6 +255,13 @@ impl LedgerStore for PostgresStore {
         Ok(())
     }
 
+    fn close_leases(&mut self) -> Result<(), StoreError> {
+        match &mut self.leases {
+            Some(leases) => leases.close(&mut self.conn, &self.orders),
+            None => Ok(()),
+        }
+    }
+
     fn raise(&mut self, budget: PrivacyBudget) -> Result<u64, StoreError> {
         let describe = self.conn.describe.clone();
         let orders = self.orders.clone();

@@ -11,6 +11,7 @@ use super::codec::{
     RECORDS_SQL, read_costs, read_leases, read_spent_rows, read_tenant_budget_changes, record_of,
 };
 use super::error::{Fail, pg};
+use super::lease::{give_back, unspent};
 use super::schema::{TOTAL_KEY, read_header};
 use crate::ledger_store::StoreError;
 use crate::ledger_store::snapshot::{Record, TenantSpent};
@@ -54,6 +55,8 @@ pub(super) fn verify_in(
     let mut charges = 0u64;
     // Each lease's reservations composed in record order, and its tenant.
     let mut reservations: BTreeMap<u64, (RdpCurve, Option<String>)> = BTreeMap::new();
+    // What each closed lease gave back, by lease.
+    let mut released: BTreeMap<u64, RdpCurve> = BTreeMap::new();
     let costs = read_costs(tx, orders, describe)?;
     // Tenants' budget changes, applied in turn where they were recorded.
     let changes = read_tenant_budget_changes(tx, describe)?;
@@ -94,6 +97,11 @@ pub(super) fn verify_in(
                         total = total.compose(&curve)?;
                     }
                     if let Some(id) = lease {
+                        if released.contains_key(&id) {
+                            return Err(bad(format!(
+                                "charge {sequence} reserves for lease {id} after it closed"
+                            )));
+                        }
                         let zero = (RdpCurve::zero(orders.clone()), tenant.clone());
                         let (reserved, _) = reservations.entry(id).or_insert(zero);
                         for _ in 0..count {
@@ -131,6 +139,42 @@ pub(super) fn verify_in(
                         }
                     }
                     charges += count;
+                }
+                Record::Release {
+                    sequence,
+                    tenant,
+                    lease,
+                    unspent,
+                    ..
+                } => {
+                    if sequence != records {
+                        return Err(bad(format!(
+                            "record {records} is missing (the next is {sequence})"
+                        )));
+                    }
+                    // A lease closes once, after its reservations, giving back at most
+                    // its reservation less its use (checked below, against the use
+                    // written when it closed).
+                    if released.insert(lease, unspent.clone()).is_some() {
+                        return Err(bad(format!("lease {lease} is closed twice")));
+                    }
+                    match reservations.get(&lease) {
+                        Some((_, t)) if *t == tenant => {}
+                        _ => {
+                            return Err(bad(format!(
+                                "release {sequence} closes lease {lease}, which reserved nothing for its tenant"
+                            )));
+                        }
+                    }
+                    total = give_back(&total, &unspent)?;
+                    if let Some(name) = tenant {
+                        let t = tenants.get_mut(&name).ok_or_else(|| {
+                            bad(format!(
+                                "release {sequence} gives back to {name}, who has no charge"
+                            ))
+                        })?;
+                        t.spent = give_back(&t.spent, &unspent)?;
+                    }
                 }
                 Record::Budget(change) => {
                     if change.sequence != records {
@@ -208,19 +252,53 @@ pub(super) fn verify_in(
         let (reserved, tenant) = reservations
             .remove(&lease.id)
             .unwrap_or_else(|| (RdpCurve::zero(orders.clone()), lease.tenant.clone()));
-        if reserved != lease.reserved || tenant != lease.tenant {
+        let within = |curve: &RdpCurve| {
+            lease
+                .used
+                .epsilons()
+                .iter()
+                .zip(curve.epsilons())
+                .all(|(used, reserved)| used <= reserved)
+        };
+        if tenant != lease.tenant {
             return Err(bad(format!(
                 "lease {} does not hold what its reservations recorded",
                 lease.id
             )));
         }
-        let within = lease
-            .used
-            .epsilons()
-            .iter()
-            .zip(lease.reserved.epsilons())
-            .all(|(used, reserved)| used <= reserved);
-        if !within {
+        match released.remove(&lease.id) {
+            // Closed: its reservation reduced to its use, which stays within what its
+            // reservations recorded, and what it gave back is exactly their
+            // difference rounded down.
+            Some(gave) => {
+                if !lease.closed || lease.reserved != lease.used {
+                    return Err(bad(format!(
+                        "lease {} was released but does not hold its use as its reservation",
+                        lease.id
+                    )));
+                }
+                if !within(&reserved) {
+                    return Err(bad(format!(
+                        "lease {} spent more than it reserved",
+                        lease.id
+                    )));
+                }
+                if gave != unspent(&reserved, &lease.used)? {
+                    return Err(bad(format!(
+                        "lease {} gave back other than its reservation less its use",
+                        lease.id
+                    )));
+                }
+            }
+            None if lease.closed || reserved != lease.reserved => {
+                return Err(bad(format!(
+                    "lease {} does not hold what its reservations recorded",
+                    lease.id
+                )));
+            }
+            None => {}
+        }
+        if !within(&lease.reserved) {
             return Err(bad(format!(
                 "lease {} spent more than it reserved",
                 lease.id
@@ -228,7 +306,7 @@ pub(super) fn verify_in(
         }
         lease_charges += lease.charges;
     }
-    if let Some(id) = reservations.keys().next() {
+    if let Some(id) = reservations.keys().chain(released.keys()).next() {
         return Err(bad(format!(
             "reservations name lease {id}, which is not stored"
         )));
