@@ -12,8 +12,9 @@
 //! `llama-server` is built once from the llama.cpp sources inside PyPI's
 //! `llama-cpp-python` sdist (pinned by version and sha256, the version of the
 //! repository's llama.cpp fixtures) with CMake from PyPI, into
-//! `models-cache/llama-server`. Every figure comes from a process run here; where one
-//! cannot be had the section says why, never a number.
+//! `models-cache/llama-server`, with AMX code disabled (see [`NO_AMX`]). Every figure
+//! comes from a process run here; where one cannot be had (llama-server does not build,
+//! does not start, or exits during a level) the section says why, never a number.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -28,6 +29,11 @@ use crate::workspace::{cargo, workspace_root};
 /// The llama.cpp sources: PyPI `llama-cpp-python` 0.3.36's sdist.
 const SDIST: &str = "llama_cpp_python-0.3.36.tar.gz";
 const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
+/// C and C++ flags of the llama-server build. `GGML_NATIVE` enables every instruction
+/// set the CPU reports; on CPUs that report AMX a process cannot use (a VM without
+/// the kernel's AMX state permission) the AMX kernel stops with SIGILL, so it is left
+/// out. A binary whose `build/CMakeCache.txt` holds other flags is rebuilt.
+const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
 /// Members of the served ensemble.
 const MEMBERS: usize = 8;
 /// Concurrent clients measured.
@@ -116,37 +122,10 @@ fn measure(quick: bool) -> Result<String, String> {
     drop(server);
 
     match llama_server(&cache, &python) {
-        Ok(bin) => {
-            let port = free_port()?;
-            let mut cmd = Command::new(bin);
-            cmd.args([
-                "--model",
-                &gguf.to_string_lossy(),
-                "--threads",
-                "2",
-                "--parallel",
-                "32",
-            ])
-            .args([
-                "--ctx-size",
-                "8192",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-            ]);
-            let server = Server::start(&mut cmd, "listening on http://")?;
-            let url = format!("http://127.0.0.1:{port}");
-            rows.extend(load(
-                &python,
-                &script,
-                &url,
-                "smollm2",
-                "llama.cpp llama-server, no privacy",
-                seconds,
-            )?);
-            drop(server);
-        }
+        Ok(bin) => rows.extend(
+            measure_llama_server(&bin, &gguf, &python, &script, seconds)
+                .unwrap_or_else(|e| vec![Value::String(format!("llama.cpp not measured: {e}"))]),
+        ),
         Err(e) => rows.push(Value::String(format!("llama.cpp not measured: {e}"))),
     }
     let _ = std::fs::remove_dir_all(&tmp);
@@ -200,6 +179,51 @@ fn measure(quick: bool) -> Result<String, String> {
         s.push_str("```\n\n");
     }
     Ok(s)
+}
+
+/// llama-server's rows. A start failure is an error; an exit during the load keeps
+/// the rows measured before it and adds a note naming the exit.
+fn measure_llama_server(
+    bin: &Path,
+    gguf: &Path,
+    python: &str,
+    script: &Path,
+    seconds: &str,
+) -> Result<Vec<Value>, String> {
+    let port = free_port()?;
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--model",
+        &gguf.to_string_lossy(),
+        "--threads",
+        "2",
+        "--parallel",
+        "32",
+    ])
+    .args([
+        "--ctx-size",
+        "8192",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+    ]);
+    let mut server = Server::start(&mut cmd, "listening on http://")?;
+    let url = format!("http://127.0.0.1:{port}");
+    let label = "llama.cpp llama-server, no privacy";
+    let rows = load(python, script, &url, "smollm2", label, seconds);
+    let Some(exit) = server.exited() else {
+        return rows;
+    };
+    let mut rows = rows.unwrap_or_else(|e| vec![Value::String(format!("{label}: {e}"))]);
+    let tail: Vec<String> = server.lines_containing("");
+    let tail = &tail[tail.len().saturating_sub(3)..];
+    rows.push(Value::String(format!(
+        "llama.cpp's server exited during the load ({exit}); the rows above it were measured \
+         before or while it stopped. Its last lines: {}",
+        tail.join(" / ")
+    )));
+    Ok(rows)
 }
 
 fn load(
@@ -289,13 +313,22 @@ impl Server {
             Ok(url) => Ok(Self { child, url, lines }),
             Err(_) => {
                 let _ = child.kill();
-                Err(format!("{cmd:?} did not become ready"))
+                let status = child
+                    .wait()
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|e| e.to_string());
+                Err(format!("{cmd:?} did not become ready ({status})"))
             }
         }
     }
 }
 
 impl Server {
+    /// How the process ended, if it has.
+    fn exited(&mut self) -> Option<String> {
+        self.child.try_wait().ok().flatten().map(|s| s.to_string())
+    }
+
     /// The stderr lines so far (after the ready line) that contain `text`.
     fn lines_containing(&self, text: &str) -> Vec<String> {
         self.lines
@@ -323,13 +356,28 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free port: {e}"))
 }
 
-/// `models-cache/llama-server/llama-server`, built if absent.
+/// Whether the CMake cache in `build` configured the C and C++ flags [`NO_AMX`].
+fn configured_without_amx(build: &Path) -> bool {
+    let Ok(cache) = std::fs::read_to_string(build.join("CMakeCache.txt")) else {
+        return false;
+    };
+    ["CMAKE_C_FLAGS:STRING=", "CMAKE_CXX_FLAGS:STRING="]
+        .iter()
+        .all(|key| cache.lines().any(|l| l.strip_prefix(key) == Some(NO_AMX)))
+}
+
+/// `models-cache/llama-server/llama-server`, built if absent or built with other flags
+/// than [`NO_AMX`].
 fn llama_server(cache: &Path, python: &str) -> Result<PathBuf, String> {
     let dir = cache.join("llama-server");
     let bin = dir.join("llama-server");
-    if bin.is_file() {
+    let build = dir.join("build");
+    if bin.is_file() && configured_without_amx(&build) {
         return Ok(bin);
     }
+    // A build from other flags (an older `GGML_NATIVE` build with AMX) starts over.
+    let _ = std::fs::remove_dir_all(&build);
+    let _ = std::fs::remove_file(&bin);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let fetch = r##"
 import hashlib, re, sys, urllib.request
@@ -359,7 +407,6 @@ open(out, "wb").write(data)
         .join("llama_cpp_python-0.3.36")
         .join("vendor")
         .join("llama.cpp");
-    let build = dir.join("build");
     let cmake = |args: &[&str]| {
         run(Command::new(python)
             .env("PYTHONPATH", &cmake_dir)
@@ -376,6 +423,8 @@ open(out, "wb").write(data)
         &build.to_string_lossy(),
         "-DCMAKE_BUILD_TYPE=Release",
         "-DGGML_NATIVE=ON",
+        &format!("-DCMAKE_C_FLAGS={NO_AMX}"),
+        &format!("-DCMAKE_CXX_FLAGS={NO_AMX}"),
         "-DLLAMA_CURL=OFF",
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -403,5 +452,47 @@ fn run(cmd: &mut Command) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{cmd:?} failed ({status})"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with(flags: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "privmix-serve-load-test-{}-{}",
+            std::process::id(),
+            flags.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text: String = flags
+            .iter()
+            .map(|(k, v)| format!("{k}:STRING={v}\n"))
+            .collect();
+        std::fs::write(dir.join("CMakeCache.txt"), text).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_build_configured_without_amx_is_kept_and_any_other_is_not() {
+        let kept = cache_with(&[("CMAKE_C_FLAGS", NO_AMX), ("CMAKE_CXX_FLAGS", NO_AMX)]);
+        assert!(configured_without_amx(&kept));
+        let native = cache_with(&[("CMAKE_C_FLAGS", "")]);
+        assert!(!configured_without_amx(&native));
+        assert!(!configured_without_amx(&kept.join("absent")));
+        let _ = std::fs::remove_dir_all(kept);
+        let _ = std::fs::remove_dir_all(native);
+    }
+
+    #[test]
+    fn a_server_that_exits_before_ready_is_an_error_naming_its_exit() {
+        let err = Server::start(Command::new("sh").args(["-c", "exit 3"]), "ready")
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("did not become ready") && err.contains('3'),
+            "{err}"
+        );
     }
 }
