@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use postgres::Transaction;
 use privmix_accountant::{Orders, PrivacyBudget, RdpCurve};
 
-use super::codec::{budget_columns, budget_of, check_label, curve_of, u64_of};
+use super::codec::{budget_columns, budget_of, check_label, curve_of, read_tenant_budgets, u64_of};
 use super::error::{Fail, pg};
 use super::schema::TOTAL_KEY;
 use crate::ledger_store::step::{Cost, PendingCharge};
@@ -140,7 +140,7 @@ pub(super) fn commit_charges(
             (curve_of(orders, row.get(1), describe)?, row.get(2)),
         );
     }
-    let ledger_budgets = tenant_budgets_of(tx, &keys[1..], describe)?;
+    let ledger_budgets = read_tenant_budgets(tx, Some(&keys[1..]), describe)?;
     if !spent.contains_key(TOTAL_KEY) {
         return Err(StoreError::Inconsistent {
             store: describe.to_owned(),
@@ -266,31 +266,6 @@ pub(super) fn commit_charges(
             .transpose()?,
         spent,
     })
-}
-
-/// The budgets in force the ledger records for `tenants` (those it has one for).
-pub(super) fn tenant_budgets_of(
-    tx: &mut Transaction<'_>,
-    tenants: &[&str],
-    describe: &str,
-) -> Result<BTreeMap<String, PrivacyBudget>, Fail> {
-    if tenants.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let rows = tx
-        .query(
-            "SELECT DISTINCT ON (tenant) tenant, epsilon, delta FROM privmix_tenant_budgets
-             WHERE tenant = ANY($1) ORDER BY tenant, id DESC",
-            &[&tenants],
-        )
-        .map_err(pg("reading the tenants' budgets"))?;
-    let mut out = BTreeMap::new();
-    for row in &rows {
-        if let Some(b) = budget_of(row, 1, 2, describe)? {
-            out.insert(row.get(0), b);
-        }
-    }
-    Ok(out)
 }
 
 /// The steps of setting `tenant`'s budget inside `tx` (everything but the commit):

@@ -152,18 +152,24 @@ pub(super) fn record_of(
     })
 }
 
-/// Each tenant's budget in force (its last recorded).
+/// Each tenant's budget in force (its last recorded), for every tenant or, given
+/// `only`, for those of `only` the ledger records one for.
 pub(super) fn read_tenant_budgets(
     tx: &mut Transaction<'_>,
+    only: Option<&[&str]>,
     describe: &str,
 ) -> Result<BTreeMap<String, PrivacyBudget>, Fail> {
-    let rows = tx
-        .query(
-            "SELECT DISTINCT ON (tenant) tenant, epsilon, delta FROM privmix_tenant_budgets
-             ORDER BY tenant, id DESC",
-            &[],
-        )
-        .map_err(pg("reading the tenants' budgets"))?;
+    const LAST_OF_EACH: &str = "SELECT DISTINCT ON (tenant) tenant, epsilon, delta \
+                                FROM privmix_tenant_budgets";
+    let rows = match only {
+        Some([]) => return Ok(BTreeMap::new()),
+        Some(tenants) => tx.query(
+            &format!("{LAST_OF_EACH} WHERE tenant = ANY($1) ORDER BY tenant, id DESC"),
+            &[&tenants],
+        ),
+        None => tx.query(&format!("{LAST_OF_EACH} ORDER BY tenant, id DESC"), &[]),
+    }
+    .map_err(pg("reading the tenants' budgets"))?;
     let mut out = BTreeMap::new();
     for row in &rows {
         if let Some(b) = budget_of(row, 1, 2, describe)? {

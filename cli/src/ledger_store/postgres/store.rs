@@ -314,7 +314,7 @@ impl LedgerStore for PostgresStore {
                 spent: total.spent,
                 tenants: rows,
                 leases: read_leases(tx, &orders, &describe)?,
-                tenant_budgets: read_tenant_budgets(tx, &describe)?,
+                tenant_budgets: read_tenant_budgets(tx, None, &describe)?,
             })
         })?;
         self.budget = snap.budget;
