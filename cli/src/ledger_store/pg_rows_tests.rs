@@ -149,7 +149,8 @@ fn pg_a_step_is_one_row_per_run_of_equal_charges() {
     );
 }
 
-/// The tables and header of schema version 1, as its builds wrote them.
+/// The tables of schema version 1, as its builds wrote them (`postgres.rs` before
+/// commit cc141d0).
 const SCHEMA_1: &str = "
 CREATE TABLE privmix_ledger (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
@@ -157,13 +158,16 @@ CREATE TABLE privmix_ledger (
     initial_epsilon float8, initial_delta float8, budget_epsilon float8, budget_delta float8,
     protected_set text[], created_at timestamptz NOT NULL,
     next_sequence bigint NOT NULL CHECK (next_sequence >= 0),
-    charges bigint NOT NULL CHECK (charges >= 0));
+    charges bigint NOT NULL CHECK (charges >= 0),
+    CHECK ((initial_epsilon IS NULL) = (initial_delta IS NULL)),
+    CHECK ((budget_epsilon IS NULL) = (budget_delta IS NULL)));
 CREATE TABLE privmix_spent (tenant text PRIMARY KEY, curve float8[] NOT NULL,
     charges bigint NOT NULL CHECK (charges >= 0));
 CREATE TABLE privmix_charges (sequence bigint PRIMARY KEY, tenant text, label text NOT NULL,
     curve float8[] NOT NULL, at timestamptz NOT NULL);
 CREATE TABLE privmix_budgets (sequence bigint PRIMARY KEY, epsilon float8, delta float8,
-    at timestamptz NOT NULL, after_charges bigint NOT NULL);
+    at timestamptz NOT NULL, after_charges bigint NOT NULL,
+    CHECK ((epsilon IS NULL) = (delta IS NULL)));
 ";
 
 #[test]
@@ -222,4 +226,36 @@ fn pg_a_schema_1_database_is_upgraded_and_still_read() {
     assert_eq!((v.records, v.charges), (3, 4));
     // A second open finds it upgraded already.
     PostgresStore::open(&schema.url).unwrap().verify().unwrap();
+    // Its tables are those of a fresh ledger: the same columns, types, nullability,
+    // defaults and checks.
+    let fresh = TestSchema::new("fresh");
+    PostgresStore::create(&fresh.url, o.clone(), Some(budget(10.0)), None).unwrap();
+    let mut fresh_client = ::postgres::Client::connect(&fresh.url, ::postgres::NoTls).unwrap();
+    let upgraded = table_shapes(&mut client);
+    assert!(upgraded.len() > 30, "{upgraded:?}");
+    assert_eq!(upgraded, table_shapes(&mut fresh_client));
+}
+
+/// Every column (table, name, type, nullability, default) and every constraint
+/// (table, definition) of the tables in the connection's schema, sorted.
+fn table_shapes(client: &mut ::postgres::Client) -> Vec<String> {
+    let mut shapes: Vec<String> = client
+        .query(
+            "SELECT format('%s.%s %s null=%s default=%s', table_name, column_name, data_type,
+                           is_nullable, column_default)
+             FROM information_schema.columns WHERE table_schema = current_schema()
+             UNION ALL
+             SELECT format('%s: %s', conrelid::regclass, pg_get_constraintdef(oid))
+             FROM pg_constraint WHERE connamespace = current_schema()::regnamespace
+             UNION ALL
+             SELECT regexp_replace(indexdef, ' ON \\S+\\.', ' ON ')
+             FROM pg_indexes WHERE schemaname = current_schema()",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    shapes.sort();
+    shapes
 }

@@ -17,8 +17,11 @@ pub(super) const TOTAL_KEY: &str = "*";
 /// once do not race on `CREATE TABLE`: "privmixl" in ASCII.
 const CREATE_LOCK_KEY: i64 = 0x7072_6976_6d69_786c;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS privmix_ledger (
+/// The tables of schema version 1, as its builds wrote them. A fresh ledger is made
+/// of these and every upgrade in [`UPGRADES`], in order, so that each table's
+/// definition is written once and a fresh database and an upgraded one are the same.
+const SCHEMA_1: &str = "
+CREATE TABLE privmix_ledger (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     schema_version integer NOT NULL,
     orders float8[] NOT NULL,
@@ -33,47 +36,19 @@ CREATE TABLE IF NOT EXISTS privmix_ledger (
     CHECK ((initial_epsilon IS NULL) = (initial_delta IS NULL)),
     CHECK ((budget_epsilon IS NULL) = (budget_delta IS NULL))
 );
-CREATE TABLE IF NOT EXISTS privmix_spent (
+CREATE TABLE privmix_spent (
     tenant text PRIMARY KEY,
     curve float8[] NOT NULL,
     charges bigint NOT NULL CHECK (charges >= 0)
 );
-CREATE TABLE IF NOT EXISTS privmix_costs (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    curve float8[] NOT NULL,
-    event bytea NOT NULL
-);
-CREATE INDEX IF NOT EXISTS privmix_costs_event ON privmix_costs USING hash (event);
-CREATE TABLE IF NOT EXISTS privmix_tenant_budgets (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    tenant text NOT NULL,
-    epsilon float8 NOT NULL,
-    delta float8 NOT NULL,
-    at timestamptz NOT NULL,
-    after_records bigint NOT NULL CHECK (after_records >= 0)
-);
-CREATE TABLE IF NOT EXISTS privmix_leases (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    replica text NOT NULL,
-    tenant text,
-    reserved float8[] NOT NULL,
-    used float8[] NOT NULL,
-    charges bigint NOT NULL CHECK (charges >= 0),
-    opened_at timestamptz NOT NULL,
-    updated_at timestamptz NOT NULL
-);
-CREATE TABLE IF NOT EXISTS privmix_charges (
+CREATE TABLE privmix_charges (
     sequence bigint PRIMARY KEY,
     tenant text,
     label text NOT NULL,
-    curve float8[],
-    cost bigint REFERENCES privmix_costs (id),
-    count bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
-    lease bigint REFERENCES privmix_leases (id),
-    at timestamptz NOT NULL,
-    CHECK ((curve IS NULL) <> (cost IS NULL))
+    curve float8[] NOT NULL,
+    at timestamptz NOT NULL
 );
-CREATE TABLE IF NOT EXISTS privmix_budgets (
+CREATE TABLE privmix_budgets (
     sequence bigint PRIMARY KEY,
     epsilon float8,
     delta float8,
@@ -83,28 +58,27 @@ CREATE TABLE IF NOT EXISTS privmix_budgets (
 );
 ";
 
-/// What upgrades a database of schema version 1 to version 2 (see the module docs):
-/// costs are stored once and a charge row names one with a count; the rows already
-/// there keep their curves (cost NULL, count 1).
-const UPGRADE_1_TO_2: &str = "
-CREATE TABLE IF NOT EXISTS privmix_costs (
+/// What turns the tables of schema version 1 into version 2's: costs are stored once
+/// and a charge row names one with a count; the rows already there keep their curves
+/// (cost NULL, count 1).
+const TABLES_1_TO_2: &str = "
+CREATE TABLE privmix_costs (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     curve float8[] NOT NULL,
     event bytea NOT NULL
 );
-CREATE INDEX IF NOT EXISTS privmix_costs_event ON privmix_costs USING hash (event);
+CREATE INDEX privmix_costs_event ON privmix_costs USING hash (event);
 ALTER TABLE privmix_charges
     ALTER COLUMN curve DROP NOT NULL,
     ADD COLUMN cost bigint REFERENCES privmix_costs (id),
     ADD COLUMN count bigint NOT NULL DEFAULT 1 CHECK (count >= 1),
     ADD CHECK ((curve IS NULL) <> (cost IS NULL));
-UPDATE privmix_ledger SET schema_version = 2;
 ";
 
-/// What upgrades a database of schema version 2 to version 3: budget leases (a lease
+/// What turns the tables of schema version 2 into version 3's: budget leases (a lease
 /// row each, its reservations charge rows naming it) and tenants' budgets.
-const UPGRADE_2_TO_3: &str = "
-CREATE TABLE IF NOT EXISTS privmix_tenant_budgets (
+const TABLES_2_TO_3: &str = "
+CREATE TABLE privmix_tenant_budgets (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     tenant text NOT NULL,
     epsilon float8 NOT NULL,
@@ -112,7 +86,7 @@ CREATE TABLE IF NOT EXISTS privmix_tenant_budgets (
     at timestamptz NOT NULL,
     after_records bigint NOT NULL CHECK (after_records >= 0)
 );
-CREATE TABLE IF NOT EXISTS privmix_leases (
+CREATE TABLE privmix_leases (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     replica text NOT NULL,
     tenant text,
@@ -123,11 +97,12 @@ CREATE TABLE IF NOT EXISTS privmix_leases (
     updated_at timestamptz NOT NULL
 );
 ALTER TABLE privmix_charges ADD COLUMN lease bigint REFERENCES privmix_leases (id);
-UPDATE privmix_ledger SET schema_version = 3;
 ";
 
-/// The upgrades, by the version each starts from.
-const UPGRADES: [(i32, &str); 2] = [(1, UPGRADE_1_TO_2), (2, UPGRADE_2_TO_3)];
+/// The upgrades of the tables, by the version each starts from; each leads to the next
+/// version, the last to [`SCHEMA_VERSION`].
+const UPGRADES: [(i32, &str); 2] = [(1, TABLES_1_TO_2), (2, TABLES_2_TO_3)];
+const _: () = assert!(UPGRADES[UPGRADES.len() - 1].0 + 1 == SCHEMA_VERSION);
 
 /// The header as read from `privmix_ledger`.
 pub(super) struct Header {
@@ -152,8 +127,18 @@ pub(super) fn create_in(
 ) -> Result<(), Fail> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CREATE_LOCK_KEY])
         .map_err(pg("locking for creation"))?;
-    tx.batch_execute(SCHEMA)
-        .map_err(pg("creating the tables"))?;
+    let tables_exist: bool = tx
+        .query_one("SELECT to_regclass('privmix_ledger') IS NOT NULL", &[])
+        .map_err(pg("looking for the tables"))?
+        .get(0);
+    if !tables_exist {
+        tx.batch_execute(SCHEMA_1)
+            .map_err(pg("creating the tables"))?;
+        for (_, tables) in UPGRADES {
+            tx.batch_execute(tables)
+                .map_err(pg("creating the tables"))?;
+        }
+    }
     let existing: i64 = tx
         .query_one("SELECT count(*) FROM privmix_ledger", &[])
         .map_err(pg("looking for a ledger"))?
@@ -201,9 +186,15 @@ pub(super) fn upgrade(client: &mut Client) -> Result<(), Fail> {
         .map_err(pg("locking for the upgrade"))?;
     tx.batch_execute("LOCK TABLE privmix_ledger IN ACCESS EXCLUSIVE MODE")
         .map_err(pg("locking for the upgrade"))?;
-    for (from, sql) in UPGRADES {
+    for (from, tables) in UPGRADES {
         if version(&mut tx)? == Some(from) {
-            tx.batch_execute(sql).map_err(pg("upgrading the schema"))?;
+            tx.batch_execute(tables)
+                .map_err(pg("upgrading the schema"))?;
+            tx.execute(
+                "UPDATE privmix_ledger SET schema_version = $1",
+                &[&(from + 1)],
+            )
+            .map_err(pg("upgrading the schema"))?;
         }
     }
     tx.commit().map_err(pg("committing the upgrade"))
