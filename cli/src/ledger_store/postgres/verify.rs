@@ -59,23 +59,18 @@ pub(super) fn verify_in(
     let mut released: BTreeMap<u64, RdpCurve> = BTreeMap::new();
     let costs = read_costs(tx, orders, describe)?;
     // Tenants' budget changes, applied in turn where they were recorded.
-    let changes = read_tenant_budget_changes(tx, describe)?;
-    let mut next_change = 0usize;
-    let mut tenant_budgets: BTreeMap<String, PrivacyBudget> = BTreeMap::new();
+    let mut tenant_budgets = TenantBudgetReplay {
+        changes: read_tenant_budget_changes(tx, describe)?,
+        next: 0,
+        in_force: BTreeMap::new(),
+    };
 
     {
         let mut rows = tx
             .query_raw(RECORDS_SQL, std::iter::empty::<&dyn ToSql>())
             .map_err(pg("reading the records"))?;
         while let Some(row) = rows.next().map_err(pg("reading the records"))? {
-            apply_tenant_budgets(
-                &changes,
-                &mut next_change,
-                records,
-                &tenants,
-                &mut tenant_budgets,
-                describe,
-            )?;
+            tenant_budgets.apply_through(records, &tenants, describe)?;
             match record_of(&row, orders, &costs, describe)? {
                 Record::Charge {
                     sequence,
@@ -127,7 +122,7 @@ pub(super) fn verify_in(
                             t.spent = t.spent.compose(&curve)?;
                         }
                         t.charges += count;
-                        if let Some(b) = tenant_budgets.get(&name) {
+                        if let Some(b) = tenant_budgets.in_force.get(&name) {
                             let spent = t.spent.epsilon(b.delta())?;
                             if spent.epsilon > b.epsilon() {
                                 return Err(bad(format!(
@@ -195,15 +190,8 @@ pub(super) fn verify_in(
             records += 1;
         }
     }
-    apply_tenant_budgets(
-        &changes,
-        &mut next_change,
-        records,
-        &tenants,
-        &mut tenant_budgets,
-        describe,
-    )?;
-    if next_change != changes.len() {
+    tenant_budgets.apply_through(records, &tenants, describe)?;
+    if tenant_budgets.next != tenant_budgets.changes.len() {
         return Err(bad(
             "a tenant's budget is recorded after more records than the ledger holds".into(),
         ));
@@ -320,33 +308,41 @@ pub(super) fn verify_in(
     })
 }
 
-/// Applies the tenants' budget changes recorded after at most `records` records (from
-/// `changes[*next..]`, in order): each must not be below what its tenant had spent.
-fn apply_tenant_budgets(
-    changes: &[(String, PrivacyBudget, u64)],
-    next: &mut usize,
-    records: u64,
-    tenants: &BTreeMap<String, TenantSpent>,
-    in_force: &mut BTreeMap<String, PrivacyBudget>,
-    describe: &str,
-) -> Result<(), Fail> {
-    while let Some((name, b, after)) = changes.get(*next) {
-        if *after > records {
-            break;
+/// The tenants' budget changes replayed in record order: every change, the next one
+/// to apply, and each tenant's budget in force.
+struct TenantBudgetReplay {
+    changes: Vec<(String, PrivacyBudget, u64)>,
+    next: usize,
+    in_force: BTreeMap<String, PrivacyBudget>,
+}
+
+impl TenantBudgetReplay {
+    /// Applies the changes recorded after at most `records` records, in order: each
+    /// must not be below what its tenant had spent.
+    fn apply_through(
+        &mut self,
+        records: u64,
+        tenants: &BTreeMap<String, TenantSpent>,
+        describe: &str,
+    ) -> Result<(), Fail> {
+        while let Some((name, b, after)) = self.changes.get(self.next) {
+            if *after > records {
+                break;
+            }
+            if let Some(t) = tenants.get(name)
+                && t.spent.epsilon(b.delta())?.epsilon > b.epsilon()
+            {
+                return Err(Fail::Store(StoreError::Inconsistent {
+                    store: describe.to_owned(),
+                    reason: format!(
+                        "tenant {name}'s budget was set to ε = {} below what it had spent",
+                        b.epsilon()
+                    ),
+                }));
+            }
+            self.in_force.insert(name.clone(), *b);
+            self.next += 1;
         }
-        if let Some(t) = tenants.get(name)
-            && t.spent.epsilon(b.delta())?.epsilon > b.epsilon()
-        {
-            return Err(Fail::Store(StoreError::Inconsistent {
-                store: describe.to_owned(),
-                reason: format!(
-                    "tenant {name}'s budget was set to ε = {} below what it had spent",
-                    b.epsilon()
-                ),
-            }));
-        }
-        in_force.insert(name.clone(), *b);
-        *next += 1;
+        Ok(())
     }
-    Ok(())
 }
