@@ -12,7 +12,7 @@ pub(crate) mod test_cluster;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use serve_support::{Server, TempDir, model_folder, write_adapters};
+use serve_support::{Server, TempDir, model_folder, privmix_ok, write_adapters};
 
 fn replica(
     model: &str,
@@ -51,16 +51,7 @@ fn replica(
 }
 
 fn ledger_json(url: &str) -> Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(["ledger", "show", "--json", url])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_slice(&privmix_ok(&["ledger", "show", "--json", url])).unwrap()
 }
 
 #[test]
@@ -149,26 +140,10 @@ async fn replicas(schema: &test_cluster::TestSchema) {
         stopped["spent"]["epsilon"].as_f64().unwrap() <= spent,
         "{stopped}"
     );
-    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(["ledger", "verify", &schema.url])
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    privmix_ok(&["ledger", "verify", &schema.url]);
 
     // A fresh budget, a stream, and a SIGKILL after its first token.
-    let raise = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(["ledger", "raise", &schema.url, "--epsilon", "30"])
-        .output()
-        .unwrap();
-    assert!(
-        raise.status.success(),
-        "{}",
-        String::from_utf8_lossy(&raise.stderr)
-    );
+    privmix_ok(&["ledger", "raise", &schema.url, "--epsilon", "30"]);
     let before = ledger_json(&schema.url);
     let c = replica(&model, &adapters, &schema.url, false, Some(8));
     let mut r = http
@@ -182,15 +157,7 @@ async fn replicas(schema: &test_cluster::TestSchema) {
     assert!(String::from_utf8_lossy(&first).contains("data: "));
     c.kill();
     let _ = c.wait(Duration::from_secs(30));
-    let verify = std::process::Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(["ledger", "verify", &schema.url])
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stderr)
-    );
+    privmix_ok(&["ledger", "verify", &schema.url]);
     let after = ledger_json(&schema.url);
     let leases = after["leases"].as_array().unwrap();
     let held = &leases[leases.len() - 1];

@@ -142,20 +142,27 @@ pub fn write_keys(dir: &TempDir, keys: &Value) -> PathBuf {
     path
 }
 
-/// Every charge in a ledger (file path or PostgreSQL URL), read with `privmix ledger
-/// export`, as `tenant=<name>;<label>` (or the bare label without a tenant): a charge
-/// record as one, a step record's run as `count` of them.
-pub fn ledger_charges(ledger: &Path) -> Vec<String> {
+/// Runs `privmix` with `args` to completion, which must succeed (its stderr is the
+/// failure's message); its stdout.
+pub fn privmix_ok(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(["ledger", "export", ledger.to_str().unwrap()])
+        .args(args)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "privmix {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
+    out.stdout
+}
+
+/// Every charge in a ledger (file path or PostgreSQL URL), read with `privmix ledger
+/// export`, as `tenant=<name>;<label>` (or the bare label without a tenant): a charge
+/// record as one, a step record's run as `count` of them.
+pub fn ledger_charges(ledger: &Path) -> Vec<String> {
+    let out = privmix_ok(&["ledger", "export", ledger.to_str().unwrap()]);
+    String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .flat_map(|v| match v["kind"].as_str() {
