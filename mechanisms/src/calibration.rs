@@ -103,29 +103,16 @@ impl RunBudget<'_> {
         beta: Option<f64>,
         alpha_c: f64,
     ) -> Result<SubmixConfig, MechanismError> {
-        let (parts, beta) = (members / 2, self.submix_beta(beta));
-        match self.spent {
-            Some(spent) => SubmixConfig::calibrate_after(
-                spent,
-                self.epsilon,
-                self.delta,
-                self.queries,
-                parts,
-                alpha,
-                beta,
-                alpha_c,
-            ),
-            None => SubmixConfig::calibrate(
-                self.epsilon,
-                self.delta,
-                self.queries,
-                parts,
-                alpha,
-                beta,
-                alpha_c,
-                self.orders,
-            ),
-        }
+        let parts = members / 2;
+        // SubmixConfig::calibrate{,_after}'s anchor: PMixED's radius for the parts.
+        let anchor = self.pmixed(parts.max(1), 1.0, alpha_c)?;
+        SubmixConfig::new(
+            parts,
+            alpha,
+            self.submix_beta(beta),
+            alpha_c,
+            anchor.radius(),
+        )
     }
 }
 
@@ -166,6 +153,11 @@ mod tests {
         let direct =
             SubmixConfig::calibrate(4.0, 1e-5, 64, 4, 2.0, 4.0 / 64.0, 18.0, &orders).unwrap();
         assert_eq!(s.radius(), direct.radius());
+        let s_after = after.submix(8, 2.0, None, 18.0).unwrap();
+        let direct_after =
+            SubmixConfig::calibrate_after(&spent, 4.0, 1e-5, 64, 4, 2.0, 4.0 / 64.0, 18.0).unwrap();
+        assert_eq!(s_after.radius(), direct_after.radius());
+        assert!(s_after.radius() < s.radius());
         // AdaPMixED: PMixED's radius without subsampling, then its filter.
         let a = fresh
             .adapmixed(8, AdapmixedConfig::default(), None)
