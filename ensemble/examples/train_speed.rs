@@ -126,34 +126,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lora = LoraConfig::new(8, 16.0, &["q_proj", "v_proj"])?;
     lora.lora_dropout = 0.0;
     let total = a.warmup + a.steps;
-    let mut seconds = Vec::with_capacity(a.steps);
     let mut losses = Vec::with_capacity(total);
-    let host = match a.mode.as_str() {
+    let (host, seconds) = match a.mode.as_str() {
         "products" => {
             let Model::Llama(llama) = &model else {
                 return Err("--mode products needs a Llama-family model".into());
             };
-            for i in 0..total {
-                let elapsed = frozen_products_seconds(&llama.config, a.rows * a.seq);
-                if i >= a.warmup {
-                    seconds.push(elapsed);
-                }
-            }
-            true
+            let seconds = seconds_after_warmup(&a, || {
+                Ok(frozen_products_seconds(&llama.config, a.rows * a.seq))
+            })?;
+            (true, seconds)
         }
         "lora" => {
             let mut cfg = TrainConfig::new(lora, total, 1);
             cfg.batch_size = a.rows;
             let mut t = Trainer::<AB, _>::new(&model, blocks, vec![], cfg)?.with_step_path(a.path);
             let host = t.uses_host_step()?;
-            for i in 0..total {
+            let seconds = seconds_after_warmup(&a, || {
                 let start = Instant::now();
                 losses.push(t.step()?);
-                if i >= a.warmup {
-                    seconds.push(start.elapsed().as_secs_f64());
-                }
-            }
-            host
+                Ok(start.elapsed().as_secs_f64())
+            })?;
+            (host, seconds)
         }
         _ => {
             let cfg = DpSgdConfig {
@@ -171,14 +165,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             };
             let mut t = DpSgdTrainer::<AB, _>::new(&model, blocks, cfg)?.with_step_path(a.path);
             let host = t.uses_host_step()?;
-            for i in 0..total {
+            let seconds = seconds_after_warmup(&a, || {
                 let start = Instant::now();
                 losses.push(t.step()?.mean_loss);
-                if i >= a.warmup {
-                    seconds.push(start.elapsed().as_secs_f64());
-                }
-            }
-            host
+                Ok(start.elapsed().as_secs_f64())
+            })?;
+            (host, seconds)
         }
     };
     let tokens = (a.rows * a.seq) as f64;
@@ -200,6 +192,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// Members trained together against one after another (see the module
 /// docs): member `k`'s blocks follow the same formula from row `k · R`.
+/// Runs `a.warmup + a.steps` steps, each returning how long it took; the times of
+/// those after the warm-up.
+fn seconds_after_warmup(
+    a: &Args,
+    mut step: impl FnMut() -> Result<f64, Box<dyn std::error::Error>>,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let mut seconds = Vec::with_capacity(a.steps);
+    for i in 0..a.warmup + a.steps {
+        let elapsed = step()?;
+        if i >= a.warmup {
+            seconds.push(elapsed);
+        }
+    }
+    Ok(seconds)
+}
+
 fn members(model: &Model<AB>, a: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let vocab = model.vocab_size();
     let total = a.warmup + a.steps;
