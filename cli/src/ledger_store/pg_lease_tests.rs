@@ -138,6 +138,59 @@ fn below(a: &RdpCurve, b: &RdpCurve) -> bool {
     a.epsilons().iter().zip(b.epsilons()).all(|(x, y)| x <= y)
 }
 
+/// A lease is renewed ahead of need: once fewer than half a reservation is left, the
+/// next is reserved in the background and taken in before the steps run out, so that
+/// no step after the first waits on a reservation; the ledger counts every
+/// reservation, at least what was spent at every order, and a clean stop waits for a
+/// renewal under way and gives its part back too.
+#[test]
+fn pg_leases_are_renewed_ahead_of_need() {
+    let schema = TestSchema::new("lease_ahead");
+    let o = orders();
+    PostgresStore::create(&schema.url, o.clone(), Some(budget(100.0)), None).unwrap();
+    let mut leased = PostgresStore::open(&schema.url).unwrap();
+    leased.use_leases(8).unwrap();
+    let event = DpEvent::gaussian(30.0).unwrap();
+    let curve = event.rdp(&o).unwrap();
+    let mut acked = RdpCurve::zero(o.clone());
+    for step in 0..60 {
+        let out = leased.commit_step(&[charge(None, &event)]).unwrap();
+        assert!(out[0].is_ok(), "step {step}: {out:?}");
+        acked = acked.compose(&curve).unwrap();
+        // Only the first step (which opens the lease) waited on a reservation.
+        assert_eq!(
+            leased.lease_waits_settled().unwrap(),
+            Some(1),
+            "step {step}"
+        );
+        assert!(below(&acked, &leased.spent(None).unwrap()), "step {step}");
+    }
+    let mut client = ::postgres::Client::connect(&schema.url, ::postgres::NoTls).unwrap();
+    let reservations = |client: &mut ::postgres::Client| -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM privmix_charges WHERE lease IS NOT NULL",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    // 60 charges at 8 a reservation, each asked for with at most half left: 8 or 9.
+    let made = reservations(&mut client);
+    assert!((8..=9).contains(&made), "{made}");
+    // A clean stop right after a step (a renewal may be under way) waits for the
+    // renewal and gives back its part with the rest.
+    let spent_before = leased.spent(None).unwrap();
+    leased.commit_step(&[charge(None, &event)]).unwrap();
+    acked = acked.compose(&curve).unwrap();
+    leased.close_leases().unwrap();
+    let v = leased.verify().unwrap();
+    assert_eq!((v.leases, v.lease_charges), (1, 61));
+    let after = leased.spent(None).unwrap();
+    assert!(below(&acked, &after));
+    assert!(below(&after, &spent_before.compose(&curve).unwrap()));
+}
+
 #[test]
 fn pg_a_clean_stop_gives_back_the_unspent_part() {
     let schema = TestSchema::new("release");

@@ -33,6 +33,15 @@ impl Connection {
         })
     }
 
+    /// A second connection to the same server, made on first use.
+    pub(super) fn another(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            describe: self.describe.clone(),
+            client: None,
+        }
+    }
+
     /// The connection, made again if it was lost (checking the server again).
     pub(super) fn client(&mut self) -> Result<&mut Client, StoreError> {
         if self.client.as_ref().is_none_or(Client::is_closed) {

@@ -15,11 +15,22 @@
 //!
 //! A lease of one tenant (or of requests without a tenant) is reserved `per_reservation`
 //! charges of the cost that needed it at a time (halved down to one when a budget
-//! cannot pay more), and renewed when a charge no longer fits. What a lease did not
-//! spend stays counted while it is open: a replica that crashes loses it, an
-//! over-count, never an under-count.
+//! cannot pay more). It is renewed ahead of need: once fewer than half a reservation's
+//! charges are left in it, a thread of the replica's own, on a second connection,
+//! reserves the next `per_reservation` while the steps go on spending what is left,
+//! and a step takes the new reservation into the lease once its transaction has
+//! committed. A step waits on a reservation only when a charge does not fit what the
+//! lease holds: the first one, one after a renewal ahead was refused (near a budget,
+//! where reservations halve), or when the steps outrun the renewal. The reserved curve
+//! a step spends against only ever holds reservations whose transactions returned, so
+//! the guarantee above is unchanged; a reservation under way when the replica crashes
+//! is counted and never spent, an over-count. What a lease did not spend stays counted
+//! while it is open: a replica that crashes loses it (up to one and a half
+//! reservations), an over-count, never an under-count.
 //!
-//! A clean stop (`Leases::close`) gives the unspent part back: in one serializable
+//! A clean stop (`Leases::close`) first waits for a renewal under way (so that what it
+//! reserved is given back too) and stops the renewal thread; then it gives the unspent
+//! part back: in one serializable
 //! transaction under the ledger's lock, each open lease gets a release record
 //! (`RELEASE_LABEL`, naming the lease) holding `unspent` (reserved − used per
 //! order, rounded down), the total's and tenant's spending become `give_back` of it
@@ -38,6 +49,7 @@
 //! released, never make the ledger count less than was spent.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc;
 
 use privmix_accountant::{Orders, PrivacyBudget, RdpCurve};
 
@@ -47,7 +59,7 @@ use super::connection::Connection;
 use super::error::{Fail, pg, postgres_error};
 use super::retry::serializable;
 use crate::ledger_store::step::{Cost, PendingCharge};
-use crate::ledger_store::{StepOutcomes, StoreError};
+use crate::ledger_store::{StepOutcomes, StoreError, Tenant};
 
 /// The label of a reservation's charge row.
 pub(super) const LEASE_LABEL: &str = "lease";
@@ -95,6 +107,13 @@ pub(super) struct Leases {
     per_reservation: u64,
     /// By tenant (`None`: requests without a tenant).
     held: BTreeMap<Option<String>, Held>,
+    /// The renewals made ahead of need, once one was asked for.
+    ahead: Option<Ahead>,
+    /// The total budget last read by a reservation not yet reported.
+    budget_read: Option<Option<PrivacyBudget>>,
+    /// How many times a step waited on a reservation (made it, or waited for one made
+    /// ahead).
+    waited: u64,
 }
 
 /// One lease: what it reserved and what it spent.
@@ -105,6 +124,38 @@ struct Held {
     charges: i64,
     /// Its use changed since it was last written.
     dirty: bool,
+    /// A renewal ahead of need is under way.
+    renewing: bool,
+    /// A renewal ahead of need was refused (a budget is near): the next renewal is made
+    /// when needed, halving, as [`Leases::commit`] does.
+    ahead_refused: bool,
+}
+
+/// A reservation to make: `per_reservation` charges of `curve` (halved while a budget
+/// refuses) for the lease of `key`, whose reserved curve is `reserved` (`lease`:
+/// its id, `None` for a new lease).
+struct Renewal {
+    key: Option<String>,
+    tenant: Option<Tenant>,
+    curve: RdpCurve,
+    lease: Option<i64>,
+    reserved: RdpCurve,
+}
+
+/// A reservation made: the lease's id and reserved curve after it.
+struct Renewed {
+    id: i64,
+    reserved: RdpCurve,
+    new_costs: Vec<(Vec<u8>, i64)>,
+    budget: Option<PrivacyBudget>,
+}
+
+/// The thread that makes reservations ahead of need on its own connection, one at a
+/// time in the order asked.
+struct Ahead {
+    requests: Option<mpsc::Sender<Renewal>>,
+    results: mpsc::Receiver<(Renewal, Result<Renewed, StoreError>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// `a` at or below `b` at every order.
@@ -124,12 +175,29 @@ impl Leases {
             replica,
             per_reservation,
             held: BTreeMap::new(),
+            ahead: None,
+            budget_read: None,
+            waited: 0,
         })
     }
 
+    /// How many times a step commit waited on a reservation.
+    #[cfg(test)]
+    pub(super) fn waited(&self) -> u64 {
+        self.waited
+    }
+
+    /// Waits for the renewals under way and takes them in, outside any step.
+    #[cfg(test)]
+    pub(super) fn settle(&mut self) -> Result<(), StoreError> {
+        self.take_renewals(&mut HashMap::new(), true)
+    }
+
     /// A step commit spent from the leases: each charge in order, renewing a lease it
-    /// no longer fits, a charge no renewal can pay refused; then the use written.
-    /// Returns the outcomes and the total budget last read (when a lease was renewed).
+    /// no longer fits (taking the renewal made ahead when one is under way), a charge
+    /// no renewal can pay refused; then the use written, and a renewal asked for ahead
+    /// of need for each lease with less than half a reservation left. Returns the
+    /// outcomes and the total budget last read (when a lease was renewed).
     pub(super) fn commit(
         &mut self,
         conn: &mut Connection,
@@ -137,20 +205,37 @@ impl Leases {
         cost_ids: &mut HashMap<Vec<u8>, i64>,
         prepared: &[Prepared<'_>],
     ) -> Result<(StepOutcomes, Option<Option<PrivacyBudget>>), StoreError> {
+        self.take_renewals(cost_ids, false)?;
         let mut outcomes = Vec::with_capacity(prepared.len());
-        let mut budget = None;
         for p in prepared {
             let key = p.tenant().map(str::to_owned);
             let fits = |h: &Held| -> Result<bool, StoreError> {
                 Ok(at_most(&h.used.compose(&p.curve)?, &h.reserved))
             };
-            let fit = match self.held.get(&key) {
+            let mut fit = match self.held.get(&key) {
                 Some(h) => fits(h)?,
                 None => false,
             };
+            if !fit && self.held.get(&key).is_some_and(|h| h.renewing) {
+                self.waited += 1;
+                self.take_renewals(cost_ids, true)?;
+                fit = match self.held.get(&key) {
+                    Some(h) => fits(h)?,
+                    None => false,
+                };
+            }
             if !fit {
-                match self.renew(conn, orders, cost_ids, p) {
-                    Ok(b) => budget = Some(b),
+                self.waited += 1;
+                let renewal = self.renewal_for(&key, p);
+                match reserve(
+                    conn,
+                    orders,
+                    cost_ids,
+                    &self.replica,
+                    self.per_reservation,
+                    &renewal,
+                ) {
+                    Ok(renewed) => self.apply(renewal, renewed, cost_ids)?,
                     Err(e @ StoreError::Refused { .. }) => {
                         outcomes.push(Err(e));
                         continue;
@@ -172,96 +257,132 @@ impl Leases {
             h.charges += 1;
             h.dirty = true;
             outcomes.push(Ok(()));
+            self.renew_ahead(conn, orders, &key, p)?;
         }
         self.write_use(conn)?;
-        Ok((outcomes, budget))
+        Ok((outcomes, self.budget_read.take()))
     }
 
-    /// Reserves more for `p`'s lease: `per_reservation` charges of its cost, halved
-    /// while a budget refuses, in one serializable transaction each try.
-    fn renew(
-        &mut self,
-        conn: &mut Connection,
-        orders: &Orders,
-        cost_ids: &mut HashMap<Vec<u8>, i64>,
-        p: &Prepared<'_>,
-    ) -> Result<Option<PrivacyBudget>, StoreError> {
-        let key = p.tenant().map(str::to_owned);
-        let describe = conn.describe.clone();
-        let zero = RdpCurve::zero(orders.clone());
-        let (held_id, reserved) = match self.held.get(&key) {
+    /// The renewal of `key`'s lease for charges like `p`.
+    fn renewal_for(&self, key: &Option<String>, p: &Prepared<'_>) -> Renewal {
+        let (lease, reserved) = match self.held.get(key) {
             Some(h) => (Some(h.id), h.reserved.clone()),
-            None => (None, zero.clone()),
+            None => (None, RdpCurve::zero(p.curve.orders().clone())),
         };
-        let mut n = self.per_reservation;
-        loop {
-            let mut slice = zero.clone();
-            for _ in 0..n {
-                slice = slice.compose(&p.curve)?;
-            }
-            let after = reserved.compose(&slice)?;
-            let charge = PendingCharge {
-                tenant: p.charge.tenant.clone(),
-                cost: Cost::Curve(slice),
-                label: LEASE_LABEL.into(),
-            };
-            let mut reservation = Prepared::new(&charge, orders)?;
-            let replica = &self.replica;
-            let known = &*cost_ids;
-            let tried = serializable(conn, |tx| {
-                let id: i64 = match held_id {
-                    Some(id) => id,
-                    None => tx
-                        .query_one(
-                            "INSERT INTO privmix_leases
-                                 (replica, tenant, reserved, used, charges, opened_at, updated_at)
-                             VALUES ($1, $2, $3, $3, 0, clock_timestamp(), clock_timestamp())
-                             RETURNING id",
-                            &[replica, &key, &zero.epsilons()],
-                        )
-                        .map_err(pg("opening a lease"))?
-                        .get(0),
-                };
-                reservation.lease = Some(id);
-                let committed = commit_charges(
-                    tx,
-                    orders,
-                    &describe,
-                    std::slice::from_ref(&reservation),
-                    known,
-                )?;
-                if let Some(Err(_)) = committed.outcomes.first() {
-                    let refused = committed.outcomes.into_iter().next();
-                    return Err(Fail::Store(match refused {
-                        Some(Err(e)) => e,
-                        _ => StoreError::Backend("a refusal went missing".into()),
-                    }));
+        Renewal {
+            key: key.clone(),
+            tenant: p.charge.tenant.clone(),
+            curve: p.curve.clone(),
+            lease,
+            reserved,
+        }
+    }
+
+    /// Asks the renewal thread for a reservation of `key`'s lease when fewer than half
+    /// a reservation's charges like `p` are left in it, and none is under way or was
+    /// refused since its last renewal.
+    fn renew_ahead(
+        &mut self,
+        conn: &Connection,
+        orders: &Orders,
+        key: &Option<String>,
+        p: &Prepared<'_>,
+    ) -> Result<(), StoreError> {
+        let Some(h) = self.held.get(key) else {
+            return Ok(());
+        };
+        if h.renewing || h.ahead_refused {
+            return Ok(());
+        }
+        let half = self.per_reservation.div_ceil(2);
+        if at_most(&h.used.compose(&p.curve.self_compose(half))?, &h.reserved) {
+            return Ok(());
+        }
+        let renewal = self.renewal_for(key, p);
+        let ahead = self.ahead.get_or_insert_with(|| {
+            Ahead::start(
+                conn.another(),
+                orders.clone(),
+                self.replica.clone(),
+                self.per_reservation,
+            )
+        });
+        let sent = ahead
+            .requests
+            .as_ref()
+            .is_some_and(|r| r.send(renewal).is_ok());
+        if let Some(h) = self.held.get_mut(key) {
+            h.renewing = sent;
+        }
+        Ok(())
+    }
+
+    /// Applies the renewals made ahead that are done; with `wait`, first waits for
+    /// every one under way. A refused or failed one is dropped (the renewal is then
+    /// made when needed, which reports its error).
+    fn take_renewals(
+        &mut self,
+        cost_ids: &mut HashMap<Vec<u8>, i64>,
+        wait: bool,
+    ) -> Result<(), StoreError> {
+        let Some(ahead) = &self.ahead else {
+            return Ok(());
+        };
+        let mut done = Vec::new();
+        while wait && self.held.values().any(|h| h.renewing) {
+            match ahead.results.recv() {
+                Ok(result) => {
+                    if let Some(h) = self.held.get_mut(&result.0.key) {
+                        h.renewing = false;
+                    }
+                    done.push(result);
                 }
-                tx.execute(
-                    "UPDATE privmix_leases SET reserved = $2, updated_at = clock_timestamp()
-                     WHERE id = $1",
-                    &[&id, &after.epsilons()],
-                )
-                .map_err(pg("recording a lease"))?;
-                Ok((id, committed.new_costs, committed.budget))
-            });
-            match tried {
-                Ok((id, new_costs, budget)) => {
-                    cost_ids.extend(new_costs);
-                    let h = self.held.entry(key).or_insert_with(|| Held {
-                        id,
-                        reserved: zero.clone(),
-                        used: zero.clone(),
-                        charges: 0,
-                        dirty: false,
-                    });
-                    h.reserved = after;
-                    return Ok(budget);
-                }
-                Err(StoreError::Refused { .. }) if n > 1 => n /= 2,
-                Err(e) => return Err(e),
+                Err(_) => break,
             }
         }
+        done.extend(ahead.results.try_iter());
+        for (renewal, result) in done {
+            let Some(h) = self.held.get_mut(&renewal.key) else {
+                continue;
+            };
+            h.renewing = false;
+            match result {
+                Ok(renewed) => self.apply(renewal, renewed, cost_ids)?,
+                Err(_) => h.ahead_refused = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a reservation made for `renewal` into the lease it names (opening it).
+    fn apply(
+        &mut self,
+        renewal: Renewal,
+        renewed: Renewed,
+        cost_ids: &mut HashMap<Vec<u8>, i64>,
+    ) -> Result<(), StoreError> {
+        cost_ids.extend(renewed.new_costs);
+        self.budget_read = Some(renewed.budget);
+        let zero = RdpCurve::zero(renewed.reserved.orders().clone());
+        let h = self.held.entry(renewal.key).or_insert_with(|| Held {
+            id: renewed.id,
+            reserved: zero.clone(),
+            used: zero,
+            charges: 0,
+            dirty: false,
+            renewing: false,
+            ahead_refused: false,
+        });
+        // One reservation at a time per lease, each made on the reserved curve it
+        // extends: anything else would record a reserved curve the ledger lacks.
+        if h.id != renewed.id || h.reserved != renewal.reserved {
+            return Err(StoreError::Backend(
+                "a lease was renewed on a reservation it no longer holds".into(),
+            ));
+        }
+        h.reserved = renewed.reserved;
+        h.ahead_refused = false;
+        Ok(())
     }
 
     /// A clean stop: closes every lease held, giving back what it did not spend (see
@@ -272,7 +393,11 @@ impl Leases {
         conn: &mut Connection,
         orders: &Orders,
     ) -> Result<(), StoreError> {
+        // A reservation made ahead is part of what the lease holds and gives back.
+        let renewals = self.take_renewals(&mut HashMap::new(), true);
+        self.stop_renewals();
         let held = std::mem::take(&mut self.held);
+        renewals?;
         if held.is_empty() {
             return Ok(());
         }
@@ -355,5 +480,131 @@ impl Leases {
             h.dirty = false;
         }
         Ok(())
+    }
+}
+
+impl Leases {
+    /// Stops the renewal thread once it has finished the request under way.
+    fn stop_renewals(&mut self) {
+        if let Some(mut ahead) = self.ahead.take() {
+            ahead.requests = None;
+            if let Some(thread) = ahead.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Ahead {
+    /// The renewal thread, on `conn`: each request reserved as [`reserve`] does.
+    fn start(conn: Connection, orders: Orders, replica: String, per_reservation: u64) -> Self {
+        let (requests, asked) = mpsc::channel::<Renewal>();
+        let (answer, results) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("privmix-lease-renewal".into())
+            .spawn(move || {
+                let mut conn = conn;
+                let mut cost_ids = HashMap::new();
+                for renewal in asked {
+                    let result = reserve(
+                        &mut conn,
+                        &orders,
+                        &cost_ids,
+                        &replica,
+                        per_reservation,
+                        &renewal,
+                    );
+                    if let Ok(r) = &result {
+                        cost_ids.extend(r.new_costs.iter().cloned());
+                    }
+                    if answer.send((renewal, result)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok();
+        Self {
+            requests: thread.as_ref().map(|_| requests),
+            results,
+            thread,
+        }
+    }
+}
+
+/// Reserves more for a lease: `per_reservation` charges of the renewal's cost, halved
+/// while a budget refuses, in one serializable transaction each try (opening the lease
+/// when it has no id yet). `known` are the cost ids already committed.
+fn reserve(
+    conn: &mut Connection,
+    orders: &Orders,
+    known: &HashMap<Vec<u8>, i64>,
+    replica: &str,
+    per_reservation: u64,
+    renewal: &Renewal,
+) -> Result<Renewed, StoreError> {
+    let describe = conn.describe.clone();
+    let zero = RdpCurve::zero(orders.clone());
+    let mut n = per_reservation;
+    loop {
+        let mut slice = zero.clone();
+        for _ in 0..n {
+            slice = slice.compose(&renewal.curve)?;
+        }
+        let after = renewal.reserved.compose(&slice)?;
+        let charge = PendingCharge {
+            tenant: renewal.tenant.clone(),
+            cost: Cost::Curve(slice),
+            label: LEASE_LABEL.into(),
+        };
+        let mut reservation = Prepared::new(&charge, orders)?;
+        let tried = serializable(conn, |tx| {
+            let id: i64 = match renewal.lease {
+                Some(id) => id,
+                None => tx
+                    .query_one(
+                        "INSERT INTO privmix_leases
+                             (replica, tenant, reserved, used, charges, opened_at, updated_at)
+                         VALUES ($1, $2, $3, $3, 0, clock_timestamp(), clock_timestamp())
+                         RETURNING id",
+                        &[&replica, &renewal.key, &zero.epsilons()],
+                    )
+                    .map_err(pg("opening a lease"))?
+                    .get(0),
+            };
+            reservation.lease = Some(id);
+            let committed = commit_charges(
+                tx,
+                orders,
+                &describe,
+                std::slice::from_ref(&reservation),
+                known,
+            )?;
+            if let Some(Err(_)) = committed.outcomes.first() {
+                let refused = committed.outcomes.into_iter().next();
+                return Err(Fail::Store(match refused {
+                    Some(Err(e)) => e,
+                    _ => StoreError::Backend("a refusal went missing".into()),
+                }));
+            }
+            tx.execute(
+                "UPDATE privmix_leases SET reserved = $2, updated_at = clock_timestamp()
+                 WHERE id = $1",
+                &[&id, &after.epsilons()],
+            )
+            .map_err(pg("recording a lease"))?;
+            Ok((id, committed.new_costs, committed.budget))
+        });
+        match tried {
+            Ok((id, new_costs, budget)) => {
+                return Ok(Renewed {
+                    id,
+                    reserved: after,
+                    new_costs,
+                    budget,
+                });
+            }
+            Err(StoreError::Refused { .. }) if n > 1 => n /= 2,
+            Err(e) => return Err(e),
+        }
     }
 }

@@ -49,6 +49,19 @@ impl fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
+    /// How many step commits waited on a lease's reservation, after every renewal
+    /// under way was taken in; `None` without leases.
+    #[cfg(test)]
+    pub(crate) fn lease_waits_settled(&mut self) -> Result<Option<u64>, StoreError> {
+        match &mut self.leases {
+            Some(leases) => {
+                leases.settle()?;
+                Ok(Some(leases.waited()))
+            }
+            None => Ok(None),
+        }
+    }
+
     /// Opens the existing ledger at `url`; [`StoreError::NotFound`] when the database
     /// holds none. A ledger of schema version 1 is upgraded first (see the module docs).
     pub fn open(url: &str) -> Result<Self, StoreError> {
