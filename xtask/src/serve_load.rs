@@ -103,6 +103,7 @@ fn measure(quick: bool) -> Result<String, String> {
         // The members are random adapters, not private data: their step timings
         // may be printed.
         "--phase-timings".into(),
+        "--unsafe-uncharged-timings".into(),
     ];
     for i in 0..MEMBERS {
         args.push("--adapter".into());

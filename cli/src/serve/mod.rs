@@ -131,10 +131,14 @@ pub struct ServeArgs {
     /// Print, every few seconds to stderr, where the decode loop's time goes
     /// (admission, mechanisms, ledger commits, detokenising, joining and leaving the
     /// batch, the forward). These timings depend on the members' data and are not
-    /// charged: for benchmarks with members that are not private, refused with
-    /// --api-keys.
+    /// charged: for benchmarks with members that are not private. Refused unless
+    /// --unsafe-uncharged-timings is given too, and refused with --api-keys.
     #[arg(long)]
     pub phase_timings: bool,
+    /// Declare that the members hold no private data (random or public adapters), so
+    /// that --phase-timings may print timings no budget is charged for.
+    #[arg(long)]
+    pub unsafe_uncharged_timings: bool,
     /// Multiply a GGUF's Q4_1/Q8_0 weights by f32 activations. The server's default is
     /// `--int8-activations` (llama.cpp's own scheme, held to llama.cpp's outputs by the
     /// agreement tests), which costs a step with many rows a fraction of the time.
@@ -208,12 +212,21 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
 /// The checks of `serve`'s arguments made before anything is opened or loaded.
 ///
 /// `--phase-timings` prints step durations that depend on the members' data (the
-/// mechanisms' solvers and shortcuts) and that no ledger charges for. A server with
-/// API keys serves tenants, each spending a budget of the members' privacy: such a
-/// server is refused the option ([`CliError::Argument`] naming it), so that those
-/// timings leave only a server that no tenant pays for, run by whoever holds the
-/// members (a benchmark with random or public adapters).
+/// mechanisms' solvers and shortcuts) and that no ledger charges for: nothing derived
+/// from private data may leave the process uncharged. So the option is refused
+/// ([`CliError::Argument`] naming it) unless the operator declares the members not
+/// private with `--unsafe-uncharged-timings` (a benchmark with random or public
+/// adapters), and always on a server with API keys, whose tenants each spend a budget
+/// of the members' privacy.
 fn check_args(args: &ServeArgs) -> Result<(), CliError> {
+    if args.phase_timings && !args.unsafe_uncharged_timings {
+        return Err(CliError::arg(
+            "--phase-timings",
+            "prints step timings that depend on the members' data and are charged to no \
+             budget; give --unsafe-uncharged-timings too to declare the members hold no \
+             private data",
+        ));
+    }
     if args.phase_timings && args.api_keys.is_some() {
         return Err(CliError::arg(
             "--phase-timings",
@@ -460,8 +473,13 @@ mod tests {
     }
 
     #[test]
-    fn phase_timings_are_refused_to_a_server_with_api_keys() {
-        let keys = ["--phase-timings", "--api-keys", "keys.json"];
+    fn phase_timings_need_an_opt_in_and_no_api_keys() {
+        let keys = [
+            "--phase-timings",
+            "--unsafe-uncharged-timings",
+            "--api-keys",
+            "keys.json",
+        ];
         let args = Cli::try_parse_from(
             ["serve", "--model", &gguf(), "--ledger", "l"]
                 .into_iter()
@@ -476,9 +494,18 @@ mod tests {
             }
             other => panic!("expected --phase-timings refused, got {other:?}"),
         }
-        // Without keys (a benchmark's --no-auth server) the option is allowed, and
-        // keys without it are too.
-        assert!(super::check_args(&parse(&gguf(), &["--phase-timings"]).unwrap()).is_ok());
+        // Without keys (a benchmark's --no-auth server) the option is allowed with the
+        // declaration that the members are not private, never without it; keys without
+        // it are allowed too.
+        let opted_in = ["--phase-timings", "--unsafe-uncharged-timings"];
+        assert!(super::check_args(&parse(&gguf(), &opted_in).unwrap()).is_ok());
+        match super::check_args(&parse(&gguf(), &["--phase-timings"]).unwrap()) {
+            Err(CliError::Argument { flag, reason }) => {
+                assert_eq!(flag, "--phase-timings");
+                assert!(reason.contains("--unsafe-uncharged-timings"), "{reason}");
+            }
+            other => panic!("expected --phase-timings refused, got {other:?}"),
+        }
         let args = Cli::try_parse_from(
             ["serve", "--model", &gguf(), "--ledger", "l"]
                 .into_iter()
