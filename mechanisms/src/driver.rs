@@ -1,6 +1,9 @@
 //! A generation driver: runs mechanism steps over any source of distributions.
 
+use std::convert::Infallible;
+
 use crate::step::EnsembleMechanism;
+use crate::step_loop::{AlreadyCharged, Drawn, Settled, commit_one};
 use crate::{Account, Ensemble, MechanismError, PrivacyRng, StepOutcome};
 
 /// Anything that can give the next-token distributions of the public model and
@@ -37,9 +40,11 @@ pub fn generate(
     })
 }
 
-/// The loop every driver shares: calls `step` with the context so far, appends
-/// each released token, stops after `max_tokens` or `stop_token`, and ends at
-/// the first error with nothing more released.
+/// The sequential driver of one request: calls `step` with the context so far, settles
+/// each step through the [step loop](crate::step_loop) (the mechanism's account commits
+/// its charge itself, so the sink is [`AlreadyCharged`]), appends each released token,
+/// stops after `max_tokens` or `stop_token`, and ends at the first error, a refusal
+/// included, with nothing more released.
 pub(crate) fn run_steps(
     prompt: &[u32],
     max_tokens: usize,
@@ -52,7 +57,17 @@ pub(crate) fn run_steps(
         steps: Vec::new(),
     };
     for _ in 0..max_tokens {
-        let outcome = step(&context)?;
+        let drawn = Drawn::<_, Infallible>::from_step(step(&context), None);
+        let outcome = match commit_one(drawn, &mut AlreadyCharged).0 {
+            Settled::Released { output, .. } => output,
+            Settled::Refused(message) => return Err(MechanismError::ChargeRefused(message)),
+            Settled::Failed(e) => return Err(e),
+            Settled::Idle | Settled::Unrecorded => {
+                return Err(MechanismError::Source(
+                    "a step of one request settled without an output".into(),
+                ));
+            }
+        };
         let token = u32::try_from(outcome.token).map_err(|_| MechanismError::InvalidParameter {
             name: "token",
             value: outcome.token as f64,

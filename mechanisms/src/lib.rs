@@ -9,7 +9,8 @@
 //! members' distributions (rows of one buffer, as logits, probabilities or
 //! log-probabilities: [`Rows`]), a random source and an [`Account`], it charges the
 //! account *before* it releases a token and returns the token, the charge and
-//! diagnostics ([`StepOutcome`]). The [`driver`] module runs steps over any
+//! diagnostics ([`StepOutcome`]). The [`step_loop`] settles every driver's steps
+//! (step → charge → refusal → release); the [`driver`] module runs steps over any
 //! [`DistributionSource`].
 //!
 //! ```
@@ -58,6 +59,7 @@ pub mod proofs;
 mod rng;
 mod sample;
 mod step;
+pub mod step_loop;
 pub mod submix;
 
 /// AdaPMixED's individual Rényi filter: [`adapmixed::filter`] under the path
