@@ -2,7 +2,9 @@
 //!
 //! Every token is released only after the mechanism's charge for it is committed to the
 //! ledger (`LedgerStore::commit_step` returns only once the record is synced, or the
-//! PostgreSQL transaction committed), so the ledger always covers what was printed. A charge the budget cannot pay stops the run: before the first
+//! PostgreSQL transaction committed), so the ledger always covers what was printed: each
+//! step goes through the shared step loop (`privmix_mechanisms::step_loop`) as a batch of
+//! one, committed through `step_sink::StoreSink` as `serve`'s steps are. A charge the budget cannot pay stops the run: before the first
 //! token that is an error (the budget is exhausted), later it ends the text early.
 //!
 //! What is printed is the released tokens, the ε the ledger has recorded as spent, and
@@ -37,8 +39,9 @@ use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet};
 use privmix_ensemble::rows::RowLayout;
+use privmix_mechanisms::step_loop::{AlreadyCharged, Drawn, Settled, commit_one};
 use privmix_mechanisms::{
-    Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows, Unbudgeted,
+    Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows, StepOutcome, Unbudgeted,
 };
 use privmix_models::{LanguageModel, Tokenizer};
 use serde_json::json;
@@ -46,7 +49,9 @@ use serde_json::json;
 use crate::args::{GenerateArgs, MechanismKind};
 use crate::error::{CliError, EXIT_BUDGET_STOPPED, EXIT_OK};
 use crate::ledger_common::DEFAULT_DELTA;
-use crate::ledger_store::{LedgerStore, StepAccount, StorePlan, prepare_store};
+use crate::ledger_store::{
+    LedgerStore, PendingCharge, StepAccount, StorePlan, mechanism_error, prepare_store,
+};
 use crate::pacing::Pacer;
 use crate::prompts::{PromptInput, prompt_ids, read_prompts};
 use crate::protected::protected_set;
@@ -54,6 +59,7 @@ use crate::setup::{
     BackendFn, MechanismPlan, Runner, build_mechanism, check_vocab, load_chat_template,
     load_runner, load_tokenizer, with_backend,
 };
+use crate::step_sink::StoreSink;
 use crate::temper::{check_temperature, tempered_rows};
 
 /// What is left of a ledger's budget below this fraction of it counts as exhausted.
@@ -79,6 +85,16 @@ impl Stop {
             Self::Budget => "budget_exhausted",
         }
     }
+}
+
+/// How one step of a prompt settled.
+enum StepEnd {
+    /// Its charge is committed: the token may be released.
+    Released(StepOutcome),
+    /// A budget refused its charge: the token is dropped and the text ends.
+    Refused,
+    /// The mechanism or the ledger failed: the run fails.
+    Failed(CliError),
 }
 
 /// How a run that did not fail ended.
@@ -314,21 +330,11 @@ impl<B: Backend> Session<'_, B> {
                 Rows::LogProbF32(public),
                 Rows::LogProbF32(members),
             )?;
-            // A private step's charge is committed (durably) before its token is used.
-            let stepped = match &mut self.ledger {
-                Some((store, _)) => {
-                    let mut account = StepAccount::new(store.orders().clone());
-                    self.mechanism
-                        .step(&ensemble, &mut self.rng, &mut account)
-                        .and_then(|outcome| commit_one(&mut **store, account).map(|()| outcome))
-                }
-                None => self
-                    .mechanism
-                    .step(&ensemble, &mut self.rng, &mut self.unbudgeted),
-            };
-            let outcome = match stepped {
-                Ok(outcome) => outcome,
-                Err(MechanismError::ChargeRefused(_)) => {
+            // The step loop: the mechanism steps, its charge (a private step's, collected)
+            // is committed durably, and only then is its token unsealed.
+            let outcome = match self.step(&ensemble) {
+                StepEnd::Released(outcome) => outcome,
+                StepEnd::Refused => {
                     if let Some((store, budget)) = &mut self.ledger
                         && self.released == 0
                     {
@@ -346,7 +352,7 @@ impl<B: Backend> Session<'_, B> {
                     stop = Stop::Budget;
                     break;
                 }
-                Err(e) => return Err(e.into()),
+                StepEnd::Failed(e) => return Err(e),
             };
             let token = u32::try_from(outcome.token)
                 .map_err(|_| CliError::arg("--model", "a token index does not fit in u32"))?;
@@ -457,28 +463,49 @@ impl<B: Backend> Session<'_, B> {
         Ok(stop)
     }
 
+    /// One step of the step loop for this batch of one: the mechanism on `ensemble`
+    /// (a private step's charge collected, then committed to the ledger store; a run
+    /// without a ledger charges the unbudgeted account as it steps), settled.
+    fn step(&mut self, ensemble: &Ensemble) -> StepEnd {
+        let (settled, commit_error) = match &mut self.ledger {
+            Some((store, _)) => {
+                let mut account = StepAccount::new(store.orders().clone());
+                let stepped = self.mechanism.step(ensemble, &mut self.rng, &mut account);
+                let drawn = Drawn::from_step(stepped, account.into_charge(None));
+                let describe = store.describe();
+                let (settled, error) = commit_one(drawn, &mut StoreSink(&mut **store));
+                (settled, error.map(|e| mechanism_error(e, &describe)))
+            }
+            None => {
+                let stepped = self
+                    .mechanism
+                    .step(ensemble, &mut self.rng, &mut self.unbudgeted);
+                let drawn = Drawn::<_, PendingCharge>::from_step(stepped, None);
+                (commit_one(drawn, &mut AlreadyCharged).0, None)
+            }
+        };
+        match settled {
+            Settled::Released { output, .. } => StepEnd::Released(output),
+            Settled::Refused(_) => StepEnd::Refused,
+            Settled::Failed(e) => StepEnd::Failed(e.into()),
+            Settled::Idle | Settled::Unrecorded => match commit_error {
+                // A store's refusal of the whole step is a refusal.
+                Some(MechanismError::ChargeRefused(_)) => StepEnd::Refused,
+                Some(e) => StepEnd::Failed(e.into()),
+                None => StepEnd::Failed(CliError::arg(
+                    "--ledger",
+                    "internal: a step's charge was neither committed nor refused",
+                )),
+            },
+        }
+    }
+
     /// ε spent so far at δ: the ledger's, or what the unbudgeted account summed.
     fn spent_epsilon(&mut self) -> Result<f64, CliError> {
         match &mut self.ledger {
             Some((store, b)) => Ok(store.spent(None)?.epsilon(b.delta())?.epsilon),
             None => Ok(self.unbudgeted.spent().epsilon(self.delta)?.epsilon),
         }
-    }
-}
-
-/// Commits what `account` collected in one step (one token's charge) to `store`: a
-/// refusal is [`MechanismError::ChargeRefused`], as a budget refusal is from any
-/// account; a failure of the store fails the run.
-fn commit_one(store: &mut dyn LedgerStore, account: StepAccount) -> Result<(), MechanismError> {
-    let Some(charge) = account.into_charge(None) else {
-        return Ok(());
-    };
-    match store.commit_step(std::slice::from_ref(&charge)) {
-        Ok(mut outcomes) => match outcomes.pop() {
-            Some(Err(refused)) => Err(MechanismError::ChargeRefused(refused.to_string())),
-            _ => Ok(()),
-        },
-        Err(e) => Err(crate::ledger_store::mechanism_error(e, &store.describe())),
     }
 }
 

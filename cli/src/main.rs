@@ -21,6 +21,7 @@ mod protected;
 mod score;
 mod serve;
 mod setup;
+mod step_sink;
 mod temper;
 mod train;
 

@@ -31,6 +31,7 @@
 use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::Orders;
+use privmix_mechanisms::step_loop::settle_charged;
 use privmix_mechanisms::{Ensemble, PrivacyRng, Rows, Unbudgeted};
 use serde_json::json;
 
@@ -156,7 +157,12 @@ impl BackendFn<()> for Scoring<'_> {
                     let members = if layout.len() > 1 { members } else { &[] };
                     let ensemble =
                         Ensemble::new(Rows::LogProbF32(public), Rows::LogProbF32(members))?;
-                    let release = mechanism.release(&ensemble, &mut rng, &mut account)?;
+                    // The step loop, releasing a score: the unbudgeted account never
+                    // refuses, so every position is scored.
+                    let stepped = mechanism.release(&ensemble, &mut rng, &mut account);
+                    let release = settle_charged(stepped)?.ok_or_else(|| {
+                        CliError::arg("--mechanism", "internal: an unbudgeted charge was refused")
+                    })?;
                     nll -= release.distribution[block[i + 1] as usize].ln();
                 }
                 block_perplexities.push((nll / steps.len() as f64).exp());

@@ -2,31 +2,21 @@
 //! on its own rows in one parallel region, its charges recorded (not yet committed)
 //! and its token drawn (not yet released).
 //!
-//! The engine then commits the recorded charges to the ledger store in request
-//! order (`engine.rs`, `commit_step`) and only after that releases the tokens whose
-//! charges were accepted: a refused charge drops that request's token alone, and no
+//! Each token is sealed with its charges (`privmix_mechanisms::step_loop::Drawn`):
+//! the engine then commits the recorded charges to the ledger store in request
+//! order through the step loop (`engine.rs`, `commit_step`), which unseals only the
+//! tokens whose charges were accepted: a refused charge drops that request's token alone, and no
 //! token leaves the process before the commit that covers it has returned. A
 //! mechanism's own state may count a charge the store then refuses (the request
 //! ends there): an over-count, never an under-count.
 
 use privmix_accountant::Orders;
+use privmix_mechanisms::step_loop::Drawn;
 use privmix_mechanisms::{Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows};
 use rayon::prelude::*;
 
 use crate::ledger_store::StepAccount;
 use crate::temper::temper_log_probs;
-
-/// What a request's mechanism drew this step.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Drawn {
-    /// Nothing (the request was not stepped).
-    Nothing,
-    /// A token, released once the step's charges are committed.
-    Token(usize),
-    /// The mechanism failed; the message is public
-    /// ([`MechanismError::public_description`]).
-    Failed(String),
-}
 
 /// A request's mechanism and the buffers its steps reuse.
 pub struct MechanismState {
@@ -37,11 +27,9 @@ pub struct MechanismState {
     /// The tempered log-probabilities.
     tempered: Vec<f32>,
     ensemble: Option<Ensemble>,
-    /// What the mechanism charged in the step in progress, collected (the store's
-    /// step commit decides); `None` when it did not step.
-    pub account: Option<StepAccount>,
-    /// The step's outcome.
-    pub drawn: Drawn,
+    /// The step's outcome: the token drawn, sealed with what the mechanism charged,
+    /// collected (the store's step commit decides); idle when it did not step.
+    pub drawn: Drawn<usize, StepAccount>,
 }
 
 impl MechanismState {
@@ -53,18 +41,17 @@ impl MechanismState {
             probs: Vec::new(),
             tempered: Vec::new(),
             ensemble: None,
-            account: None,
-            drawn: Drawn::Nothing,
+            drawn: Drawn::idle(),
         })
     }
 
     /// One mechanism step on `log_probs` (the request's public row, then its
     /// member rows, `vocab` natural-log probabilities each) at `temperature`:
     /// the rows turned into probabilities, validated into the reused ensemble,
-    /// the mechanism's output computed, its charges collected in `self.account`
-    /// and a token drawn into `self.drawn`.
+    /// the mechanism's output computed and a token drawn, sealed in `self.drawn` with
+    /// the charges it collected.
     fn step(&mut self, log_probs: &[f32], vocab: usize, temperature: f64, orders: &Orders) {
-        self.account = None;
+        self.drawn = Drawn::idle();
         let rows = if temperature == 1.0 {
             log_probs
         } else {
@@ -82,18 +69,15 @@ impl MechanismState {
         ) {
             Ok(e) => e,
             Err(e) => {
-                // A row failed the checks (a non-finite entry, …): this request
-                // fails, naming the kind of problem only.
-                self.drawn = Drawn::Failed(e.public_description());
+                // A row failed the checks (a non-finite entry, …): this request fails
+                // (the engine publishes the kind of problem only).
+                self.drawn = Drawn::from_step(Err(e), None);
                 return;
             }
         };
         let mut account = StepAccount::new(orders.clone());
-        self.drawn = match self.mechanism.step(&ensemble, &mut self.rng, &mut account) {
-            Ok(outcome) => Drawn::Token(outcome.token),
-            Err(e) => Drawn::Failed(e.public_description()),
-        };
-        self.account = Some(account);
+        let stepped = self.mechanism.step(&ensemble, &mut self.rng, &mut account);
+        self.drawn = Drawn::from_step(stepped.map(|outcome| outcome.token), Some(account));
         self.ensemble = Some(ensemble);
     }
 }
@@ -119,12 +103,30 @@ pub fn step_all(inputs: Vec<StepInput<'_>>, vocab: usize, orders: &Orders) {
 mod tests {
     use super::*;
     use privmix_accountant::Orders;
+    use privmix_mechanisms::step_loop::{ChargeSink, Settled, Verdict, commit_one};
     use privmix_mechanisms::{Pmixed, PmixedConfig};
+
+    use crate::ledger_store::PendingCharge;
 
     fn log_rows(rows: &[[f64; 3]]) -> Vec<f32> {
         rows.iter()
             .flat_map(|r| r.iter().map(|&p| p.ln() as f32))
             .collect()
+    }
+
+    /// A sink that accepts every charge and keeps them.
+    struct Keep(Vec<PendingCharge>);
+
+    impl ChargeSink<PendingCharge> for Keep {
+        type Error = std::convert::Infallible;
+
+        fn commit(
+            &mut self,
+            charges: &[PendingCharge],
+        ) -> Result<Vec<Verdict>, std::convert::Infallible> {
+            self.0.extend_from_slice(charges);
+            Ok(vec![Verdict::Accepted; charges.len()])
+        }
     }
 
     #[test]
@@ -142,9 +144,20 @@ mod tests {
             3,
             &orders,
         );
-        assert!(matches!(state.drawn, Drawn::Token(t) if t < 3));
-        // The collected charge is the one the mechanism charges an account itself.
-        let charge = state.account.take().unwrap().into_charge(None).unwrap();
+        let drawn = std::mem::replace(&mut state.drawn, Drawn::idle());
+        let mut sink = Keep(Vec::new());
+        let (settled, _) = commit_one(drawn.map_charge(|a| a.into_charge(None)), &mut sink);
+        let Settled::Released {
+            output,
+            charge: Some(charge),
+        } = settled
+        else {
+            panic!("not released: {settled:?}");
+        };
+        assert!(output < 3);
+        // The token was sealed with its charge: the one the mechanism charges an
+        // account itself, committed before the token came back.
+        assert_eq!(sink.0.len(), 1);
         let mut direct = Pmixed::new(PmixedConfig::new(36.0, 0.5, 1.0).unwrap());
         assert_eq!(
             &charge.cost.curve(&orders).unwrap(),
@@ -168,7 +181,10 @@ mod tests {
             3,
             &orders,
         );
-        assert!(matches!(state.drawn, Drawn::Failed(_)));
-        assert!(state.account.is_none());
+        let drawn = std::mem::replace(&mut state.drawn, Drawn::idle());
+        let mut sink = Keep(Vec::new());
+        let (settled, _) = commit_one(drawn.map_charge(|a| a.into_charge(None)), &mut sink);
+        assert!(matches!(settled, Settled::Failed(_)), "{settled:?}");
+        assert!(sink.0.is_empty());
     }
 }

@@ -10,10 +10,11 @@
 //!
 //! 1. every active request's mechanism on its own rows, all in one parallel region
 //!    (`draw.rs`): charges recorded, tokens drawn, nothing released;
-//! 2. the step's charges committed to the store together, in request order
-//!    (`commit_step`: one write and one sync, or one transaction; each request's
-//!    tenant budget and the total checked in turn), a refused charge dropping that
-//!    request's token alone;
+//! 2. the step's charges committed to the store together, in request order, through
+//!    the step loop every driver shares (`privmix_mechanisms::step_loop`, committing
+//!    to `step_sink::StoreSink`: one `commit_step`, one write and one sync, or one
+//!    transaction; each request's tenant budget and the total checked in turn), a
+//!    refused charge dropping that request's token alone;
 //! 3. the committed tokens released: detokenised incrementally (`detok.rs`) and sent;
 //! 4. one forward over all rows, computing everyone's next rows.
 //!
@@ -32,16 +33,18 @@ use privmix_accountant::{PrivacyBudget, RdpCurve};
 use privmix_ensemble::lora::LoraBase;
 use privmix_ensemble::rows::LogProbRows;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
+use privmix_mechanisms::step_loop::{self, Drawn, Settled};
 use privmix_models::{LanguageModel, Tokenizer};
 
 use crate::args::MechanismParams;
 use crate::error::CliError;
-use crate::ledger_store::{LedgerStore, StoreError};
+use crate::ledger_store::{LedgerStore, PendingCharge, StoreError};
 use crate::setup::{MechanismPlan, calibrated_radius};
+use crate::step_sink::StoreSink;
 
 use super::admission::{Admission, Prefilled};
 use super::detok::Detokeniser;
-use super::draw::{self, Drawn, MechanismState, StepInput};
+use super::draw::{self, MechanismState, StepInput};
 pub use super::job::{EngineConfig, Event, Finish, Job, Note, PrivacyUsage, Usage};
 
 use super::phases::{Phase, PhaseTimes};
@@ -131,8 +134,7 @@ where
             if a.steps == 0 {
                 let _ = a.job.events.send(Note::Started(Instant::now()));
             }
-            a.mech.drawn = Drawn::Nothing;
-            a.mech.account = None;
+            a.mech.drawn = Drawn::idle();
         }
         let vocab = active[0].current.vocab();
         let inputs: Vec<StepInput<'_>> = active
@@ -159,7 +161,7 @@ where
 
         // The step's charges, committed in request order before any token is released.
         let t = times.start();
-        let committed = commit_step(&mut active, store)?;
+        let committed = commit_step(&mut active, store);
         times.add_since(Phase::Ledger, t);
 
         // Release: each request's token (where its charge was committed), its text, its
@@ -167,7 +169,7 @@ where
         let t = times.start();
         let mut released = 0;
         for (a, outcome) in active.iter_mut().zip(committed) {
-            released += usize::from(matches!(outcome, Committed::Token(_)));
+            released += usize::from(matches!(outcome, Settled::Released { .. }));
             release_step(a, outcome, tokenizer, store, config)?;
         }
         times.add_since(Phase::Release, t);
@@ -328,85 +330,28 @@ impl Active {
     }
 }
 
-/// What the commit of a step's charges left a request.
-#[derive(Debug)]
-enum Committed {
-    /// The request was not stepped (its client left).
-    Left,
-    /// Its charges are committed: its token may be released.
-    Token(usize),
-    /// A budget refused a charge (the store's message): its token is dropped.
-    Refused(String),
-    /// It failed (a public message).
-    Failed(String),
-}
+/// What the commit of a step's charges left a request: its token, where it may be
+/// released.
+type Committed = Settled<usize, PendingCharge>;
 
-/// Commits every request's recorded charges to the store as one step, in request
-/// order (`LedgerStore::commit_step`: one write and one sync for a file ledger, one
+/// Commits every request's recorded charges to the store as one step of the step loop
+/// (`privmix_mechanisms::step_loop::commit`), in request order
+/// (`LedgerStore::commit_step`: one write and one sync for a file ledger, one
 /// transaction for PostgreSQL), each request's charges as one under its tenant, the
 /// tenant's and the total budget checked in turn: nothing of the step has been
-/// released yet, and a token is released only where its request's charge was
-/// committed. A store failure fails the step's requests (none of their tokens leaves);
-/// the server goes on.
-fn commit_step(
-    active: &mut [Active],
-    store: &mut dyn LedgerStore,
-) -> Result<Vec<Committed>, CliError> {
-    let orders = store.orders().clone();
-    let mut out = Vec::with_capacity(active.len());
-    let mut pending = Vec::new();
-    // For each request: its place in `pending`, if it has a charge to commit.
-    let mut charged_at = Vec::with_capacity(active.len());
-    for a in active.iter_mut() {
-        charged_at.push(None);
-        let token = match std::mem::replace(&mut a.mech.drawn, Drawn::Nothing) {
-            Drawn::Nothing => {
-                out.push(Committed::Left);
-                continue;
-            }
-            Drawn::Failed(m) => {
-                out.push(Committed::Failed(m));
-                continue;
-            }
-            Drawn::Token(t) => t,
-        };
-        let charge = a
-            .mech
-            .account
-            .take()
-            .and_then(|account| account.into_charge(a.job.tenant.as_ref()));
-        if let Some(charge) = charge {
-            *charged_at.last_mut().expect("pushed above") = Some(pending.len());
-            pending.push(charge);
-        }
-        out.push(Committed::Token(token));
-    }
-    if pending.is_empty() {
-        return Ok(out);
-    }
-    let outcomes = match store.commit_step(&pending) {
-        Ok(outcomes) => outcomes,
-        Err(_) => {
-            let failed = "the privacy ledger could not record this step's charges; its token was not released";
-            for (o, at) in out.iter_mut().zip(&charged_at) {
-                if at.is_some() {
-                    *o = Committed::Failed(failed.into());
-                }
-            }
-            return Ok(out);
-        }
-    };
-    for ((a, o), at) in active.iter_mut().zip(out.iter_mut()).zip(&charged_at) {
-        let Some(at) = *at else { continue };
-        match &outcomes[at] {
-            Ok(()) => {
-                let curve = pending[at].cost.curve(&orders)?;
-                a.charged = a.charged.compose(&curve)?;
-            }
-            Err(refused) => *o = Committed::Refused(refused.to_string()),
-        }
-    }
-    Ok(out)
+/// released yet, and a token is unsealed only where its request's charge was
+/// committed. A store failure leaves the step's charged requests unrecorded (none of
+/// their tokens leaves; they fail); the server goes on.
+fn commit_step(active: &mut [Active], store: &mut dyn LedgerStore) -> Vec<Committed> {
+    let drawn = active
+        .iter_mut()
+        .map(|a| {
+            let tenant = a.job.tenant.as_ref();
+            std::mem::replace(&mut a.mech.drawn, Drawn::idle())
+                .map_charge(|account| account.into_charge(tenant))
+        })
+        .collect();
+    step_loop::commit(drawn, &mut StoreSink(store)).settled
 }
 
 /// Releases one request's step (its token if committed, its text, its end) and
@@ -451,20 +396,28 @@ fn step_events(
     config: &EngineConfig,
 ) -> Result<(), CliError> {
     let token = match committed {
-        Committed::Left => {
+        Settled::Idle => {
             // The client left: stop decoding it (everything released so far was
             // charged).
             a.finished = Some(Finish::Stop);
             return Ok(());
         }
-        Committed::Failed(message) => {
-            // A row failed the checks, or the mechanism or the store failed: this
-            // request fails, naming the kind of problem only; the server goes on.
-            a.outbox.push(Event::Failed(message));
+        Settled::Failed(e) => {
+            // A row failed the checks or the mechanism failed: this request fails,
+            // naming the kind of problem only; the server goes on.
+            a.outbox.push(Event::Failed(e.public_description()));
             a.finished = Some(Finish::Stop);
             return Ok(());
         }
-        Committed::Refused(message) => {
+        Settled::Unrecorded => {
+            // The store failed: this request fails; the server goes on.
+            a.outbox.push(Event::Failed(
+                "the privacy ledger could not record this step's charges; its token was not released".into(),
+            ));
+            a.finished = Some(Finish::Stop);
+            return Ok(());
+        }
+        Settled::Refused(message) => {
             if a.charged_tokens == 0 {
                 a.outbox.push(Event::Refused { message });
                 a.finished = Some(Finish::BudgetExhausted);
@@ -473,7 +426,13 @@ fn step_events(
             }
             return Ok(());
         }
-        Committed::Token(token) => token,
+        Settled::Released { output, charge } => {
+            if let Some(charge) = charge {
+                let curve = charge.cost.curve(store.orders())?;
+                a.charged = a.charged.compose(&curve)?;
+            }
+            output
+        }
     };
     a.charged_tokens += 1;
     let token = u32::try_from(token)
