@@ -8,6 +8,7 @@ use privmix_accountant::{AccountantError, Budget, Orders, RdpCurve, smallest_fea
 use privmix_mechanisms::baselines::{
     Gnmax, NonPrivateEnsemble, PublicOnly, SubsampleAggregateLaplace,
 };
+use privmix_mechanisms::step_loop::settle_charged;
 use privmix_mechanisms::{
     Account, Adapmixed, AdapmixedConfig, Ensemble, EnsembleMechanism, MechanismError, Pmixed,
     PmixedConfig, PrivacyRng, PublicReason, Release, RunBudget, SubMix, Unbudgeted,
@@ -174,8 +175,10 @@ impl Contender {
         rng: &mut PrivacyRng,
     ) -> Result<(), BenchError> {
         let t = Instant::now();
-        let (p, lambda) = match self.release(ensemble, rng) {
-            Ok(release) => {
+        // The step loop: each contender's account commits its charge as it steps, so
+        // the release is settled with nothing pending; a refusal answers publicly.
+        let (p, lambda) = match settle_charged(self.release(ensemble, rng))? {
+            Some(release) => {
                 match release.diagnostics.public_reason {
                     Some(PublicReason::Screened) => self.result.screened += 1,
                     Some(_) => {}
@@ -205,7 +208,7 @@ impl Contender {
                     }
                 }
             }
-            Err(MechanismError::ChargeRefused(_)) => {
+            None => {
                 // The budget is spent: nothing private is released, the public
                 // model answers (it reads no private data).
                 self.result.stopped += 1;
@@ -214,7 +217,6 @@ impl Contender {
                     .push(is_mode(ensemble.public(), target));
                 (ensemble.public()[target], 0.0)
             }
-            Err(e) => return Err(e.into()),
         };
         self.block_nll -= p.ln();
         self.total_nll -= p.ln();

@@ -256,13 +256,10 @@ pub(super) fn decode_lockstep(
             };
             let query = &mut state[q];
             let context = &query.answer.context;
-            let outcome = match mechanism.step(&mut served, context, &mut query.rng, account) {
-                Ok(outcome) => outcome,
-                Err(MechanismError::ChargeRefused(_)) => {
-                    exhausted = true;
-                    break;
-                }
-                Err(e) => return Err(e.into()),
+            let stepped = mechanism.step(&mut served, context, &mut query.rng, account);
+            let Some(outcome) = super::common::settle(stepped)? else {
+                exhausted = true;
+                break;
             };
             out.count(&outcome);
             query.answer.push(tokenizer, outcome.token as u32)?;

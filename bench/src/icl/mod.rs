@@ -49,8 +49,8 @@ use crate::Backend;
 use privmix_accountant::{Budget, Orders};
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_mechanisms::{
-    Account, DpFewShot, DpsMozo, DpsMozoConfig, FewShotProduct, IclMechanism, MechanismError,
-    PrivacyRng, Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
+    Account, DpFewShot, DpsMozo, DpsMozoConfig, FewShotProduct, IclMechanism, PrivacyRng,
+    Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
 };
 use privmix_models::{LoadOptions, Model, Tokenizer};
 use serde::{Deserialize, Serialize};
@@ -148,15 +148,16 @@ fn decode_all(
             if exhausted {
                 break;
             }
-            let outcome = match step(&answer.context) {
-                Ok(outcome) => outcome,
+            let stepped = match step(&answer.context) {
+                Ok(outcome) => Ok(outcome),
+                Err(BenchError::Mechanism(e)) => Err(e),
+                Err(e) => return Err(e),
+            };
+            let Some(outcome) = common::settle(stepped)? else {
                 // The budget cannot pay for another token: nothing more is released,
                 // this answer ends here and later queries get none.
-                Err(BenchError::Mechanism(MechanismError::ChargeRefused(_))) => {
-                    exhausted = true;
-                    break;
-                }
-                Err(e) => return Err(e),
+                exhausted = true;
+                break;
             };
             out.count(&outcome);
             answer.push(tokenizer, outcome.token as u32)?;
