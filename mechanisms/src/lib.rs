@@ -72,7 +72,7 @@ pub use adapmixed::{Adapmixed, AdapmixedConfig, PrivateAnswer, ScreenDecision, S
 pub use calibration::RunBudget;
 pub use dps_mozo::step::{
     DpDemonstration, DpDemonstrations, DpFewShot, DpsMozo, FewShotProduct, FewShotSource,
-    IclMechanism, IclSource, ZeroShot, generate_dp_demonstrations, generate_icl,
+    IclMechanism, IclSource, ZeroShot, generate_dp_demonstrations, generate_icl, zero_shot_step,
 };
 pub use dps_mozo::{
     DpsMozoConfig, IclOutput, calibrate_radius, dps_mozo_charge, dps_mozo_output,

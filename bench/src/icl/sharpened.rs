@@ -9,10 +9,9 @@
 //! row in place of every one-shot row: it reads no demonstration, so each token
 //! is charged zero.
 
-use privmix_accountant::RdpCurve;
 use privmix_mechanisms::{
-    Account, Diagnostics, DpsMozoConfig, IclMechanism, IclSource, MechanismError, PrivacyRng,
-    PublicReason, StepOutcome, dps_mozo_output, sample_log_index,
+    Account, DpsMozoConfig, IclMechanism, IclOutput, IclSource, MechanismError, PrivacyRng,
+    StepOutcome, dps_mozo_output, zero_shot_step,
 };
 
 /// Zero-shot on the top k at temperature 1/`n_shots`.
@@ -42,9 +41,14 @@ impl SharpenedZeroShot {
     /// with the support: DPS-MOZO's product at λ = 0, which is
     /// log softmax(n · log softmax(l)) = log softmax(n · l).
     pub fn output(&self, zero_shot: &[f64]) -> Result<(Vec<f64>, Vec<usize>), MechanismError> {
-        let rows = vec![zero_shot; self.at_lambda_zero.n_shots()];
-        let out = dps_mozo_output(&self.at_lambda_zero, zero_shot, &rows)?;
+        let out = self.product(zero_shot)?;
         Ok((out.log_probs, out.support))
+    }
+
+    /// DPS-MOZO's product step at λ = 0 on `zero_shot` logits.
+    fn product(&self, zero_shot: &[f64]) -> Result<IclOutput, MechanismError> {
+        let rows = vec![zero_shot; self.at_lambda_zero.n_shots()];
+        dps_mozo_output(&self.at_lambda_zero, zero_shot, &rows)
     }
 }
 
@@ -56,19 +60,14 @@ impl IclMechanism for SharpenedZeroShot {
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
     ) -> Result<StepOutcome, MechanismError> {
-        source.prepare(&[], context)?;
-        let (log_probs, support) = self.output(&source.zero_shot_logits(context)?)?;
-        let charge = RdpCurve::zero(account.orders().clone());
-        account.charge(&charge, "zero-shot at temperature 1/n_shots")?;
-        let j = sample_log_index(&log_probs, rng)?;
-        Ok(StepOutcome {
-            token: support[j],
-            charge,
-            diagnostics: Diagnostics {
-                public_reason: Some(PublicReason::PublicOnly),
-                ..Diagnostics::default()
-            },
-        })
+        zero_shot_step(
+            |z| self.product(z),
+            "zero-shot at temperature 1/n_shots",
+            source,
+            context,
+            rng,
+            account,
+        )
     }
 
     fn name(&self) -> &'static str {

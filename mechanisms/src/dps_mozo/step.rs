@@ -296,19 +296,42 @@ impl IclMechanism for ZeroShot {
         rng: &mut PrivacyRng,
         account: &mut dyn Account,
     ) -> Result<StepOutcome, MechanismError> {
-        source.prepare(&[], context)?;
-        let out = self.output(&source.zero_shot_logits(context)?)?;
-        let diagnostics = Diagnostics {
-            public_reason: Some(PublicReason::PublicOnly),
-            ..Diagnostics::default()
-        };
-        let charge = RdpCurve::zero(account.orders().clone());
-        release(&out, charge, "zero-shot", diagnostics, rng, account)
+        zero_shot_step(
+            |z| self.output(z),
+            "zero-shot",
+            source,
+            context,
+            rng,
+            account,
+        )
     }
 
     fn name(&self) -> &'static str {
         "zero-shot"
     }
+}
+
+/// A step that reads no private demonstration: `source` prepared for none, then a token
+/// released from `output` of the zero-shot logits at `context`, charged zero under
+/// `label` (the charge is accepted by `account` before the token is drawn). It is
+/// public data alone, so the zero charge is exact. [`ZeroShot`] steps through it, and so
+/// can any control built on the zero-shot row.
+pub fn zero_shot_step(
+    output: impl FnOnce(&[f64]) -> Result<IclOutput, MechanismError>,
+    label: &str,
+    source: &mut dyn IclSource,
+    context: &[u32],
+    rng: &mut PrivacyRng,
+    account: &mut dyn Account,
+) -> Result<StepOutcome, MechanismError> {
+    source.prepare(&[], context)?;
+    let out = output(&source.zero_shot_logits(context)?)?;
+    let diagnostics = Diagnostics {
+        public_reason: Some(PublicReason::PublicOnly),
+        ..Diagnostics::default()
+    };
+    let charge = RdpCurve::zero(account.orders().clone());
+    release(&out, charge, label, diagnostics, rng, account)
 }
 
 /// Generates up to `max_tokens` tokens after the query `prompt` (stopping after
