@@ -146,61 +146,72 @@ pub(crate) fn score_seed(
         .collect::<Result<Vec<_>, _>>()?;
     let mut dp_nll = dp_nll.into_iter();
     for ((run, _), (_, total, ppl, greedy)) in trained.dp_sgd.iter().zip(dp_nll.by_ref()) {
-        results.push(MechanismResult {
-            mechanism: "dp-sgd".into(),
-            target_epsilon: Some(run.target_epsilon),
-            perplexity: (total / queries as f64).exp(),
-            block_perplexities: ppl,
-            greedy_hits: greedy,
-            screening_epsilon: None,
-            queries,
-            private_answers: queries,
-            screened: 0,
-            stopped: 0,
-            spent_epsilon: Some(run.epsilon),
-            spent_trace: Vec::new(),
-            lambda_trace: Vec::new(),
-            parameters: format!(
-                "lr {}, {} epochs = {} steps, q {:.4}, σ {:.4}, clip {}, LoRA as the members; ε by {}",
-                run.learning_rate,
-                run.epochs,
-                run.steps,
-                run.q,
-                run.sigma,
-                config.dp_sgd.as_ref().map_or(1.0, |d| d.clip),
-                run.accountant
-            ),
-            seconds: 0.0,
-        });
+        let parameters = format!(
+            "lr {}, {} epochs = {} steps, q {:.4}, σ {:.4}, clip {}, LoRA as the members; ε by {}",
+            run.learning_rate,
+            run.epochs,
+            run.steps,
+            run.q,
+            run.sigma,
+            config.dp_sgd.as_ref().map_or(1.0, |d| d.clip),
+            run.accountant
+        );
+        let privacy = (Some(run.target_epsilon), Some(run.epsilon));
+        results.push(model_row(
+            "dp-sgd", privacy, total, queries, ppl, greedy, parameters,
+        ));
     }
     if let Some((_, total, ppl, greedy)) = dp_nll.next() {
         let plan = &config.training;
-        results.push(MechanismResult {
-            mechanism: FINE_TUNED.into(),
-            target_epsilon: None,
-            perplexity: (total / queries as f64).exp(),
-            block_perplexities: ppl,
-            greedy_hits: greedy,
-            screening_epsilon: None,
+        let parameters = format!(
+            "one LoRA on every training record, no privacy (rank {}, {} epochs, lr {})",
+            plan.rank, plan.epochs, plan.learning_rate
+        );
+        results.push(model_row(
+            FINE_TUNED,
+            (None, None),
+            total,
             queries,
-            private_answers: queries,
-            screened: 0,
-            stopped: 0,
-            spent_epsilon: None,
-            spent_trace: Vec::new(),
-            lambda_trace: Vec::new(),
-            parameters: format!(
-                "one LoRA on every training record, no privacy (rank {}, {} epochs, lr {})",
-                plan.rank, plan.epochs, plan.learning_rate
-            ),
-            seconds: 0.0,
-        });
+            ppl,
+            greedy,
+            parameters,
+        ));
     }
     let studied = studies
         .into_iter()
         .map(|s| s.contender.finish())
         .collect::<Result<Vec<_>, _>>()?;
     Ok((results, studied))
+}
+
+/// The row of a model scored directly (a DP-SGD model, the fine-tuned one): every query
+/// answered by it, its NLL summed in `total`; `privacy` is its target and spent ε.
+fn model_row(
+    mechanism: &str,
+    privacy: (Option<f64>, Option<f64>),
+    total: f64,
+    queries: u64,
+    block_perplexities: Vec<f64>,
+    greedy_hits: Vec<bool>,
+    parameters: String,
+) -> MechanismResult {
+    MechanismResult {
+        mechanism: mechanism.into(),
+        target_epsilon: privacy.0,
+        perplexity: (total / queries as f64).exp(),
+        block_perplexities,
+        greedy_hits,
+        screening_epsilon: None,
+        queries,
+        private_answers: queries,
+        screened: 0,
+        stopped: 0,
+        spent_epsilon: privacy.1,
+        spent_trace: Vec::new(),
+        lambda_trace: Vec::new(),
+        parameters,
+        seconds: 0.0,
+    }
 }
 
 /// The row of the non-private model fine-tuned on every training record.
