@@ -36,6 +36,8 @@ mod api;
 mod detok;
 mod draw;
 mod engine;
+#[cfg(test)]
+mod engine_refusal_tests;
 mod http;
 mod job;
 mod keys;
