@@ -5,11 +5,12 @@
 //! not done, and reports the compute it reused.
 //!
 //! The key ([`crate::cache_key`]) is the declared results version, the whole
-//! configuration as canonical JSON (the cache folder aside), the part's name, and
-//! the SHA-256 of the model files (the language model, the sentence encoder when
-//! given) and of WordNet's file. No source hash or commit enters it, so editing
-//! a comment or refactoring keeps the cache; the commit that made each entry is
-//! kept inside it as provenance.
+//! configuration as canonical JSON (the cache folder and the files' paths aside),
+//! the part's name, and the SHA-256 of the model files (the language model, its
+//! tokenizer and the sentence encoder when given) and of WordNet's file. No source
+//! hash, commit or path enters it, so editing a comment, refactoring or moving the
+//! models and data keeps the cache; the commit that made each entry is kept inside
+//! it as provenance.
 
 use std::path::{Path, PathBuf};
 
@@ -48,15 +49,18 @@ impl PartCache {
         if let Some(e) = config.embedding_model.as_ref().filter(|e| e.exists()) {
             models.push(path_sha256(e)?);
         }
-        let key = CacheKey::new(
-            "icl",
-            &IclConfig {
-                cache_dir: None,
-                ..config.clone()
-            },
-            models,
-            path_sha256(&config.wordnet)?,
-        )?;
+        // The files enter the key by their contents (hashed above), never by where
+        // they lie: the configuration's paths are blanked, an optional one keeping only
+        // whether it was given.
+        let keyed = IclConfig {
+            model: PathBuf::new(),
+            tokenizer: config.tokenizer.as_ref().map(|_| PathBuf::new()),
+            wordnet: PathBuf::new(),
+            embedding_model: config.embedding_model.as_ref().map(|_| PathBuf::new()),
+            cache_dir: None,
+            ..config.clone()
+        };
+        let key = CacheKey::new("icl", &keyed, models, path_sha256(&config.wordnet)?)?;
         Ok(Self {
             dir: config.cache_dir.clone(),
             key,
@@ -174,6 +178,24 @@ mod tests {
                 .is_none()
         );
         std::fs::write(&wordnet, "nouns").unwrap();
+        // The same files moved to another folder (and the cache with them): found.
+        let moved = root.join("moved");
+        std::fs::create_dir_all(&moved).unwrap();
+        let (moved_model, moved_wordnet) = (moved.join("model.gguf"), moved.join("data.noun"));
+        std::fs::rename(&model, &moved_model).unwrap();
+        std::fs::rename(&wordnet, &moved_wordnet).unwrap();
+        let moved_dir = moved.join("cache");
+        std::fs::rename(&dir, &moved_dir).unwrap();
+        assert_eq!(
+            PartCache::new(&config(&moved_dir, &moved_model, &moved_wordnet))
+                .unwrap()
+                .get::<Vec<u32>>("seed-0")
+                .unwrap(),
+            Some((vec![1, 2], 12.5))
+        );
+        std::fs::rename(&moved_model, &model).unwrap();
+        std::fs::rename(&moved_wordnet, &wordnet).unwrap();
+        std::fs::rename(&moved_dir, &dir).unwrap();
         // The entry records its commit, as provenance.
         let path = cache.path("seed-0").unwrap();
         let entry: serde_json::Value =
