@@ -34,8 +34,9 @@ use super::simd::Prefetch;
 /// An element of a cache's key and value vectors: an f32, or the bits of
 /// an f16 (held rounded to the nearest f16, widened exactly when read).
 pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
-    /// `x` as held (rounded to the nearest f16 for f16).
-    fn hold(x: f32) -> Self;
+    /// Each entry of `src` as held into `dst` (of the same length): as is for
+    /// f32, rounded to the nearest f16 (ties to even) for f16.
+    fn hold_slice(src: &[f32], dst: &mut [Self]);
     /// `src` widened into `dst` (exact), of the same length.
     fn widen(src: &[Self], dst: &mut [f32]);
     /// `src` itself, where it holds f32 values.
@@ -45,9 +46,8 @@ pub(crate) trait KvElem: Copy + Default + Send + Sync + 'static {
 }
 
 impl KvElem for f32 {
-    #[inline(always)]
-    fn hold(x: f32) -> Self {
-        x
+    fn hold_slice(src: &[f32], dst: &mut [Self]) {
+        dst.copy_from_slice(src);
     }
     fn widen(src: &[Self], dst: &mut [f32]) {
         dst.copy_from_slice(src);
@@ -61,9 +61,11 @@ impl KvElem for f32 {
 }
 
 impl KvElem for u16 {
-    #[inline(always)]
-    fn hold(x: f32) -> Self {
-        half::f16::from_f32(x).to_bits()
+    fn hold_slice(src: &[f32], dst: &mut [Self]) {
+        use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+        // half's slice conversion rounds as `f16::from_f32` does.
+        dst.reinterpret_cast_mut::<half::f16>()
+            .convert_from_f32_slice(src);
     }
     fn widen(src: &[Self], dst: &mut [f32]) {
         use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
@@ -99,20 +101,21 @@ pub(crate) fn write_slots<E: KvElem>(
     (k_new, v_new): (&[f32], &[f32]),
     (heads, d, cap, len): (usize, usize, usize, usize),
 ) {
+    // A token's keys as held, then scattered one coordinate per line of `k_t`.
+    let mut held = vec![E::default(); heads * d];
     for (i, (k_tok, v_tok)) in k_new
         .chunks_exact(heads * d)
         .zip(v_new.chunks_exact(heads * d))
         .enumerate()
     {
         let slot = len + i;
+        E::hold_slice(k_tok, &mut held);
         for head in 0..heads {
             let to = (head * cap + slot) * d;
-            for (to, x) in v[to..to + d].iter_mut().zip(&v_tok[head * d..][..d]) {
-                *to = E::hold(*x);
-            }
+            E::hold_slice(&v_tok[head * d..][..d], &mut v[to..to + d]);
             let kt = &mut k_t[head * d * cap..][..d * cap];
-            for (c, x) in k_tok[head * d..][..d].iter().enumerate() {
-                kt[c * cap + slot] = E::hold(*x);
+            for (c, x) in held[head * d..][..d].iter().enumerate() {
+                kt[c * cap + slot] = *x;
             }
         }
     }
@@ -292,31 +295,35 @@ pub(crate) fn append_and_attend<E: KvElem>(
         prepare(r0, q, k, v);
         rotate(q, r0 * s, scoring.heads);
         rotate(k, r0 * s, h);
+        // Row by row, each row's new slots written just before its attention reads
+        // them: the lines of the keys' slots, one per coordinate, are then still in
+        // cache (writing every row's first left them evicted by the attention).
         for r in 0..rows {
+            let (k_t, vs) = (&mut k_t[r * buf..][..buf], &mut vs[r * buf..][..buf]);
             write_slots(
-                (&mut k_t[r * buf..][..buf], &mut vs[r * buf..][..buf]),
+                (&mut *k_t, &mut *vs),
                 (&k[r * new..][..new], &v[r * new..][..new]),
                 (h, d, cap, len),
             );
+            let view = KvRows {
+                batch: 1,
+                heads: h,
+                dim: d,
+                capacity: cap,
+                len: t,
+                k_t,
+                v: vs,
+            };
+            attend_rows(
+                &q[r * per_row..][..per_row],
+                s,
+                view,
+                scoring,
+                &|_, i, j| visible(r0 + r, i, j),
+                GROUP_MAX,
+                &mut out[r * per_row..][..per_row],
+            );
         }
-        let view = KvRows {
-            batch: rows,
-            heads: h,
-            dim: d,
-            capacity: cap,
-            len: t,
-            k_t,
-            v: vs,
-        };
-        attend_rows(
-            q,
-            s,
-            view,
-            scoring,
-            &|r, i, j| visible(r0 + r, i, j),
-            GROUP_MAX,
-            out,
-        );
     });
     out
 }
