@@ -402,3 +402,119 @@ where
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use burn::backend::Flex;
+    use clap::Parser;
+    use privmix_accountant::Orders;
+
+    use super::*;
+    use crate::setup::{Runner, load_runner};
+
+    /// The tiny Llama fixture with two PEFT members, as `serve` loads them.
+    fn tiny_runner() -> (Runner<Flex>, EngineConfig) {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let model = format!("{root}/../models/tests/fixtures/hf/llama");
+        let peft = format!("{root}/../ensemble/tests/fixtures/peft");
+        let (a, b) = (format!("{peft}/ours"), format!("{peft}/full"));
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: crate::serve::ServeArgs,
+        }
+        let args = Cli::try_parse_from([
+            "serve",
+            "--model",
+            &model,
+            "--ledger",
+            "l",
+            "--no-auth",
+            "--adapter",
+            &a,
+            "--adapter",
+            &b,
+        ])
+        .unwrap()
+        .serve;
+        let model = args.model_args();
+        let runner = load_runner::<Flex>(&model, &Default::default()).unwrap();
+        let config = EngineConfig {
+            mechanism: model.mechanism,
+            params: model.params.clone(),
+            request_epsilon: 1.0,
+            max_tokens: 8,
+            max_batch: 8,
+            prefill_budget: PREFILL_ROW_TOKENS,
+            stop_ids: Vec::new(),
+            delta: 1e-6,
+            paced: false,
+            phase_timings: false,
+        };
+        (runner, config)
+    }
+
+    /// A request reusing a kept prompt (same tenant, prompt and rows: no forward)
+    /// starts from the same log-probabilities, bit for bit, as a fresh prefill of
+    /// its prompt, and its decoder then decodes the same tokens to the same
+    /// log-probabilities as the fresh one's and as the decoder it was copied from
+    /// (the copy shares no cache that a step of the other would change).
+    #[test]
+    fn a_reused_prompt_decodes_bit_for_bit_as_a_fresh_prefill() {
+        let (runner, config) = tiny_runner();
+        let orders = Orders::dp_accounting_default();
+        let (events, _received) = tokio::sync::mpsc::unbounded_channel();
+        let prompt: Vec<u32> = vec![5, 17, 3, 42, 9, 11];
+        let job = || Job {
+            prompt: prompt.clone(),
+            max_tokens: 8,
+            temperature: 1.0,
+            stop: Vec::new(),
+            tenant: None,
+            events: events.clone(),
+        };
+        let mut admission = Admission::default();
+        admission.push(job());
+        let mut first = admission
+            .step(&runner, &config, &config.params, &orders, 4)
+            .unwrap();
+        admission.push(job());
+        let mut second = admission
+            .step(&runner, &config, &config.params, &orders, 4)
+            .unwrap();
+        assert_eq!((first.ready.len(), second.ready.len()), (1, 1));
+        // The second request was served from the kept prompt, with no forward.
+        assert!(Arc::ptr_eq(
+            &first.ready[0].current,
+            &second.ready[0].current
+        ));
+        let bits = |rows: &LogProbRows| -> Vec<u32> {
+            (0..rows.rows())
+                .flat_map(|r| rows.row(r).iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+                .collect()
+        };
+        let layout = first.decoders[0].layout().clone();
+        let mut fresh = runner.decoder(layout).unwrap();
+        let fresh_start = fresh.prefill(&prompt).unwrap();
+        assert_eq!(bits(&second.ready[0].current), bits(&fresh_start));
+        let mut reused = second.decoders.remove(0);
+        let mut original = first.decoders.remove(0);
+        let rows = reused.len();
+        for step in 0..4u32 {
+            let tokens: Vec<u32> = (0..rows as u32).map(|r| 7 + 3 * step + r).collect();
+            let want = bits(&fresh.next_log_probs_rows(&tokens).unwrap());
+            assert_eq!(
+                bits(&reused.next_log_probs_rows(&tokens).unwrap()),
+                want,
+                "step {step}: the reused prompt's decoder"
+            );
+            assert_eq!(
+                bits(&original.next_log_probs_rows(&tokens).unwrap()),
+                want,
+                "step {step}: the decoder it was copied from"
+            );
+        }
+    }
+}
