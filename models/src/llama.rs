@@ -7,7 +7,7 @@ use burn::tensor::backend::Backend;
 
 use crate::decoder::{Decoder, DecoderBlockParts, DecoderShape, DecoderVariant};
 use crate::error::ModelError;
-use crate::layers::AttentionConfig;
+use crate::layers::{AttentionConfig, RopeStyle};
 use crate::plan::ExecutionPlan;
 use crate::weights::WeightSource;
 
@@ -34,6 +34,11 @@ impl<B: Backend> Decoder<B, LlamaConfig> {
         device: &B::Device,
     ) -> Result<Self, ModelError> {
         let c = config;
+        // The host training step rotates halves (HF's pairing) only.
+        let plan = plan.with_host_training::<B>(
+            (c.rope_style != RopeStyle::RotateHalf)
+                .then_some("llama.cpp's interleaved RoPE pairing"),
+        );
         let shape = DecoderShape {
             vocab_size: c.vocab_size,
             hidden_size: c.hidden_size,

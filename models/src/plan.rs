@@ -55,6 +55,23 @@ impl BackendKind {
     pub fn is_host_memory(self) -> bool {
         self == Self::HostMemory
     }
+
+    /// Whether `B` is burn autodiff over burn-flex: tensors in host memory
+    /// under the autodiff graph, where a training step may run on host
+    /// vectors (see [`ExecutionPlan::host_training`]).
+    #[cfg_attr(
+        not(all(feature = "flex", feature = "autodiff")),
+        allow(clippy::extra_unused_type_parameters)
+    )]
+    fn is_autodiff_over_host_memory<B: Backend>() -> bool {
+        #[cfg(all(feature = "flex", feature = "autodiff"))]
+        if core::any::TypeId::of::<B>()
+            == core::any::TypeId::of::<burn::backend::Autodiff<burn::backend::Flex>>()
+        {
+            return true;
+        }
+        false
+    }
 }
 
 /// Which implementations a plan may use: the default takes the fastest the
@@ -228,6 +245,14 @@ pub struct ExecutionPlan {
     /// What the CPU kernels run at, where the plan uses them (`None`:
     /// burn's ops only).
     pub cpu: Option<CpuChoices>,
+    /// Whether a LoRA training step runs on host vectors (the forward
+    /// through the models' host kernels, with their backward passes)
+    /// rather than through burn autodiff: where
+    /// the backend is burn autodiff over burn-flex and the architecture has
+    /// that step ([`ExecutionPlan::with_host_training`]).
+    pub host_training: bool,
+    /// Why training steps run burn autodiff, where they do.
+    pub host_training_declined: Option<String>,
 }
 
 impl ExecutionPlan {
@@ -252,7 +277,27 @@ impl ExecutionPlan {
             host_kv: host,
             kernels: Vec::new(),
             cpu: if host { CpuChoices::detected() } else { None },
+            host_training: false,
+            host_training_declined: Some(if BackendKind::is_autodiff_over_host_memory::<B>() {
+                "the architecture has no host training step".into()
+            } else {
+                "the backend is not burn autodiff over burn-flex".into()
+            }),
         }
+    }
+
+    /// Decides the host training step for backend `B`: allowed where `B`
+    /// is burn autodiff over burn-flex, unless `declined` names a part of
+    /// the architecture the host training step lacks.
+    pub fn with_host_training<B: Backend>(mut self, declined: Option<&str>) -> Self {
+        let reason = if !BackendKind::is_autodiff_over_host_memory::<B>() {
+            Some("the backend is not burn autodiff over burn-flex".to_string())
+        } else {
+            declined.map(|part| format!("the host training step lacks {part}"))
+        };
+        self.host_training = reason.is_none();
+        self.host_training_declined = reason;
+        self
     }
 
     /// The plan with weights kept in GGUF blocks read as `products` says.
@@ -365,6 +410,14 @@ impl fmt::Display for ExecutionPlan {
             }
             (None, None) => writeln!(f, "  every step: tensor block operations")?,
         }
+        match &self.host_training_declined {
+            None if self.host_training => writeln!(
+                f,
+                "  training steps: host vectors (the host kernels, their backward beside them)"
+            )?,
+            Some(why) => writeln!(f, "  training steps: burn autodiff ({why})")?,
+            None => writeln!(f, "  training steps: burn autodiff")?,
+        }
         if self.products.cpu_kernels {
             writeln!(
                 f,
@@ -469,6 +522,36 @@ mod tests {
         assert_eq!(autodiff.backend, BackendKind::Device);
         assert_eq!(autodiff.block_ops(1, 1), BlockOpsKind::Tensor);
         assert!(!autodiff.hot_pool && !autodiff.host_kv);
+    }
+
+    /// The host training step is planned on burn autodiff over burn-flex
+    /// for an architecture that has it, and on nothing else.
+    #[cfg(all(feature = "flex", feature = "autodiff"))]
+    #[test]
+    fn host_training_needs_autodiff_over_flex_and_the_architecture() {
+        use burn::backend::{Autodiff, Flex};
+        let autodiff = ExecutionPlan::for_backend::<Autodiff<Flex>>(Route::Fastest);
+        assert!(
+            !autodiff.host_training,
+            "undecided until the architecture says"
+        );
+        let llama = autodiff
+            .clone()
+            .with_host_training::<Autodiff<Flex>>(None)
+            .with_projections(vec![kernel(false, false)], None);
+        assert!(llama.host_training && llama.host_training_declined.is_none());
+        assert!(llama.to_string().contains("training steps: host vectors"));
+        let interleaved = autodiff.with_host_training::<Autodiff<Flex>>(Some("interleaved RoPE"));
+        assert!(!interleaved.host_training);
+        assert!(interleaved.to_string().contains("lacks interleaved RoPE"));
+        let plain =
+            ExecutionPlan::for_backend::<Flex>(Route::Fastest).with_host_training::<Flex>(None);
+        assert!(!plain.host_training);
+        assert!(
+            plain
+                .to_string()
+                .contains("not burn autodiff over burn-flex")
+        );
     }
 
     /// The printed plan states the instruction set the CPU kernels run at

@@ -26,7 +26,7 @@ use rand_chacha::ChaCha20Rng;
 
 use super::adamw::{AdamW, AdamWConfig, linear_schedule};
 use super::error::TrainError;
-use super::host::{Group, HostSlot, StepPath};
+use super::host::{Group, HostSlot, HostTrainable, StepPath};
 use super::loss::check_blocks;
 use super::params::LoraParams;
 use super::privacy::{DpSgdEpsilon, DpSgdNoise, clip_to_norm, dp_sgd_epsilon, poisson_sample};
@@ -180,7 +180,9 @@ pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> 
     pub(crate) host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+    DpSgdTrainer<'m, B, M>
+{
     /// A fresh run (PEFT initialisation from [`DpSgdConfig::seed`], sampling
     /// and noise from [`DpSgdConfig::noise`]).
     pub fn new(model: &'m M, data: Vec<Vec<u32>>, config: DpSgdConfig) -> Result<Self, TrainError> {

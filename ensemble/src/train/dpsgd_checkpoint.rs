@@ -30,6 +30,7 @@ use serde_json::{Value, json};
 use super::checkpoint::{commit, read_latest, read_moments, write_moments};
 use super::dpsgd::{DpSgdConfig, DpSgdTrainer, NoiseSource};
 use super::error::TrainError;
+use super::host::HostTrainable;
 use super::params::LoraParams;
 use crate::lora::{LoraAdapter, LoraBase};
 
@@ -69,7 +70,9 @@ impl DpSgdConfig {
     }
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> DpSgdTrainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+    DpSgdTrainer<'m, B, M>
+{
     /// Writes a checkpoint of the current state into `dir` (layout in the
     /// module doc) and returns the checkpoint's own folder; older ones are removed.
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainError> {

@@ -23,7 +23,7 @@ use indicatif::{MultiProgress, ProgressDrawTarget};
 use privmix_models::LanguageModel;
 
 use super::error::TrainError;
-use super::host::{Group, HostSlot};
+use super::host::{Group, HostSlot, HostTrainable};
 use super::trainable::Dropout;
 use super::trainer::{TrainReport, Trainer, accumulate};
 use crate::lora::LoraBase;
@@ -34,7 +34,9 @@ pub struct JointTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> 
     host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> JointTrainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+    JointTrainer<'m, B, M>
+{
     /// The members (fresh or resumed [`Trainer`]s) of one base model, all
     /// with one adapter shape (rank, alpha, targets); they share the first
     /// member's step path and one host copy of the model.

@@ -21,7 +21,7 @@ pub use adamw::{AdamW, AdamWConfig, linear_schedule};
 pub use config::TrainConfig;
 pub use dpsgd::{DpSgdConfig, DpSgdStep, DpSgdTrainer, NoiseSource};
 pub use error::TrainError;
-pub use host::StepPath;
+pub use host::{HostTrainable, StepPath};
 pub use joint::JointTrainer;
 pub use loss::{check_blocks, mean_nll};
 pub use params::{LoraParams, SiteLayout};

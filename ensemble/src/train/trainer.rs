@@ -15,7 +15,7 @@ use rand_chacha::ChaCha20Rng;
 use super::adamw::{AdamW, linear_schedule};
 use super::config::TrainConfig;
 use super::error::TrainError;
-use super::host::{Group, HostSlot, StepPath};
+use super::host::{Group, HostSlot, HostTrainable, StepPath};
 use super::loss::{check_blocks, mean_nll};
 use super::params::LoraParams;
 use super::trainable::{Dropout, loss_and_gradient};
@@ -69,7 +69,7 @@ pub struct Trainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
     pub(crate) host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + 'static> Trainer<'m, B, M> {
+impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>> Trainer<'m, B, M> {
     /// A fresh run: adapter initialised as PEFT does from the seed.
     ///
     /// Errors: bad configuration, no training block or blocks of unequal

@@ -49,20 +49,53 @@ pub(crate) use weights::HostLlama;
 
 use std::sync::{Arc, OnceLock};
 
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use privmix_models::{Gemma, LanguageModel, Llama, Model};
 
 use super::error::TrainError;
 
 /// Which implementation computes a trainer's losses and gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StepPath {
-    /// The host step where the model allows it (a Llama-family
-    /// [`privmix_models::Model`] or [`privmix_models::Llama`] on
-    /// `Autodiff<Flex>`, with rotate-half RoPE), burn autodiff elsewhere.
+    /// The host step where the model's execution plan allows it
+    /// ([`privmix_models::ExecutionPlan::host_training`]: a Llama-family
+    /// model with rotate-half RoPE on burn autodiff over burn-flex), burn
+    /// autodiff elsewhere.
     #[default]
     Fastest,
     /// burn autodiff always (the reference).
     Autodiff,
+}
+
+/// What the host training step reads of a base model: its Llama-family
+/// decoder, where it has one. Whether the step runs at all is the model's
+/// execution plan's decision ([`privmix_models::ExecutionPlan::host_training`]);
+/// this only hands the step the weights.
+pub trait HostTrainable<B: Backend> {
+    /// The Llama-family decoder whose weights the host step reads (`None`:
+    /// an architecture without a host training step).
+    fn host_training_decoder(&self) -> Option<&Llama<B>>;
+}
+
+impl<B: Backend> HostTrainable<B> for Llama<B> {
+    fn host_training_decoder(&self) -> Option<&Llama<B>> {
+        Some(self)
+    }
+}
+
+impl<B: Backend> HostTrainable<B> for Gemma<B> {
+    fn host_training_decoder(&self) -> Option<&Llama<B>> {
+        None
+    }
+}
+
+impl<B: Backend> HostTrainable<B> for Model<B> {
+    fn host_training_decoder(&self) -> Option<&Llama<B>> {
+        match self {
+            Model::Llama(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 /// A trainer's host copy of the model, built on first use; clones share
@@ -87,45 +120,24 @@ impl HostSlot {
         self.path
     }
 
-    /// The host copy of `model` when the host step serves it (built on the
-    /// first call), `None` when burn autodiff must run.
-    pub fn get<B: AutodiffBackend, M: 'static>(
+    /// The host copy of `model` when its execution plan runs training steps
+    /// on host vectors (built on the first call), `None` when burn autodiff
+    /// must run.
+    pub fn get<B: AutodiffBackend, M: LanguageModel<B> + HostTrainable<B>>(
         &self,
         model: &M,
     ) -> Result<Option<&HostLlama>, TrainError> {
-        if self.path == StepPath::Autodiff {
+        if self.path == StepPath::Autodiff || !model.plan().host_training {
             return Ok(None);
         }
         if let Some(c) = self.copy.get() {
             return Ok(c.as_ref());
         }
-        let built = build::<B, M>(model)?;
+        let built = match model.host_training_decoder() {
+            Some(decoder) => Some(HostLlama::from_llama(decoder)?),
+            None => None,
+        };
         let _ = self.copy.set(built);
         Ok(self.copy.get().and_then(Option::as_ref))
     }
-}
-
-/// The host copy of `model` where it is a Llama-family model on
-/// `Autodiff<Flex>` (the only place the model's and backend's types are
-/// inspected).
-#[cfg_attr(
-    not(feature = "flex"),
-    allow(clippy::extra_unused_type_parameters, unused_variables)
-)]
-fn build<B: AutodiffBackend, M: 'static>(model: &M) -> Result<Option<HostLlama>, TrainError> {
-    #[cfg(feature = "flex")]
-    {
-        use std::any::{Any, TypeId};
-        if TypeId::of::<B::InnerBackend>() != TypeId::of::<burn::backend::Flex>() {
-            return Ok(None);
-        }
-        let any = model as &dyn Any;
-        if let Some(m) = any.downcast_ref::<privmix_models::Model<B>>() {
-            return HostLlama::from_model(m);
-        }
-        if let Some(m) = any.downcast_ref::<privmix_models::Llama<B>>() {
-            return HostLlama::from_llama(m);
-        }
-    }
-    Ok(None)
 }

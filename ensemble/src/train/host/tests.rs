@@ -386,3 +386,41 @@ fn the_host_copy_shares_the_models_f32_storage() {
         assert_eq!(lin.w.as_slice(), w.as_slice());
     }
 }
+
+/// The trainers take the host step exactly where the model's execution plan
+/// says so: a Llama on `Autodiff<Flex>` (whatever its file format), not
+/// Gemma (its plan names why), not when burn autodiff is asked for.
+#[test]
+fn the_execution_plan_chooses_the_host_step() {
+    use crate::train::{StepPath, TrainConfig, Trainer};
+    let trainer = |model: &Model<AB>, path| {
+        let lora = LoraConfig::new(2, 4.0, &["q_proj", "v_proj"]).unwrap();
+        Trainer::new(
+            model,
+            blocks(2, 5, 64),
+            Vec::new(),
+            TrainConfig::new(lora, 1, 3),
+        )
+        .unwrap()
+        .with_step_path(path)
+        .uses_host_step()
+        .unwrap()
+    };
+    for (name, model) in models() {
+        assert!(model.plan().host_training, "{name}: {}", model.plan());
+        assert!(trainer(&model, StepPath::Fastest), "{name}");
+        assert!(!trainer(&model, StepPath::Autodiff), "{name}");
+    }
+    let gemma: Model<AB> =
+        Model::load(LoadOptions::path(fixture("hf/gemma"), &Default::default())).unwrap();
+    assert!(!gemma.plan().host_training);
+    assert!(
+        gemma.plan().to_string().contains("no host training step"),
+        "{}",
+        gemma.plan()
+    );
+    assert!(!trainer(&gemma, StepPath::Fastest));
+    let plain: Model<Flex> =
+        Model::load(LoadOptions::path(fixture("hf/llama"), &Default::default())).unwrap();
+    assert!(!plain.plan().host_training, "no autodiff, no training step");
+}

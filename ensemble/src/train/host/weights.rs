@@ -5,10 +5,12 @@ use std::sync::Mutex;
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
+#[cfg(test)]
+use privmix_models::Model;
 use privmix_models::layers::rope::inv_freq;
 use privmix_models::layers::{Linear, RmsNorm, RopeStyle};
 use privmix_models::runtime::to_vec;
-use privmix_models::{Llama, Model, Projection};
+use privmix_models::{Llama, Projection};
 
 use super::pool::Pool;
 use crate::lora::transpose;
@@ -174,21 +176,26 @@ fn gain<B: AutodiffBackend>(n: &RmsNorm<B>) -> Result<Vec<f32>, TrainError> {
 }
 
 impl HostLlama {
-    /// The host copy of `model` when it is a Llama-family model the host
-    /// step supports (rotate-half RoPE); `None` for other architectures.
+    /// The host copy of `model` where it has a Llama-family decoder (tests
+    /// build it directly; trainers go through the execution plan).
+    #[cfg(test)]
     pub fn from_model<B: AutodiffBackend>(model: &Model<B>) -> Result<Option<Self>, TrainError> {
-        match model {
-            Model::Llama(m) => Self::from_llama(m),
-            _ => Ok(None),
-        }
+        use super::HostTrainable;
+        model
+            .host_training_decoder()
+            .map(Self::from_llama)
+            .transpose()
     }
 
-    /// The host copy of `m`; `None` where the host step lacks a part
-    /// (llama.cpp's interleaved RoPE pairing).
-    pub fn from_llama<B: AutodiffBackend>(m: &Llama<B>) -> Result<Option<Self>, TrainError> {
+    /// The host copy of `m`. Errors where `m` pairs its RoPE dimensions as
+    /// llama.cpp does (the host step rotates halves; the execution plan
+    /// declines the host step for such a model, so trainers never ask).
+    pub fn from_llama<B: AutodiffBackend>(m: &Llama<B>) -> Result<Self, TrainError> {
         let c = &m.config;
         if c.rope_style != RopeStyle::RotateHalf {
-            return Ok(None);
+            return Err(TrainError::BadData(
+                "the host training step rotates halves; this model pairs RoPE dimensions as llama.cpp does".into(),
+            ));
         }
         let mut blocks = Vec::with_capacity(c.num_hidden_layers);
         for i in 0..c.num_hidden_layers {
@@ -211,7 +218,7 @@ impl HostLlama {
         }
         let embed = HostRows::read(m.embed_tokens(), [c.hidden_size, 1], |v| v)?;
         let head = HostLinear::read(m.lm_head())?;
-        Ok(Some(Self {
+        Ok(Self {
             hidden: c.hidden_size,
             heads: c.num_attention_heads,
             kv_heads: c.num_key_value_heads,
@@ -225,7 +232,7 @@ impl HostLlama {
             inv_freq: inv_freq(c.rope_theta, c.head_dim, c.rope_scaling),
             activation_budget: ACTIVATION_BUDGET,
             pool: Mutex::new(Pool::default()),
-        }))
+        })
     }
 
     /// The embedding table `[vocab, hidden]`.
