@@ -56,13 +56,45 @@ impl<B: Backend> RmsNorm<B> {
         let gain = self
             .host_gain
             .get_or_init(|| crate::runtime::to_vec(self.gain.clone()).expect("f32 gain"));
-        crate::cpu::dispatch::vectorize(HostNorm {
-            x,
-            out,
-            gain,
-            eps: self.eps as f32,
-        });
+        rms_norm_host(x, gain, self.eps as f32, out);
     }
+}
+
+/// RMSNorm of the rows of `x` (row-major, each as wide as `gain`) into
+/// `out`, in host memory: the kernel of [`RmsNorm`]'s host form, for
+/// callers that hold the gain as host values (the host training step; its
+/// backward pass is [`crate::ops::backward::rms_norm_backward`]).
+#[cfg(feature = "flex")]
+pub fn rms_norm_host(x: &[f32], gain: &[f32], eps: f32, out: &mut [f32]) {
+    crate::cpu::dispatch::vectorize(HostNorm { x, out, gain, eps });
+}
+
+/// `1 / √(mean(x²) + ε)` of one row, the sum of squares in 16 fixed lanes
+/// reduced in a fixed order (plain multiplies and adds, never fused): the
+/// same bits on every CPU. A sum whose lane count followed the SIMD level
+/// (16 on AVX-512, 8 on AVX2) moved the norm by an ulp between machines,
+/// and 8-bit activations turn such an ulp into a different rounding
+/// downstream. The forward and backward passes share it, so the backward
+/// pass sees the very factor the forward pass applied.
+#[inline(always)]
+pub fn inverse_rms(row: &[f32], eps: f32) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    let chunks = row.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, v) in lanes.iter_mut().zip(c) {
+            *a += v * v;
+        }
+    }
+    let mut sum = 0.0f32;
+    for a in lanes {
+        sum += a;
+    }
+    for v in tail {
+        sum += v * v;
+    }
+    let ms = sum / row.len().max(1) as f32;
+    (ms + eps).sqrt().recip()
 }
 
 /// [`RmsNorm::forward_host_into`] inside a `pulp` dispatch: the sums of
@@ -86,28 +118,7 @@ impl pulp::WithSimd for HostNorm<'_> {
         let HostNorm { x, out, gain, eps } = self;
         let width = gain.len().max(1);
         for (row, out) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
-            // The sum of squares in 16 fixed lanes reduced in a fixed order (plain
-            // multiplies and adds, never fused): the same bits on every CPU. A sum
-            // whose lane count followed the SIMD level (16 on AVX-512, 8 on AVX2)
-            // moved the norm by an ulp between machines, and 8-bit activations
-            // turn such an ulp into a different rounding downstream.
-            let mut lanes = [0.0f32; 16];
-            let chunks = row.chunks_exact(16);
-            let tail = chunks.remainder();
-            for c in chunks {
-                for (a, v) in lanes.iter_mut().zip(c) {
-                    *a += v * v;
-                }
-            }
-            let mut sum = 0.0f32;
-            for a in lanes {
-                sum += a;
-            }
-            for v in tail {
-                sum += v * v;
-            }
-            let ms = sum / width as f32;
-            let inv = (ms + eps).sqrt().recip();
+            let inv = inverse_rms(row, eps);
             for ((o, v), g) in out.iter_mut().zip(row).zip(gain) {
                 *o = v * inv * g;
             }

@@ -116,37 +116,96 @@ impl Rope {
         positions: &[Vec<usize>],
         device: &B::Device,
     ) -> RopeAngles<B> {
-        let half = self.inv_freq.len();
-        let d = 2 * half;
+        let d = 2 * self.inv_freq.len();
         let b = positions.len();
         let s = positions.first().map_or(0, Vec::len);
-        let mut cos = Vec::with_capacity(b * s * d);
-        let mut sin = Vec::with_capacity(b * s * d);
-        for row in positions {
-            for &p in row {
-                let angle: Vec<f32> = self.inv_freq.iter().map(|f| f * p as f32).collect();
-                match self.style {
-                    RopeStyle::RotateHalf => {
-                        for _ in 0..2 {
-                            cos.extend(angle.iter().map(|a| a.cos()));
-                            sin.extend(angle.iter().map(|a| a.sin()));
-                        }
-                    }
-                    RopeStyle::Interleaved => {
-                        for a in &angle {
-                            cos.extend([a.cos(), a.cos()]);
-                            sin.extend([a.sin(), a.sin()]);
-                        }
-                    }
-                }
-            }
-        }
+        let (cos, sin) = self.host_tables(positions.iter().flatten().copied());
         let shape = [b, 1, s, d];
         RopeAngles {
             cos: Tensor::from_data(TensorData::new(cos.clone(), shape), device),
             sin: Tensor::from_data(TensorData::new(sin.clone(), shape), device),
             style: self.style,
             host: std::sync::Arc::new((cos, sin)),
+        }
+    }
+}
+
+impl Rope {
+    /// The pairing style.
+    pub fn style(&self) -> RopeStyle {
+        self.style
+    }
+
+    /// The rotated dimensions per head.
+    pub fn head_dim(&self) -> usize {
+        2 * self.inv_freq.len()
+    }
+
+    /// `cos` and `sin` tables in host memory, `head_dim` entries per
+    /// position of `positions` in turn, laid out for the style (the values
+    /// [`Rope::angles`] puts in its tensors; [`rotate_host`] reads them).
+    pub fn host_tables(&self, positions: impl IntoIterator<Item = usize>) -> (Vec<f32>, Vec<f32>) {
+        let d = self.head_dim();
+        let positions = positions.into_iter();
+        let mut cos = Vec::with_capacity(positions.size_hint().0 * d);
+        let mut sin = Vec::with_capacity(positions.size_hint().0 * d);
+        for p in positions {
+            let angle: Vec<f32> = self.inv_freq.iter().map(|f| f * p as f32).collect();
+            match self.style {
+                RopeStyle::RotateHalf => {
+                    for _ in 0..2 {
+                        cos.extend(angle.iter().map(|a| a.cos()));
+                        sin.extend(angle.iter().map(|a| a.sin()));
+                    }
+                }
+                RopeStyle::Interleaved => {
+                    for a in &angle {
+                        cos.extend([a.cos(), a.cos()]);
+                        sin.extend([a.sin(), a.sin()]);
+                    }
+                }
+            }
+        }
+        (cos, sin)
+    }
+}
+
+/// Where the partner of rotation pair `p` lies: pair `p` is
+/// `(stride · p, stride · p + partner)`.
+pub(crate) fn pairing(style: RopeStyle, head_dim: usize) -> (usize, usize) {
+    match style {
+        RopeStyle::RotateHalf => (1, head_dim / 2),
+        RopeStyle::Interleaved => (2, 1),
+    }
+}
+
+/// Rotates every head of `x` in place, in host memory: `x` holds
+/// `head_dim`-wide heads, `heads` per token, token `i` rotated by the
+/// tables' position `first + i` ([`Rope::host_tables`]); each pair
+/// `(a, b)` becomes `(a·cos − b·sin, b·cos + a·sin)`. The kernel of
+/// [`RopeAngles::apply_host`]; its backward pass (the rotation by the
+/// opposite angle) is [`crate::ops::backward::rotate_host_backward`].
+pub fn rotate_host(
+    x: &mut [f32],
+    heads: usize,
+    (cos, sin): (&[f32], &[f32]),
+    head_dim: usize,
+    first: usize,
+    style: RopeStyle,
+) {
+    let d = head_dim;
+    let half = d / 2;
+    let (stride, partner) = pairing(style, d);
+    for (at, head) in x.chunks_exact_mut(d).enumerate() {
+        let table = (first + at / heads) * d;
+        let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
+        for pair in 0..half {
+            let (lo, hi) = (stride * pair, stride * pair + partner);
+            // (a, b) -> (a·cos − b·sin, b·cos + a·sin), as x·cos + rot·sin
+            // with rot = (−b, a).
+            let (a, b) = (head[lo], head[hi]);
+            head[lo] = a * c[lo] + -b * s[lo];
+            head[hi] = b * c[hi] + a * s[hi];
         }
     }
 }
@@ -177,26 +236,9 @@ impl<B: Backend> RopeAngles<B> {
     pub(crate) fn apply_host_from(&self, x: &mut [f32], first: usize, heads: usize) {
         let (cos, sin) = &*self.host;
         let d = self.cos.dims()[3];
-        let half = d / 2;
         let positions = cos.len() / d.max(1);
         debug_assert!(x.len() <= (positions - first.min(positions)) * heads * d);
-        // Rotation pair p is (p, p + d/2), or (2p, 2p + 1).
-        let (stride, partner) = match self.style {
-            RopeStyle::RotateHalf => (1, half),
-            RopeStyle::Interleaved => (2, 1),
-        };
-        for (at, head) in x.chunks_exact_mut(d).enumerate() {
-            let table = (first + at / heads) * d;
-            let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
-            for pair in 0..half {
-                let (lo, hi) = (stride * pair, stride * pair + partner);
-                // (a, b) -> (a·cos − b·sin, b·cos + a·sin), as x·cos + rot·sin
-                // with rot = (−b, a).
-                let (a, b) = (head[lo], head[hi]);
-                head[lo] = a * c[lo] + -b * s[lo];
-                head[hi] = b * c[hi] + a * s[hi];
-            }
-        }
+        rotate_host(x, heads, (cos, sin), d, first, self.style);
     }
 
     /// Rotates `x` laid out `[batch, seq, heads, head_dim]` (a projection's

@@ -17,6 +17,8 @@ use burn::tensor::{Int, Tensor, backend::Backend};
 use crate::error::ModelError;
 use crate::layers::{Attention, KvCache, Linear, RmsNorm, RopeAngles, Site, StepMask};
 
+#[cfg(feature = "flex")]
+pub mod backward;
 mod dispatch;
 #[cfg(feature = "flex")]
 pub mod host;

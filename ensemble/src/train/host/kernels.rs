@@ -1,8 +1,15 @@
 //! The host step's building blocks on row-major `f32` slices: products
 //! through the `gemm` crate's packed kernels (split by output rows over
-//! rayon's threads), RMSNorm and its backward pass, rotate-half RoPE and its
-//! inverse, SiLU-gated products.
+//! rayon's threads); and RMSNorm, RoPE and the SiLU-gated product with
+//! their backward passes, each the models' own host kernel
+//! ([`privmix_models::ops::backward`] and the forward kernels it names)
+//! with its rows split over rayon's threads.
 
+use privmix_models::cpu::vexp::silu_in_place;
+use privmix_models::layers::Rope;
+use privmix_models::layers::rms_norm::rms_norm_host;
+use privmix_models::layers::rope::rotate_host;
+use privmix_models::ops::backward;
 use rayon::prelude::*;
 
 /// A matrix operand: `data[row · rs + col · cs]`.
@@ -143,126 +150,97 @@ pub(crate) fn gemm_into(
     }
 }
 
-/// RMSNorm of each `width`-wide row of `x` into `out`, as the model
-/// computes it in f32: `inv = 1 / √(mean(x²) + ε)`, `out = x · inv · g`;
-/// returns every row's `inv` (the backward pass needs it).
-pub(crate) fn rms_norm(x: &[f32], gain: &[f32], eps: f32, out: &mut [f32]) -> Vec<f32> {
-    let width = gain.len();
-    let mut inv = vec![0.0f32; x.len() / width];
-    out.par_chunks_mut(width)
-        .zip(x.par_chunks(width))
-        .zip(inv.par_iter_mut())
-        .for_each(|((o, x), inv)| {
-            let ms = x.iter().map(|v| v * v).sum::<f32>() / width as f32;
-            *inv = 1.0 / (ms + eps).sqrt();
-            for ((o, x), g) in o.iter_mut().zip(x).zip(gain) {
-                *o = x * *inv * g;
-            }
-        });
-    inv
+/// Rows of `width` values per parallel task of a pass over `rows` rows.
+fn rows_chunk(rows: usize, width: usize) -> usize {
+    rows_per_task(rows) * width.max(1)
 }
 
-/// Adds to `dx` the gradient of RMSNorm's input given `dy`, the gradient of
-/// its output: with `u = g ⊙ dy`,
-/// `dx = inv · u − x · inv³ · (Σ_j u_j x_j) / width`.
-pub(crate) fn rms_norm_backward(x: &[f32], inv: &[f32], gain: &[f32], dy: &[f32], dx: &mut [f32]) {
-    let width = gain.len();
-    dx.par_chunks_mut(width)
-        .zip(x.par_chunks(width))
-        .zip(dy.par_chunks(width))
-        .zip(inv.par_iter())
-        .for_each(|(((dx, x), dy), &inv)| {
-            let dot: f32 = x
-                .iter()
-                .zip(dy)
-                .zip(gain)
-                .map(|((x, d), g)| x * d * g)
-                .sum();
-            let c = inv * inv * inv * dot / width as f32;
-            for (((dx, x), dy), g) in dx.iter_mut().zip(x).zip(dy).zip(gain) {
-                *dx += inv * g * dy - x * c;
-            }
-        });
+/// RMSNorm of each `gain`-wide row of `x` into `out`: the models' host
+/// kernel ([`rms_norm_host`]), rows split over rayon's threads.
+pub(crate) fn rms_norm(x: &[f32], gain: &[f32], eps: f32, out: &mut [f32]) {
+    let per = rows_chunk(x.len() / gain.len().max(1), gain.len());
+    out.par_chunks_mut(per)
+        .zip(x.par_chunks(per))
+        .for_each(|(o, x)| rms_norm_host(x, gain, eps, o));
 }
 
-/// `cos`/`sin` tables `[seq, head_dim]` of positions `0..seq` for HF's
-/// rotate-half RoPE: `inv_freq · position` in f32, then `cos`/`sin` in f32,
-/// each half-table repeated twice.
-pub(crate) fn rope_tables(inv_freq: &[f32], seq: usize) -> (Vec<f32>, Vec<f32>) {
-    let d = 2 * inv_freq.len();
-    let (mut cos, mut sin) = (Vec::with_capacity(seq * d), Vec::with_capacity(seq * d));
-    for p in 0..seq {
-        let angle: Vec<f32> = inv_freq.iter().map(|f| f * p as f32).collect();
-        for _ in 0..2 {
-            cos.extend(angle.iter().map(|a| a.cos()));
-            sin.extend(angle.iter().map(|a| a.sin()));
+/// Adds to `dx` the gradient of RMSNorm's input given `dy`: the models'
+/// backward pass ([`backward::rms_norm_backward`]), rows split over
+/// rayon's threads.
+pub(crate) fn rms_norm_backward(x: &[f32], gain: &[f32], eps: f32, dy: &[f32], dx: &mut [f32]) {
+    let per = rows_chunk(x.len() / gain.len().max(1), gain.len());
+    dx.par_chunks_mut(per)
+        .zip(x.par_chunks(per))
+        .zip(dy.par_chunks(per))
+        .for_each(|((dx, x), dy)| backward::rms_norm_backward(x, gain, eps, dy, dx));
+}
+
+/// The RoPE of a step whose rows are blocks of `seq` tokens, token `t` at
+/// position `t % seq`: the rope and its host tables for positions `0..seq`.
+pub(crate) struct StepRope<'a> {
+    pub rope: &'a Rope,
+    pub tables: (Vec<f32>, Vec<f32>),
+    pub seq: usize,
+}
+
+impl<'a> StepRope<'a> {
+    /// The tables of `rope` for positions `0..seq`.
+    pub fn new(rope: &'a Rope, seq: usize) -> Self {
+        Self {
+            rope,
+            tables: rope.host_tables(0..seq),
+            seq,
         }
     }
-    (cos, sin)
+
+    /// Rotates every head of `x` (`[tokens, heads · head_dim]`) in place
+    /// with the models' kernel ([`rotate_host`]), or with `inverse` applies
+    /// its backward pass ([`backward::rotate_host_backward`]), which maps an
+    /// output gradient to the input gradient; tokens split over rayon's
+    /// threads.
+    pub fn apply(&self, x: &mut [f32], heads: usize, inverse: bool) {
+        let d = self.rope.head_dim();
+        let style = self.rope.style();
+        let tables = (self.tables.0.as_slice(), self.tables.1.as_slice());
+        x.par_chunks_mut(heads * d)
+            .enumerate()
+            .for_each(|(t, row)| {
+                let at = t % self.seq;
+                if inverse {
+                    backward::rotate_host_backward(row, heads, tables, d, at, style);
+                } else {
+                    rotate_host(row, heads, tables, d, at, style);
+                }
+            });
+    }
 }
 
-/// Rotates every head of `x` (`[tokens, heads · d]`, token `t` at position
-/// `t % seq`) in place: pairs `(a, b) = (x_i, x_{i+d/2})` become
-/// `(a·cos − b·sin, b·cos + a·sin)`; `inverse` applies the transpose (the
-/// rotation by the opposite angle), which maps an output gradient to the
-/// input gradient.
-pub(crate) fn rope(
-    x: &mut [f32],
-    width: usize,
-    d: usize,
-    seq: usize,
-    tables: &(Vec<f32>, Vec<f32>),
-    inverse: bool,
-) {
-    let (cos, sin) = tables;
-    let half = d / 2;
-    let sign = if inverse { -1.0f32 } else { 1.0 };
-    x.par_chunks_mut(width).enumerate().for_each(|(t, row)| {
-        let at = (t % seq) * d;
-        let (c, s) = (&cos[at..at + d], &sin[at..at + d]);
-        for head in row.chunks_exact_mut(d) {
-            for i in 0..half {
-                let (a, b) = (head[i], head[i + half]);
-                head[i] = a * c[i] - sign * b * s[i];
-                head[i + half] = b * c[i + half] + sign * a * s[i + half];
-            }
-        }
-    });
-}
+/// Elements per parallel task of an element-wise pass.
+const ELEMENTS_PER_TASK: usize = 4096;
 
-/// The logistic function.
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
-
-/// `silu(gate) · up`, element-wise, into `out`.
+/// `silu(gate) · up`, element-wise, into `out`: the models' SiLU kernel
+/// ([`silu_in_place`]) on a copy of `gate`, times `up`.
 pub(crate) fn silu_gated(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    out.par_chunks_mut(4096)
-        .zip(gate.par_chunks(4096))
-        .zip(up.par_chunks(4096))
+    out.par_chunks_mut(ELEMENTS_PER_TASK)
+        .zip(gate.par_chunks(ELEMENTS_PER_TASK))
+        .zip(up.par_chunks(ELEMENTS_PER_TASK))
         .for_each(|((o, g), u)| {
-            for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
-                *o = g * sigmoid(*g) * u;
+            o.copy_from_slice(g);
+            silu_in_place(o);
+            for (o, u) in o.iter_mut().zip(u) {
+                *o *= u;
             }
         });
 }
 
 /// The gradients of `silu(gate) · up` with respect to `gate` and `up`
-/// given `d` (the gradient of its output), written over `gate` and `up`:
-/// `d_up = d · silu(gate)`, `d_gate = d · up · σ(gate)(1 + gate(1 − σ(gate)))`.
+/// given `d`, written over `gate` and `up`: the models' backward pass
+/// ([`backward::silu_gated_backward`]), split over rayon's threads.
 pub(crate) fn silu_gated_backward(d: &[f32], gate: &mut [f32], up: &mut [f32]) {
-    gate.par_chunks_mut(4096)
-        .zip(up.par_chunks_mut(4096))
-        .zip(d.par_chunks(4096))
-        .for_each(|((g, u), d)| {
-            for ((g, u), d) in g.iter_mut().zip(u.iter_mut()).zip(d) {
-                let s = sigmoid(*g);
-                let silu = *g * s;
-                let dg = d * *u * s * (1.0 + *g * (1.0 - s));
-                *u = d * silu;
-                *g = dg;
-            }
-        });
+    gate.par_chunks_mut(ELEMENTS_PER_TASK)
+        .zip(up.par_chunks_mut(ELEMENTS_PER_TASK))
+        .zip(d.par_chunks(ELEMENTS_PER_TASK))
+        .for_each(|((g, u), d)| backward::silu_gated_backward(d, g, u));
 }
 
 #[cfg(test)]
@@ -308,21 +286,6 @@ mod tests {
             for (g, w) in got.iter().zip(&want) {
                 assert!((g - (1.0 + 2.0 * w)).abs() < 1e-4, "{name}: {g} vs {w}");
             }
-        }
-    }
-
-    #[test]
-    fn rope_inverse_undoes_rope() {
-        let (seq, d, heads) = (5, 8, 3);
-        let inv: Vec<f32> = (0..d / 2).map(|i| 1.0 / 10f32.powi(i as i32)).collect();
-        let tables = rope_tables(&inv, seq);
-        let x = values(2 * seq * heads * d, 3);
-        let mut y = x.clone();
-        rope(&mut y, heads * d, d, seq, &tables, false);
-        assert!(y.iter().zip(&x).any(|(a, b)| (a - b).abs() > 1e-3));
-        rope(&mut y, heads * d, d, seq, &tables, true);
-        for (a, b) in y.iter().zip(&x) {
-            assert!((a - b).abs() < 1e-5);
         }
     }
 }

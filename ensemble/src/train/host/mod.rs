@@ -7,6 +7,16 @@
 //!
 //! Design:
 //!
+//! - **The models' operations.** RMSNorm, RoPE and the SiLU-gated product
+//!   run the inference host kernels of `privmix-models`, and their backward
+//!   passes sit beside those kernels ([`privmix_models::ops::backward`]):
+//!   the forward is written once. The products (the `gemm` crate's packed
+//!   kernels, see below) and the training attention (which keeps every
+//!   head's softmax probabilities for the backward pass) are this module's.
+//! - **Chosen by the execution plan.** A trainer runs this step where the
+//!   model's plan says so ([`privmix_models::ExecutionPlan::host_training`]:
+//!   burn autodiff over burn-flex, a Llama-family decoder with rotate-half
+//!   RoPE), reading the decoder's weights through [`HostTrainable`].
 //! - **Frozen base, activation gradients only.** No weight gradient of the
 //!   base is formed; the backward pass carries `dL/dx` through every frozen
 //!   product (`dx = dy · W`) and forms `dA = x̃ᵀ (s · dy Bᵀ)`,

@@ -20,8 +20,7 @@ use privmix_models::{Projection, Site};
 use rayon::prelude::*;
 
 use super::kernels::{
-    Mat, gemm_into, matmul, rms_norm, rms_norm_backward, rope, rope_tables, silu_gated,
-    silu_gated_backward,
+    Mat, StepRope, gemm_into, matmul, rms_norm, rms_norm_backward, silu_gated, silu_gated_backward,
 };
 use super::weights::{HostLinear, HostLlama, PROJECTIONS};
 use crate::train::error::TrainError;
@@ -86,7 +85,6 @@ struct LoraSaved {
 /// What the forward pass keeps of one block.
 struct Saved {
     x: Vec<f32>,
-    inv1: Vec<f32>,
     n1: Vec<f32>,
     q: Vec<f32>,
     k: Vec<f32>,
@@ -94,7 +92,6 @@ struct Saved {
     probs: Vec<f32>,
     attn: Vec<f32>,
     x2: Vec<f32>,
-    inv2: Vec<f32>,
     n2: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
@@ -105,8 +102,8 @@ struct Saved {
 impl Saved {
     fn give(self, pool: &mut Pool) {
         for b in [
-            self.x, self.inv1, self.n1, self.q, self.k, self.v, self.probs, self.attn, self.x2,
-            self.inv2, self.n2, self.gate, self.up, self.act,
+            self.x, self.n1, self.q, self.k, self.v, self.probs, self.attn, self.x2, self.n2,
+            self.gate, self.up, self.act,
         ] {
             pool.give(b);
         }
@@ -246,7 +243,7 @@ impl HostLlama {
     pub(super) fn row_floats(&self, seq: usize, lora_per_token: usize) -> (usize, usize) {
         let inter = self.blocks.first().map_or(0, |b| b.proj[4].fan_out);
         let (qw, kw) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-        let per_token = 4 * self.hidden + 2 * qw + 2 * kw + 3 * inter + 2 + self.heads * seq;
+        let per_token = 4 * self.hidden + 2 * qw + 2 * kw + 3 * inter + self.heads * seq;
         let layer = seq * per_token + seq * lora_per_token / self.blocks.len().max(1);
         let layers = self.blocks.len();
         (layers * layer, layers * seq * self.hidden + layer)
@@ -427,7 +424,7 @@ impl Ctx<'_> {
     /// The chunk's losses only (nothing saved).
     fn forward_losses(&self, blocks: &[&Vec<u32>], sums: &mut [f64], pool: &mut Pool) {
         let m = self.m;
-        let tables = rope_tables(&m.inv_freq, self.seq);
+        let tables = StepRope::new(&m.rope, self.seq);
         let mut x = self.embed(blocks, pool);
         for layer in 0..m.blocks.len() {
             let (s, next) = self.block_forward(layer, x, &tables, pool);
@@ -455,7 +452,7 @@ impl Ctx<'_> {
     ) {
         let m = self.m;
         let (h, n) = (m.hidden, self.tokens);
-        let tables = rope_tables(&m.inv_freq, self.seq);
+        let tables = StepRope::new(&m.rope, self.seq);
         let mut x = self.embed(blocks, pool);
         let mut saved = Vec::with_capacity(m.blocks.len());
         let mut inputs = Vec::with_capacity(m.blocks.len());
@@ -475,11 +472,11 @@ impl Ctx<'_> {
         }
         // Final norm, head, cross-entropy.
         let mut nf = pool.take(n * h);
-        let invf = rms_norm(&x, &m.norm, m.eps, &mut nf);
+        rms_norm(&x, &m.norm, m.eps, &mut nf);
         let mut dnf = pool.take(n * h);
         self.head(blocks, &nf, Some(&mut dnf), sums, pool);
         let mut dx = pool.take(n * h);
-        rms_norm_backward(&x, &invf, &m.norm, &dnf, &mut dx);
+        rms_norm_backward(&x, &m.norm, m.eps, &dnf, &mut dx);
         for b in [x, nf, dnf] {
             pool.give(b);
         }
@@ -699,7 +696,7 @@ impl Ctx<'_> {
         &self,
         layer: usize,
         x: Vec<f32>,
-        tables: &(Vec<f32>, Vec<f32>),
+        tables: &StepRope<'_>,
         pool: &mut Pool,
     ) -> (Saved, Vec<f32>) {
         let m = self.m;
@@ -709,7 +706,7 @@ impl Ctx<'_> {
         let site = |module| Some(Site { layer, module });
         let mut lora = HashMap::new();
         let mut n1 = pool.take(n * h);
-        let inv1 = rms_norm(&x, &blk.norm1, m.eps, &mut n1);
+        rms_norm(&x, &blk.norm1, m.eps, &mut n1);
         let mut q = pool.take(n * qw);
         let mut k = pool.take(n * kw);
         let mut v = pool.take(n * kw);
@@ -718,8 +715,8 @@ impl Ctx<'_> {
                 lora.insert(PROJECTIONS[i], s);
             }
         }
-        rope(&mut q, qw, hd, self.seq, tables, false);
-        rope(&mut k, kw, hd, self.seq, tables, false);
+        tables.apply(&mut q, m.heads, false);
+        tables.apply(&mut k, m.kv_heads, false);
         let mut probs = pool.take(self.rows * m.heads * self.seq * self.seq);
         let mut attn = pool.take(n * qw);
         self.attention(&q, &k, &v, &mut probs, &mut attn);
@@ -733,7 +730,7 @@ impl Ctx<'_> {
         }
         pool.give(o);
         let mut n2 = pool.take(n * h);
-        let inv2 = rms_norm(&x2, &blk.norm2, m.eps, &mut n2);
+        rms_norm(&x2, &blk.norm2, m.eps, &mut n2);
         let inter = blk.proj[4].fan_out;
         let mut gate = pool.take(n * inter);
         let mut up = pool.take(n * inter);
@@ -753,7 +750,6 @@ impl Ctx<'_> {
         }
         let saved = Saved {
             x,
-            inv1,
             n1,
             q,
             k,
@@ -761,7 +757,6 @@ impl Ctx<'_> {
             probs,
             attn,
             x2,
-            inv2,
             n2,
             gate,
             up,
@@ -942,7 +937,7 @@ impl Ctx<'_> {
         layer: usize,
         s: Saved,
         mut dx: Vec<f32>,
-        tables: &(Vec<f32>, Vec<f32>),
+        tables: &StepRope<'_>,
         grads: &mut [Vec<f32>],
         pool: &mut Pool,
     ) -> Vec<f32> {
@@ -953,7 +948,6 @@ impl Ctx<'_> {
         let site = |module| Site { layer, module };
         let Saved {
             x,
-            inv1,
             n1,
             q,
             k,
@@ -961,7 +955,6 @@ impl Ctx<'_> {
             probs,
             attn,
             x2,
-            inv2,
             n2,
             mut gate,
             mut up,
@@ -1001,7 +994,7 @@ impl Ctx<'_> {
                 );
             }
         }
-        rms_norm_backward(&x2, &inv2, &blk.norm2, &dn2, &mut dx);
+        rms_norm_backward(&x2, &blk.norm2, m.eps, &dn2, &mut dx);
         pool.give(dn2);
         // Attention: o, softmax, RoPE, q/k/v.
         let mut da = pool.take(n * qw);
@@ -1022,8 +1015,8 @@ impl Ctx<'_> {
         let mut dv = pool.take(n * kw);
         self.attention_backward((&q, &k, &v, &probs), &da, &mut dq, &mut dk, &mut dv);
         pool.give(da);
-        rope(&mut dq, qw, hd, self.seq, tables, true);
-        rope(&mut dk, kw, hd, self.seq, tables, true);
+        tables.apply(&mut dq, m.heads, true);
+        tables.apply(&mut dk, m.kv_heads, true);
         let need_dx = layer > 0;
         let mut dn1 = pool.take(if need_dx { n * h } else { 0 });
         if need_dx {
@@ -1038,10 +1031,10 @@ impl Ctx<'_> {
             }
         }
         if need_dx {
-            rms_norm_backward(&x, &inv1, &blk.norm1, &dn1, &mut dx);
+            rms_norm_backward(&x, &blk.norm1, m.eps, &dn1, &mut dx);
         }
         for b in [
-            dn1, dq, dk, dv, x, inv1, n1, q, k, v, probs, attn, x2, inv2, n2, gate, up, act,
+            dn1, dq, dk, dv, x, n1, q, k, v, probs, attn, x2, n2, gate, up, act,
         ] {
             pool.give(b);
         }

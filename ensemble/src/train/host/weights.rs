@@ -7,8 +7,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
 #[cfg(test)]
 use privmix_models::Model;
-use privmix_models::layers::rope::inv_freq;
-use privmix_models::layers::{Linear, RmsNorm, RopeStyle};
+use privmix_models::layers::{Linear, RmsNorm, Rope, RopeStyle};
 use privmix_models::runtime::to_vec;
 use privmix_models::{Llama, Projection};
 
@@ -163,7 +162,8 @@ pub(crate) struct HostLlama {
     pub blocks: Vec<HostBlock>,
     pub norm: Vec<f32>,
     pub head: HostLinear,
-    pub inv_freq: Vec<f32>,
+    /// The rotary embedding (rotate-half pairing).
+    pub rope: Rope,
     /// Bytes of saved activations a step aims to stay within (see the
     /// `step` module): [`ACTIVATION_BUDGET`] unless a test sets less.
     pub activation_budget: usize,
@@ -229,7 +229,7 @@ impl HostLlama {
             blocks,
             norm: gain(m.final_norm())?,
             head,
-            inv_freq: inv_freq(c.rope_theta, c.head_dim, c.rope_scaling),
+            rope: Rope::new(c.rope_theta, c.head_dim, c.rope_scaling, c.rope_style),
             activation_budget: ACTIVATION_BUDGET,
             pool: Mutex::new(Pool::default()),
         })
