@@ -182,9 +182,10 @@ pub(crate) fn pairing(style: RopeStyle, head_dim: usize) -> (usize, usize) {
 /// Rotates every head of `x` in place, in host memory: `x` holds
 /// `head_dim`-wide heads, `heads` per token, token `i` rotated by the
 /// tables' position `first + i` ([`Rope::host_tables`]); each pair
-/// `(a, b)` becomes `(a·cos − b·sin, b·cos + a·sin)`. The kernel of
-/// [`RopeAngles::apply_host`]; its backward pass (the rotation by the
-/// opposite angle) is [`crate::ops::backward::rotate_host_backward`].
+/// `(a, b)` becomes `(a·cos − b·sin, b·cos + a·sin)`. The kernel of the
+/// decode path's host rotation (`RopeAngles::apply_host`); its backward
+/// pass (the rotation by the opposite angle) is
+/// `privmix_models::ops::backward::rotate_host_backward`.
 pub fn rotate_host(
     x: &mut [f32],
     heads: usize,
