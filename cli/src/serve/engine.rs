@@ -422,6 +422,9 @@ fn step_events(
                 a.outbox.push(Event::Refused { message });
                 a.finished = Some(Finish::BudgetExhausted);
             } else {
+                // The tokens released so far were charged: send the text still held
+                // back (an incomplete character, a possible stop string's start).
+                flush_rest(a, tokenizer)?;
                 finish(a, Finish::BudgetExhausted, store, config)?;
             }
             return Ok(());
@@ -438,8 +441,7 @@ fn step_events(
     let token = u32::try_from(token)
         .map_err(|_| CliError::arg("--model", "a token index does not fit in u32"))?;
     if config.stop_ids.contains(&token) {
-        a.text.push_str(&a.detok.finish(tokenizer)?);
-        flush(a, true);
+        flush_rest(a, tokenizer)?;
         return finish(a, Finish::Stop, store, config);
     }
     let piece = a.detok.push(tokenizer, token)?;
@@ -451,13 +453,21 @@ fn step_events(
     }
     flush(a, false);
     if a.detok.tokens().len() as u64 >= a.job.max_tokens {
-        a.text.push_str(&a.detok.finish(tokenizer)?);
-        if let Some(cut) = stop_position(&a.text, &a.job.stop) {
-            a.text.truncate(cut);
-        }
-        flush(a, true);
+        flush_rest(a, tokenizer)?;
         return finish(a, Finish::Length, store, config);
     }
+    Ok(())
+}
+
+/// At a request's end: decodes what the detokeniser still holds, cuts the text at
+/// a stop string, and sends everything not yet sent (every ending whose tokens were
+/// charged goes through here, so no paid-for text is held back).
+fn flush_rest(a: &mut Active, tokenizer: &Tokenizer) -> Result<(), CliError> {
+    a.text.push_str(&a.detok.finish(tokenizer)?);
+    if let Some(cut) = stop_position(&a.text, &a.job.stop) {
+        a.text.truncate(cut.max(a.sent));
+    }
+    flush(a, true);
     Ok(())
 }
 
