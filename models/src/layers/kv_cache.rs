@@ -383,30 +383,55 @@ impl<B: Backend> KvCache<B> {
             )));
         }
         self.rows = keep.iter().map(|&r| self.rows[r].clone()).collect();
+        self.keep_in_layers(Kept::Rows, keep);
+        Ok(())
+    }
+
+    /// Keeps only the rows or slots `keep` (in that order) of every layer's
+    /// keys and values. Keeping none leaves layers holding no keys (what
+    /// `append_rows` expects of a cache of no rows), not layers of zero
+    /// rows or slots.
+    fn keep_in_layers(&mut self, kept: Kept, keep: &[usize]) {
         if keep.is_empty() {
-            // A cache of no rows holds no keys (what `append_rows` expects
-            // of it), not layers of zero rows.
             self.layers.fill(Layer::Empty);
-            return Ok(());
+            return;
         }
+        let idx: Vec<i64> = keep.iter().map(|&i| i as i64).collect();
+        // Keys and values are `[rows, kv_heads, slots, head_dim]`.
+        let dim = match kept {
+            Kept::Rows => 0,
+            Kept::Slots => 2,
+        };
         for entry in &mut self.layers {
             match entry {
                 Layer::Empty => {}
                 Layer::Tensors(k, v) => {
-                    let idx: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
                     let idx = Tensor::<B, 1, burn::tensor::Int>::from_data(
-                        TensorData::new(idx, [keep.len()]),
+                        TensorData::new(idx.clone(), [keep.len()]),
                         &k.device(),
                     );
-                    *entry =
-                        Layer::Tensors(k.clone().select(0, idx.clone()), v.clone().select(0, idx));
+                    *entry = Layer::Tensors(
+                        k.clone().select(dim, idx.clone()),
+                        v.clone().select(dim, idx),
+                    );
                 }
                 #[cfg(feature = "flex")]
-                Layer::Host(kv) => kv.select_rows(keep),
+                Layer::Host(kv) => match kept {
+                    Kept::Rows => kv.select_rows(keep),
+                    Kept::Slots => kv.keep_slots(keep),
+                },
             }
         }
-        Ok(())
     }
+}
+
+/// What [`KvCache::keep_in_layers`] selects.
+#[derive(Debug, Clone, Copy)]
+enum Kept {
+    /// Batch rows.
+    Rows,
+    /// Slots (positions) of every row.
+    Slots,
 }
 
 /// What a layer holds: its representation and
@@ -626,26 +651,7 @@ impl<B: Backend> KvCache<B> {
             row.valid = keep.iter().map(|&j| row.valid[j]).collect();
             row.position = keep.iter().map(|&j| row.position[j]).collect();
         }
-        if keep.is_empty() {
-            self.layers.fill(Layer::Empty);
-            return dropped;
-        }
-        for entry in &mut self.layers {
-            match entry {
-                Layer::Empty => {}
-                Layer::Tensors(k, v) => {
-                    let idx: Vec<i64> = keep.iter().map(|&j| j as i64).collect();
-                    let idx = Tensor::<B, 1, burn::tensor::Int>::from_data(
-                        TensorData::new(idx, [keep.len()]),
-                        &k.device(),
-                    );
-                    *entry =
-                        Layer::Tensors(k.clone().select(2, idx.clone()), v.clone().select(2, idx));
-                }
-                #[cfg(feature = "flex")]
-                Layer::Host(kv) => kv.keep_slots(&keep),
-            }
-        }
+        self.keep_in_layers(Kept::Slots, &keep);
         dropped
     }
 }
