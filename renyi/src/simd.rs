@@ -61,61 +61,8 @@ pub fn warm(row: &[f64]) {
     std::hint::black_box(acc);
 }
 
-/// Software prefetch of cache lines that a kernel will read next, so that memory
-/// latency overlaps with the current computation (unlike [`warm`], which waits for
-/// its loads). A hint only: it reads nothing architecturally, never faults, and
-/// changes no result. Through `pulp`'s safe wrapper of SSE's `prefetcht0`
-/// (`pulp::x86::V1`, present on every x86-64 CPU); a no-op elsewhere.
-///
-/// The mechanisms' leave-one-out pass uses it as `privmix_renyi::simd::Prefetch`
-/// (the model runtime, which does not depend on the privacy crates, has its own
-/// for its CPU kernels). It prefetches from slices of any element type.
-///
-/// ```
-/// use privmix_renyi::simd::Prefetch;
-///
-/// let row = vec![0.5_f32; 4096];
-/// let prefetch = Prefetch::new();
-/// let mut sum = 0.0;
-/// for (i, x) in row.iter().enumerate() {
-///     if i % 16 == 0 {
-///         prefetch.line(&row, i + 256); // past the end: nothing is asked for
-///     }
-///     sum += x;
-/// }
-/// assert_eq!(sum, 2048.0);
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct Prefetch {
-    #[cfg(target_arch = "x86_64")]
-    v1: Option<pulp::x86::V1>,
-}
-
-impl Default for Prefetch {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Prefetch {
-    /// The CPU's prefetch instruction, if it has one this crate can use.
-    pub fn new() -> Self {
-        Prefetch {
-            #[cfg(target_arch = "x86_64")]
-            v1: pulp::x86::V1::try_new(),
-        }
-    }
-
-    /// Asks for the cache line holding `row[index]` (nothing past the row's end).
-    #[inline(always)]
-    pub fn line<T>(&self, row: &[T], index: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if let (Some(v1), Some(x)) = (self.v1, row.get(index)) {
-            let at: *const T = x;
-            v1.sse
-                ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (row, index);
-    }
-}
+/// Software prefetch of the cache lines a kernel reads next (`privmix-simd`'s,
+/// the one the model runtime's kernels use too): the mechanisms' leave-one-out
+/// pass uses it as `privmix_renyi::simd::Prefetch`, this crate's ratio pass of
+/// the mixture kernels as [`crate::simd::Prefetch`].
+pub use privmix_simd::Prefetch;

@@ -20,7 +20,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The crates whose sources are read.
-const CRATES: [&str; 9] = [
+const CRATES: [&str; 10] = [
+    "simd",
     "renyi",
     "accountant",
     "mixing",

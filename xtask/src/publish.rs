@@ -12,7 +12,8 @@ use crate::workspace::workspace_root;
 const UNPUBLISHED: [&str; 2] = ["privmix-bench", "privmix-xtask"];
 
 /// The publishable crates, in dependency order.
-const PUBLISHED: [&str; 7] = [
+const PUBLISHED: [&str; 8] = [
+    "privmix-simd",
     "privmix-renyi",
     "privmix-accountant",
     "privmix-mixing",
