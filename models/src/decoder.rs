@@ -1,22 +1,30 @@
-//! The one pre-norm decoder Llama and Gemma share: RMSNorm, rotary
-//! embeddings, grouped-query attention and a gated MLP, written once over
-//! the block operations ([`crate::ops::BlockOps`]). What Gemma changes is
-//! stated by a value, [`DecoderVariant`], as candle's and llama-burn's
+//! The one pre-norm decoder Llama, Gemma and GPT-2 share: a norm,
+//! multi-head attention over the KV cache and an MLP per block, written once
+//! over the block operations ([`crate::ops::BlockOps`]). What Gemma changes
+//! is stated by a value, [`DecoderVariant`], as candle's and llama-burn's
 //! configurations state it: an embedding scale, sandwich norms around the
-//! attention and the MLP, the MLP's gate activation (GeGLU for SwiGLU), and
+//! attention and the MLP, the MLP's activation (GeGLU for SwiGLU), and
 //! sliding-window layers with their own (local) RoPE; plus final-logit
-//! soft-capping (Gemma 2). The architectures' files keep what differs at
-//! load (names, norm gains, head counts) and their configurations.
+//! soft-capping (Gemma 2). What GPT-2 changes is in its modules, built by
+//! its loader ([`crate::gpt2`]): LayerNorm for RMSNorm ([`Norm`]), one fused
+//! query/key/value projection ([`QkvProjections::Fused`]), an MLP without a
+//! gate, and learned absolute positions added at embedding for RoPE. The
+//! architectures' files keep what differs at load (names, norm gains, head
+//! counts) and their configurations.
 
-use burn::tensor::{Tensor, backend::Backend};
+mod block;
+
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+
+pub(crate) use block::{Block, BlockSites, Mlp};
 
 use crate::error::ModelError;
 use crate::layers::activation::soft_cap;
 use crate::layers::{
-    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Projection, RmsNorm, Rope,
-    RopeScaling, RopeStyle, Site,
+    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Norm, Projection, QkvProjections,
+    RmsNorm, Rope, RopeScaling, RopeStyle, Site,
 };
-use crate::ops::{BlockOps, GateActivation};
+use crate::ops::{BlockOps, MlpActivation};
 use crate::plan::ExecutionPlan;
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
@@ -33,9 +41,10 @@ pub struct DecoderVariant {
     /// and the MLP output by `post_feedforward_layernorm`. Without them
     /// (Llama, Gemma 1) `post_attention_layernorm` is the MLP's pre-norm.
     pub sandwich_norms: bool,
-    /// The gated MLP's activation, `act(gate) · up`: SiLU (SwiGLU) or GELU
-    /// (GeGLU).
-    pub activation: GateActivation,
+    /// The MLP's activation: of the gate, `act(gate) · up`, SiLU (SwiGLU)
+    /// or GELU (GeGLU); of the up projection in an MLP without a gate
+    /// (GPT-2's GELU).
+    pub activation: MlpActivation,
     /// Sliding-window layers (Gemma 2/3) see at most this many positions
     /// back, rotated by [`DecoderVariant::local_rope_theta`]'s RoPE.
     pub sliding_window: Option<usize>,
@@ -51,11 +60,42 @@ impl DecoderVariant {
     pub const LLAMA: Self = Self {
         embed_scale: None,
         sandwich_norms: false,
-        activation: GateActivation::Silu,
+        activation: MlpActivation::Silu,
         sliding_window: None,
         local_rope_theta: None,
         final_logit_softcap: None,
     };
+}
+
+/// An architecture's configuration as the decoder loads it under HF
+/// Llama's tensor names (Llama, Gemma): its shapes and how it differs from
+/// Llama.
+pub(crate) trait DecoderConfig: Clone {
+    /// The shapes and per-layer options.
+    fn shape(&self) -> DecoderShape;
+    /// How the decoder differs from Llama's.
+    fn variant(&self) -> DecoderVariant;
+    /// `plan` with the host training step decided for backend `B`
+    /// ([`ExecutionPlan::with_host_training`]); unchanged (never planned)
+    /// where the architecture has no host training step.
+    fn with_host_training<B: Backend>(&self, plan: ExecutionPlan) -> ExecutionPlan {
+        plan
+    }
+}
+
+/// Builds the decoder `config` states from `weights` (HF names; see
+/// [`WeightSource`]), checking every tensor's shape, with `plan`'s
+/// load-time choices ([`crate::LoadOptions::plan`]); completes the plan from
+/// the projections it loaded. Reached through [`crate::Model::load`].
+pub(crate) fn load<B: Backend, C: DecoderConfig>(
+    config: &C,
+    weights: &WeightSource,
+    plan: ExecutionPlan,
+    device: &B::Device,
+) -> Result<Decoder<B, C>, ModelError> {
+    let (shape, variant) = (config.shape(), config.variant());
+    let plan = config.with_host_training::<B>(plan);
+    Decoder::load(config.clone(), shape, variant, weights, plan, device)
 }
 
 /// The shapes and per-layer options a decoder is loaded with, from an
@@ -86,39 +126,8 @@ pub(crate) struct DecoderShape {
     pub rope_style: RopeStyle,
 }
 
-/// The gated MLP: `down(act(gate(x)) · up(x))`.
-#[derive(Debug, Clone)]
-struct Mlp<B: Backend> {
-    gate: Linear<B>,
-    up: Linear<B>,
-    down: Linear<B>,
-}
-
-/// One pre-norm decoder block.
-#[derive(Debug, Clone)]
-struct Block<B: Backend> {
-    input_layernorm: RmsNorm<B>,
-    attn: Attention<B>,
-    post_attention_layernorm: RmsNorm<B>,
-    /// `pre_feedforward_layernorm` and `post_feedforward_layernorm`
-    /// (sandwich norms).
-    feedforward_norms: Option<(RmsNorm<B>, RmsNorm<B>)>,
-    mlp: Mlp<B>,
-    sliding: bool,
-}
-
-impl<B: Backend> Block<B> {
-    /// The block's seven projections.
-    fn projections(&self) -> [&Linear<B>; 7] {
-        let (a, m) = (&self.attn, &self.mlp);
-        [
-            &a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj, &m.gate, &m.up, &m.down,
-        ]
-    }
-}
-
-/// A Llama-shaped decoder on backend `B` with configuration `C`
-/// ([`crate::Llama`], [`crate::Gemma`]).
+/// A pre-norm decoder on backend `B` with configuration `C`
+/// ([`crate::Llama`], [`crate::Gemma`], [`crate::Gpt2`]).
 #[derive(Debug, Clone)]
 pub struct Decoder<B: Backend, C> {
     /// Its configuration.
@@ -126,13 +135,30 @@ pub struct Decoder<B: Backend, C> {
     variant: DecoderVariant,
     vocab_size: usize,
     embed_tokens: Tensor<B, 2>,
+    /// Learned absolute positions added at embedding (GPT-2's `wpe`,
+    /// `[positions, hidden]`); without them, RoPE rotates queries and keys.
+    embed_positions: Option<Tensor<B, 2>>,
     layers: Vec<Block<B>>,
-    norm: RmsNorm<B>,
+    norm: Norm<B>,
     lm_head: Linear<B>,
-    rope: Rope,
+    rope: Option<Rope>,
     rope_local: Option<Rope>,
+    sites: BlockSites,
     plan: ExecutionPlan,
     device: B::Device,
+}
+
+/// A decoder's modules, as an architecture's loader built them
+/// ([`Decoder::assemble`]).
+pub(crate) struct DecoderModules<B: Backend> {
+    pub embed_tokens: Tensor<B, 2>,
+    pub embed_positions: Option<Tensor<B, 2>>,
+    pub layers: Vec<Block<B>>,
+    pub norm: Norm<B>,
+    pub lm_head: Linear<B>,
+    pub rope: Option<Rope>,
+    pub rope_local: Option<Rope>,
+    pub sites: BlockSites,
 }
 
 impl<B: Backend, C> Decoder<B, C> {
@@ -149,9 +175,10 @@ impl<B: Backend, C> Decoder<B, C> {
     ) -> Result<Self, ModelError> {
         let s = &shape;
         let (h, hd) = (s.hidden_size, s.attention.head_dim);
-        let norm = |name: &str, dim| {
+        let rms = |name: &str, dim| {
             weights.rms_norm::<B>(name, dim, s.rms_norm_eps, s.norm_one_plus, device)
         };
+        let norm = |name: &str, dim| rms(name, dim).map(Norm::Rms);
         let embed_tokens =
             weights.tensor2::<B>("model.embed_tokens.weight", s.vocab_size, h, device)?;
         let mut layers = Vec::with_capacity(s.sliding_layers.len());
@@ -169,14 +196,16 @@ impl<B: Backend, C> Decoder<B, C> {
             let (q_width, kv_width) = (s.attention.num_heads * hd, s.attention.num_kv_heads * hd);
             let qk_norm = |name: &str| {
                 s.qk_norm
-                    .then(|| norm(&format!("{p}.self_attn.{name}.weight"), hd))
+                    .then(|| rms(&format!("{p}.self_attn.{name}.weight"), hd))
                     .transpose()
             };
             let attn = Attention {
                 config: s.attention.clone(),
-                q_proj: lin("self_attn.q_proj", h, q_width, s.attention_bias)?,
-                k_proj: lin("self_attn.k_proj", h, kv_width, s.attention_bias)?,
-                v_proj: lin("self_attn.v_proj", h, kv_width, s.attention_bias)?,
+                qkv: QkvProjections::Separate([
+                    lin("self_attn.q_proj", h, q_width, s.attention_bias)?,
+                    lin("self_attn.k_proj", h, kv_width, s.attention_bias)?,
+                    lin("self_attn.v_proj", h, kv_width, s.attention_bias)?,
+                ]),
                 o_proj: lin("self_attn.o_proj", q_width, h, s.attention_bias)?,
                 q_norm: qk_norm("q_norm")?,
                 k_norm: qk_norm("k_norm")?,
@@ -196,7 +225,7 @@ impl<B: Backend, C> Decoder<B, C> {
                 post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"), h)?,
                 feedforward_norms,
                 mlp: Mlp {
-                    gate: lin("mlp.gate_proj", h, m, s.mlp_bias)?,
+                    gate: Some(lin("mlp.gate_proj", h, m, s.mlp_bias)?),
                     up: lin("mlp.up_proj", h, m, s.mlp_bias)?,
                     down: lin("mlp.down_proj", m, h, s.mlp_bias)?,
                 },
@@ -208,28 +237,60 @@ impl<B: Backend, C> Decoder<B, C> {
         } else {
             weights.linear("lm_head", (h, s.vocab_size), false, plan.products, device)?
         };
-        let plan = plan.with_projections(
-            layers
-                .iter()
-                .flat_map(Block::projections)
-                .map(Linear::projection_kernel),
-            None,
-        );
-        Ok(Self {
-            config,
-            variant,
-            vocab_size: s.vocab_size,
+        let modules = DecoderModules {
             embed_tokens,
+            embed_positions: None,
             layers,
             norm: norm("model.norm.weight", h)?,
             lm_head,
-            rope: Rope::new(s.rope_theta, hd, s.rope_scaling, s.rope_style),
+            rope: Some(Rope::new(s.rope_theta, hd, s.rope_scaling, s.rope_style)),
             rope_local: variant
                 .local_rope_theta
                 .map(|theta| Rope::new(theta, hd, RopeScaling::None, s.rope_style)),
+            sites: BlockSites::LLAMA,
+        };
+        Ok(Self::assemble(
+            config,
+            variant,
+            s.vocab_size,
+            modules,
+            plan,
+            device,
+        ))
+    }
+
+    /// The decoder of `modules` (as an architecture's loader built them);
+    /// completes `plan` from their projections.
+    pub(crate) fn assemble(
+        config: C,
+        variant: DecoderVariant,
+        vocab_size: usize,
+        modules: DecoderModules<B>,
+        plan: ExecutionPlan,
+        device: &B::Device,
+    ) -> Self {
+        let m = modules;
+        let plan = plan.with_projections(
+            m.layers
+                .iter()
+                .flat_map(|b| b.projections(m.sites))
+                .map(|(p, _)| p.projection_kernel()),
+        );
+        Self {
+            config,
+            variant,
+            vocab_size,
+            embed_tokens: m.embed_tokens,
+            embed_positions: m.embed_positions,
+            layers: m.layers,
+            norm: m.norm,
+            lm_head: m.lm_head,
+            rope: m.rope,
+            rope_local: m.rope_local,
+            sites: m.sites,
             plan,
             device: device.clone(),
-        })
+        }
     }
 
     /// Which implementations run the forward pass.
@@ -247,14 +308,27 @@ impl<B: Backend, C> Decoder<B, C> {
         &self.embed_tokens
     }
 
+    /// The learned absolute positions added at embedding (GPT-2's `wpe`),
+    /// `[positions, hidden]`, if the decoder has them.
+    pub fn embed_positions(&self) -> Option<&Tensor<B, 2>> {
+        self.embed_positions.as_ref()
+    }
+
     /// The attention block of layer `layer`.
     pub fn attention(&self, layer: usize) -> Option<&Attention<B>> {
         self.layers.get(layer).map(|b| &b.attn)
     }
 
     /// The norm after the last block.
-    pub fn final_norm(&self) -> &RmsNorm<B> {
+    pub fn final_norm(&self) -> &Norm<B> {
         &self.norm
+    }
+
+    /// The projection at `site` (weights `[in, out]`), if the model has it.
+    pub fn projection(&self, site: Site) -> Option<&Linear<B>> {
+        self.layers
+            .get(site.layer)?
+            .projection(site.module, self.sites)
     }
 
     /// The output head (the embedding matrix, transposed, when tied).
@@ -265,20 +339,23 @@ impl<B: Backend, C> Decoder<B, C> {
     /// The norms and projections of decoder block `layer`, for code that
     /// computes the same forward outside burn (a host trainer's forward and
     /// backward pass); the fields carry HF transformers' names. `None` past
-    /// the last layer, and for a variant with sandwich norms (which
-    /// [`DecoderBlockParts`] does not hold).
+    /// the last layer, and for blocks [`DecoderBlockParts`] does not hold:
+    /// sandwich norms, LayerNorms, a fused query/key/value projection, an
+    /// MLP without a gate.
     pub fn block_parts(&self, layer: usize) -> Option<DecoderBlockParts<'_, B>> {
         if self.variant.sandwich_norms {
             return None;
         }
-        self.layers.get(layer).map(|b| DecoderBlockParts {
-            input_layernorm: &b.input_layernorm,
-            q_proj: &b.attn.q_proj,
-            k_proj: &b.attn.k_proj,
-            v_proj: &b.attn.v_proj,
+        let b = self.layers.get(layer)?;
+        let [q_proj, k_proj, v_proj] = b.attn.separate_qkv()?;
+        Some(DecoderBlockParts {
+            input_layernorm: b.input_layernorm.as_rms()?,
+            q_proj,
+            k_proj,
+            v_proj,
             o_proj: &b.attn.o_proj,
-            post_attention_layernorm: &b.post_attention_layernorm,
-            gate_proj: &b.mlp.gate,
+            post_attention_layernorm: b.post_attention_layernorm.as_rms()?,
+            gate_proj: b.mlp.gate.as_ref()?,
             up_proj: &b.mlp.up,
             down_proj: &b.mlp.down,
         })
@@ -333,9 +410,14 @@ impl<B: Backend, C: Sync> LanguageModel<B> for Decoder<B, C> {
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 3>, ModelError> {
         self.plan.run(|| {
+            self.check_positions(batch, cache)?;
             let step = start_step(self, batch, cache)?;
+            let positions = self
+                .embed_positions
+                .as_ref()
+                .map(|table| (table, position_ids(batch, &step.positions, &self.device)));
             crate::ops::dispatch!(self.plan, batch, delta, &self.device, |ops| self
-                .blocks(ops, step, cache))
+                .blocks(ops, step, positions, cache))
         })
     }
 
@@ -351,28 +433,53 @@ impl<B: Backend, C: Sync> LanguageModel<B> for Decoder<B, C> {
 }
 
 impl<B: Backend, C> Decoder<B, C> {
-    /// The decoder blocks and the final norm, in the block operations `ops`.
+    /// Rejects a step that would take some row past the learned positions
+    /// (before the cache is touched).
+    fn check_positions(&self, batch: &Batch, cache: &KvCache<B>) -> Result<(), ModelError> {
+        let Some(table) = &self.embed_positions else {
+            return Ok(());
+        };
+        let max = table.dims()[0];
+        for row in 0..batch.rows() {
+            let before = cache.real_tokens(row).unwrap_or(0);
+            let new = (0..batch.len()).filter(|&i| batch.is_real(row, i)).count();
+            if before + new > max {
+                return Err(ModelError::bad_input(format!(
+                    "row {row}: {} tokens exceed the model's {max} learned positions",
+                    before + new
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The decoder blocks and the final norm, in the block operations `ops`;
+    /// `positions`: the learned position table and each token's row of it.
     fn blocks<O: BlockOps<B>>(
         &self,
         mut ops: O,
         Step { ids, positions }: Step<B>,
+        learned: Option<(&Tensor<B, 2>, Tensor<B, 2, Int>)>,
         cache: &mut KvCache<B>,
     ) -> Result<Tensor<B, 3>, ModelError> {
         let v = &self.variant;
         let new_tokens = positions.first().map_or(0, Vec::len);
         let global = (
-            self.rope.angles::<B>(&positions, &self.device),
+            self.rope
+                .as_ref()
+                .map(|rope| rope.angles::<B>(&positions, &self.device)),
             cache.step_mask(new_tokens, None, &self.device),
         );
         // The sliding-window layers' rotation and mask, where there are any.
         let local = self.layers.iter().any(|b| b.sliding).then(|| {
-            let rope = self.rope_local.as_ref().unwrap_or(&self.rope);
+            let rope = self.rope_local.as_ref().or(self.rope.as_ref());
             (
-                rope.angles::<B>(&positions, &self.device),
+                rope.map(|rope| rope.angles::<B>(&positions, &self.device)),
                 cache.step_mask(new_tokens, v.sliding_window, &self.device),
             )
         });
-        let mut x = ops.embed(&self.embed_tokens, ids, v.embed_scale)?;
+        let sites = self.sites;
+        let mut x = ops.embed(&self.embed_tokens, ids, v.embed_scale, learned)?;
         let first = self.layers.first();
         let mut n = ops.norm(first.map_or(&self.norm, |b| &b.input_layernorm), &x);
         for (i, block) in self.layers.iter().enumerate() {
@@ -382,31 +489,42 @@ impl<B: Backend, C> Decoder<B, C> {
                 Some(local) if block.sliding => local,
                 _ => &global,
             };
-            let qkv = ops.project(
-                &n,
-                [
-                    (&attn.q_proj, site(Projection::Q)),
-                    (&attn.k_proj, site(Projection::K)),
-                    (&attn.v_proj, site(Projection::V)),
-                ],
-            );
-            let heads = ops.attend(attn, i, qkv, angles, mask, cache);
-            let [o] = ops.project(&heads, [(&attn.o_proj, site(Projection::O))]);
+            let qkv = match &attn.qkv {
+                QkvProjections::Separate([q, k, v]) => ops.project(
+                    &n,
+                    [
+                        (q, site(Projection::Q)),
+                        (k, site(Projection::K)),
+                        (v, site(Projection::V)),
+                    ],
+                ),
+                QkvProjections::Fused(qkv) => {
+                    let [fused] = ops.project(&n, [(qkv, site(sites.fused_qkv))]);
+                    ops.split(fused, attn.qkv_widths())
+                }
+            };
+            let heads = ops.attend(attn, i, qkv, angles.as_ref(), mask, cache);
+            let [o] = ops.project(&heads, [(&attn.o_proj, site(sites.o))]);
             // Sandwich norms: norm the attention output, then pre-norm the
             // MLP input; else the post-attention norm is the MLP's pre-norm.
             (x, n) = match &block.feedforward_norms {
                 Some((pre, _)) => ops.residual(x, o, Some(&block.post_attention_layernorm), pre),
                 None => ops.residual(x, o, None, &block.post_attention_layernorm),
             };
-            let [gate, up] = ops.project(
-                &n,
-                [
-                    (&mlp.gate, site(Projection::Gate)),
-                    (&mlp.up, site(Projection::Up)),
-                ],
-            );
-            let act = ops.gated(v.activation, gate, up);
-            let [down] = ops.project(&act, [(&mlp.down, site(Projection::Down))]);
+            let act = match &mlp.gate {
+                Some(gate) => {
+                    let [gate, up] = ops.project(
+                        &n,
+                        [(gate, site(Projection::Gate)), (&mlp.up, site(sites.up))],
+                    );
+                    ops.gated(v.activation, gate, up)
+                }
+                None => {
+                    let [up] = ops.project(&n, [(&mlp.up, site(sites.up))]);
+                    ops.activate(v.activation, up)
+                }
+            };
+            let [down] = ops.project(&act, [(&mlp.down, site(sites.down))]);
             // The residual add (with sandwich norms, of the normed MLP
             // output), then the next block's input norm (the final norm
             // after the last block).
@@ -421,4 +539,25 @@ impl<B: Backend, C> Decoder<B, C> {
         drop(x);
         ops.finish(n)
     }
+}
+
+/// Each token's row of a learned position table, `[rows, new tokens]`: its
+/// position in its row (real tokens numbered from 0, as the cache numbers
+/// them). A padding token's output is never read and its key is masked: it
+/// looks up position 0, so that no padding can index past the table.
+fn position_ids<B: Backend>(
+    batch: &Batch,
+    positions: &[Vec<usize>],
+    device: &B::Device,
+) -> Tensor<B, 2, Int> {
+    let ids: Vec<i64> = positions
+        .iter()
+        .enumerate()
+        .flat_map(|(r, row)| {
+            row.iter()
+                .enumerate()
+                .map(move |(i, &p)| if batch.is_real(r, i) { p as i64 } else { 0 })
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [batch.rows(), batch.len()]), device)
 }

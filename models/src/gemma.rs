@@ -15,14 +15,9 @@ mod config;
 
 pub use config::{GemmaConfig, GemmaVersion};
 
-use burn::tensor::backend::Backend;
-
-use crate::decoder::{Decoder, DecoderShape, DecoderVariant};
-use crate::error::ModelError;
+use crate::decoder::{Decoder, DecoderConfig, DecoderShape, DecoderVariant};
 use crate::layers::{AttentionConfig, RopeStyle};
-use crate::ops::GateActivation;
-use crate::plan::ExecutionPlan;
-use crate::weights::WeightSource;
+use crate::ops::MlpActivation;
 
 /// A Gemma model on backend `B`: the shared decoder with Gemma's
 /// configuration.
@@ -35,9 +30,9 @@ impl GemmaConfig {
             embed_scale: Some((self.hidden_size as f64).sqrt() as f32),
             sandwich_norms: self.version != GemmaVersion::V1,
             activation: if self.gelu_tanh {
-                GateActivation::GeluTanh
+                MlpActivation::GeluTanh
             } else {
-                GateActivation::Gelu
+                MlpActivation::Gelu
             },
             sliding_window: self.sliding_window,
             local_rope_theta: Some(self.rope_local_theta),
@@ -46,19 +41,10 @@ impl GemmaConfig {
     }
 }
 
-impl<B: Backend> Decoder<B, GemmaConfig> {
-    /// Builds the model from `weights` (HF names), checking every tensor's
-    /// shape against `config`, with `plan`'s load-time choices
-    /// ([`crate::LoadOptions::plan`]); completes the plan from the
-    /// projections it loaded. Reached through [`crate::Model::load`].
-    pub(crate) fn from_plan(
-        config: &GemmaConfig,
-        weights: &WeightSource,
-        plan: ExecutionPlan,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        let c = config;
-        let shape = DecoderShape {
+impl DecoderConfig for GemmaConfig {
+    fn shape(&self) -> DecoderShape {
+        let c = self;
+        DecoderShape {
             vocab_size: c.vocab_size,
             hidden_size: c.hidden_size,
             intermediate_size: c.intermediate_size,
@@ -79,7 +65,10 @@ impl<B: Backend> Decoder<B, GemmaConfig> {
             rope_theta: c.rope_theta,
             rope_scaling: c.rope_scaling,
             rope_style: RopeStyle::RotateHalf,
-        };
-        Decoder::load(c.clone(), shape, c.variant(), weights, plan, device)
+        }
+    }
+
+    fn variant(&self) -> DecoderVariant {
+        GemmaConfig::variant(self)
     }
 }

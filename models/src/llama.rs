@@ -5,11 +5,9 @@
 
 use burn::tensor::backend::Backend;
 
-use crate::decoder::{Decoder, DecoderBlockParts, DecoderShape, DecoderVariant};
-use crate::error::ModelError;
+use crate::decoder::{Decoder, DecoderBlockParts, DecoderConfig, DecoderShape, DecoderVariant};
 use crate::layers::{AttentionConfig, RopeStyle};
 use crate::plan::ExecutionPlan;
-use crate::weights::WeightSource;
 
 mod config;
 
@@ -22,24 +20,10 @@ pub type Llama<B> = Decoder<B, LlamaConfig>;
 /// One Llama decoder block's parameters, borrowed ([`Decoder::block_parts`]).
 pub type LlamaBlockParts<'a, B> = DecoderBlockParts<'a, B>;
 
-impl<B: Backend> Decoder<B, LlamaConfig> {
-    /// Builds the model from `weights` (HF names; see [`WeightSource`]),
-    /// checking every tensor's shape against `config`, with `plan`'s
-    /// load-time choices ([`crate::LoadOptions::plan`]); completes the plan
-    /// from the projections it loaded. Reached through [`crate::Model::load`].
-    pub(crate) fn from_plan(
-        config: &LlamaConfig,
-        weights: &WeightSource,
-        plan: ExecutionPlan,
-        device: &B::Device,
-    ) -> Result<Self, ModelError> {
-        let c = config;
-        // The host training step rotates halves (HF's pairing) only.
-        let plan = plan.with_host_training::<B>(
-            (c.rope_style != RopeStyle::RotateHalf)
-                .then_some("llama.cpp's interleaved RoPE pairing"),
-        );
-        let shape = DecoderShape {
+impl DecoderConfig for LlamaConfig {
+    fn shape(&self) -> DecoderShape {
+        let c = self;
+        DecoderShape {
             vocab_size: c.vocab_size,
             hidden_size: c.hidden_size,
             intermediate_size: c.intermediate_size,
@@ -60,14 +44,18 @@ impl<B: Backend> Decoder<B, LlamaConfig> {
             rope_theta: c.rope_theta,
             rope_scaling: c.rope_scaling,
             rope_style: c.rope_style,
-        };
-        Decoder::load(
-            c.clone(),
-            shape,
-            DecoderVariant::LLAMA,
-            weights,
-            plan,
-            device,
+        }
+    }
+
+    fn variant(&self) -> DecoderVariant {
+        DecoderVariant::LLAMA
+    }
+
+    fn with_host_training<B: Backend>(&self, plan: ExecutionPlan) -> ExecutionPlan {
+        // The host training step rotates halves (HF's pairing) only.
+        plan.with_host_training::<B>(
+            (self.rope_style != RopeStyle::RotateHalf)
+                .then_some("llama.cpp's interleaved RoPE pairing"),
         )
     }
 }

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::config::ModelConfig;
+use crate::decoder;
 use crate::error::ModelError;
 use crate::gemma::Gemma;
 use crate::gguf::GgufFile;
@@ -140,9 +141,9 @@ impl<B: Backend> Model<B> {
     ) -> Result<Self, ModelError> {
         let (plan, device) = (options.plan(), &options.device);
         Ok(match config {
-            ModelConfig::Gpt2(c) => Self::Gpt2(Gpt2::from_plan(c, weights, plan, device)?),
-            ModelConfig::Llama(c) => Self::Llama(Llama::from_plan(c, weights, plan, device)?),
-            ModelConfig::Gemma(c) => Self::Gemma(Gemma::from_plan(c, weights, plan, device)?),
+            ModelConfig::Gpt2(c) => Self::Gpt2(Gpt2::load_gpt2(c, weights, plan, device)?),
+            ModelConfig::Llama(c) => Self::Llama(decoder::load(c, weights, plan, device)?),
+            ModelConfig::Gemma(c) => Self::Gemma(decoder::load(c, weights, plan, device)?),
         })
     }
 }

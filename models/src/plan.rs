@@ -309,12 +309,10 @@ impl ExecutionPlan {
     /// Decides the host steps from the decoder blocks' projections:
     /// `projections` gives, for each, whether it has a quantised copy the
     /// host products read, whether that copy takes 8-bit activations, and
-    /// the kernel's name. `declined`: a part of the architecture the host
-    /// block operations lack (then never host steps).
+    /// the kernel's name.
     pub fn with_projections(
         mut self,
         projections: impl IntoIterator<Item = ProjectionKernel>,
-        declined: Option<&str>,
     ) -> Self {
         let mut all_host = true;
         let mut all_int8 = true;
@@ -335,8 +333,6 @@ impl ExecutionPlan {
             Some("tensors do not live in host memory on this route".to_string())
         } else if self.route == Route::TensorBlocks {
             Some("tensor block operations were asked for".to_string())
-        } else if let Some(part) = declined {
-            Some(format!("the host block operations lack {part}"))
         } else if !all_host {
             Some("a projection has no quantised copy".to_string())
         } else {
@@ -494,31 +490,27 @@ mod tests {
     fn host_steps_need_host_memory_and_every_projection_quantised() {
         use burn::backend::{Autodiff, Flex};
         let flex = ExecutionPlan::for_backend::<Flex>(Route::Fastest);
-        let all = flex
-            .clone()
-            .with_projections(vec![kernel(true, true); 3], None);
+        let all = flex.clone().with_projections(vec![kernel(true, true); 3]);
         assert_eq!(all.block_ops(100, 1), BlockOpsKind::Host);
         assert_eq!(all.block_ops(1, 9), BlockOpsKind::Tensor);
         let f32_acts = flex
             .clone()
-            .with_projections(vec![kernel(true, true), kernel(true, false)], None);
+            .with_projections(vec![kernel(true, true), kernel(true, false)]);
         assert_eq!(f32_acts.block_ops(24, 1), BlockOpsKind::Host);
         assert_eq!(f32_acts.block_ops(25, 1), BlockOpsKind::Tensor);
         let missing = flex
             .clone()
-            .with_projections(vec![kernel(true, true), kernel(false, false)], None);
+            .with_projections(vec![kernel(true, true), kernel(false, false)]);
         assert_eq!(missing.block_ops(1, 1), BlockOpsKind::Tensor);
         assert!(missing.to_string().contains("no quantised copy"));
-        let lacking = flex.with_projections(vec![kernel(true, true)], Some("LayerNorm"));
-        assert_eq!(lacking.block_ops(1, 1), BlockOpsKind::Tensor);
         for route in [Route::TensorBlocks, Route::BurnOpsOnly] {
             let p = ExecutionPlan::for_backend::<Flex>(route)
-                .with_projections(vec![kernel(true, true)], None);
+                .with_projections(vec![kernel(true, true)]);
             assert_eq!(p.block_ops(1, 1), BlockOpsKind::Tensor, "{route:?}");
             assert_eq!(p.products.cpu_kernels, route == Route::TensorBlocks);
         }
         let autodiff = ExecutionPlan::for_backend::<Autodiff<Flex>>(Route::Fastest)
-            .with_projections(vec![kernel(true, true)], None);
+            .with_projections(vec![kernel(true, true)]);
         assert_eq!(autodiff.backend, BackendKind::Device);
         assert_eq!(autodiff.block_ops(1, 1), BlockOpsKind::Tensor);
         assert!(!autodiff.hot_pool && !autodiff.host_kv);
@@ -538,7 +530,7 @@ mod tests {
         let llama = autodiff
             .clone()
             .with_host_training::<Autodiff<Flex>>(None)
-            .with_projections(vec![kernel(false, false)], None);
+            .with_projections(vec![kernel(false, false)]);
         assert!(llama.host_training && llama.host_training_declined.is_none());
         assert!(llama.to_string().contains("training steps: host vectors"));
         let interleaved = autodiff.with_host_training::<Autodiff<Flex>>(Some("interleaved RoPE"));
@@ -565,7 +557,7 @@ mod tests {
         use burn::backend::{Autodiff, Flex};
         let isa = Isa::detected();
         let plan = ExecutionPlan::for_backend::<Flex>(Route::Fastest)
-            .with_projections(vec![kernel(true, true)], None);
+            .with_projections(vec![kernel(true, true)]);
         let cpu = plan.cpu.expect("CPU kernels on plain flex");
         assert_eq!(cpu.isa, isa.name());
         let q4_1 = kernel_for(WeightFormat::Q4_1, ActivationFormat::F32).expect("a kernel");

@@ -293,7 +293,10 @@ impl WeightSource {
     /// (the transpose of `nn.Linear`'s) and `{prefix}.bias` `[out]` — as a
     /// linear layer: the weight is transposed to `[out, in]` once, here at
     /// load, so that its products take the kernels every other projection
-    /// takes, as `products` says.
+    /// takes, as `products` says. llama.cpp's converter stores a `Conv1D`
+    /// `[out, in]` already, so a GGUF Q4_1/Q8_0 one is kept in its blocks
+    /// too where the plan uses the CPU kernels, as [`WeightSource::linear`]
+    /// keeps them.
     pub fn conv1d<B: Backend>(
         &self,
         prefix: &str,
@@ -308,7 +311,14 @@ impl WeightSource {
         let w = Tensor::from_data(TensorData::new(out_in, [out_features, in_features]), device);
         B::sync(device).map_err(|e| ModelError::Device(format!("uploading {name}: {e:?}")))?;
         let b = self.tensor1(&format!("{prefix}.bias"), out_features, device)?;
-        Ok(Linear::new(w, Some(b)).with_product_plan(products))
+        let linear = Linear::new(w, Some(b)).with_product_plan(products);
+        #[cfg(feature = "flex")]
+        if products.cpu_kernels
+            && let Some(q) = self.quantized(&name, out_features, in_features)?
+        {
+            return Ok(decode_form(linear.with_quantized(q), products));
+        }
+        Ok(linear)
     }
 
     /// A head tied to the token embedding `embed_tokens` (`[vocab, hidden]`),
@@ -353,9 +363,6 @@ impl WeightSource {
         else {
             return Ok(None);
         };
-        if arch == "gpt2" {
-            return Ok(None);
-        }
         let Some(gname) = gguf_name(arch, name) else {
             return Ok(None);
         };

@@ -33,16 +33,40 @@ pub struct AttentionConfig {
 pub struct Attention<B: Backend> {
     /// Configuration.
     pub config: AttentionConfig,
-    /// Query projection `[heads·head_dim, hidden]`.
-    pub q_proj: Linear<B>,
-    /// Key projection.
-    pub k_proj: Linear<B>,
-    /// Value projection.
-    pub v_proj: Linear<B>,
+    /// The query, key and value projections.
+    pub qkv: QkvProjections<B>,
     /// Output projection.
     pub o_proj: Linear<B>,
     /// Gemma 3 per-head query norm.
     pub q_norm: Option<RmsNorm<B>>,
     /// Gemma 3 per-head key norm.
     pub k_norm: Option<RmsNorm<B>>,
+}
+
+/// How an attention block projects its queries, keys and values.
+#[derive(Debug, Clone)]
+pub enum QkvProjections<B: Backend> {
+    /// Three projections (HF `q_proj`, `k_proj`, `v_proj`), queries
+    /// `[heads·head_dim, hidden]`, keys and values
+    /// `[kv_heads·head_dim, hidden]`.
+    Separate([Linear<B>; 3]),
+    /// One projection whose output holds the queries', keys' and values'
+    /// columns in that order (GPT-2's `c_attn`).
+    Fused(Linear<B>),
+}
+
+impl<B: Backend> Attention<B> {
+    /// The query, key and value projections, where they are separate.
+    pub fn separate_qkv(&self) -> Option<&[Linear<B>; 3]> {
+        match &self.qkv {
+            QkvProjections::Separate(qkv) => Some(qkv),
+            QkvProjections::Fused(_) => None,
+        }
+    }
+
+    /// Widths of the queries, keys and values.
+    pub fn qkv_widths(&self) -> [usize; 3] {
+        let c = &self.config;
+        [c.num_heads, c.num_kv_heads, c.num_kv_heads].map(|h| h * c.head_dim)
+    }
 }

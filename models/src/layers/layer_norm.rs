@@ -10,12 +10,48 @@ pub struct LayerNorm<B: Backend> {
     gain: Tensor<B, 1>,
     bias: Tensor<B, 1>,
     eps: f64,
+    /// `gain` and `bias` in host memory, read on first use by
+    /// `LayerNorm::forward_host_into`.
+    #[cfg(feature = "flex")]
+    host: std::sync::Arc<std::sync::OnceLock<(Vec<f32>, Vec<f32>)>>,
 }
 
 impl<B: Backend> LayerNorm<B> {
     /// A norm with gain `gain` and bias `bias` (both `[dim]`) and epsilon `eps`.
     pub fn new(gain: Tensor<B, 1>, bias: Tensor<B, 1>, eps: f64) -> Self {
-        Self { gain, bias, eps }
+        Self {
+            gain,
+            bias,
+            eps,
+            #[cfg(feature = "flex")]
+            host: Default::default(),
+        }
+    }
+
+    /// [`LayerNorm::forward`] of the rows of `x` (row-major, each as wide as
+    /// the gain) in host memory, into `out` (as long as `x`), with the same
+    /// f32 steps: the mean, `x − mean`, the mean of its squares, `+ ε`, the
+    /// square root's reciprocal, `· inv`, `· g`, `+ b`. Only the order of
+    /// the means' sums may differ from burn's.
+    #[cfg(feature = "flex")]
+    pub(crate) fn forward_host_into(&self, x: &[f32], out: &mut [f32]) {
+        let (gain, bias) = self.host.get_or_init(|| {
+            let read = |t: &Tensor<B, 1>| crate::runtime::to_vec(t.clone()).expect("f32 vector");
+            (read(&self.gain), read(&self.bias))
+        });
+        let width = gain.len().max(1);
+        let eps = self.eps as f32;
+        for (row, out) in x.chunks_exact(width).zip(out.chunks_exact_mut(width)) {
+            let mean = row.iter().sum::<f32>() / width as f32;
+            for (o, v) in out.iter_mut().zip(row) {
+                *o = v - mean;
+            }
+            let var = out.iter().map(|c| c * c).sum::<f32>() / width as f32;
+            let inv = (var + eps).sqrt().recip();
+            for ((o, g), b) in out.iter_mut().zip(gain).zip(bias) {
+                *o = *o * inv * g + b;
+            }
+        }
     }
 
     /// Normalises over the last dimension of `x`.
@@ -63,6 +99,31 @@ mod tests {
         let s = 2.5f32.sqrt();
         for (g, w) in y.iter().zip([-1.0 / s, -1.0 / s, 2.0 / s]) {
             assert!((g - w).abs() < 1e-6, "{g} vs {w}");
+        }
+    }
+
+    #[cfg(feature = "flex")]
+    #[test]
+    fn host_form_agrees_with_the_tensor_form() {
+        let dev = Default::default();
+        let xs: Vec<f32> = (0..3 * 40)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 3.0 + 5.0)
+            .collect();
+        let gain: Vec<f32> = (0..40).map(|i| 0.5 + i as f32 / 40.0).collect();
+        let bias: Vec<f32> = (0..40).map(|i| (i as f32 - 20.0) / 10.0).collect();
+        let norm = LayerNorm::new(
+            Tensor::<Flex, 1>::from_floats(gain.as_slice(), &dev),
+            Tensor::<Flex, 1>::from_floats(bias.as_slice(), &dev),
+            1e-5,
+        );
+        let x =
+            Tensor::<Flex, 2>::from_data(burn::tensor::TensorData::new(xs.clone(), [3, 40]), &dev);
+        let want = norm.forward(x).into_data().to_vec::<f32>().unwrap();
+        let mut got = vec![0.0; xs.len()];
+        norm.forward_host_into(&xs, &mut got);
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
         }
     }
 }

@@ -18,6 +18,11 @@
 //! 7. the down product, then per run of rows its update, the residual add
 //!    and the next block's norm and quantisation.
 //!
+//! GPT-2's block differs in three passes: one fused product for the
+//! queries, keys and values, whose update is added on its full rows before
+//! they are cut ([`BlockOps::split`], one more pass); LayerNorms for RMSNorms;
+//! and `act(up)` without a gate.
+//!
 //! A product's LoRA update is added inside the pass that consumes it when
 //! the delta has a per-row host form ([`LinearDelta::has_host_rows`]); any
 //! other delta is added right after the product, for all rows at once.
@@ -29,12 +34,12 @@ use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding};
 
-use super::{BlockOps, GateActivation};
+use super::{BlockOps, MlpActivation};
 use crate::cpu::{Q8Row, Q8Rows};
 use crate::error::ModelError;
 use crate::layers::kv_cache::HostShape;
 use crate::layers::{
-    Attention, KvCache, Linear, LinearDelta, RmsNorm, RopeAngles, Scoring, Site, StepMask,
+    Attention, KvCache, Linear, LinearDelta, Norm, RopeAngles, Scoring, Site, StepMask,
 };
 use crate::runtime::to_vec;
 
@@ -100,6 +105,51 @@ impl<'d, B: Backend> HostOps<'d, B> {
         self.quantize.then(|| Q8Rows::zeroed(self.rows(), width))
     }
 
+    /// `act(x)`, times `up` where given (a gated MLP), each row's owed
+    /// updates added first and the result quantised where the next product
+    /// takes 8-bit activations: one parallel pass.
+    fn activated(
+        &self,
+        act: MlpActivation,
+        x: HostProduct,
+        up: Option<HostProduct>,
+    ) -> Arc<HostRows> {
+        let mut g = x.y;
+        let width = g.len() / self.rows().max(1);
+        let mut quantized = self.quantized_room(width);
+        let (mut u, up_owed) = match up {
+            Some(up) => (Some(up.y), up.owed),
+            None => (None, None),
+        };
+        // Without a gate the second buffer is empty: its rows are empty too.
+        let mut none = Vec::new();
+        per_row(
+            self.rows(),
+            [&mut g, u.as_mut().unwrap_or(&mut none)],
+            quantized.as_mut(),
+            |row, [g, u], q| {
+                self.settle(&x.owed, row, g);
+                match act {
+                    MlpActivation::Silu => crate::cpu::vexp::silu_in_place(g),
+                    MlpActivation::GeluTanh => g.iter_mut().for_each(|x| *x = gelu_tanh(*x)),
+                    MlpActivation::Gelu => g.iter_mut().for_each(|x| *x = gelu(*x)),
+                }
+                if !u.is_empty() {
+                    self.settle(&up_owed, row, u);
+                    add_product_in_place(g, u);
+                }
+                if let Some(q) = q {
+                    q.fill(g);
+                }
+            },
+        );
+        Arc::new(HostRows {
+            data: g,
+            width,
+            quantized,
+        })
+    }
+
     /// Adds `p`'s owed update to its row `row` (`y`: that row's output).
     fn settle(&self, p: &Option<(Site, Arc<HostRows>)>, row: usize, y: &mut [f32]) {
         if let (Some(d), Some((site, input))) = (self.by_row, p) {
@@ -118,11 +168,15 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         table: &Tensor<B, 2>,
         ids: Tensor<B, 2, Int>,
         scale: Option<f32>,
+        positions: Option<(&Tensor<B, 2>, Tensor<B, 2, Int>)>,
     ) -> Result<Arc<HostRows>, ModelError> {
         let width = table.dims()[1];
         let mut data = to_vec(embedding(table.clone(), ids))?;
         if let Some(s) = scale {
             data.iter_mut().for_each(|x| *x *= s);
+        }
+        if let Some((table, at)) = positions {
+            add_in_place(&mut data, &to_vec(embedding(table.clone(), at))?);
         }
         Ok(Arc::new(HostRows {
             data,
@@ -131,7 +185,7 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         }))
     }
 
-    fn norm(&mut self, norm: &RmsNorm<B>, x: &Arc<HostRows>) -> Arc<HostRows> {
+    fn norm(&mut self, norm: &Norm<B>, x: &Arc<HostRows>) -> Arc<HostRows> {
         let width = x.width;
         let mut n = vec![0.0f32; x.data.len()];
         let mut quantized = self.quantized_room(width);
@@ -186,12 +240,38 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         })
     }
 
+    fn split<const N: usize>(
+        &mut self,
+        fused: HostProduct,
+        widths: [usize; N],
+    ) -> [HostProduct; N] {
+        let rows = self.rows();
+        let mut y = fused.y;
+        let width = y.len() / rows.max(1);
+        // The fused product's update is owed on its full rows: added
+        // before they are cut.
+        if fused.owed.is_some() {
+            per_row(rows, [&mut y], None, |row, [y], _| {
+                self.settle(&fused.owed, row, y)
+            });
+        }
+        let mut parts = widths.map(|w| Vec::with_capacity(rows * w));
+        for row in y.chunks_exact(width.max(1)) {
+            let mut start = 0;
+            for (part, w) in parts.iter_mut().zip(widths) {
+                part.extend_from_slice(&row[start..start + w]);
+                start += w;
+            }
+        }
+        parts.map(|y| HostProduct { y, owed: None })
+    }
+
     fn attend(
         &mut self,
         attn: &Attention<B>,
         layer: usize,
         [q, k, v]: [HostProduct; 3],
-        angles: &RopeAngles<B>,
+        angles: Option<&RopeAngles<B>>,
         mask: &StepMask<B>,
         cache: &mut KvCache<B>,
     ) -> Arc<HostRows> {
@@ -205,7 +285,7 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         };
         let (mut qy, mut ky, mut vy) = (q.y, k.y, v.y);
         let owed = [q.owed, k.owed, v.owed];
-        let widths = [c.num_heads, c.num_kv_heads, c.num_kv_heads].map(|h| h * c.head_dim);
+        let widths = attn.qkv_widths();
         let norms = [attn.q_norm.as_ref(), attn.k_norm.as_ref(), None];
         let needs_prepare = self.by_row.is_some() || norms.iter().any(Option::is_some);
         let prepare = |first: usize, q: &mut [f32], k: &mut [f32], v: &mut [f32]| {
@@ -230,7 +310,7 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
             layer,
             (&mut qy, &mut ky, &mut vy),
             shape,
-            Some(angles),
+            angles,
             mask.window,
             scoring,
             needs_prepare.then_some(&prepare as &crate::layers::kv_cache::PrepareRows<'_>),
@@ -246,41 +326,20 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         })
     }
 
-    fn gated(&mut self, act: GateActivation, gate: HostProduct, up: HostProduct) -> Arc<HostRows> {
-        let (mut g, mut u) = (gate.y, up.y);
-        let width = g.len() / self.rows().max(1);
-        let mut quantized = self.quantized_room(width);
-        per_row(
-            self.rows(),
-            [&mut g, &mut u],
-            quantized.as_mut(),
-            |row, [g, u], q| {
-                self.settle(&gate.owed, row, g);
-                self.settle(&up.owed, row, u);
-                match act {
-                    GateActivation::Silu => crate::cpu::vexp::silu_in_place(g),
-                    GateActivation::GeluTanh => g.iter_mut().for_each(|x| *x = gelu_tanh(*x)),
-                    GateActivation::Gelu => g.iter_mut().for_each(|x| *x = gelu(*x)),
-                }
-                add_product_in_place(g, u);
-                if let Some(q) = q {
-                    q.fill(g);
-                }
-            },
-        );
-        Arc::new(HostRows {
-            data: g,
-            width,
-            quantized,
-        })
+    fn gated(&mut self, act: MlpActivation, gate: HostProduct, up: HostProduct) -> Arc<HostRows> {
+        self.activated(act, gate, Some(up))
+    }
+
+    fn activate(&mut self, act: MlpActivation, up: HostProduct) -> Arc<HostRows> {
+        self.activated(act, up, None)
     }
 
     fn residual(
         &mut self,
         x: Arc<HostRows>,
         y: HostProduct,
-        post: Option<&RmsNorm<B>>,
-        norm: &RmsNorm<B>,
+        post: Option<&Norm<B>>,
+        norm: &Norm<B>,
     ) -> (Arc<HostRows>, Arc<HostRows>) {
         let mut x = take_rows(x);
         let width = x.width;
@@ -346,17 +405,22 @@ fn per_row<const K: usize>(
     quantized: Option<&mut Q8Rows>,
     f: impl Fn(usize, [&mut [f32]; K], Option<&mut Q8Row<'_>>) + Sync,
 ) {
+    // An empty buffer (no up projection beside an ungated MLP's) gives
+    // every row an empty slice.
     let mut parts: Vec<_> = buffers
         .into_iter()
         .map(|b| {
             let width = b.len() / rows.max(1);
-            b.chunks_exact_mut(width.max(1))
+            (width > 0).then(|| b.chunks_exact_mut(width))
         })
         .collect();
     let mut quantized = quantized.map(|q| q.rows_mut());
     let all: Vec<RowParts<'_, K>> = (0..rows)
         .map(|row| {
-            let bufs = std::array::from_fn(|i| parts[i].next().expect("a row of each buffer"));
+            let bufs = std::array::from_fn(|i| match &mut parts[i] {
+                Some(chunks) => chunks.next().expect("a row of each buffer"),
+                None => &mut [][..],
+            });
             let q = quantized
                 .as_mut()
                 .map(|q| q.next().expect("a quantised row"));

@@ -10,12 +10,13 @@
 //! quantisation of the next products' input) into one parallel pass over
 //! the rows, so a product's result stays pending until the operation that
 //! consumes it ([`BlockOps::attend`], [`BlockOps::gated`],
-//! [`BlockOps::residual`]) adds what is owed to it row by row.
+//! [`BlockOps::activate`], [`BlockOps::residual`], [`BlockOps::split`])
+//! adds what is owed to it row by row.
 
 use burn::tensor::{Int, Tensor, backend::Backend};
 
 use crate::error::ModelError;
-use crate::layers::{Attention, KvCache, Linear, RmsNorm, RopeAngles, Site, StepMask};
+use crate::layers::{Attention, KvCache, Linear, Norm, RopeAngles, Site, StepMask};
 
 #[cfg(feature = "flex")]
 pub mod backward;
@@ -26,12 +27,14 @@ pub mod tensor;
 
 pub(crate) use dispatch::dispatch;
 
-/// The gate activation of a gated MLP, `act(gate) · up`.
+/// The activation of an MLP: of the gate in a gated MLP, `act(gate) · up`
+/// (Llama, Gemma), of the up projection in a plain one, `act(up)` (GPT-2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GateActivation {
+pub enum MlpActivation {
     /// SiLU (Llama's SwiGLU).
     Silu,
-    /// GELU, tanh approximation (Gemma's GeGLU, `gelu_pytorch_tanh`).
+    /// GELU, tanh approximation (Gemma's GeGLU, `gelu_pytorch_tanh`;
+    /// GPT-2's `gelu_new`).
     GeluTanh,
     /// Exact GELU.
     Gelu,
@@ -48,16 +51,19 @@ pub trait BlockOps<B: Backend> {
     type Product;
 
     /// The token embeddings of `ids` (`[batch, seq]`), times `scale` if
-    /// given (Gemma's `√hidden`, in f32).
+    /// given (Gemma's `√hidden`, in f32), plus, where `positions` gives a
+    /// table of learned absolute positions and each token's position
+    /// (`[batch, seq]`), that table's rows (GPT-2's `wpe`).
     fn embed(
         &mut self,
         table: &Tensor<B, 2>,
         ids: Tensor<B, 2, Int>,
         scale: Option<f32>,
+        positions: Option<(&Tensor<B, 2>, Tensor<B, 2, Int>)>,
     ) -> Result<Self::Rows, ModelError>;
 
     /// `norm(x)`.
-    fn norm(&mut self, norm: &RmsNorm<B>, x: &Self::Rows) -> Self::Rows;
+    fn norm(&mut self, norm: &Norm<B>, x: &Self::Rows) -> Self::Rows;
 
     /// The projections of one `x` (a block's query, key and value, or an
     /// MLP's gate and up), each with the adapter's update at its site.
@@ -67,9 +73,18 @@ pub trait BlockOps<B: Backend> {
         projections: [(&Linear<B>, Site); N],
     ) -> [Self::Product; N];
 
+    /// The consecutive column blocks of a fused projection's output, as wide
+    /// as `widths` says (GPT-2's `c_attn`: queries, keys, values).
+    fn split<const N: usize>(
+        &mut self,
+        fused: Self::Product,
+        widths: [usize; N],
+    ) -> [Self::Product; N];
+
     /// Attention of this step's queries over the cache of `layer` and this
     /// step's keys and values (appended to the cache): the per-head q/k
-    /// norms if `attn` has them, rotation by `angles`, `mask`'s causal,
+    /// norms if `attn` has them, rotation by `angles` (none: positions
+    /// were added at embedding), `mask`'s causal,
     /// padding and window mask, scores scaled and soft-capped as `attn`
     /// says. `[batch, seq, heads · head_dim]`.
     fn attend(
@@ -77,13 +92,16 @@ pub trait BlockOps<B: Backend> {
         attn: &Attention<B>,
         layer: usize,
         qkv: [Self::Product; 3],
-        angles: &RopeAngles<B>,
+        angles: Option<&RopeAngles<B>>,
         mask: &StepMask<B>,
         cache: &mut KvCache<B>,
     ) -> Self::Rows;
 
-    /// `act(gate) · up`.
-    fn gated(&mut self, act: GateActivation, gate: Self::Product, up: Self::Product) -> Self::Rows;
+    /// `act(gate) · up` (a gated MLP).
+    fn gated(&mut self, act: MlpActivation, gate: Self::Product, up: Self::Product) -> Self::Rows;
+
+    /// `act(up)` (an MLP without a gate).
+    fn activate(&mut self, act: MlpActivation, up: Self::Product) -> Self::Rows;
 
     /// The residual add `x + post(y)` (`post`, where given, norms the
     /// branch's output first: Gemma 2/3's sandwich norms), and `norm` of
@@ -92,8 +110,8 @@ pub trait BlockOps<B: Backend> {
         &mut self,
         x: Self::Rows,
         y: Self::Product,
-        post: Option<&RmsNorm<B>>,
-        norm: &RmsNorm<B>,
+        post: Option<&Norm<B>>,
+        norm: &Norm<B>,
     ) -> (Self::Rows, Self::Rows);
 
     /// The final hidden states, `[batch, seq, hidden]`, from the last norm's

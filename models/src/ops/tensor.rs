@@ -5,11 +5,11 @@
 
 use burn::tensor::{Int, Tensor, backend::Backend, module::embedding};
 
-use super::{BlockOps, GateActivation};
+use super::{BlockOps, MlpActivation};
 use crate::error::ModelError;
 use crate::layers::activation::{gelu, gelu_tanh, silu};
 use crate::layers::{
-    Attention, KvCache, Linear, LinearDelta, RmsNorm, RopeAngles, Scoring, Site, StepMask,
+    Attention, KvCache, Linear, LinearDelta, Norm, RopeAngles, Scoring, Site, StepMask,
 };
 
 /// The tensor implementation of one forward step.
@@ -36,15 +36,20 @@ impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
         table: &Tensor<B, 2>,
         ids: Tensor<B, 2, Int>,
         scale: Option<f32>,
+        positions: Option<(&Tensor<B, 2>, Tensor<B, 2, Int>)>,
     ) -> Result<Tensor<B, 3>, ModelError> {
         let x = embedding(table.clone(), ids);
-        Ok(match scale {
+        let x = match scale {
             Some(s) => x * s,
+            None => x,
+        };
+        Ok(match positions {
+            Some((table, at)) => x + embedding(table.clone(), at),
             None => x,
         })
     }
 
-    fn norm(&mut self, norm: &RmsNorm<B>, x: &Tensor<B, 3>) -> Tensor<B, 3> {
+    fn norm(&mut self, norm: &Norm<B>, x: &Tensor<B, 3>) -> Tensor<B, 3> {
         norm.forward(x.clone())
     }
 
@@ -56,12 +61,25 @@ impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
         Linear::forward_shared(projections, x.clone(), self.delta)
     }
 
+    fn split<const N: usize>(
+        &mut self,
+        fused: Tensor<B, 3>,
+        widths: [usize; N],
+    ) -> [Tensor<B, 3>; N] {
+        let mut start = 0;
+        widths.map(|w| {
+            let part = fused.clone().narrow(2, start, w);
+            start += w;
+            part
+        })
+    }
+
     fn attend(
         &mut self,
         attn: &Attention<B>,
         layer: usize,
         [q, k, v]: [Tensor<B, 3>; 3],
-        angles: &RopeAngles<B>,
+        angles: Option<&RopeAngles<B>>,
         mask: &StepMask<B>,
         cache: &mut KvCache<B>,
     ) -> Tensor<B, 3> {
@@ -82,25 +100,28 @@ impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
             softcap: c.softcap,
         };
         // The cache rotates queries and keys (in host memory where it keeps them).
-        cache.attend(layer, q, k, v, Some(angles), mask, scoring)
+        cache.attend(layer, q, k, v, angles, mask, scoring)
     }
 
-    fn gated(&mut self, act: GateActivation, gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = match act {
-            GateActivation::Silu if self.host_silu => host_silu(gate),
-            GateActivation::Silu => silu(gate),
-            GateActivation::GeluTanh => gelu_tanh(gate),
-            GateActivation::Gelu => gelu(gate),
-        };
-        gate * up
+    fn gated(&mut self, act: MlpActivation, gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Tensor<B, 3> {
+        self.activate(act, gate) * up
+    }
+
+    fn activate(&mut self, act: MlpActivation, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        match act {
+            MlpActivation::Silu if self.host_silu => host_silu(x),
+            MlpActivation::Silu => silu(x),
+            MlpActivation::GeluTanh => gelu_tanh(x),
+            MlpActivation::Gelu => gelu(x),
+        }
     }
 
     fn residual(
         &mut self,
         x: Tensor<B, 3>,
         y: Tensor<B, 3>,
-        post: Option<&RmsNorm<B>>,
-        norm: &RmsNorm<B>,
+        post: Option<&Norm<B>>,
+        norm: &Norm<B>,
     ) -> (Tensor<B, 3>, Tensor<B, 3>) {
         let y = match post {
             Some(p) => p.forward(y),

@@ -107,7 +107,8 @@ fn adapter_gets_gradients_and_base_weights_stay_frozen() {
     );
     for layer in 0..2 {
         let attn = llama.attention(layer).unwrap();
-        for lin in [&attn.q_proj, &attn.k_proj, &attn.v_proj, &attn.o_proj] {
+        let [q, k, v] = attn.separate_qkv().unwrap();
+        for lin in [q, k, v, &attn.o_proj] {
             assert!(
                 lin.weight_t().grad(&grads).is_none(),
                 "layer {layer}: base weight got a gradient"

@@ -1,12 +1,14 @@
-//! The Llama step held in host memory (plain burn-flex, a quantised copy of
-//! every projection, at most 8 new tokens per row) computes what burn's
-//! tensor ops compute. The tensor path runs here under `Autodiff<Flex>`,
-//! which takes the same GGUF weights dequantised and never the host path:
-//! the two differ only in the order of f32 sums.
+//! The Llama and GPT-2 steps held in host memory (plain burn-flex, a
+//! quantised copy of every projection, at most 8 new tokens per row) compute
+//! what burn's tensor ops compute. The tensor path runs here under
+//! `Autodiff<Flex>`, which takes the same GGUF weights dequantised and never
+//! the host path: the two differ only in the order of f32 sums (with 8-bit
+//! activations, also in the activations' rounding).
 
 use crate::runtime_support;
 
 use burn::backend::{Autodiff, Flex};
+use privmix_models::plan::{BlockOpsKind, DecodeProducts, Route};
 use privmix_models::{LoadOptions, Model};
 use runtime_support::{fixture, max_abs_diff, prefill_and_decode_steps as steps};
 
@@ -29,6 +31,52 @@ fn host_step_equals_the_tensor_path() {
         println!("{count} rows, host step vs tensor path: max |Δ logit| {worst:e}");
         assert!(worst <= 1e-4, "{count} rows: {worst}");
         // The comparison can fail: the steps' logits move.
+        assert!(max_abs_diff(&got[1], &got[2]) > 1e-3);
+    }
+}
+
+/// GPT-2's block on the host operations (LayerNorm with bias, the fused
+/// query/key/value product split, `gelu_tanh(up)` without a gate, learned
+/// positions at embedding) against the tensor block operations: with f32
+/// activations against `Autodiff<Flex>` (to summation order); with 8-bit
+/// ones (each product's input rounded to 8 bits per block of 32, as
+/// llama.cpp's CPU kernels do) against the tensor block operations taking
+/// the same 8-bit products on plain flex.
+#[test]
+fn gpt2_host_step_equals_the_tensor_path() {
+    let path = fixture("gguf/gpt2_q8_0.gguf");
+    let dev = Default::default();
+    let autodiff = Model::<Autodiff<Flex>>::load(LoadOptions::path(&path, &dev)).unwrap();
+    let f32_tensor = steps(&autodiff, 3);
+    for products in [
+        DecodeProducts::F32Activations,
+        DecodeProducts::Int8Activations,
+    ] {
+        let options = || LoadOptions::path(&path, &dev).decode_products(products);
+        let host = Model::<Flex>::load(options()).unwrap();
+        // Every step here (prefill of at most 5 tokens, then decode steps)
+        // runs the host block operations.
+        assert_eq!(
+            host.plan().block_ops(3, 5),
+            BlockOpsKind::Host,
+            "{}",
+            host.plan()
+        );
+        let want = match products {
+            DecodeProducts::F32Activations => f32_tensor.clone(),
+            _ => steps(
+                &Model::<Flex>::load(options().route(Route::TensorBlocks)).unwrap(),
+                3,
+            ),
+        };
+        let got = steps(&host, 3);
+        let mut worst: f32 = 0.0;
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), w.len());
+            worst = worst.max(max_abs_diff(g, w));
+        }
+        println!("GPT-2 host step ({products:?}) vs tensor path: max |Δ logit| {worst:e}");
+        assert!(worst <= 1e-4, "{products:?}: {worst}");
         assert!(max_abs_diff(&got[1], &got[2]) > 1e-3);
     }
 }

@@ -216,6 +216,9 @@ impl HostLlama {
                 norm2: gain(p.post_attention_layernorm)?,
             });
         }
+        let final_norm = m.final_norm().as_rms().ok_or_else(|| {
+            TrainError::BadData("the host training step needs an RMSNorm final norm".into())
+        })?;
         let embed = HostRows::read(m.embed_tokens(), [c.hidden_size, 1], |v| v)?;
         let head = HostLinear::read(m.lm_head())?;
         Ok(Self {
@@ -224,10 +227,10 @@ impl HostLlama {
             kv_heads: c.num_key_value_heads,
             head_dim: c.head_dim,
             vocab: c.vocab_size,
-            eps: m.final_norm().eps() as f32,
+            eps: final_norm.eps() as f32,
             embed,
             blocks,
-            norm: gain(m.final_norm())?,
+            norm: gain(final_norm)?,
             head,
             rope: Rope::new(c.rope_theta, c.head_dim, c.rope_scaling, c.rope_style),
             activation_budget: ACTIVATION_BUDGET,
