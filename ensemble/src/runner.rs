@@ -43,9 +43,13 @@ impl<B: Backend, M: LanguageModel<B> + LoraBase> EnsembleRunner<B, M> {
         precision: FactorPrecision,
     ) -> Result<Self, EnsembleError> {
         let base = model.base_shapes()?;
-        let backend = model.plan().backend;
-        let adapters =
-            StackedAdapters::with_precision(members, &base, precision, backend, &model.device())?;
+        let adapters = StackedAdapters::with_precision(
+            members,
+            &base,
+            precision,
+            model.plan(),
+            &model.device(),
+        )?;
         Ok(Self {
             model,
             base,

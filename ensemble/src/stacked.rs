@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use privmix_models::plan::BackendKind;
+use privmix_models::plan::ExecutionPlan;
 use privmix_models::runtime::to_vec;
 use privmix_models::{LinearDelta, Site};
 
@@ -73,11 +73,12 @@ impl FactorPrecision {
 /// without a site gets zero factors there. So row `i`'s delta is exactly its
 /// member's `scale · x A B` (up to f32 rounding of the folded scale).
 ///
-/// Where the model's tensors live in host memory (its execution plan's
-/// [`BackendKind::HostMemory`], plain burn-flex) the factors are kept in
-/// host memory instead (`host_factors`), where the decode path adds them to
-/// the base projection directly; the tensors are not kept there, so either
-/// form is held, never both.
+/// Where the model's execution plan says so
+/// ([`ExecutionPlan::lora_factors_in_host_memory`]: plain burn-flex with the
+/// CPU kernels) the factors are kept in host memory instead
+/// (`host_factors`), where the decode path adds them to the base projection
+/// directly; the tensors are not kept there, so either form is held, never
+/// both.
 #[derive(Debug, Clone)]
 pub struct StackedAdapters<B: Backend> {
     num_members: usize,
@@ -89,15 +90,15 @@ pub struct StackedAdapters<B: Backend> {
 impl<B: Backend> StackedAdapters<B> {
     /// Stacks `members` in f32, after checking each against `base` (an
     /// adapter for another base model gives [`LoraError::SiteNotInBase`] or
-    /// [`LoraError::ShapeMismatch`]), for a model whose execution plan
-    /// states `backend` (`model.plan().backend`).
+    /// [`LoraError::ShapeMismatch`]), held where the model's execution plan
+    /// `plan` says (`model.plan()`).
     pub fn new(
         members: &[LoraAdapter<B>],
         base: &BaseShapes,
-        backend: BackendKind,
+        plan: &ExecutionPlan,
         device: &B::Device,
     ) -> Result<Self, LoraError> {
-        Self::with_precision(members, base, FactorPrecision::F32, backend, device)
+        Self::with_precision(members, base, FactorPrecision::F32, plan, device)
     }
 
     /// [`StackedAdapters::new`] with the factors held as `precision` says.
@@ -105,7 +106,7 @@ impl<B: Backend> StackedAdapters<B> {
         members: &[LoraAdapter<B>],
         base: &BaseShapes,
         precision: FactorPrecision,
-        backend: BackendKind,
+        plan: &ExecutionPlan,
         device: &B::Device,
     ) -> Result<Self, LoraError> {
         let rank = members.iter().map(|m| m.config().r).max().unwrap_or(0);
@@ -130,7 +131,7 @@ impl<B: Backend> StackedAdapters<B> {
                 }
             }
         }
-        let host = backend.is_host_memory();
+        let host = plan.lora_factors_in_host_memory();
         let mut sites = HashMap::with_capacity(used.len());
         let mut host_sites = HostFactors::with_capacity(used.len());
         for site in used {
@@ -235,14 +236,15 @@ impl<B: Backend> StackedAdapters<B> {
     /// `config` on every targeted site of `base` held in `precision`,
     /// without building them: `width · slots · r · Σ_sites (in + out)`, with
     /// `slots = members` and `width` 4 (f32) or 2 (f16) for host-held
-    /// factors (`backend` is [`BackendKind::HostMemory`]), and
+    /// factors (`plan` holds them in host memory,
+    /// [`ExecutionPlan::lora_factors_in_host_memory`]), and
     /// `slots = members + 1` (their zero slot) and `width = 4` for tensors.
     pub fn bytes_for(
         base: &BaseShapes,
         config: &LoraConfig,
         members: usize,
         precision: FactorPrecision,
-        backend: BackendKind,
+        plan: &ExecutionPlan,
     ) -> usize {
         let per_rank: usize = base
             .sites()
@@ -253,7 +255,7 @@ impl<B: Backend> StackedAdapters<B> {
                 i + o
             })
             .sum();
-        let (slots, width) = if !backend.is_host_memory() {
+        let (slots, width) = if !plan.lora_factors_in_host_memory() {
             (members + 1, 4)
         } else if precision == FactorPrecision::F16 {
             (members, 2)

@@ -346,6 +346,14 @@ impl ExecutionPlan {
         self
     }
 
+    /// Whether the LoRA factors a forward applies (an ensemble's adapters,
+    /// stacked per site) are held in host memory, where the CPU kernels add
+    /// each row's update to its product directly, rather than in tensors:
+    /// exactly where the products use the CPU kernels.
+    pub fn lora_factors_in_host_memory(&self) -> bool {
+        self.products.cpu_kernels
+    }
+
     /// How a step of `rows` rows with `new_tokens` new tokens each runs.
     pub fn block_ops(&self, rows: usize, new_tokens: usize) -> BlockOpsKind {
         match self.host_steps {
