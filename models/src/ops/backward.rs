@@ -78,7 +78,7 @@ fn sigmoid(x: f32) -> f32 {
 }
 
 /// The gradients of `silu(gate) · up` (the gated MLP of
-/// [`crate::ops::BlockOps::gated`] with [`crate::ops::GateActivation::Silu`])
+/// [`crate::ops::BlockOps::gated`] with [`crate::ops::MlpActivation::Silu`])
 /// with respect to `gate` and `up`, given `d`, the gradient of its output;
 /// written over `gate` and `up`: with `σ = σ(gate)`,
 /// `d_up = d · gate · σ`, `d_gate = d · up · σ · (1 + gate · (1 − σ))`.
