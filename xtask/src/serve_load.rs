@@ -79,6 +79,8 @@ fn measure(quick: bool) -> Result<String, String> {
         &members.to_string_lossy(),
         &MEMBERS.to_string(),
     ])?;
+    // Read before any server runs: the machine's load, not the bench's own.
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let tmp = std::env::temp_dir().join(format!("privmix-serve-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
@@ -132,12 +134,12 @@ fn measure(quick: bool) -> Result<String, String> {
     let _ = std::fs::remove_dir_all(&tmp);
 
     let mut s = String::new();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let _ = writeln!(
         s,
         "SmolLM2-135M-Instruct Q4_1, streamed `/v1/completions` of up to 32 tokens, {seconds} s per \
          level, loopback, 2 threads each; load average before: {}.\n",
-        load.split_whitespace()
+        load_before
+            .split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
             .join(" ")
