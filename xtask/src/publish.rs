@@ -206,7 +206,6 @@ fn example_arguments(root: &Path) -> BTreeMap<(&'static str, &'static str), Vec<
             "4".into(),
         ],
     );
-    // Two random members of the tiny Llama, written under target/.
     // Greedy generation with the tiny Llama and its byte tokenizer.
     table.insert(
         ("privmix-models", "generate"),
@@ -217,11 +216,23 @@ fn example_arguments(root: &Path) -> BTreeMap<(&'static str, &'static str), Vec<
             "8".into(),
         ],
     );
+    // Eight random members of the tiny Llama, written under target/ (serve_step's).
     table.insert(
         ("privmix-ensemble", "random_members"),
         vec![
             path("models/tests/fixtures/hf/llama"),
             path("target/ci-examples/random-members"),
+            "8".into(),
+        ],
+    );
+    // Decode steps of the server's configuration over those 8 members (run after
+    // random_members: examples run in name order), at 1 and 2 requests, 1 step each.
+    table.insert(
+        ("privmix-ensemble", "serve_step"),
+        vec![
+            path("models/tests/fixtures/hf/llama"),
+            path("target/ci-examples/random-members"),
+            "1".into(),
             "2".into(),
         ],
     );
