@@ -151,9 +151,9 @@ impl<B: Backend> Decoder<B, Gpt2Config> {
         self.embed_tokens()
     }
 
-    /// The position embedding matrix, `[n_positions, n_embd]`.
-    pub fn wpe(&self) -> &Tensor<B, 2> {
+    /// The position embedding matrix, `[n_positions, n_embd]` (GPT-2's loader always
+    /// gives its decoder one; `None` only for a decoder built without learned positions).
+    pub fn wpe(&self) -> Option<&Tensor<B, 2>> {
         self.embed_positions()
-            .expect("GPT-2's loader gives its decoder learned positions")
     }
 }
