@@ -6,8 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use privmix_mechanisms::step_loop::settle_charged;
-use privmix_mechanisms::{MechanismError, StepOutcome};
+use privmix_mechanisms::StepOutcome;
 use privmix_models::Tokenizer;
 use serde::{Deserialize, Serialize};
 
@@ -221,14 +220,4 @@ pub(super) fn scored(
         parameters,
         seconds: started.elapsed().as_secs_f64(),
     }
-}
-
-/// One ICL step settled through the step loop every driver shares
-/// (`privmix_mechanisms::step_loop`): the method's account committed its charge as it
-/// stepped, so nothing is pending; the released outcome, or `None` where that account
-/// refused the charge (nothing is released, and the run stops answering).
-pub(super) fn settle(
-    stepped: Result<StepOutcome, MechanismError>,
-) -> Result<Option<StepOutcome>, BenchError> {
-    Ok(settle_charged(stepped)?)
 }

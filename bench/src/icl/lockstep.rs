@@ -21,6 +21,7 @@
 //! only ends a misconfigured run early).
 
 use privmix_ensemble::rows::RowLayout;
+use privmix_mechanisms::step_loop::settle_charged;
 use privmix_mechanisms::{Account, IclMechanism, IclSource, MechanismError, PrivacyRng};
 use privmix_models::Tokenizer;
 use rand::RngCore;
@@ -257,7 +258,7 @@ pub(super) fn decode_lockstep(
             let query = &mut state[q];
             let context = &query.answer.context;
             let stepped = mechanism.step(&mut served, context, &mut query.rng, account);
-            let Some(outcome) = super::common::settle(stepped)? else {
+            let Some(outcome) = settle_charged(stepped)? else {
                 exhausted = true;
                 break;
             };

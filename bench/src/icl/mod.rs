@@ -48,6 +48,7 @@ use std::time::Instant;
 use crate::Backend;
 use privmix_accountant::{Budget, Orders};
 use privmix_ensemble::runner::EnsembleRunner;
+use privmix_mechanisms::step_loop::settle_charged;
 use privmix_mechanisms::{
     Account, DpFewShot, DpsMozo, DpsMozoConfig, FewShotProduct, IclMechanism, PrivacyRng,
     Unbudgeted, ZeroShot, calibrate_radius, generate_dp_demonstrations,
@@ -153,7 +154,7 @@ fn decode_all(
                 Err(BenchError::Mechanism(e)) => Err(e),
                 Err(e) => return Err(e),
             };
-            let Some(outcome) = common::settle(stepped)? else {
+            let Some(outcome) = settle_charged(stepped)? else {
                 // The budget cannot pay for another token: nothing more is released,
                 // this answer ends here and later queries get none.
                 exhausted = true;

@@ -194,19 +194,39 @@ pub fn rotate_host(
     first: usize,
     style: RopeStyle,
 ) {
+    // (a, b) -> (a·cos − b·sin, b·cos + a·sin), as x·cos + rot·sin with rot = (−b, a).
+    for_each_pair(
+        x,
+        heads,
+        (cos, sin),
+        head_dim,
+        first,
+        style,
+        |a, b, c, s| (a * c.0 + -b * s.0, b * c.1 + a * s.1),
+    );
+}
+
+/// Replaces each rotated pair `(a, b)` of every head of `x` (laid out as
+/// [`rotate_host`]'s) by `pair(a, b, (cos_lo, cos_hi), (sin_lo, sin_hi))`, the table
+/// entries at the pair's two places: the walk over heads, positions and pairings that
+/// the rotation and its backward pass share.
+pub(crate) fn for_each_pair(
+    x: &mut [f32],
+    heads: usize,
+    (cos, sin): (&[f32], &[f32]),
+    head_dim: usize,
+    first: usize,
+    style: RopeStyle,
+    mut pair: impl FnMut(f32, f32, (f32, f32), (f32, f32)) -> (f32, f32),
+) {
     let d = head_dim;
-    let half = d / 2;
     let (stride, partner) = pairing(style, d);
     for (at, head) in x.chunks_exact_mut(d).enumerate() {
         let table = (first + at / heads) * d;
         let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
-        for pair in 0..half {
-            let (lo, hi) = (stride * pair, stride * pair + partner);
-            // (a, b) -> (a·cos − b·sin, b·cos + a·sin), as x·cos + rot·sin
-            // with rot = (−b, a).
-            let (a, b) = (head[lo], head[hi]);
-            head[lo] = a * c[lo] + -b * s[lo];
-            head[hi] = b * c[hi] + a * s[hi];
+        for p in 0..d / 2 {
+            let (lo, hi) = (stride * p, stride * p + partner);
+            (head[lo], head[hi]) = pair(head[lo], head[hi], (c[lo], c[hi]), (s[lo], s[hi]));
         }
     }
 }

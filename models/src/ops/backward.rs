@@ -13,7 +13,7 @@
 
 use crate::layers::RopeStyle;
 use crate::layers::rms_norm::inverse_rms;
-use crate::layers::rope::pairing;
+use crate::layers::rope::for_each_pair;
 #[cfg(doc)]
 use crate::layers::{rms_norm::rms_norm_host, rope::rotate_host};
 
@@ -58,18 +58,15 @@ pub fn rotate_host_backward(
     first: usize,
     style: RopeStyle,
 ) {
-    let d = head_dim;
-    let (stride, partner) = pairing(style, d);
-    for (at, head) in dy.chunks_exact_mut(d).enumerate() {
-        let table = (first + at / heads) * d;
-        let (c, s) = (&cos[table..table + d], &sin[table..table + d]);
-        for pair in 0..d / 2 {
-            let (lo, hi) = (stride * pair, stride * pair + partner);
-            let (a, b) = (head[lo], head[hi]);
-            head[lo] = a * c[lo] + b * s[hi];
-            head[hi] = b * c[hi] - a * s[lo];
-        }
-    }
+    for_each_pair(
+        dy,
+        heads,
+        (cos, sin),
+        head_dim,
+        first,
+        style,
+        |a, b, c, s| (a * c.0 + b * s.1, b * c.1 - a * s.0),
+    );
 }
 
 /// The logistic function, in f32.
