@@ -210,5 +210,55 @@ fn quantized(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, forward, matvec_head, matmul_layout, quantized);
+/// The tile × 8-bit product at each row count a serving step has (9 rows:
+/// one request of the public model and 8 members; 72: 8 requests; 288: 32)
+/// and around the AMX kernel's smallest row count (16, 32), by the AMX int8
+/// kernel and by the AVX-512 VNNI one, on one thread: SmolLM2's MLP up
+/// (`[1536, 576]`, Q4_1) and down (`[576, 1536]`, Q8_0) shapes. Where the
+/// CPU or process has no AMX both names run the VNNI kernel.
+fn tiles_q8_isa(c: &mut Criterion) {
+    use privmix_models::cpu::{BlockWeight, Isa, TiledWeight};
+    use privmix_models::gguf::GgmlType;
+    let mut group = c.benchmark_group("tiles_q8_isa");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(2));
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    for (ty, o, i) in [(GgmlType::Q4_1, 1536, 576), (GgmlType::Q8_0, 576, 1536)] {
+        let mut raw = Vec::new();
+        for blk in 0..o * i / 32 {
+            raw.extend(half::f16::from_f32(0.01).to_le_bytes());
+            if ty == GgmlType::Q4_1 {
+                raw.extend(half::f16::from_f32(-0.05).to_le_bytes());
+                raw.extend((0..16).map(|j| ((blk * 31 + j * 7) % 256) as u8));
+            } else {
+                raw.extend((0..32).map(|j| ((blk * 31 + j * 7) % 256) as u8));
+            }
+        }
+        let w = BlockWeight::from_ggml(ty, &raw, o, i).unwrap().unwrap();
+        let tiled = TiledWeight::from_blocks(&w).unwrap();
+        for rows in [9, 16, 32, 72, 288] {
+            let x: Vec<f32> = (0..rows * i).map(|j| (j % 17) as f32 / 8.0 - 1.0).collect();
+            for isa in [Isa::AmxInt8, Isa::Avx512Vnni] {
+                let name = format!("{}_{o}x{i}_rows{rows}_{isa}", ty.name());
+                group.bench_function(name, |b| {
+                    b.iter(|| one.install(|| tiled.matmul_at_isa(&x, rows, isa)))
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    forward,
+    matvec_head,
+    matmul_layout,
+    quantized,
+    tiles_q8_isa
+);
 criterion_main!(benches);

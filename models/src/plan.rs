@@ -180,10 +180,13 @@ pub struct HostSteps {
 /// read from there by every kernel, so that a plan can state it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuChoices {
-    /// The instruction set every CPU kernel runs at (`avx512-vnni`,
-    /// `avx512`, `avx2` or `fallback`: portable code, or pulp's widest
-    /// level on other architectures than x86-64).
+    /// The instruction set every CPU kernel runs at (`amx-int8`,
+    /// `avx512-vnni`, `avx512`, `avx2` or `fallback`: portable code, or
+    /// pulp's widest level on other architectures than x86-64).
     pub isa: &'static str,
+    /// Why a wider instruction set the CPU may have is not used (AMX int8
+    /// on a CPU without it, or in a process Linux refused its tile state).
+    pub isa_declined: Option<&'static str>,
     /// The host attention widens f16 keys and values in AVX-512 registers;
     /// otherwise it widens them into f32 scratch first (exactly either way).
     pub f16_kv_in_registers: bool,
@@ -203,6 +206,7 @@ impl CpuChoices {
             let isa = Isa::detected();
             Some(Self {
                 isa: isa.name(),
+                isa_declined: Isa::AmxInt8.declined(),
                 f16_kv_in_registers: crate::cpu::dispatch::f16_kv_in_registers(),
                 q4_1_lookup_table: kernel_for(WeightFormat::Q4_1, ActivationFormat::F32)
                     .is_some_and(|e| e.isa.has_avx512()),
@@ -450,6 +454,9 @@ impl fmt::Display for ExecutionPlan {
         )?;
         if let Some(cpu) = self.cpu {
             writeln!(f, "  CPU kernels: {} (detected once)", cpu.isa)?;
+            if let Some(why) = cpu.isa_declined {
+                writeln!(f, "  CPU kernels: no AMX int8 tiles: {why}")?;
+            }
             writeln!(
                 f,
                 "  f16 KV cache: {}",
@@ -578,6 +585,12 @@ mod tests {
         assert!(
             printed.contains(&format!("CPU kernels: {isa} (detected once)")),
             "{printed}"
+        );
+        // AMX is either used or the plan says why not (where VNNI is).
+        assert_eq!(cpu.isa_declined, Isa::AmxInt8.declined());
+        assert_eq!(
+            printed.contains("no AMX int8 tiles: "),
+            isa == Isa::Avx512Vnni
         );
         let (f16, lut) = if isa.has_avx512() {
             ("widened in AVX-512 registers", "16-entry lookup table")

@@ -28,6 +28,12 @@ use super::tiles_q8::Tiles;
 /// An instruction set the kernels are written for, widest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Isa {
+    /// AVX-512 F/BW/VL with VNNI, and AMX int8 tiles in a process Linux
+    /// granted the tile data state and `PRIVMIX_NO_AMX` is not set (see
+    /// [`Isa::declined`] where it is not used).
+    /// Only the products of tiled weights with 8-bit rows have a kernel of
+    /// their own at this level (many rows; few rows stay on VNNI's).
+    AmxInt8,
     /// AVX-512 F/BW/VL with VNNI.
     Avx512Vnni,
     /// AVX-512 F/BW/VL (pulp's `x86::V4`).
@@ -41,7 +47,13 @@ pub enum Isa {
 
 impl Isa {
     /// Every instruction set, widest first.
-    pub const ALL: [Isa; 4] = [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2, Isa::Fallback];
+    pub const ALL: [Isa; 5] = [
+        Isa::AmxInt8,
+        Isa::Avx512Vnni,
+        Isa::Avx512,
+        Isa::Avx2,
+        Isa::Fallback,
+    ];
 
     /// The widest instruction set this CPU has (detected once).
     pub fn detected() -> Isa {
@@ -59,6 +71,9 @@ impl Isa {
         #[cfg(target_arch = "x86_64")]
         {
             match self {
+                Isa::AmxInt8 => {
+                    Isa::Avx512Vnni.available() && arch::x86::amx_int8::permission().is_ok()
+                }
                 Isa::Avx512Vnni => {
                     pulp::x86::V4::try_new().is_some()
                         && std::arch::is_x86_feature_detected!("avx512vnni")
@@ -74,6 +89,19 @@ impl Isa {
         }
     }
 
+    /// Why this instruction set is not used on this CPU where that needs
+    /// saying: for [`Isa::AmxInt8`] on a CPU with AVX-512 VNNI, a CPU
+    /// without AMX int8 or a process refused the tile data state (the
+    /// table then takes VNNI's kernels). `None` where it is used, or where
+    /// the CPU lacks a narrower level too.
+    pub fn declined(self) -> Option<&'static str> {
+        #[cfg(target_arch = "x86_64")]
+        if self == Isa::AmxInt8 && Isa::Avx512Vnni.available() {
+            return arch::x86::amx_int8::permission().err();
+        }
+        None
+    }
+
     /// Whether code written for this instruction set may use AVX-512 (F/BW/VL).
     pub fn has_avx512(self) -> bool {
         self <= Isa::Avx512
@@ -82,6 +110,7 @@ impl Isa {
     /// The name printed in a kernel's description.
     pub fn name(self) -> &'static str {
         match self {
+            Isa::AmxInt8 => "amx-int8",
             Isa::Avx512Vnni => "avx512-vnni",
             Isa::Avx512 => "avx512",
             Isa::Avx2 => "avx2",
@@ -240,6 +269,14 @@ static TABLE: &[KernelEntry] = &[
         "gemm_q4_1x16_q8_1",
         Some(W::Q4_1x16),
         A::Q8_1,
+        Isa::AmxInt8,
+        Kernel::TilesQ8(tiles_q8_amx_int8),
+    ),
+    #[cfg(target_arch = "x86_64")]
+    entry(
+        "gemm_q4_1x16_q8_1",
+        Some(W::Q4_1x16),
+        A::Q8_1,
         Isa::Avx512Vnni,
         Kernel::TilesQ8(tiles_q8_avx512_vnni),
     ),
@@ -265,6 +302,14 @@ static TABLE: &[KernelEntry] = &[
         A::Q8_1,
         Isa::Fallback,
         Kernel::TilesQ8(tiles_q8_fallback),
+    ),
+    #[cfg(target_arch = "x86_64")]
+    entry(
+        "gemm_q8_0x16_q8_1",
+        Some(W::Q8_0x16),
+        A::Q8_1,
+        Isa::AmxInt8,
+        Kernel::TilesQ8(tiles_q8_amx_int8),
     ),
     #[cfg(target_arch = "x86_64")]
     entry(
@@ -398,7 +443,7 @@ pub(crate) fn quantizer_for_isa(isa: Isa) -> &'static KernelEntry {
 pub fn vectorize<Op: pulp::WithSimd>(op: Op) -> Op::Output {
     #[cfg(target_arch = "x86_64")]
     match Isa::detected() {
-        Isa::Avx512Vnni | Isa::Avx512 => pulp::Simd::vectorize(v4(), op),
+        Isa::AmxInt8 | Isa::Avx512Vnni | Isa::Avx512 => pulp::Simd::vectorize(v4(), op),
         Isa::Avx2 => pulp::Simd::vectorize(v3(), op),
         Isa::Fallback => pulp::Simd::vectorize(pulp::Scalar::new(), op),
     }
@@ -519,6 +564,19 @@ fn tiles_q8_avx512_vnni(w: &TiledWeight, xq: &Q8Rows, first: usize, y: &mut [&mu
             kernel,
         },
     );
+}
+
+/// AMX int8 tiles from [`arch::x86::amx_int8::MIN_ROWS`] rows on; fewer
+/// rows on VNNI's kernel (bound by reading the weights, where the tiles do
+/// not help). The same bits either way.
+#[cfg(target_arch = "x86_64")]
+fn tiles_q8_amx_int8(w: &TiledWeight, xq: &Q8Rows, first: usize, y: &mut [&mut [f32]]) {
+    if y.len() < arch::x86::amx_int8::MIN_ROWS {
+        return tiles_q8_avx512_vnni(w, xq, first, y);
+    }
+    arch::x86::amx_int8::Kernel::new()
+        .expect("chosen for AMX int8")
+        .tiles(w, xq, first, y);
 }
 
 #[cfg(target_arch = "x86_64")]

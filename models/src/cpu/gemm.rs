@@ -10,9 +10,7 @@ use burn_flex::FlexTensor;
 use rayon::prelude::*;
 
 use super::dense::{DENSE_BLOCK, untranspose, weight_rows};
-#[cfg(test)]
-use super::dispatch::Isa;
-use super::dispatch::{self, ActivationFormat, Kernel, KernelEntry, WeightFormat};
+use super::dispatch::{self, ActivationFormat, Isa, Kernel, KernelEntry, WeightFormat};
 use super::quants::{BlockWeight, Q8Parts, Q8Row, Q8Rows};
 use super::repack::TiledWeight;
 use super::tiles_f32::InterleavedRows;
@@ -86,6 +84,13 @@ impl TiledWeight {
         self.matmul_with(x, rows, self.q8_kernel())
     }
 
+    /// [`TiledWeight::matmul`] with the kernel of instruction set `isa` (or
+    /// the widest the CPU has below it): the same bits as `matmul`, for
+    /// comparing the instruction sets' kernels (`benches/forward.rs`).
+    pub fn matmul_at_isa(&self, x: &[f32], rows: usize, isa: Isa) -> Vec<f32> {
+        self.matmul_with(x, rows, self.q8_kernel_for(isa))
+    }
+
     /// [`TiledWeight::matmul`] with the kernel `entry` (the tests run every
     /// instruction set's kernel; the results are the same bits).
     pub(crate) fn matmul_with(&self, x: &[f32], rows: usize, entry: &KernelEntry) -> Vec<f32> {
@@ -119,7 +124,6 @@ impl TiledWeight {
 
     /// The kernel for the weight × 8-bit rows of instruction set `isa` (or
     /// the widest the CPU has below it).
-    #[cfg(test)]
     pub(crate) fn q8_kernel_for(&self, isa: Isa) -> &'static KernelEntry {
         dispatch::kernel_for_isa(self.format(), ActivationFormat::Q8_1, isa)
             .expect("a portable kernel")

@@ -76,7 +76,7 @@ proptest! {
         let want = bits(&portable(&int8, &x, rows));
         prop_assert_eq!(&bits(&y), &want);
         // Every level the CPU has (AVX-512 and AVX2 where the dispatch takes VNNI).
-        for isa in [Isa::Avx512, Isa::Avx2, Isa::Fallback] {
+        for isa in [Isa::Avx512Vnni, Isa::Avx512, Isa::Avx2, Isa::Fallback] {
             let kernel = int8.q8_kernel_for(isa);
             prop_assert_eq!(&bits(&int8.matmul_with(&x, rows, kernel)), &want, "{}", kernel);
         }
@@ -110,6 +110,48 @@ proptest! {
                     "row {} out {}: {} vs {} (bound {})", r, o, got, exact, bound);
             }
         }
+    }
+}
+
+/// The AMX int8 kernel gives the VNNI kernel's bits (and the portable
+/// definition's), for both formats, row counts below, at and past its 16-row
+/// groups (ragged last groups), many rows, and block counts odd and even;
+/// where the CPU or the process cannot use AMX the table's entry at that level
+/// is VNNI's, which the same comparison checks against the definition.
+#[test]
+fn amx_int8_gives_the_vnni_bits() {
+    let amx_used = Isa::detected() == Isa::AmxInt8;
+    for (q8, tiles, nb, rows) in [
+        (false, 1, 1, 16),
+        (true, 2, 3, 17),
+        (false, 3, 19, 33),
+        (true, 1, 18, 15),
+        (false, 2, 5, 72),
+        (true, 2, 4, 72),
+        (true, 1, 2, 288),
+        (false, 1, 3, 290),
+    ] {
+        let (out, inp) = (tiles * TILE, nb * QK);
+        let bytes: Vec<u8> = (0..257u32).map(|i| (i * 97 + 13) as u8).collect();
+        let (_, int8) = weight(q8, out, inp, &bytes);
+        let x: Vec<f32> = (0..rows * inp)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 1e-2 * (1.0 + (i % 31) as f32))
+            .collect();
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let amx = int8.q8_kernel_for(Isa::AmxInt8);
+        let vnni = int8.q8_kernel_for(Isa::Avx512Vnni);
+        assert_eq!(amx.isa == Isa::AmxInt8, amx_used, "{amx}");
+        let got = bits(&int8.matmul_with(&x, rows, amx));
+        assert_eq!(
+            got,
+            bits(&int8.matmul_with(&x, rows, vnni)),
+            "{q8} {tiles} {nb} {rows}"
+        );
+        assert_eq!(
+            got,
+            bits(&portable(&int8, &x, rows)),
+            "{q8} {tiles} {nb} {rows}"
+        );
     }
 }
 

@@ -6,7 +6,7 @@
 //! is subtracted once per block). Same integer sums (all exact), same f32
 //! steps after them, so the same bits.
 //!
-//! The one `unsafe` of the crate, and why: pulp 0.22 (through which
+//! Why `unsafe` here: pulp 0.22 (through which
 //! every other kernel reaches its intrinsics safely) wraps no VNNI
 //! instruction. Rust's own intrinsics are safe inside a function
 //! compiled for their features, and calling such a function is safe

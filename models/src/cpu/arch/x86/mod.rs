@@ -1,6 +1,9 @@
 //! x86-64 kernels: AVX-512 (through pulp's safe intrinsics), AVX-512 with
-//! VNNI (the crate's one `unsafe`, see [`avx512_vnni`]) and AVX2.
+//! VNNI and AMX int8 tiles (the crate's `unsafe`, see [`avx512_vnni`] and
+//! [`amx_int8`]) and AVX2.
 
+#[allow(unsafe_code)]
+pub(crate) mod amx_int8;
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 #[allow(unsafe_code)]
