@@ -153,21 +153,22 @@ impl Ensemble {
             });
         }
         public_buf.resize(vocab, 0.0);
-        convert_row(public, 0, &mut public_buf)?;
+        let public_sum = convert_row(public, 0, &mut public_buf)?;
         // Rows are converted in parallel, each into its own slice of one buffer;
         // each row's arithmetic is that of `convert_row` alone, so the result does
         // not depend on the thread count. The first bad row (in order) is reported.
         members_buf.resize(members.len(), 0.0);
-        members_buf
+        let member_sums = members_buf
             .par_chunks_mut(vocab)
             .enumerate()
             .map(|(m, out)| convert_row(members.slice(m * vocab, vocab), m + 1, out))
             .collect::<Vec<_>>()
             .into_iter()
-            .collect::<Result<Vec<()>, _>>()?;
+            .collect::<Result<Vec<f64>, _>>()?;
+        // Each row divided by its sum in the pass that validates it for the solvers.
         Ok(Self {
-            public: ValidatedRows::new(public_buf, vocab)?,
-            members: ValidatedRows::new(members_buf, vocab)?,
+            public: ValidatedRows::new_divided(public_buf, vocab, &[public_sum])?,
+            members: ValidatedRows::new_divided(members_buf, vocab, &member_sums)?,
         })
     }
 
@@ -228,10 +229,11 @@ impl Ensemble {
 
 /// One row converted to f64 probabilities in `out` (of the row's length): checked
 /// (finite and non-negative, or for log rows not NaN and not positive, or for
-/// logits not NaN, not +∞ and not all −∞), summed, and divided by its sum, which
-/// must lie within [`NORMALISATION_TOLERANCE`] of 1 (a softmax sums to 1 within
-/// a few ulps per entry).
-fn convert_row(row: Rows<'_>, index: usize, out: &mut [f64]) -> Result<(), MechanismError> {
+/// logits not NaN, not +∞ and not all −∞) and summed; its sum, which must lie
+/// within [`NORMALISATION_TOLERANCE`] of 1 (a softmax sums to 1 within a few ulps
+/// per entry), is returned, for the caller to divide the row by
+/// (`ValidatedRows::new_divided`).
+fn convert_row(row: Rows<'_>, index: usize, out: &mut [f64]) -> Result<f64, MechanismError> {
     let sum = match row {
         Rows::ProbF32(r) => probabilities(r, index, out)?,
         Rows::ProbF64(r) => probabilities(r, index, out)?,
@@ -248,8 +250,7 @@ fn convert_row(row: Rows<'_>, index: usize, out: &mut [f64]) -> Result<(), Mecha
             tolerance: NORMALISATION_TOLERANCE,
         });
     }
-    pulp::Arch::new().dispatch(Divide(out, sum));
-    Ok(())
+    Ok(sum)
 }
 
 /// Lanes of the conversion's sums: a fixed summation order whatever the vector width.
@@ -320,21 +321,6 @@ impl<T: Copy + Into<f64>> pulp::WithSimd for Widen<'_, T> {
         let total =
             ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
         (total, min.into_iter().fold(0.0, f64::min))
-    }
-}
-
-/// `out /= sum`, compiled for the CPU's widest vectors.
-struct Divide<'a>(&'a mut [f64], f64);
-
-impl pulp::WithSimd for Divide<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        let Divide(out, sum) = self;
-        for p in out.iter_mut() {
-            *p /= sum;
-        }
     }
 }
 

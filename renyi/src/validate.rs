@@ -49,7 +49,26 @@ pub(crate) fn probabilities<T: Probability>(p: &[T]) -> Result<ProbSummary> {
     // kernel's own screening accepts exactly the vectors this function accepts.
     // Compiled for the CPU's widest vectors (the lane arrays fix the summation
     // order, so the result does not depend on the vector width).
-    let (sum, min, min_positive) = pulp::Arch::new().dispatch(Screen(p));
+    let screened = pulp::Arch::new().dispatch(Screen(p));
+    summary(p, screened)
+}
+
+/// `p` divided by `divisor` in place (`x / divisor`, entry by entry), then checked
+/// as [`probabilities`] checks it, in one pass: the same summary and the same error
+/// as dividing first and calling [`probabilities`] on the result.
+pub(crate) fn probabilities_divided(p: &mut [f64], divisor: f64) -> Result<ProbSummary> {
+    if p.is_empty() {
+        return Err(RenyiError::Empty);
+    }
+    let screened = pulp::Arch::new().dispatch(ScreenDivided(p, divisor));
+    summary(p, screened)
+}
+
+/// The summary of a screened vector, or the problem its screen points to.
+fn summary<T: Probability>(
+    p: &[T],
+    (sum, min, min_positive): (f64, [f64; LANES], [f64; LANES]),
+) -> Result<ProbSummary> {
     if (!sum.is_finite() || min.iter().any(|&m| m < 0.0))
         && let Some(problem) = first_bad_entry(p)
     {
@@ -71,38 +90,89 @@ impl<T: Probability> pulp::WithSimd for Screen<'_, T> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) -> Self::Output {
-        let mut sum = 0.0;
-        let (mut min, mut min_positive) = ([0.0_f64; LANES], [f64::INFINITY; LANES]);
+        let mut screened = Screened::new();
         for chunk in self.0.chunks(CHUNK) {
-            // Three simple lane-wise loops straight over the chunk, which the compiler
-            // vectorises (one loop with all three updates it does not; copying the
-            // chunk to a widened buffer first cost a `memcpy` call per chunk, more than
-            // the loops themselves).
-            let mut lanes = [0.0_f64; LANES];
-            let blocks = chunk.chunks_exact(LANES);
-            let tail = blocks.remainder();
-            for block in blocks.clone() {
-                for j in 0..LANES {
-                    lanes[j] += block[j].to_f64();
-                }
-            }
-            for block in blocks {
-                for j in 0..LANES {
-                    let v = block[j].to_f64();
-                    min[j] = if v < min[j] { v } else { min[j] };
-                    min_positive[j] = if (v > 0.0) & (v < min_positive[j]) {
-                        v
-                    } else {
-                        min_positive[j]
-                    };
-                }
-            }
-            for (j, &v) in tail.iter().enumerate() {
-                lane(v.to_f64(), &mut lanes[j], &mut min[j], &mut min_positive[j]);
-            }
-            sum += combine(lanes);
+            screened.chunk(chunk);
         }
-        (sum, min, min_positive)
+        (screened.sum, screened.min, screened.min_positive)
+    }
+}
+
+/// [`Screen`] of `p / divisor` (each entry divided, in place, just before it is
+/// screened): the same values, sums and extremes as dividing the whole vector first
+/// and screening it then, in one pass over it.
+struct ScreenDivided<'a>(&'a mut [f64], f64);
+
+impl pulp::WithSimd for ScreenDivided<'_> {
+    type Output = (f64, [f64; LANES], [f64; LANES]);
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> Self::Output {
+        let ScreenDivided(p, divisor) = self;
+        let mut screened = Screened::new();
+        for chunk in p.chunks_mut(CHUNK) {
+            for x in chunk.iter_mut() {
+                *x /= divisor;
+            }
+            screened.chunk::<f64>(chunk);
+        }
+        (screened.sum, screened.min, screened.min_positive)
+    }
+}
+
+/// The running state of a screening pass: `Σp` (formed per [`CHUNK`], lane-wise,
+/// lanes combined in a fixed order), lane minima and lane smallest positive entries.
+struct Screened {
+    sum: f64,
+    min: [f64; LANES],
+    min_positive: [f64; LANES],
+}
+
+impl Screened {
+    #[inline(always)]
+    fn new() -> Self {
+        Screened {
+            sum: 0.0,
+            min: [0.0; LANES],
+            min_positive: [f64::INFINITY; LANES],
+        }
+    }
+
+    /// One chunk (at most [`CHUNK`] entries) screened.
+    #[inline(always)]
+    fn chunk<T: Probability>(&mut self, chunk: &[T]) {
+        let Screened {
+            sum,
+            min,
+            min_positive,
+        } = self;
+        // Three simple lane-wise loops straight over the chunk, which the compiler
+        // vectorises (one loop with all three updates it does not; copying the
+        // chunk to a widened buffer first cost a `memcpy` call per chunk, more than
+        // the loops themselves).
+        let mut lanes = [0.0_f64; LANES];
+        let blocks = chunk.chunks_exact(LANES);
+        let tail = blocks.remainder();
+        for block in blocks.clone() {
+            for j in 0..LANES {
+                lanes[j] += block[j].to_f64();
+            }
+        }
+        for block in blocks {
+            for j in 0..LANES {
+                let v = block[j].to_f64();
+                min[j] = if v < min[j] { v } else { min[j] };
+                min_positive[j] = if (v > 0.0) & (v < min_positive[j]) {
+                    v
+                } else {
+                    min_positive[j]
+                };
+            }
+        }
+        for (j, &v) in tail.iter().enumerate() {
+            lane(v.to_f64(), &mut lanes[j], &mut min[j], &mut min_positive[j]);
+        }
+        *sum += combine(lanes);
     }
 }
 
