@@ -1347,6 +1347,8 @@ mod tests {
             canary: None,
             long_deployment: None,
             studies: Vec::new(),
+            scored_parts: Vec::new(),
+            scored_check: None,
         }
     }
 

@@ -42,6 +42,10 @@ pub struct RunInfo {
     /// What `--verify-cache` recomputed and how it compared with the cache.
     #[serde(default)]
     pub cache_checks: Vec<String>,
+    /// `(part, from the cache, seconds when computed)` of each scored part of
+    /// the perplexity experiment, in the order the run reached them.
+    #[serde(default)]
+    pub scored_parts: Vec<(String, bool, f64)>,
 }
 
 impl RunInfo {
@@ -65,6 +69,7 @@ impl RunInfo {
             wall_seconds: 0.0,
             reused: Vec::new(),
             cache_checks: Vec::new(),
+            scored_parts: Vec::new(),
         }
     }
 
@@ -105,6 +110,16 @@ impl RunInfo {
                 "| **whole run: wall time + reused** | **{}** |",
                 minutes(self.wall_seconds + reused)
             );
+        }
+        if !self.scored_parts.is_empty() {
+            s.push_str(
+                "\nScored parts (each cached when done, so a stopped run resumes at the first \
+                 part not done):\n\n| part | from the cache | time when computed |\n|---|---|---|\n",
+            );
+            for (part, cached, secs) in &self.scored_parts {
+                let from = if *cached { "yes" } else { "no: computed now" };
+                let _ = writeln!(s, "| {part} | {from} | {} |", minutes(*secs));
+            }
         }
         if !self.cache_checks.is_empty() {
             s.push_str("\nCache verified (`--verify-cache`: one seeded part recomputed):\n\n");
@@ -252,6 +267,21 @@ mod tests {
         assert!(!md.contains("| nothing |"), "{md}");
         assert!(
             md.contains("| **whole run: wall time + reused** | **5.0 min** |"),
+            "{md}"
+        );
+        // Each scored part says whether it came from the cache and what it cost.
+        assert!(!md.contains("Scored parts"));
+        info.scored_parts = vec![
+            ("record level: seed row 0".into(), true, 600.0),
+            ("record level: seed row 1".into(), false, 30.0),
+        ];
+        let md = info.markdown();
+        assert!(
+            md.contains("| record level: seed row 0 | yes | 10.0 min |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| record level: seed row 1 | no: computed now | 30.0 s |"),
             "{md}"
         );
     }

@@ -13,7 +13,9 @@ use privmix_bench::claims::{icl_claims, perplexity_claims};
 use privmix_bench::experiment::canary::CanaryPlan;
 use privmix_bench::experiment::members::verify_member_cache;
 use privmix_bench::experiment::studies::StudyPlan;
-use privmix_bench::experiment::{DpSgdPlan, ExperimentConfig, ScoringPlan, TrainingPlan, run};
+use privmix_bench::experiment::{
+    DpSgdPlan, ExperimentConfig, ScoringPlan, TrainingPlan, run_verified,
+};
 use privmix_bench::experiment::{load_tokenizer, prepare_data};
 use privmix_bench::icl::{IclConfig, run_icl_verified};
 use privmix_bench::report::{Report, write_report};
@@ -202,9 +204,11 @@ struct Args {
     /// (`cargo xtask fetch-models --only minilm`); when it is missing the report says so.
     #[arg(long, default_value = "models-cache/all-minilm-l6-v2")]
     embedding_model: PathBuf,
-    /// Recompute one seeded part of each cache (member 0's adapter, the ICL's
-    /// seed 0) and compare it with its entry; the run stops with an error if
-    /// they differ (the Run section says what was checked).
+    /// Recompute one seeded part of each cache (member 0's adapter, the
+    /// smallest scored part: seed row 0 of the user-level table, or of the
+    /// record level without it; the ICL's seed 0) and compare it with its
+    /// entry; the run stops with an error if they differ (the Run section says
+    /// what was checked).
     #[arg(long)]
     verify_cache: bool,
     /// Skip the Wu et al. embedding baseline.
@@ -384,10 +388,15 @@ fn main() -> ExitCode {
     let mut info = RunInfo::collect();
     let mut phases = Phases::new();
     let report = (|| -> Result<Report, BenchError> {
+        // --verify-cache rescores the smallest scored part: seed row 0 of the
+        // user-level table (no DP-SGD, fine-tuned or study rows) when it runs.
+        let verify_record_level = a.verify_cache && user_config.is_none();
         let perplexity = if a.skip_perplexity {
             None
         } else {
-            Some(phases.time("perplexity, record level", || run(&config, true))?)
+            Some(phases.time("perplexity, record level", || {
+                run_verified(&config, true, verify_record_level)
+            })?)
         };
         if let Some(r) = perplexity.as_ref().filter(|_| a.verify_cache) {
             // The run's own configuration: the members' tuned learning rate.
@@ -399,7 +408,9 @@ fn main() -> ExitCode {
             info.cache_checks.push(check);
         }
         let user_level = match (&user_config, a.skip_perplexity) {
-            (Some(c), false) => Some(phases.time("perplexity, user level", || run(c, true))?),
+            (Some(c), false) => Some(phases.time("perplexity, user level", || {
+                run_verified(c, true, a.verify_cache)
+            })?),
             _ => None,
         };
         let icl = if a.skip_icl {
@@ -421,6 +432,16 @@ fn main() -> ExitCode {
                     format!("perplexity, {name} level: adapters trained by an earlier run"),
                     r.reused_training_seconds,
                 ));
+                info.reused.push((
+                    format!("perplexity, {name} level: scored parts computed by an earlier run"),
+                    r.reused_scoring_seconds(),
+                ));
+                info.scored_parts.extend(
+                    r.scored_parts
+                        .iter()
+                        .map(|p| (format!("{name} level: {}", p.part), p.cached, p.seconds)),
+                );
+                info.cache_checks.extend(r.scored_check.clone());
             }
         }
         if let Some(check) = icl.as_ref().and_then(|i| i.cache_check.clone()) {

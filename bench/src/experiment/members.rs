@@ -74,6 +74,10 @@ pub struct TrainedMembers {
     pub dp_sgd: Vec<(DpSgdRun, LoraAdapter<Backend>)>,
     /// Every point of the DP-SGD sweep (at the largest target ε).
     pub dp_sgd_sweep: Vec<DpSgdRun>,
+    /// The cache key digest of each adapter, in the runner's order (members,
+    /// DP-SGD models of the table, the fine-tuned model): what a scored part
+    /// computed with them is keyed on (`scored_cache.rs`).
+    pub adapter_keys: Vec<String>,
     /// True when every adapter came from the cache.
     pub cached: bool,
     /// The members' part of `reused_seconds`.
@@ -146,6 +150,7 @@ pub fn train_members(
     let lora = lora_config(plan)?;
     let mut members = Vec::new();
     let mut member_steps = Vec::new();
+    let mut adapter_keys = Vec::new();
     let mut cached = true;
     let mut reused_seconds = 0.0;
     let model_sha256 = vec![path_sha256(&config.model)?];
@@ -169,6 +174,7 @@ pub fn train_members(
         }
         members.push(adapter);
         member_steps.push(steps);
+        adapter_keys.push(key.digest());
     }
     let members_reused_seconds = reused_seconds;
     let validation = validation_losses(&config.model, &members, &data.validation)?;
@@ -184,6 +190,7 @@ pub fn train_members(
         let dir = config
             .cache_dir
             .join(format!("fine-tuned-{}", key.digest()));
+        let digest = key.digest();
         let (adapter, reused) = load_or_train(&dir, &base, json!({ "key": key }), || {
             train_member(
                 config,
@@ -199,7 +206,7 @@ pub fn train_members(
             Some(seconds) => reused_seconds += seconds,
             None => cached = false,
         }
-        Some(adapter)
+        Some((adapter, digest))
     } else {
         None
     };
@@ -221,13 +228,15 @@ pub fn train_members(
             progress,
         };
         let mut sweep_adapters = Vec::new();
+        let mut sweep_keys = Vec::new();
         for &lr in &dp.learning_rates {
             for &epochs in &dp.epochs {
-                let (run, adapter, reused) = trainer.train(sweep_target, lr, epochs)?;
+                let (run, adapter, reused, digest) = trainer.train(sweep_target, lr, epochs)?;
                 cached &= reused.is_some();
                 reused_seconds += reused.unwrap_or(0.0);
                 dp_sgd_sweep.push(run);
                 sweep_adapters.push(adapter);
+                sweep_keys.push(digest);
             }
         }
         let (_, losses) = validation_losses(&config.model, &sweep_adapters, &data.validation)?;
@@ -245,13 +254,15 @@ pub fn train_members(
         for &target in &config.epsilons {
             if target == sweep_target {
                 dp_sgd.push((chosen.clone(), sweep_adapters[best].clone()));
+                adapter_keys.push(sweep_keys[best].clone());
                 continue;
             }
-            let (run, adapter, reused) =
+            let (run, adapter, reused, digest) =
                 trainer.train(target, chosen.learning_rate, chosen.epochs)?;
             cached &= reused.is_some();
             reused_seconds += reused.unwrap_or(0.0);
             dp_sgd.push((run, adapter));
+            adapter_keys.push(digest);
         }
         let adapters: Vec<_> = dp_sgd.iter().map(|(_, a)| a.clone()).collect();
         let (_, losses) = validation_losses(&config.model, &adapters, &data.validation)?;
@@ -260,6 +271,10 @@ pub fn train_members(
             run.chosen = true;
         }
     }
+    let fine_tuned = fine_tuned.map(|(adapter, digest)| {
+        adapter_keys.push(digest);
+        adapter
+    });
     Ok(TrainedMembers {
         members,
         member_steps,
@@ -267,6 +282,7 @@ pub fn train_members(
         fine_tuned,
         dp_sgd,
         dp_sgd_sweep,
+        adapter_keys,
         cached,
         members_reused_seconds,
         reused_seconds,
@@ -423,13 +439,14 @@ struct DpTraining<'a> {
 
 impl DpTraining<'_> {
     /// Trains (or loads) DP-SGD at `target` ε with `lr` for `epochs`; with the
-    /// seconds a cached adapter took to train (None: trained now).
+    /// seconds a cached adapter took to train (None: trained now) and its
+    /// cache key's digest.
     fn train(
         &self,
         target: f64,
         lr: f64,
         epochs: f64,
-    ) -> Result<(DpSgdRun, LoraAdapter<Backend>, Option<f64>), BenchError> {
+    ) -> Result<(DpSgdRun, LoraAdapter<Backend>, Option<f64>, String), BenchError> {
         let config = self.config;
         let steps = ((epochs / self.q).ceil() as usize).max(1);
         let sigma = dp_sgd_sigma(target, config.delta, steps as u64, self.q)?;
@@ -471,6 +488,7 @@ impl DpTraining<'_> {
         let dir = config
             .cache_dir
             .join(format!("dp-sgd-{target}-{}", key.digest()));
+        let digest = key.digest();
         let meta = json!({ "sigma": sigma, "q": self.q, "key": key });
         let (adapter, reused) = load_or_train(&dir, self.base, meta, || {
             let mut trainer =
@@ -512,6 +530,7 @@ impl DpTraining<'_> {
             },
             adapter,
             reused,
+            digest,
         ))
     }
 }
@@ -571,6 +590,11 @@ fn save_cached(
     meta: serde_json::Value,
 ) -> Result<(), BenchError> {
     adapter.save_peft(dir)?;
+    // The metadata marks a complete entry: written whole under another name,
+    // then renamed into place, so a run stopped at any point leaves either no
+    // entry or a whole one.
     let path = dir.join(META_FILE);
-    std::fs::write(&path, meta.to_string()).map_err(|e| BenchError::io(&path, e))
+    let partial = dir.join(format!("{META_FILE}.partial"));
+    std::fs::write(&partial, meta.to_string()).map_err(|e| BenchError::io(&partial, e))?;
+    std::fs::rename(&partial, &path).map_err(|e| BenchError::io(&path, e))
 }

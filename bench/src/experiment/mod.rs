@@ -23,6 +23,11 @@
 //!    paper's 99,840 queries), its interval over consecutive runs of its blocks.
 //! 6. [`studies`]: optionally, the queries curve and the attribution ablation,
 //!    scored on each seed's forwards beside the main table.
+//!
+//! Each scored part (a seed row with its study rows, the long deployment, and
+//! so each run the ablation and the user-level table make) is cached when it
+//! is done (`scored_cache.rs`), so that a run stopped part-way resumes at the
+//! first part not done.
 
 pub mod canary;
 mod config;
@@ -32,6 +37,7 @@ pub mod induced;
 pub mod long;
 pub mod members;
 pub mod paper_accounting;
+mod scored_cache;
 pub mod scoring;
 pub mod studies;
 pub mod training;
@@ -74,6 +80,23 @@ pub struct SummaryRow {
     /// The parameters of seed 0's run.
     pub parameters: String,
 }
+
+/// A scored part of a run (a seed row with its study rows, the long
+/// deployment): computed by this run or read from the cache.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScoredPart {
+    /// Which part (`seed row 1`, `long deployment`, `N = 32: seed row 0`).
+    pub part: String,
+    /// Whether it was read from the cache (computed by an earlier run).
+    pub cached: bool,
+    /// Seconds it took when it was computed (by this run or the earlier one).
+    pub seconds: f64,
+    /// The commit that computed it (provenance; None: not recorded).
+    pub commit: Option<String>,
+}
+
+/// A seed row's scored results: the main table's, then its study rows'.
+type ScoredSeed = (Vec<MechanismResult>, Vec<MechanismResult>);
 
 /// What one run measured.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -120,6 +143,15 @@ pub struct ExperimentResults {
     /// The studies' rows (empty: not run).
     #[serde(default)]
     pub studies: Vec<studies::StudyRow>,
+    /// Each scored part, in the order the run reached it, with whether it came
+    /// from the cache and what it cost when computed (the ablation's runs at
+    /// other N included).
+    #[serde(default)]
+    pub scored_parts: Vec<ScoredPart>,
+    /// What `--verify-cache` recomputed of the scored parts and how it compared
+    /// with the cache (None: not asked, or the part was not cached).
+    #[serde(default)]
+    pub scored_check: Option<String>,
 }
 
 impl ExperimentResults {
@@ -128,6 +160,16 @@ impl ExperimentResults {
         self.summary
             .iter()
             .find(|r| r.mechanism == mechanism && r.target_epsilon == target)
+    }
+
+    /// Seconds the scored parts read from the cache took when an earlier run
+    /// computed them: compute this run reused.
+    pub fn reused_scoring_seconds(&self) -> f64 {
+        self.scored_parts
+            .iter()
+            .filter(|p| p.cached)
+            .map(|p| p.seconds)
+            .sum()
     }
 }
 
@@ -176,6 +218,17 @@ pub fn summarize(seeds: &[Vec<MechanismResult>]) -> Result<Vec<SummaryRow>, Benc
 
 /// Runs the whole experiment; `progress` shows bars on a terminal.
 pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResults, BenchError> {
+    run_verified(config, progress, false)
+}
+
+/// [`run`]; with `verify_cache`, seed row 0, when it comes from the cache, is
+/// also scored again and must equal its entry bit for bit (else an error: the
+/// cache holds results its key no longer describes).
+pub fn run_verified(
+    config: &ExperimentConfig,
+    progress: bool,
+    verify_cache: bool,
+) -> Result<ExperimentResults, BenchError> {
     if config.members < 2 || !config.members.is_multiple_of(2) {
         return Err(BenchError::Config(format!(
             "members must be even and at least 2 (N/2 SubMix parts of two halves); got {}",
@@ -239,10 +292,13 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         .min()
         .unwrap_or(0);
     let (mut study_keys, mut study_seeds) = (Vec::new(), Vec::new());
+    let cache = scored_cache::ScoredCache::new(config)?;
+    let (mut scored_parts, mut scored_check) = (Vec::new(), None);
     for (s, eval) in data.eval.iter().enumerate() {
-        let (studies, keys) = match &config.studies {
-            Some(plan) => studies::study_contenders(config, plan, seed_queries, &orders)?,
-            None => (Vec::new(), Vec::new()),
+        // The study contenders of a scoring (fresh for each: they keep accounts).
+        let studies = || match &config.studies {
+            Some(plan) => studies::study_contenders(config, plan, seed_queries, &orders),
+            None => Ok((Vec::new(), Vec::new())),
         };
         // Seed row s ≥ 1 trains its own models when the plan asks for
         // training variance; row 0 is the training above.
@@ -262,19 +318,57 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
             Some((t, r)) => (t, r),
             None => (&trained, &runner),
         };
-        let (main, studied) = scoring::score_seed(
-            config,
-            row_runner,
-            vocab,
+        let row_seed = config.seed.wrapping_add(s as u64);
+        let score = || -> Result<ScoredSeed, BenchError> {
+            scoring::score_seed(
+                config,
+                row_runner,
+                vocab,
+                eval,
+                row_trained,
+                row_seed,
+                progress,
+                studies()?.0,
+            )
+        };
+        let part = format!("seed-{s}");
+        let key = cache.key(
+            &part,
+            row_seed,
+            &row_trained.adapter_keys,
+            serde_json::json!({ "seed_queries": seed_queries }),
             eval,
-            row_trained,
-            config.seed.wrapping_add(s as u64),
-            progress,
-            studies,
         )?;
+        let (main, studied) = match cache.get::<ScoredSeed>(&part, &key)? {
+            Some(hit) => {
+                if verify_cache && s == 0 {
+                    scored_check = Some(verify_scored_seed(&hit, score()?)?);
+                }
+                scored_parts.push(ScoredPart {
+                    part: format!("seed row {s}"),
+                    cached: true,
+                    seconds: hit.seconds,
+                    commit: hit.commit,
+                });
+                hit.value
+            }
+            None => {
+                let t = Instant::now();
+                let scored = score()?;
+                let seconds = t.elapsed().as_secs_f64();
+                cache.put(&part, &key, &scored, seconds)?;
+                scored_parts.push(ScoredPart {
+                    part: format!("seed row {s}"),
+                    cached: false,
+                    seconds,
+                    commit: None,
+                });
+                scored
+            }
+        };
         seeds.push(main);
         study_seeds.push(studied);
-        study_keys = keys;
+        study_keys = studies()?.1;
     }
     let mut studies = studies::summarise_studies(&study_keys, &study_seeds)?;
     if row_training_seconds > 0.0 {
@@ -288,18 +382,57 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         ));
     }
     phases.push((
-        format!("scoring ({} seeds)", seeds.len()),
+        format!(
+            "scoring ({} seeds, {} from the cache)",
+            seeds.len(),
+            scored_parts.iter().filter(|p| p.cached).count()
+        ),
         t2.elapsed().as_secs_f64() - row_training_seconds,
     ));
     let long_deployment = if data.long.is_empty() {
         None
     } else {
         let t = Instant::now();
-        let d = score_long_deployment(config, &runner, vocab, &data.long, &trained, progress)?;
+        let key = cache.key(
+            "long",
+            config.seed ^ LONG_DEPLOYMENT_KEY,
+            &trained.adapter_keys,
+            serde_json::json!({ "long_queries": config.long_queries }),
+            &data.long,
+        )?;
+        let (d, part) = match cache.get::<long::LongDeployment>("long", &key)? {
+            Some(hit) => (
+                hit.value,
+                ScoredPart {
+                    part: "long deployment".into(),
+                    cached: true,
+                    seconds: hit.seconds,
+                    commit: hit.commit,
+                },
+            ),
+            None => {
+                let d =
+                    score_long_deployment(config, &runner, vocab, &data.long, &trained, progress)?;
+                let seconds = t.elapsed().as_secs_f64();
+                cache.put("long", &key, &d, seconds)?;
+                let part = ScoredPart {
+                    part: "long deployment".into(),
+                    cached: false,
+                    seconds,
+                    commit: None,
+                };
+                (d, part)
+            }
+        };
         phases.push((
-            format!("long deployment ({} queries)", d.queries),
+            format!(
+                "long deployment ({} queries{})",
+                d.queries,
+                if part.cached { ", from the cache" } else { "" }
+            ),
             t.elapsed().as_secs_f64(),
         ));
+        scored_parts.push(part);
         Some(d)
     };
     drop(runner);
@@ -318,6 +451,10 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
             let r = run(&studies::members_config(config, plan, n), progress)?;
             studies.push(studies::members_row(&r)?);
             reused_seconds += r.reused_training_seconds;
+            scored_parts.extend(r.scored_parts.into_iter().map(|p| ScoredPart {
+                part: format!("ablation N = {n}: {}", p.part),
+                ..p
+            }));
             phases.push((
                 format!("ablation run at N = {n}"),
                 t.elapsed().as_secs_f64(),
@@ -344,7 +481,38 @@ pub fn run(config: &ExperimentConfig, progress: bool) -> Result<ExperimentResult
         canary,
         long_deployment,
         studies,
+        scored_parts,
+        scored_check,
     })
+}
+
+/// `--verify-cache` for the scored parts: `again`, seed row 0 scored now, must
+/// equal its cache entry `hit` bit for bit (the seconds each mechanism took
+/// aside). Returns what it found; an error when they differ.
+fn verify_scored_seed(
+    hit: &scored_cache::Cached<ScoredSeed>,
+    again: ScoredSeed,
+) -> Result<String, BenchError> {
+    let untimed = |scored: &ScoredSeed| {
+        let mut scored = scored.clone();
+        for r in scored.0.iter_mut().chain(scored.1.iter_mut()) {
+            r.seconds = 0.0;
+        }
+        scored_cache::encode(&scored)
+    };
+    let made_by = hit.commit.as_deref().unwrap_or("an unrecorded commit");
+    let rows = again.0.len() + again.1.len();
+    if untimed(&hit.value)? != untimed(&again)? {
+        return Err(BenchError::Config(format!(
+            "--verify-cache: scored seed row 0 recomputed differs from its cache entry (made \
+             by {made_by}): the cache holds results its key no longer describes (bump \
+             RESULTS_VERSION in bench/src/cache_key.rs)"
+        )));
+    }
+    Ok(format!(
+        "scored seed row 0 recomputed ({rows} rows): bit for bit equal to its cache entry \
+         (made by {made_by})"
+    ))
 }
 
 /// Scores the long deployment: the public model, the non-private ensemble,
