@@ -424,3 +424,66 @@ fn the_execution_plan_chooses_the_host_step() {
         Model::load(LoadOptions::path(fixture("hf/llama"), &Default::default())).unwrap();
     assert!(!plain.plan().host_training, "no autodiff, no training step");
 }
+
+/// FNV-1a over the bits of each group's loss and gradient.
+fn step_digest(out: &[(f64, Vec<f32>)]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (loss, grad) in out {
+        eat(&loss.to_bits().to_le_bytes());
+        for g in grad {
+            eat(&g.to_bits().to_le_bytes());
+        }
+    }
+    h
+}
+
+/// The step's digests on this machine's instruction set: each fixture's
+/// losses and gradients for two groups (one with dropout) over 3 blocks of
+/// 9 tokens. Moving the step's operations between crates must keep these
+/// bits (the cached training results of the benchmarks depend on them).
+///
+/// Golden: produced by `ensemble/src/train/host/step_digests.sh`, run at
+/// the commit that added this test (before the products and the attention
+/// moved to `privmix-models`). The products (`gemm`'s kernels) and `exp`
+/// choose their code by instruction set, so the bits are pinned for the
+/// instruction set they were produced on; elsewhere only the agreement
+/// tests above apply.
+const STEP_DIGESTS: (privmix_models::cpu::Isa, [u64; 3]) = (
+    privmix_models::cpu::Isa::Avx512Vnni,
+    [0x6a49650b32a8d70b, 0x7c6f9de095943400, 0xe961c2a02aa4ac60],
+);
+
+#[test]
+fn the_step_keeps_its_bits() {
+    let digests: Vec<u64> = models()
+        .iter()
+        .map(|(_, model)| {
+            let host = HostLlama::from_model(model).unwrap().expect("a Llama");
+            let (p1, p2) = (params(model, 3), params(model, 4));
+            let data = blocks(3, 9, 256);
+            let refs: Vec<&Vec<u32>> = data.iter().collect();
+            let dropout = Dropout {
+                p: 0.25,
+                seed: 11,
+                pass: 2,
+            };
+            let groups = [Group::new(&p1, 2, None), Group::new(&p2, 1, Some(dropout))];
+            step_digest(&host.losses_and_gradients(&refs, &groups).unwrap())
+        })
+        .collect();
+    if std::env::var_os("PRIVMIX_PRINT_STEP_DIGESTS").is_some() {
+        println!(
+            "isa {:?} digests {digests:#018x?}",
+            privmix_models::cpu::Isa::detected()
+        );
+    }
+    let (isa, want) = STEP_DIGESTS;
+    if privmix_models::cpu::Isa::detected() == isa {
+        assert_eq!(digests, want, "the host step's bits changed on {isa:?}");
+    }
+}
