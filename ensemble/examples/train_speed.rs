@@ -16,9 +16,9 @@
 //! `products` times only the step's frozen-weight matrix products (no
 //! attention, norms, loss, LoRA factors or optimizer): each of the
 //! forward's `tokens × fan_in · fan_in × fan_out` products and the
-//! backward's transposed ones, with the head, through the `gemm` crate's
-//! packed kernels split by rows over rayon's threads as the host step runs
-//! them. No step can beat that time with these kernels, so its tokens/s is
+//! backward's transposed ones, with the head, through the step's own
+//! product (the `gemm` crate's packed kernels split by rows over rayon's
+//! threads, `privmix_models::cpu::strided::matmul`). No step can beat that time with these kernels, so its tokens/s is
 //! the ceiling of any f32 step on this machine's arithmetic.
 //!
 //! `shapes` times each projection's product on its own, the forward and the
@@ -374,8 +374,9 @@ fn product_shapes(config: &LlamaConfig, tokens: usize) -> serde_json::Value {
     })
 }
 
-/// `out[m, n] = lhs[m, k] · rhs`, `rhs[l, j]` at `rhs[l · strides.0 + j · strides.1]`,
-/// the rows split over rayon's threads, each part one single-threaded `gemm` call.
+/// `out[m, n] = lhs[m, k] · rhs`, `rhs[l, j]` at `rhs[l · strides.0 + j · strides.1]`:
+/// the step's own product ([`privmix_models::cpu::strided::matmul`], rows
+/// split over rayon's threads, each part one single-threaded `gemm` call).
 fn rows_split_product(
     out: &mut [f32],
     m: usize,
@@ -385,43 +386,11 @@ fn rows_split_product(
     strides: (usize, usize),
     rhs: &[f32],
 ) {
-    use rayon::prelude::*;
-    let threads = rayon::current_num_threads().max(1);
-    let per = m.div_ceil(threads).next_multiple_of(8).max(8);
-    assert!(lhs.len() >= m * k && out.len() >= m * n);
-    assert!((k - 1) * strides.0 + (n - 1) * strides.1 < rhs.len());
-    out[..m * n]
-        .par_chunks_mut(per * n)
-        .enumerate()
-        .for_each(|(i, part)| {
-            let rows = part.len() / n;
-            let lhs = &lhs[i * per * k..];
-            assert!(lhs.len() >= rows * k);
-            // SAFETY: the asserts above keep every index the call reads or
-            // writes inside its slice; `part` is borrowed mutably, alone.
-            #[allow(unsafe_code)]
-            unsafe {
-                gemm::gemm(
-                    rows,
-                    n,
-                    k,
-                    part.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    lhs.as_ptr(),
-                    1,
-                    k as isize,
-                    rhs.as_ptr(),
-                    strides.1 as isize,
-                    strides.0 as isize,
-                    0.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-        });
+    use privmix_models::cpu::strided::{Mat, matmul};
+    let rhs = Mat {
+        data: rhs,
+        rs: strides.0,
+        cs: strides.1,
+    };
+    matmul(out, m, n, k, false, 1.0, Mat::rows(lhs, k), rhs);
 }

@@ -15,7 +15,9 @@
 //!   f32 and tiles × 8-bit activations; [`dense`]: f32 burn-flex weights ×
 //!   a few rows (`blocks_f32` and `dense` are generic over pulp's vectors, run
 //!   at each instruction set's width); `gemm`: each product split over
-//!   threads and handed to its kernel;
+//!   threads and handed to its kernel; [`strided`]: f32 × f32 products of
+//!   many rows with strided operands on the `gemm` crate's packed kernels
+//!   (the host training step's, forward and backward);
 //! - `attention`: attention of a few queries over keys and values held in
 //!   host memory; [`vexp`]: `exp`, SiLU and log-softmax; [`simd`]: the
 //!   vector loops and the prefetch hint the kernels share;
@@ -37,6 +39,7 @@ pub mod quants;
 pub(crate) mod reference;
 pub mod repack;
 pub mod simd;
+pub mod strided;
 pub mod tiles_f32;
 pub mod tiles_q8;
 pub mod vexp;

@@ -19,6 +19,8 @@ use crate::error::ModelError;
 use crate::layers::{Attention, KvCache, Linear, Norm, RopeAngles, Site, StepMask};
 
 #[cfg(feature = "flex")]
+pub mod attention_backward;
+#[cfg(feature = "flex")]
 pub mod backward;
 mod dispatch;
 #[cfg(feature = "flex")]

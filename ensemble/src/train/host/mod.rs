@@ -10,9 +10,11 @@
 //! - **The models' operations.** RMSNorm, RoPE and the SiLU-gated product
 //!   run the inference host kernels of `privmix-models`, and their backward
 //!   passes sit beside those kernels ([`privmix_models::ops::backward`]):
-//!   the forward is written once. The products (the `gemm` crate's packed
-//!   kernels, see below) and the training attention (which keeps every
-//!   head's softmax probabilities for the backward pass) are this module's.
+//!   the forward is written once. The products are the models' strided
+//!   f32 products ([`privmix_models::cpu::strided`], see below), and the
+//!   causal attention that keeps every head's softmax probabilities, with
+//!   its backward pass, is the models' too
+//!   ([`privmix_models::ops::attention_backward`]).
 //! - **Chosen by the execution plan.** A trainer runs this step where the
 //!   model's plan says so ([`privmix_models::ExecutionPlan::host_training`]:
 //!   burn autodiff over burn-flex, a Llama-family decoder with rotate-half
@@ -30,8 +32,9 @@
 //!   multiplies every weight by all `rows × seq` tokens at once (512 at the
 //!   benchmark's 4 × 128): the products are bound by arithmetic, not by
 //!   reading the weights, so 4-bit blocks would save no time; the `gemm`
-//!   crate's packed kernels (the ones burn-flex's matmul uses) run them,
-//!   each product split by output rows over rayon's threads.
+//!   crate's packed kernels (the ones burn-flex's matmul uses) run them
+//!   through [`privmix_models::cpu::strided::matmul`], each product split
+//!   by output rows over rayon's threads.
 //! - **Attention saved, not recomputed**: the softmax probabilities of every
 //!   head (`rows × heads × seq²` per layer) are kept for the backward pass.
 //! - **Memory bounded by a budget.** A step's rows run in chunks whose saved

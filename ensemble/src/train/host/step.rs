@@ -19,9 +19,12 @@ use privmix_models::cpu::vexp::exp_shifted_in_place;
 use privmix_models::{Projection, Site};
 use rayon::prelude::*;
 
-use super::kernels::{
-    Mat, StepRope, gemm_into, matmul, rms_norm, rms_norm_backward, silu_gated, silu_gated_backward,
+use privmix_models::cpu::strided::{Mat, matmul};
+use privmix_models::ops::attention_backward::{
+    CausalShape, causal_attention, causal_attention_backward,
 };
+
+use super::kernels::{StepRope, rms_norm, rms_norm_backward, silu_gated, silu_gated_backward};
 use super::weights::{HostLinear, HostLlama, PROJECTIONS};
 use crate::train::error::TrainError;
 use crate::train::params::{LoraParams, SiteLayout};
@@ -719,7 +722,7 @@ impl Ctx<'_> {
         tables.apply(&mut k, m.kv_heads, false);
         let mut probs = pool.take(self.rows * m.heads * self.seq * self.seq);
         let mut attn = pool.take(n * qw);
-        self.attention(&q, &k, &v, &mut probs, &mut attn);
+        causal_attention(self.attention_shape(), &q, &k, &v, &mut probs, &mut attn);
         let mut o = pool.take(n * h);
         if let Some(s) = self.project(&blk.proj[3], site(Projection::O), &attn, &mut o, pool) {
             lora.insert(Projection::O, s);
@@ -766,167 +769,14 @@ impl Ctx<'_> {
         (saved, down)
     }
 
-    /// Causal attention of every row and head: `probs[row, head]` the
-    /// softmax of `scale · q kᵀ` (zero above the diagonal), `out = probs · v`.
-    fn attention(&self, q: &[f32], k: &[f32], v: &[f32], probs: &mut [f32], out: &mut [f32]) {
-        let m = self.m;
-        let (t, hd) = (self.seq, m.head_dim);
-        let (qw, kw) = (m.heads * hd, m.kv_heads * hd);
-        let rep = m.heads / m.kv_heads;
-        let scale = (hd as f32).powf(-0.5);
-        out.par_chunks_mut(t * qw)
-            .zip(probs.par_chunks_mut(m.heads * t * t))
-            .enumerate()
-            .for_each(|(row, (out, probs))| {
-                let q = &q[row * t * qw..(row + 1) * t * qw];
-                let k = &k[row * t * kw..(row + 1) * t * kw];
-                let v = &v[row * t * kw..(row + 1) * t * kw];
-                for (head, p) in probs.chunks_mut(t * t).enumerate() {
-                    let g = (head / rep) * hd;
-                    let qh = Mat {
-                        data: &q[head * hd..],
-                        rs: qw,
-                        cs: 1,
-                    };
-                    let kt = Mat {
-                        data: &k[g..],
-                        rs: 1,
-                        cs: kw,
-                    };
-                    gemm_into(p, t, t, t, hd, false, scale, qh, kt);
-                    for (i, row) in p.chunks_mut(t).enumerate() {
-                        let max = row[..=i].iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        let inv = (1.0 / exp_shifted_in_place(&mut row[..=i], max)) as f32;
-                        for s in &mut row[..=i] {
-                            *s *= inv;
-                        }
-                        row[i + 1..].fill(0.0);
-                    }
-                    let vh = Mat {
-                        data: &v[g..],
-                        rs: kw,
-                        cs: 1,
-                    };
-                    gemm_into(
-                        &mut out[head * hd..],
-                        qw,
-                        t,
-                        hd,
-                        t,
-                        false,
-                        1.0,
-                        Mat::rows(p, t),
-                        vh,
-                    );
-                }
-            });
-    }
-
-    /// The backward pass of [`Ctx::attention`]: from `d_out`, the gradients
-    /// of `q`, `k` and `v` (overwritten).
-    #[allow(clippy::too_many_arguments)]
-    fn attention_backward(
-        &self,
-        (q, k, v, probs): (&[f32], &[f32], &[f32], &[f32]),
-        d_out: &[f32],
-        dq: &mut [f32],
-        dk: &mut [f32],
-        dv: &mut [f32],
-    ) {
-        let m = self.m;
-        let (t, hd) = (self.seq, m.head_dim);
-        let (qw, kw) = (m.heads * hd, m.kv_heads * hd);
-        let rep = m.heads / m.kv_heads;
-        let scale = (hd as f32).powf(-0.5);
-        dq.par_chunks_mut(t * qw)
-            .zip(dk.par_chunks_mut(t * kw))
-            .zip(dv.par_chunks_mut(t * kw))
-            .enumerate()
-            .for_each(|(row, ((dq, dk), dv))| {
-                let q = &q[row * t * qw..(row + 1) * t * qw];
-                let k = &k[row * t * kw..(row + 1) * t * kw];
-                let v = &v[row * t * kw..(row + 1) * t * kw];
-                let d_out = &d_out[row * t * qw..(row + 1) * t * qw];
-                let probs = &probs[row * m.heads * t * t..(row + 1) * m.heads * t * t];
-                dk.fill(0.0);
-                dv.fill(0.0);
-                let mut ds = vec![0.0f32; t * t];
-                for (head, p) in probs.chunks(t * t).enumerate() {
-                    let g = (head / rep) * hd;
-                    let doh = Mat {
-                        data: &d_out[head * hd..],
-                        rs: qw,
-                        cs: 1,
-                    };
-                    // dP = dO vᵀ; dv += Pᵀ dO.
-                    gemm_into(
-                        &mut ds,
-                        t,
-                        t,
-                        t,
-                        hd,
-                        false,
-                        1.0,
-                        doh,
-                        Mat {
-                            data: &v[g..],
-                            rs: 1,
-                            cs: kw,
-                        },
-                    );
-                    gemm_into(
-                        &mut dv[g..],
-                        kw,
-                        t,
-                        hd,
-                        t,
-                        true,
-                        1.0,
-                        Mat::transposed(p, t),
-                        doh,
-                    );
-                    // dS = P ⊙ (dP − Σ_u P dP).
-                    for (prow, drow) in p.chunks(t).zip(ds.chunks_mut(t)) {
-                        let dot: f32 = prow.iter().zip(drow.iter()).map(|(a, b)| a * b).sum();
-                        for (d, p) in drow.iter_mut().zip(prow) {
-                            *d = p * (*d - dot);
-                        }
-                    }
-                    // dq = scale · dS k; dk += scale · dSᵀ q.
-                    let kh = Mat {
-                        data: &k[g..],
-                        rs: kw,
-                        cs: 1,
-                    };
-                    gemm_into(
-                        &mut dq[head * hd..],
-                        qw,
-                        t,
-                        hd,
-                        t,
-                        false,
-                        scale,
-                        Mat::rows(&ds, t),
-                        kh,
-                    );
-                    let qh = Mat {
-                        data: &q[head * hd..],
-                        rs: qw,
-                        cs: 1,
-                    };
-                    gemm_into(
-                        &mut dk[g..],
-                        kw,
-                        t,
-                        hd,
-                        t,
-                        true,
-                        scale,
-                        Mat::transposed(&ds, t),
-                        qh,
-                    );
-                }
-            });
+    /// The chunk's attention shape.
+    fn attention_shape(&self) -> CausalShape {
+        CausalShape {
+            seq: self.seq,
+            heads: self.m.heads,
+            kv_heads: self.m.kv_heads,
+            head_dim: self.m.head_dim,
+        }
     }
 
     /// The backward pass of block `layer` from `dx` (the gradient of its
@@ -1013,7 +863,14 @@ impl Ctx<'_> {
         let mut dq = pool.take(n * qw);
         let mut dk = pool.take(n * kw);
         let mut dv = pool.take(n * kw);
-        self.attention_backward((&q, &k, &v, &probs), &da, &mut dq, &mut dk, &mut dv);
+        causal_attention_backward(
+            self.attention_shape(),
+            (&q, &k, &v, &probs),
+            &da,
+            &mut dq,
+            &mut dk,
+            &mut dv,
+        );
         pool.give(da);
         tables.apply(&mut dq, m.heads, true);
         tables.apply(&mut dk, m.kv_heads, true);
