@@ -30,9 +30,14 @@ use crate::workspace::{cargo, workspace_root};
 const SDIST: &str = "llama_cpp_python-0.3.36.tar.gz";
 const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
 /// C and C++ flags of the llama-server build. `GGML_NATIVE` enables every instruction
-/// set the CPU reports; on CPUs that report AMX a process cannot use (a VM without
-/// the kernel's AMX state permission) the AMX kernel stops with SIGILL, so it is left
-/// out. A binary whose `build/CMakeCache.txt` holds other flags is rebuilt.
+/// set the CPU reports; AMX is left out because the AMX kernel stops with SIGILL. Not
+/// for want of permission (ggml asks for the tile state, and it is granted): built with
+/// GCC 12, `ggml_tile_config_init` (`ggml-cpu/amx/mmq.cpp`) loads an empty tile
+/// configuration, its stores of the tiles' rows and widths dropped as dead before the
+/// `ldtilecfg` that reads them (seen in the disassembly; the fault is the first
+/// `tilezero` after it, under gdb). With `-fno-tree-dse -fno-dse` the stores stay; a
+/// server so built was not yet run here. A binary whose `build/CMakeCache.txt` holds
+/// other flags is rebuilt.
 const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
 /// Members of the served ensemble.
 const MEMBERS: usize = 8;
@@ -169,7 +174,9 @@ fn measure(quick: bool) -> Result<String, String> {
     s.push_str(
         "\nprivmix computes the public row and 8 member rows per request and mixes them under \
          PMixED (every token charged to the ledger before it is sent); llama.cpp computes one row \
-         with no privacy.\n\n",
+         with no privacy. llama.cpp is built without its AMX kernels (see `NO_AMX` in \
+         `xtask/src/serve_load.rs`: they stop with SIGILL when built with GCC 12); privmix uses \
+         the CPU's AMX int8 tiles, where it has them, for its products of 16 rows or more.\n\n",
     );
     if !phases.is_empty() {
         s.push_str(
