@@ -25,7 +25,9 @@ use sha2::{Digest, Sha256};
 use crate::error::BenchError;
 
 /// The version of the results the cached parts hold. Bump it in a commit that
-/// changes what a cached adapter or ICL part would be if recomputed.
+/// changes what a cached adapter or ICL part would be if recomputed. (A change
+/// to the perplexity experiment's scoring alone bumps `SCORED_VERSION` in
+/// `bench/src/experiment/scored_cache.rs`, which keeps the trained adapters.)
 ///
 /// - 1: the keys of before (source hashes, `Debug` text, file sizes).
 /// - 2: keys of version, canonical configuration and content hashes; the ICL

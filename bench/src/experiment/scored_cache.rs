@@ -5,7 +5,8 @@
 //! report takes longer than any session) resumes at the first part not done,
 //! and its Run section says which parts it read and what they cost when made.
 //!
-//! The key ([`crate::cache_key`]) is the declared results version; the
+//! The key ([`crate::cache_key`]) is the declared results version and
+//! [`SCORED_VERSION`]; the
 //! configuration as canonical JSON with what does not decide a part left out
 //! (the files' paths, which enter by their contents; the number of seeds and
 //! the long deployment's queries, which its blocks and its part say; the
@@ -31,6 +32,16 @@ use serde_json::json;
 use super::config::ExperimentConfig;
 use crate::cache_key::{CacheKey, data_sha256, path_sha256};
 use crate::error::BenchError;
+
+/// The version of the scoring the cached parts hold. Bump it in a commit that
+/// changes what a scored part would be if recomputed while the trained parts
+/// stay as they are (a mechanism's arithmetic, its accounting or calibration,
+/// a contender, a study, how perplexity is read): only the scored parts are
+/// then recomputed. A change to what training makes bumps
+/// [`crate::cache_key::RESULTS_VERSION`] instead, which every key holds.
+///
+/// - 1: the first scored parts.
+pub const SCORED_VERSION: u32 = 1;
 
 /// One part's result, the seconds it took when it was computed, and (as
 /// provenance, outside the key) the commit that computed it.
@@ -82,6 +93,7 @@ impl ScoredCache {
         CacheKey::new(
             "scored",
             &json!({
+                "scored_version": SCORED_VERSION,
                 "config": self.config,
                 "part": part,
                 "seed": seed,
