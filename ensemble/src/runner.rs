@@ -4,7 +4,7 @@
 //! for the mechanisms' per-step `(N + 1) × V` log-probabilities.
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
-use privmix_models::runtime::{log_softmax_to_vec, to_vec};
+use privmix_models::runtime::to_vec;
 use privmix_models::{Batch, KvCache, KvPrecision, LanguageModel, LinearDelta, log_softmax};
 
 pub use crate::error::EnsembleError;
@@ -375,8 +375,7 @@ impl<'a, B: Backend, M: LanguageModel<B> + LoraBase> Decoder<'a, B, M> {
 
     fn run(&mut self, batch: &Batch) -> Result<LogProbRows, EnsembleError> {
         let model = &self.runner.model;
-        let logits = model.logits_last(batch, &mut self.cache, hook(&self.adapters))?;
-        let values = log_softmax_to_vec(model.plan(), logits)?;
+        let values = model.log_probs_last_rows(batch, &mut self.cache, hook(&self.adapters))?;
         Ok(LogProbRows::new(
             self.layout.clone(),
             model.vocab_size(),

@@ -421,6 +421,14 @@ impl<B: Backend, C: Sync> LanguageModel<B> for Decoder<B, C> {
         })
     }
 
+    fn head_host(&self, hidden: &[f32], rows: usize) -> Option<Vec<f32>> {
+        if self.variant.final_logit_softcap.is_some() {
+            return None;
+        }
+        self.plan
+            .run(|| self.lm_head.forward_base_host(hidden, rows))
+    }
+
     fn head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         self.plan.run(|| {
             let logits = self.lm_head.forward_base(hidden);

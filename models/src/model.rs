@@ -204,6 +204,19 @@ impl<B: Backend> LanguageModel<B> for Model<B> {
         self.run(|| self.inner().head(hidden))
     }
 
+    fn head_host(&self, hidden: &[f32], rows: usize) -> Option<Vec<f32>> {
+        self.run(|| self.inner().head_host(hidden, rows))
+    }
+
+    fn log_probs_last_rows(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.run(|| self.inner().log_probs_last_rows(batch, cache, delta))
+    }
+
     // Each whole pass on the hot pool at once, not its two halves one by one.
     fn forward(
         &self,

@@ -220,6 +220,50 @@ pub trait LanguageModel<B: Backend> {
         Ok(logits.reshape([rows, self.vocab_size()]))
     }
 
+    /// The head's logits of host hidden states `hidden: [rows, width]`
+    /// (row-major, after the last norm), row-major `[rows, vocab]`, where the
+    /// plan computes them on the host: the same values as
+    /// [`LanguageModel::head`], without a tensor on either side. `None` where it
+    /// does not (then [`LanguageModel::log_probs_last_rows`] goes through
+    /// [`LanguageModel::head`]).
+    fn head_host(&self, hidden: &[f32], rows: usize) -> Option<Vec<f32>> {
+        let _ = (hidden, rows);
+        None
+    }
+
+    /// [`LanguageModel::logits_last`]'s log-softmax over the vocabulary, read into
+    /// host memory (`[rows, vocab]`, row-major): the next-token log-probabilities
+    /// of every row. Where the plan computes the head on the host
+    /// ([`LanguageModel::head_host`]) the logits go from the head's product
+    /// straight into the log-softmax, in place, in one buffer (a decode step
+    /// over many rows holds `rows × vocab` of them); elsewhere by
+    /// [`log_softmax_to_vec`]. The same values either way.
+    fn log_probs_last_rows(
+        &self,
+        batch: &Batch,
+        cache: &mut KvCache<B>,
+        delta: Option<&dyn LinearDelta<B>>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let last = (0..batch.rows())
+            .map(|r| {
+                batch
+                    .last_real(r)
+                    .ok_or_else(|| ModelError::bad_input(format!("row {r} has no real token")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let hidden = select_positions(self.forward_hidden(batch, cache, delta)?, &last);
+        let [rows, width] = hidden.dims();
+        #[cfg(feature = "flex")]
+        if self.plan().products.cpu_kernels
+            && let Some(mut logits) = self.head_host(&to_vec(hidden.clone())?, rows)
+        {
+            crate::cpu::vexp::log_softmax_rows_in_place(&mut logits, self.vocab_size());
+            return Ok(logits);
+        }
+        let logits = self.head(hidden.reshape([rows, 1, width]));
+        log_softmax_to_vec(self.plan(), logits.reshape([rows, self.vocab_size()]))
+    }
+
     /// Log-probabilities of the next token after `tokens` (one row, empty
     /// cache), on the host.
     fn log_probs_last(&self, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {

@@ -483,6 +483,28 @@ impl<B: Backend> Linear<B> {
         None
     }
 
+    /// `x Wᵀ` for row-major host `x: [rows, in]`, row-major `[rows, out]`, by the
+    /// quantised kernel that [`Linear::forward_base`] runs for the same rows (so
+    /// the same bits), without a tensor on either side; `None` where that path
+    /// does not serve these rows (no quantised copy, not plain burn-flex with the
+    /// CPU kernels, or a bias).
+    pub fn forward_base_host(&self, x: &[f32], rows: usize) -> Option<Vec<f32>> {
+        #[cfg(feature = "flex")]
+        {
+            let k = x.len().checked_div(rows)?;
+            if !self.plan.cpu_kernels || self.bias.is_some() || rows * k != x.len() {
+                return None;
+            }
+            let q = self.host_weight(rows, k)?;
+            Some(q.matmul(x, rows))
+        }
+        #[cfg(not(feature = "flex"))]
+        {
+            let _ = (x, rows);
+            None
+        }
+    }
+
     /// `x` read into host memory and `x Wᵀ` by the quantised kernel, both
     /// row-major, when the weight has a quantised copy, the backend is plain
     /// burn-flex, and `x: [rows, in]` has at most the plan's `few_rows_max` rows, or

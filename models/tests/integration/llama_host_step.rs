@@ -80,3 +80,44 @@ fn gpt2_host_step_equals_the_tensor_path() {
         assert!(max_abs_diff(&got[1], &got[2]) > 1e-3);
     }
 }
+
+/// `log_probs_last_rows` (the head's product straight into the log-softmax, on the
+/// host) gives the very bits of `logits_last` then `log_softmax_to_vec` (the head
+/// through a tensor), with f32 and with 8-bit activations, over a prefill and a
+/// decode step of several rows; and the host head really serves these rows.
+#[test]
+fn host_log_probs_equal_the_tensor_heads_bits() {
+    use privmix_models::runtime::log_softmax_to_vec;
+    use privmix_models::{Batch, LanguageModel};
+    let path = fixture("gguf/llama_q8_0.gguf");
+    let dev = Default::default();
+    for products in [
+        DecodeProducts::F32Activations,
+        DecodeProducts::Int8Activations,
+    ] {
+        let model =
+            Model::<Flex>::load(LoadOptions::path(&path, &dev).decode_products(products)).unwrap();
+        let one = Batch::new(&[vec![1]]).unwrap();
+        let width = model
+            .forward_hidden(&one, &mut model.new_cache(1), None)
+            .unwrap()
+            .dims()[2];
+        assert!(model.head_host(&vec![0.5; 3 * width], 3).is_some());
+        let contexts = vec![vec![5u32, 17, 99, 3], vec![9, 8, 7], vec![100, 101]];
+        let (mut a, mut b) = (model.new_cache(3), model.new_cache(3));
+        for batch in [
+            Batch::left_padded(&contexts, 0).unwrap(),
+            Batch::new(&[vec![1], vec![250], vec![33]]).unwrap(),
+        ] {
+            let got = model.log_probs_last_rows(&batch, &mut a, None).unwrap();
+            let logits = model.logits_last(&batch, &mut b, None).unwrap();
+            let want = log_softmax_to_vec(model.plan(), logits).unwrap();
+            assert_eq!(got.len(), 3 * model.vocab_size());
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{products:?}: log-probs differ");
+        }
+    }
+}
