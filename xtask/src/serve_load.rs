@@ -12,7 +12,8 @@
 //! `llama-server` is built once from the llama.cpp sources inside PyPI's
 //! `llama-cpp-python` sdist (pinned by version and sha256, the version of the
 //! repository's llama.cpp fixtures) with CMake from PyPI, into
-//! `models-cache/llama-server`, with AMX code disabled (see [`NO_AMX`]). Every figure
+//! `models-cache/llama-server`, for every instruction set the CPU reports, AMX
+//! included (see [`BUILD_FLAGS`]). Every figure
 //! comes from a process run here; where one cannot be had (llama-server does not build,
 //! does not start, or exits during a level) the section says why, never a number.
 
@@ -29,16 +30,15 @@ use crate::workspace::{cargo, workspace_root};
 /// The llama.cpp sources: PyPI `llama-cpp-python` 0.3.36's sdist.
 const SDIST: &str = "llama_cpp_python-0.3.36.tar.gz";
 const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e";
-/// C and C++ flags of the llama-server build. `GGML_NATIVE` enables every instruction
-/// set the CPU reports; AMX is left out because the AMX kernel stops with SIGILL. Not
-/// for want of permission (ggml asks for the tile state, and it is granted): built with
-/// GCC 12, `ggml_tile_config_init` (`ggml-cpu/amx/mmq.cpp`) loads an empty tile
-/// configuration, its stores of the tiles' rows and widths dropped as dead before the
-/// `ldtilecfg` that reads them (seen in the disassembly; the fault is the first
-/// `tilezero` after it, under gdb). With `-fno-tree-dse -fno-dse` the stores stay; a
-/// server so built was not yet run here. A binary whose `build/CMakeCache.txt` holds
-/// other flags is rebuilt.
-const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+/// C and C++ flags of the llama-server build, beside `GGML_NATIVE` (every instruction
+/// set the CPU reports, AMX included, as privmix's kernels use it). GCC 12 drops the
+/// stores that fill ggml's AMX tile configuration (`ggml_tile_config_init`,
+/// `ggml-cpu/amx/mmq.cpp`) as dead before the `ldtilecfg` that reads them, so the
+/// configuration loaded is empty and the first tile instruction stopped the server
+/// with SIGILL (seen in its disassembly and under gdb; ggml does ask for, and get, the
+/// tile state). Without dead-store elimination the stores stay. A binary whose
+/// `build/CMakeCache.txt` holds other flags is rebuilt.
+const BUILD_FLAGS: &str = "-fno-tree-dse -fno-dse";
 /// Members of the served ensemble.
 const MEMBERS: usize = 8;
 /// Concurrent clients measured.
@@ -174,9 +174,9 @@ fn measure(quick: bool) -> Result<String, String> {
     s.push_str(
         "\nprivmix computes the public row and 8 member rows per request and mixes them under \
          PMixED (every token charged to the ledger before it is sent); llama.cpp computes one row \
-         with no privacy. llama.cpp is built without its AMX kernels (see `NO_AMX` in \
-         `xtask/src/serve_load.rs`: they stop with SIGILL when built with GCC 12); privmix uses \
-         the CPU's AMX int8 tiles, where it has them, for its products of 16 rows or more.\n\n",
+         with no privacy. Both use the CPU's AMX int8 tiles where it has them: llama.cpp \
+         through its AMX buffer type (`GGML_NATIVE`, with `-fno-tree-dse -fno-dse`, see \
+         `xtask/src/serve_load.rs`), privmix for its products of 16 rows or more.\n\n",
     );
     if !phases.is_empty() {
         s.push_str(
@@ -366,26 +366,30 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free port: {e}"))
 }
 
-/// Whether the CMake cache in `build` configured the C and C++ flags [`NO_AMX`].
-fn configured_without_amx(build: &Path) -> bool {
+/// Whether the CMake cache in `build` configured the C and C++ flags [`BUILD_FLAGS`].
+fn configured_with_build_flags(build: &Path) -> bool {
     let Ok(cache) = std::fs::read_to_string(build.join("CMakeCache.txt")) else {
         return false;
     };
     ["CMAKE_C_FLAGS:STRING=", "CMAKE_CXX_FLAGS:STRING="]
         .iter()
-        .all(|key| cache.lines().any(|l| l.strip_prefix(key) == Some(NO_AMX)))
+        .all(|key| {
+            cache
+                .lines()
+                .any(|l| l.strip_prefix(key) == Some(BUILD_FLAGS))
+        })
 }
 
 /// `models-cache/llama-server/llama-server`, built if absent or built with other flags
-/// than [`NO_AMX`].
+/// than [`BUILD_FLAGS`].
 fn llama_server(cache: &Path, python: &str) -> Result<PathBuf, String> {
     let dir = cache.join("llama-server");
     let bin = dir.join("llama-server");
     let build = dir.join("build");
-    if bin.is_file() && configured_without_amx(&build) {
+    if bin.is_file() && configured_with_build_flags(&build) {
         return Ok(bin);
     }
-    // A build from other flags (an older `GGML_NATIVE` build with AMX) starts over.
+    // A build from other flags (an older build without AMX) starts over.
     let _ = std::fs::remove_dir_all(&build);
     let _ = std::fs::remove_file(&bin);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -433,8 +437,8 @@ open(out, "wb").write(data)
         &build.to_string_lossy(),
         "-DCMAKE_BUILD_TYPE=Release",
         "-DGGML_NATIVE=ON",
-        &format!("-DCMAKE_C_FLAGS={NO_AMX}"),
-        &format!("-DCMAKE_CXX_FLAGS={NO_AMX}"),
+        &format!("-DCMAKE_C_FLAGS={BUILD_FLAGS}"),
+        &format!("-DCMAKE_CXX_FLAGS={BUILD_FLAGS}"),
         "-DLLAMA_CURL=OFF",
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=OFF",
@@ -485,12 +489,15 @@ mod tests {
     }
 
     #[test]
-    fn a_build_configured_without_amx_is_kept_and_any_other_is_not() {
-        let kept = cache_with(&[("CMAKE_C_FLAGS", NO_AMX), ("CMAKE_CXX_FLAGS", NO_AMX)]);
-        assert!(configured_without_amx(&kept));
+    fn a_build_configured_with_the_build_flags_is_kept_and_any_other_is_not() {
+        let kept = cache_with(&[
+            ("CMAKE_C_FLAGS", BUILD_FLAGS),
+            ("CMAKE_CXX_FLAGS", BUILD_FLAGS),
+        ]);
+        assert!(configured_with_build_flags(&kept));
         let native = cache_with(&[("CMAKE_C_FLAGS", "")]);
-        assert!(!configured_without_amx(&native));
-        assert!(!configured_without_amx(&kept.join("absent")));
+        assert!(!configured_with_build_flags(&native));
+        assert!(!configured_with_build_flags(&kept.join("absent")));
         let _ = std::fs::remove_dir_all(kept);
         let _ = std::fs::remove_dir_all(native);
     }
