@@ -204,13 +204,7 @@ pub trait LanguageModel<B: Backend> {
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Tensor<B, 2>, ModelError> {
-        let last = (0..batch.rows())
-            .map(|r| {
-                batch
-                    .last_real(r)
-                    .ok_or_else(|| ModelError::bad_input(format!("row {r} has no real token")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let last = last_real_positions(batch)?;
         // The head only where it is read: over a prompt of n tokens the
         // full `[rows, n, vocab]` logits would cost n head products and n
         // vocabulary-wide rows of memory for one row of use.
@@ -244,13 +238,7 @@ pub trait LanguageModel<B: Backend> {
         cache: &mut KvCache<B>,
         delta: Option<&dyn LinearDelta<B>>,
     ) -> Result<Vec<f32>, ModelError> {
-        let last = (0..batch.rows())
-            .map(|r| {
-                batch
-                    .last_real(r)
-                    .ok_or_else(|| ModelError::bad_input(format!("row {r} has no real token")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let last = last_real_positions(batch)?;
         let hidden = select_positions(self.forward_hidden(batch, cache, delta)?, &last);
         let [rows, width] = hidden.dims();
         #[cfg(feature = "flex")]
@@ -441,4 +429,17 @@ fn generate<B: Backend, M: LanguageModel<B> + ?Sized>(
         step = Batch::single(&[next])?;
     }
     Ok(out)
+}
+
+/// Each row's last real token position (an error naming the first row that has
+/// none): where [`LanguageModel::logits_last`] and
+/// [`LanguageModel::log_probs_last_rows`] read the head.
+fn last_real_positions(batch: &Batch) -> Result<Vec<usize>, ModelError> {
+    (0..batch.rows())
+        .map(|r| {
+            batch
+                .last_real(r)
+                .ok_or_else(|| ModelError::bad_input(format!("row {r} has no real token")))
+        })
+        .collect()
 }
