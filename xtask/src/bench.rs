@@ -1,4 +1,5 @@
-//! `cargo xtask bench`: runs the criterion benches and reports what they measured.
+//! `cargo xtask bench`: runs the criterion benches and reports what they measured
+//! (`--criterion-only`: those alone, written to `criterion.md`).
 //!
 //! Each bench group that compares our kernel with a reference pass names the
 //! reference `baseline…` (for example `baseline_f32_sum`); the report gives every
@@ -48,6 +49,8 @@ pub(crate) struct Options {
     pub serve_only: bool,
     /// Only the fine-tuning step beside PyTorch + PEFT.
     pub train_only: bool,
+    /// Only the criterion benches.
+    pub criterion_only: bool,
     /// Extra arguments for the experiment binary.
     pub experiment_args: Vec<String>,
     /// Leave `docs/performance.md` as it is.
@@ -74,6 +77,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         experiment_only,
         serve_only,
         train_only,
+        criterion_only,
         experiment_args,
         no_page,
         experiment_build,
@@ -84,6 +88,7 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         (" --speed-only", speed_only),
         (" --serve-only", serve_only),
         (" --train-only", train_only),
+        (" --criterion-only", criterion_only),
     ] {
         if on {
             command.push_str(flag);
@@ -147,6 +152,10 @@ pub(crate) fn run(out: &Path, options: Options) -> Result<(), String> {
         return Err("the benches ran but criterion wrote no results".into());
     }
     let mut report = render(&measured, quick);
+    if criterion_only {
+        write_report(&out.join("criterion.md"), &report)?;
+        return refresh_page(&[("criterion", criterion_section(&measured))]);
+    }
     // SmolLM2 beside llama.cpp: separate processes, after the criterion
     // benches so that they do not share the cores with them.
     let speed = crate::speed::section(quick);

@@ -221,6 +221,7 @@ pub(crate) fn bench_smoke() -> Result<(), String> {
             experiment_only: true,
             serve_only: false,
             train_only: false,
+            criterion_only: false,
             experiment_args: args,
             no_page: true,
             experiment_build: crate::bench::ExperimentBuild::Tests(&WORKSPACE_TEST),

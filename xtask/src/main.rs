@@ -91,6 +91,10 @@ enum Task {
         /// and Opacus (train.md).
         #[arg(long)]
         train_only: bool,
+        /// Only the criterion benches (criterion.md), without the speed, serving,
+        /// fine-tuning and experiment steps.
+        #[arg(long)]
+        criterion_only: bool,
         /// Leave the performance page (docs/performance.md) as it is; by default a run
         /// refreshes the sections it measured there.
         #[arg(long)]
@@ -147,6 +151,7 @@ fn main() -> ExitCode {
             experiment_only,
             serve_only,
             train_only,
+            criterion_only,
             no_page,
             experiment_args,
         } => bench::run(
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
                 experiment_only,
                 serve_only,
                 train_only,
+                criterion_only,
                 experiment_args,
                 no_page,
                 experiment_build: bench::ExperimentBuild::Release,

@@ -11,8 +11,8 @@
 //! ```
 //!
 //! A run replaces the sections it measured ([`SECTIONS`]: the criterion benches
-//! and the speed and serving steps of a full run; `--speed-only` the speed
-//! section alone; `--serve-only` the serving one) and keeps every other section
+//! and the speed, serving and fine-tuning steps of a full run; `--criterion-only`,
+//! `--speed-only`, `--serve-only` or `--train-only` that section alone) and keeps every other section
 //! as the page had it, so figures measured by an earlier run stay, with the run
 //! line (commit, CPU, threads, rustc, date) that says where they come from.
 //! Text outside the markers, and sections under other names (hand-written
@@ -44,8 +44,8 @@ pub(crate) const SECTIONS: [(&str, &str); 4] = [
 const INTRO: &str = "# privmix performance
 
 Measured figures of the workspace, written by `cargo xtask bench` (`xtask/src/performance.rs`).
-Each run replaces the sections it measured (a full run: all of them; `--speed-only`: the speed
-section; `--serve-only`: the serving section) and keeps the others as they were; every section
+Each run replaces the sections it measured (a full run: all of them; `--criterion-only`,
+`--speed-only`, `--serve-only`, `--train-only`: that section) and keeps the others as they were; every section
 names the commit, CPU, thread count, toolchain and date it was measured with. Text outside the
 `<!-- section: … -->` markers is not generated: it is kept as it is.
 ";
