@@ -21,7 +21,7 @@
 //! Larger blocks leave more block space written; 4 MiB blocks make each of
 //! cubecl's 8 MiB pages an allocation of its own. Nothing is computed
 //! differently: only how device memory is carved. The peak memory measured
-//! for each block size is on the performance page (`docs/performance.md`).
+//! for each block size is in the git log (`git log --grep "wgpu allocator"`).
 //! On a discrete GPU, 16 MiB blocks are still far below Vulkan's
 //! allocation-count limits for a model of this size.
 
