@@ -151,6 +151,20 @@ pub fn path_sha256(path: &Path) -> Result<String, BenchError> {
     Ok(h)
 }
 
+/// Writes a cache entry's `bytes` at `path` so that a run stopped at any
+/// point leaves either no entry or a whole one: its folder made, the bytes
+/// written whole under the same name with the extension `partial` (which no
+/// cache reads), then renamed into place. Every cache of the experiments
+/// writes its entries through it (the scored parts, the ICL parts, the
+/// adapters' metadata that marks a complete adapter).
+pub(crate) fn write_entry(path: &Path, bytes: &[u8]) -> Result<(), BenchError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
+    let partial = path.with_extension("partial");
+    std::fs::write(&partial, bytes).map_err(|e| BenchError::io(&partial, e))?;
+    std::fs::rename(&partial, path).map_err(|e| BenchError::io(path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -590,11 +590,6 @@ fn save_cached(
     meta: serde_json::Value,
 ) -> Result<(), BenchError> {
     adapter.save_peft(dir)?;
-    // The metadata marks a complete entry: written whole under another name,
-    // then renamed into place, so a run stopped at any point leaves either no
-    // entry or a whole one.
-    let path = dir.join(META_FILE);
-    let partial = dir.join(format!("{META_FILE}.partial"));
-    std::fs::write(&partial, meta.to_string()).map_err(|e| BenchError::io(&partial, e))?;
-    std::fs::rename(&partial, &path).map_err(|e| BenchError::io(&path, e))
+    // The metadata, written last and atomically, marks a complete entry.
+    crate::cache_key::write_entry(&dir.join(META_FILE), meta.to_string().as_bytes())
 }

@@ -23,14 +23,14 @@
 //! a stopped run leaves no entry a later run would trust.
 
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::config::ExperimentConfig;
-use crate::cache_key::{CacheKey, data_sha256, path_sha256};
+use crate::cache_key::{CacheKey, data_sha256, path_sha256, write_entry};
 use crate::error::BenchError;
 
 /// The version of the scoring the cached parts hold. Bump it in a commit that
@@ -140,18 +140,12 @@ impl ScoredCache {
         value: &T,
         seconds: f64,
     ) -> Result<(), BenchError> {
-        let path = self.path(part, key);
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
         let entry = Entry {
             seconds,
             commit: Some(crate::run_info::commit()),
             value,
         };
-        let bytes = encode(&entry)?;
-        let partial = path.with_extension("partial");
-        std::fs::write(&partial, bytes).map_err(|e| BenchError::io(&partial, e))?;
-        std::fs::rename(&partial, &path).map_err(|e| BenchError::io(&path, e))
+        write_entry(&self.path(part, key), &encode(&entry)?)
     }
 }
 
@@ -188,6 +182,8 @@ fn keyed_config(config: &ExperimentConfig) -> Result<serde_json::Value, BenchErr
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn cache(dir: &Path, config: serde_json::Value) -> ScoredCache {

@@ -12,7 +12,7 @@
 //! models and data keeps the cache; the commit that made each entry is kept inside
 //! it as provenance.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -96,8 +96,6 @@ impl PartCache {
         let Some(path) = self.path(part) else {
             return Ok(());
         };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|e| BenchError::io(dir, e))?;
         let entry = Entry {
             seconds,
             commit: Some(crate::run_info::commit()),
@@ -105,14 +103,14 @@ impl PartCache {
         };
         let text = serde_json::to_string(&entry)
             .map_err(|e| BenchError::Config(format!("cannot serialise an ICL result: {e}")))?;
-        let partial = path.with_extension("partial");
-        std::fs::write(&partial, text).map_err(|e| BenchError::io(&partial, e))?;
-        std::fs::rename(&partial, &path).map_err(|e| BenchError::io(&path, e))
+        crate::cache_key::write_entry(&path, text.as_bytes())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn config(dir: &Path, model: &Path, wordnet: &Path) -> IclConfig {
