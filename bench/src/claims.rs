@@ -1123,7 +1123,7 @@ pub fn icl_claims(icl: &IclResults) -> Vec<Claim> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::experiment::long::LongRow;
 
@@ -1278,7 +1278,10 @@ mod tests {
         }
     }
 
-    fn experiment(epsilons: &[f64], rows: &[(&str, Option<f64>, Vec<f64>)]) -> ExperimentResults {
+    pub(crate) fn experiment(
+        epsilons: &[f64],
+        rows: &[(&str, Option<f64>, Vec<f64>)],
+    ) -> ExperimentResults {
         use crate::experiment::{ExperimentConfig, ScoringPlan, SummaryRow, TrainingPlan};
         let summary = rows
             .iter()

@@ -41,7 +41,9 @@ use crate::error::BenchError;
 /// [`crate::cache_key::RESULTS_VERSION`] instead, which every key holds.
 ///
 /// - 1: the first scored parts.
-pub const SCORED_VERSION: u32 = 1;
+/// - 2: a seed row's queries curve also reads the DP-SGD models on the same
+///   first queries.
+pub const SCORED_VERSION: u32 = 2;
 
 /// One part's result, the seconds it took when it was computed, and (as
 /// provenance, outside the key) the commit that computed it.

@@ -4,7 +4,9 @@
 //!   16, 64, 254 and 1016 queries, with the public model and the non-private
 //!   ensemble on the same queries. A private-prediction deployment answers a
 //!   bounded number of queries; the curve shows where, if anywhere, PMixED
-//!   wins at the same ε;
+//!   wins at the same ε. The table's DP-SGD model at each of those ε (where
+//!   the run trains one) is read on the same first queries, so PMixED is
+//!   compared with DP-SGD like for like;
 //! - **the attribution ablation**, at the largest ε over all the seed's
 //!   queries: one change per row — the paper's own accounting (a diagnostic,
 //!   not a DP guarantee: [`PMIXED_PAPER`]), then each enforcement order α_c,
@@ -24,7 +26,7 @@ pub use super::contenders::PMIXED_PAPER;
 use super::contenders::{
     MechanismResult, pmixed_contender, pmixed_paper_contender, reference_contenders,
 };
-use super::scoring::StudyContender;
+use super::scoring::{StudyContender, StudyScorer};
 use crate::error::BenchError;
 use crate::stats::Interval;
 
@@ -51,7 +53,7 @@ pub struct StudyKey {
 pub struct StudyRow {
     /// The row.
     pub key: StudyKey,
-    /// `public`, `ensemble`, `pmixed` or [`PMIXED_PAPER`].
+    /// `public`, `ensemble`, `pmixed`, `dp-sgd` or [`PMIXED_PAPER`].
     pub mechanism: String,
     /// Target ε (None: public, ensemble).
     pub target_epsilon: Option<f64>,
@@ -78,10 +80,10 @@ pub(crate) fn study_contenders(
 ) -> Result<(Vec<StudyContender>, Vec<StudyKey>), BenchError> {
     let mut contenders = Vec::new();
     let mut keys = Vec::new();
-    let mut push = |c, key: StudyKey| {
+    let mut push = |scorer, key: StudyKey| {
         contenders.push(StudyContender {
             limit: key.queries,
-            contender: c,
+            scorer,
         });
         keys.push(key);
     };
@@ -92,12 +94,32 @@ pub(crate) fn study_contenders(
             queries: k,
         };
         for c in reference_contenders(config, orders) {
-            push(c, key(format!("{k} queries")));
+            push(
+                StudyScorer::Mechanism(Box::new(c)),
+                key(format!("{k} queries")),
+            );
         }
         for &eps in &plan.query_epsilons {
             let alpha_c = config.scoring.pmixed_alpha_c;
             push(
-                pmixed_contender(config, eps, k, alpha_c, orders)?,
+                StudyScorer::Mechanism(Box::new(pmixed_contender(
+                    config, eps, k, alpha_c, orders,
+                )?)),
+                key(format!("{k} queries")),
+            );
+        }
+        // DP-SGD on the same queries, where the table trained it at that ε:
+        // the curve's comparison is then like for like.
+        for &eps in plan
+            .query_epsilons
+            .iter()
+            .filter(|e| has_dp_sgd(config, **e))
+        {
+            push(
+                StudyScorer::DpSgd {
+                    target_epsilon: eps,
+                    score: Default::default(),
+                },
                 key(format!("{k} queries")),
             );
         }
@@ -110,17 +132,33 @@ pub(crate) fn study_contenders(
     };
     if plan.paper_accounting {
         push(
-            pmixed_paper_contender(config, top, seed_queries, orders)?,
+            StudyScorer::Mechanism(Box::new(pmixed_paper_contender(
+                config,
+                top,
+                seed_queries,
+                orders,
+            )?)),
             key("the paper's accounting (not a DP guarantee)".into()),
         );
     }
     for &alpha_c in &plan.alpha_cs {
         push(
-            pmixed_contender(config, top, seed_queries, alpha_c, orders)?,
+            StudyScorer::Mechanism(Box::new(pmixed_contender(
+                config,
+                top,
+                seed_queries,
+                alpha_c,
+                orders,
+            )?)),
             key(format!("α_c = {alpha_c}")),
         );
     }
     Ok((contenders, keys))
+}
+
+/// Whether the run trains a DP-SGD model at target `eps` (one per ε of the table).
+fn has_dp_sgd(config: &ExperimentConfig, eps: f64) -> bool {
+    config.dp_sgd.is_some() && config.epsilons.contains(&eps)
 }
 
 /// Each row over the seeds (`seeds[s][j]`: seed s's result of row j).
