@@ -1352,6 +1352,7 @@ pub(crate) mod tests {
             studies: Vec::new(),
             scored_parts: Vec::new(),
             scored_check: None,
+            adapters_read: 0,
         }
     }
 

@@ -38,11 +38,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
+use super::adapters::load_all;
 pub use super::config::CanaryPlan;
 use super::config::ExperimentConfig;
 use super::contenders::contenders;
 use super::data::ExperimentData;
-use super::members::train_members;
+use super::members::{TrainedMembers, train_members};
 use crate::error::BenchError;
 
 /// The audit's row of the member holding each canary, without privacy: the
@@ -125,6 +126,27 @@ pub fn canary_audit(
     data: &ExperimentData,
     progress: bool,
 ) -> Result<CanaryAudit, BenchError> {
+    audit_members(config, plan, tokenizer, data, progress)?.score(config, plan)
+}
+
+/// The audit's canaries and members, before anything is scored: the members
+/// trained, or found complete in the cache and not yet read.
+pub struct AuditMembers {
+    started: Instant,
+    canaries: Vec<(String, String)>,
+    encoded: Vec<(Vec<u32>, Vec<u32>)>,
+    /// The members fine-tuned with the canaries.
+    pub trained: TrainedMembers,
+}
+
+/// Makes the canaries and trains (or finds in the cache) the audit's members.
+pub fn audit_members(
+    config: &ExperimentConfig,
+    plan: &CanaryPlan,
+    tokenizer: &Tokenizer,
+    data: &ExperimentData,
+    progress: bool,
+) -> Result<AuditMembers, BenchError> {
     let started = Instant::now();
     let n = config.members;
     let canaries = make_canaries(plan.canaries, config.seed);
@@ -161,98 +183,130 @@ pub fn canary_audit(
     audit_config.dp_sgd = None;
     audit_config.fine_tuned = false;
     let trained = train_members(&audit_config, &audit_data, progress)?;
-    let model = Model::<Backend>::load(LoadOptions::path(&config.model, &Default::default()))?;
-    let vocab = model.vocab_size();
-    let runner = EnsembleRunner::new(model, &trained.members)?;
-    let layout = RowLayout::public_and_members(n);
-
-    let queries: u64 = encoded.iter().map(|(_, s)| s.len() as u64).sum();
-    let orders = Orders::dp_accounting_default();
-    let mut cs = contenders(config, queries, vocab, false, &orders)?;
-    let mut rng = PrivacyRng::from_seed(config.seed ^ 0xCA4A);
-    // The last position's ensemble, whose buffers the next one reuses.
-    let mut last: Option<Ensemble> = None;
-    // The positive control: each canary's member, its log-probability of the
-    // secret and whether greedy decoding reproduces it.
-    let mut member_log10 = Vec::with_capacity(encoded.len());
-    let mut member_extracted = Vec::with_capacity(encoded.len());
-    for (k, (prefix, secret)) in encoded.iter().enumerate() {
-        let tokens = [prefix.as_slice(), secret].concat();
-        let steps = runner.score_block_full(&layout, &tokens)?;
-        let holder = k % n;
-        let (mut log_p, mut greedy) = (0.0f64, true);
-        for (i, rows) in steps.iter().enumerate().skip(prefix.len() - 1) {
-            let flat = rows.as_flat();
-            let row = &flat[(holder + 1) * vocab..(holder + 2) * vocab];
-            let truth = tokens[i + 1] as usize;
-            log_p += f64::from(row[truth]);
-            greedy &= row.iter().all(|&v| v <= row[truth]);
-            let ensemble = Ensemble::renew_or_new(
-                last.take(),
-                Rows::LogProbF32(&flat[..vocab]),
-                Rows::LogProbF32(&flat[vocab..(n + 1) * vocab]),
-            )?;
-            for c in &mut cs {
-                c.observe(&ensemble, tokens[i + 1] as usize, &mut rng)?;
-            }
-            last = Some(ensemble);
-        }
-        for c in &mut cs {
-            c.end_block();
-        }
-        member_log10.push(log_p / std::f64::consts::LN_10);
-        member_extracted.push(greedy);
-    }
-    let mut results = vec![CanaryResult {
-        mechanism: CANARY_MEMBER.into(),
-        target_epsilon: None,
-        hit_rate: member_log10.iter().map(|l| 10f64.powf(*l)).sum::<f64>()
-            / member_log10.len().max(1) as f64,
-        recall: member_extracted.iter().filter(|&&e| e).count() as f64
-            / member_extracted.len().max(1) as f64,
-        log10_probabilities: member_log10,
-        extracted: member_extracted,
-        spent_epsilon: None,
-    }];
-    for c in cs {
-        let r = c.finish()?;
-        // A block's perplexity is exp(−log P / L): log₁₀ P = −L·log₁₀(perplexity).
-        let log10_probabilities: Vec<f64> = r
-            .block_perplexities
-            .iter()
-            .zip(&encoded)
-            .map(|(ppl, (_, s))| -(s.len() as f64) * ppl.log10())
-            .collect();
-        let mut extracted = Vec::with_capacity(encoded.len());
-        let mut at = 0;
-        for (_, secret) in &encoded {
-            extracted.push(r.greedy_hits[at..at + secret.len()].iter().all(|&h| h));
-            at += secret.len();
-        }
-        let recall =
-            extracted.iter().filter(|&&e| e).count() as f64 / extracted.len().max(1) as f64;
-        let hit_rate = log10_probabilities
-            .iter()
-            .map(|l| 10f64.powf(*l))
-            .sum::<f64>()
-            / log10_probabilities.len().max(1) as f64;
-        results.push(CanaryResult {
-            mechanism: r.mechanism,
-            target_epsilon: r.target_epsilon,
-            hit_rate,
-            log10_probabilities,
-            extracted,
-            recall,
-            spent_epsilon: r.spent_epsilon,
-        });
-    }
-    Ok(CanaryAudit {
-        plan: plan.clone(),
+    Ok(AuditMembers {
+        started,
         canaries,
-        uniform_hit_rate: 1e-6,
-        results,
-        seconds: started.elapsed().as_secs_f64(),
+        encoded,
+        trained,
     })
+}
+
+impl AuditMembers {
+    /// The token sequences the audit scores, each canary's prefix then its
+    /// secret (what its cache key hashes).
+    pub fn scored_tokens(&self) -> Vec<Vec<u32>> {
+        self.encoded
+            .iter()
+            .map(|(prefix, secret)| [prefix.as_slice(), secret].concat())
+            .collect()
+    }
+
+    /// Measures every mechanism's hit rate with the members read.
+    pub fn score(
+        self,
+        config: &ExperimentConfig,
+        plan: &CanaryPlan,
+    ) -> Result<CanaryAudit, BenchError> {
+        let Self {
+            started,
+            canaries,
+            encoded,
+            trained,
+        } = self;
+        let n = config.members;
+        let model = Model::<Backend>::load(LoadOptions::path(&config.model, &Default::default()))?;
+        let vocab = model.vocab_size();
+        let runner = EnsembleRunner::new(model, &load_all(&trained.members)?)?;
+        let layout = RowLayout::public_and_members(n);
+
+        let queries: u64 = encoded.iter().map(|(_, s)| s.len() as u64).sum();
+        let orders = Orders::dp_accounting_default();
+        let mut cs = contenders(config, queries, vocab, false, &orders)?;
+        let mut rng = PrivacyRng::from_seed(config.seed ^ 0xCA4A);
+        // The last position's ensemble, whose buffers the next one reuses.
+        let mut last: Option<Ensemble> = None;
+        // The positive control: each canary's member, its log-probability of the
+        // secret and whether greedy decoding reproduces it.
+        let mut member_log10 = Vec::with_capacity(encoded.len());
+        let mut member_extracted = Vec::with_capacity(encoded.len());
+        for (k, (prefix, secret)) in encoded.iter().enumerate() {
+            let tokens = [prefix.as_slice(), secret].concat();
+            let steps = runner.score_block_full(&layout, &tokens)?;
+            let holder = k % n;
+            let (mut log_p, mut greedy) = (0.0f64, true);
+            for (i, rows) in steps.iter().enumerate().skip(prefix.len() - 1) {
+                let flat = rows.as_flat();
+                let row = &flat[(holder + 1) * vocab..(holder + 2) * vocab];
+                let truth = tokens[i + 1] as usize;
+                log_p += f64::from(row[truth]);
+                greedy &= row.iter().all(|&v| v <= row[truth]);
+                let ensemble = Ensemble::renew_or_new(
+                    last.take(),
+                    Rows::LogProbF32(&flat[..vocab]),
+                    Rows::LogProbF32(&flat[vocab..(n + 1) * vocab]),
+                )?;
+                for c in &mut cs {
+                    c.observe(&ensemble, tokens[i + 1] as usize, &mut rng)?;
+                }
+                last = Some(ensemble);
+            }
+            for c in &mut cs {
+                c.end_block();
+            }
+            member_log10.push(log_p / std::f64::consts::LN_10);
+            member_extracted.push(greedy);
+        }
+        let mut results = vec![CanaryResult {
+            mechanism: CANARY_MEMBER.into(),
+            target_epsilon: None,
+            hit_rate: member_log10.iter().map(|l| 10f64.powf(*l)).sum::<f64>()
+                / member_log10.len().max(1) as f64,
+            recall: member_extracted.iter().filter(|&&e| e).count() as f64
+                / member_extracted.len().max(1) as f64,
+            log10_probabilities: member_log10,
+            extracted: member_extracted,
+            spent_epsilon: None,
+        }];
+        for c in cs {
+            let r = c.finish()?;
+            // A block's perplexity is exp(−log P / L): log₁₀ P = −L·log₁₀(perplexity).
+            let log10_probabilities: Vec<f64> = r
+                .block_perplexities
+                .iter()
+                .zip(&encoded)
+                .map(|(ppl, (_, s))| -(s.len() as f64) * ppl.log10())
+                .collect();
+            let mut extracted = Vec::with_capacity(encoded.len());
+            let mut at = 0;
+            for (_, secret) in &encoded {
+                extracted.push(r.greedy_hits[at..at + secret.len()].iter().all(|&h| h));
+                at += secret.len();
+            }
+            let recall =
+                extracted.iter().filter(|&&e| e).count() as f64 / extracted.len().max(1) as f64;
+            let hit_rate = log10_probabilities
+                .iter()
+                .map(|l| 10f64.powf(*l))
+                .sum::<f64>()
+                / log10_probabilities.len().max(1) as f64;
+            results.push(CanaryResult {
+                mechanism: r.mechanism,
+                target_epsilon: r.target_epsilon,
+                hit_rate,
+                log10_probabilities,
+                extracted,
+                recall,
+                spent_epsilon: r.spent_epsilon,
+            });
+        }
+        Ok(CanaryAudit {
+            plan: plan.clone(),
+            canaries,
+            uniform_hit_rate: 1e-6,
+            results,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
 }
 
 /// Checks, before anything is trained, that the tokenizer keeps every canary

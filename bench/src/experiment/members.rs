@@ -12,8 +12,6 @@ use std::time::Instant;
 use burn::backend::Autodiff;
 use indicatif::{ProgressBar, ProgressStyle};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
-use privmix_ensemble::rows::RowLayout;
-use privmix_ensemble::runner::EnsembleRunner;
 use privmix_ensemble::train::{
     DpSgdConfig, DpSgdTrainer, NoiseSource, TrainConfig, Trainer, dp_sgd_epsilon, dp_sgd_sigma,
 };
@@ -21,6 +19,7 @@ use privmix_models::{LoadOptions, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::adapters::{Adapter, cached_validation_losses, validation_losses};
 use super::config::ExperimentConfig;
 pub use super::config::TrainingPlan;
 use super::data::ExperimentData;
@@ -63,15 +62,15 @@ pub struct DpSgdRun {
 /// The fine-tuned adapters.
 pub struct TrainedMembers {
     /// Member adapters, in member order.
-    pub members: Vec<LoraAdapter<Backend>>,
+    pub members: Vec<Adapter>,
     /// Optimizer steps of each member.
     pub member_steps: Vec<usize>,
     /// Validation loss of the public model and of each member (nats per token).
     pub validation: (f64, Vec<f64>),
     /// The non-private model fine-tuned on every training record (when asked).
-    pub fine_tuned: Option<LoraAdapter<Backend>>,
+    pub fine_tuned: Option<Adapter>,
     /// `(run, adapter)` of each DP-SGD model of the table, one per target ε.
-    pub dp_sgd: Vec<(DpSgdRun, LoraAdapter<Backend>)>,
+    pub dp_sgd: Vec<(DpSgdRun, Adapter)>,
     /// Every point of the DP-SGD sweep (at the largest target ε).
     pub dp_sgd_sweep: Vec<DpSgdRun>,
     /// The cache key digest of each adapter, in the runner's order (members,
@@ -104,32 +103,6 @@ fn bar(len: u64, what: &str, show: bool) -> ProgressBar {
     }
     bar.set_message(what.to_string());
     bar
-}
-
-/// Mean validation loss of the public model (first) and of each adapter, from
-/// one batched teacher-forced pass per block.
-pub fn validation_losses(
-    model_path: &Path,
-    adapters: &[LoraAdapter<Backend>],
-    blocks: &[Vec<u32>],
-) -> Result<(f64, Vec<f64>), BenchError> {
-    if blocks.is_empty() {
-        return Err(BenchError::Config("no validation block".into()));
-    }
-    let model = Model::<Backend>::load(LoadOptions::path(model_path, &Default::default()))?;
-    let runner = EnsembleRunner::new(model, adapters)?;
-    let layout = RowLayout::public_and_members(adapters.len());
-    let mut sums = vec![0.0f64; adapters.len() + 1];
-    let mut count = 0usize;
-    for block in blocks {
-        let scores = runner.score_block(&layout, block)?;
-        for (r, sum) in sums.iter_mut().enumerate() {
-            *sum -= scores.row(r).iter().map(|&v| f64::from(v)).sum::<f64>();
-        }
-        count += scores.positions();
-    }
-    let mean: Vec<f64> = sums.iter().map(|s| s / count as f64).collect();
-    Ok((mean[0], mean[1..].to_vec()))
 }
 
 /// Steps of `epochs` passes over `blocks` blocks in batches of `batch`.
@@ -177,7 +150,7 @@ pub fn train_members(
         adapter_keys.push(key.digest());
     }
     let members_reused_seconds = reused_seconds;
-    let validation = validation_losses(&config.model, &members, &data.validation)?;
+    let validation = cached_validation_losses(config, &members, &adapter_keys, &data.validation)?;
     let fine_tuned = if config.fine_tuned {
         let all = data.all_records();
         let seed = training_seed(config) + FINE_TUNED_SEED;
@@ -239,7 +212,8 @@ pub fn train_members(
                 sweep_keys.push(digest);
             }
         }
-        let (_, losses) = validation_losses(&config.model, &sweep_adapters, &data.validation)?;
+        let (_, losses) =
+            cached_validation_losses(config, &sweep_adapters, &sweep_keys, &data.validation)?;
         for (run, loss) in dp_sgd_sweep.iter_mut().zip(&losses) {
             run.validation_loss = *loss;
         }
@@ -265,7 +239,8 @@ pub fn train_members(
             adapter_keys.push(digest);
         }
         let adapters: Vec<_> = dp_sgd.iter().map(|(_, a)| a.clone()).collect();
-        let (_, losses) = validation_losses(&config.model, &adapters, &data.validation)?;
+        let keys = &adapter_keys[adapter_keys.len() - adapters.len()..];
+        let (_, losses) = cached_validation_losses(config, &adapters, keys, &data.validation)?;
         for ((run, _), loss) in dp_sgd.iter_mut().zip(losses) {
             run.validation_loss = loss;
             run.chosen = true;
@@ -446,7 +421,7 @@ impl DpTraining<'_> {
         target: f64,
         lr: f64,
         epochs: f64,
-    ) -> Result<(DpSgdRun, LoraAdapter<Backend>, Option<f64>, String), BenchError> {
+    ) -> Result<(DpSgdRun, Adapter, Option<f64>, String), BenchError> {
         let config = self.config;
         let steps = ((epochs / self.q).ceil() as usize).max(1);
         let sigma = dp_sgd_sigma(target, config.delta, steps as u64, self.q)?;
@@ -557,22 +532,25 @@ fn load_or_train(
     base: &privmix_ensemble::lora::BaseShapes,
     mut meta: serde_json::Value,
     train: impl FnOnce() -> Result<LoraAdapter<Backend>, BenchError>,
-) -> Result<(LoraAdapter<Backend>, Option<f64>), BenchError> {
-    if let Some((adapter, cached)) = load_cached(dir, base)? {
-        return Ok((adapter, Some(train_seconds(&cached))));
+) -> Result<(Adapter, Option<f64>), BenchError> {
+    if let Some(meta) = cached_meta(dir)? {
+        let adapter = Adapter::Cached {
+            dir: dir.to_path_buf(),
+            base: base.clone(),
+        };
+        return Ok((adapter, Some(train_seconds(&meta))));
     }
     let started = Instant::now();
     let adapter = train()?;
     meta[TRAIN_SECONDS] = json!(started.elapsed().as_secs_f64());
     meta["commit"] = json!(crate::run_info::commit());
     save_cached(dir, &adapter, meta)?;
-    Ok((adapter, None))
+    Ok((Adapter::Trained(adapter), None))
 }
 
-fn load_cached(
-    dir: &Path,
-    base: &privmix_ensemble::lora::BaseShapes,
-) -> Result<Option<(LoraAdapter<Backend>, serde_json::Value)>, BenchError> {
+/// The metadata of the complete adapter entry at `dir` (None: no entry, or
+/// an interrupted one).
+fn cached_meta(dir: &Path) -> Result<Option<serde_json::Value>, BenchError> {
     let meta: PathBuf = dir.join(META_FILE);
     if !meta.is_file() {
         return Ok(None);
@@ -580,8 +558,22 @@ fn load_cached(
     let text = std::fs::read_to_string(&meta).map_err(|e| BenchError::io(&meta, e))?;
     let value = serde_json::from_str(&text)
         .map_err(|e| BenchError::Config(format!("{}: {e}", meta.display())))?;
-    let adapter = LoraAdapter::load_peft(dir, base, &Default::default())?;
-    Ok(Some((adapter, value)))
+    Ok(Some(value))
+}
+
+/// The adapter cached at `dir` with its metadata (None: not cached).
+fn load_cached(
+    dir: &Path,
+    base: &privmix_ensemble::lora::BaseShapes,
+) -> Result<Option<(LoraAdapter<Backend>, serde_json::Value)>, BenchError> {
+    let Some(meta) = cached_meta(dir)? else {
+        return Ok(None);
+    };
+    let adapter = Adapter::Cached {
+        dir: dir.to_path_buf(),
+        base: base.clone(),
+    };
+    Ok(Some((adapter.load()?, meta)))
 }
 
 fn save_cached(

@@ -29,6 +29,7 @@
 //! is done (`scored_cache.rs`), so that a run stopped part-way resumes at the
 //! first part not done.
 
+pub mod adapters;
 pub mod canary;
 mod config;
 mod contenders;
@@ -46,7 +47,7 @@ use std::time::Instant;
 
 use crate::Backend;
 use privmix_ensemble::runner::EnsembleRunner;
-use privmix_models::{LanguageModel, Model, Tokenizer};
+use privmix_models::{Model, Tokenizer};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BenchError;
@@ -152,6 +153,10 @@ pub struct ExperimentResults {
     /// with the cache (None: not asked, or the part was not cached).
     #[serde(default)]
     pub scored_check: Option<String>,
+    /// Adapters this run read from the cache (0 where every part it needed
+    /// was cached: it trained nothing and scored nothing).
+    #[serde(default)]
+    pub adapters_read: usize,
 }
 
 impl ExperimentResults {
@@ -240,6 +245,7 @@ pub fn run_verified(
     }
     let mut phases = Vec::new();
     let t0 = Instant::now();
+    let read_before = adapters::adapters_read();
     let tokenizer = load_tokenizer(config)?;
     if let Some(plan) = &config.canary {
         canary::check_canaries(plan, config.seed, &tokenizer)?;
@@ -272,14 +278,8 @@ pub fn run_verified(
     ));
 
     let t2 = Instant::now();
-    let runner = training::runner_for(config, &trained)?;
-    let vocab = runner.model().vocab_size();
-    if tokenizer.vocab_size() > vocab {
-        return Err(BenchError::Config(format!(
-            "the tokenizer has {} tokens, the model only {vocab}",
-            tokenizer.vocab_size(),
-        )));
-    }
+    let tokenizer_vocab = tokenizer.vocab_size();
+    let mut runner = training::LazyRunner::new(config, &trained, tokenizer_vocab);
     let (mut row_training_seconds, mut reused_seconds, mut all_cached) =
         (0.0, trained.reused_seconds, trained.cached);
     let mut seeds = Vec::with_capacity(data.eval.len());
@@ -306,20 +306,23 @@ pub fn run_verified(
             let t = Instant::now();
             let row = training::seed_row_config(config, s, &trained);
             let row_trained = train_members(&row, &data, progress)?;
-            let row_runner = training::runner_for(&row, &row_trained)?;
             row_training_seconds += t.elapsed().as_secs_f64();
             reused_seconds += row_trained.reused_seconds;
             all_cached &= row_trained.cached;
-            Some((row_trained, row_runner))
+            Some((row, row_trained))
         } else {
             None
         };
-        let (row_trained, row_runner) = match &own {
-            Some((t, r)) => (t, r),
-            None => (&trained, &runner),
-        };
+        let mut own_runner = own
+            .as_ref()
+            .map(|(row, t)| training::LazyRunner::new(row, t, tokenizer_vocab));
+        let row_trained = own.as_ref().map_or(&trained, |(_, t)| t);
         let row_seed = config.seed.wrapping_add(s as u64);
-        let score = || -> Result<ScoredSeed, BenchError> {
+        let mut score = || -> Result<ScoredSeed, BenchError> {
+            let (row_runner, vocab) = match own_runner.as_mut() {
+                Some(r) => r.get()?,
+                None => runner.get()?,
+            };
             scoring::score_seed(
                 config,
                 row_runner,
@@ -411,8 +414,9 @@ pub fn run_verified(
                 },
             ),
             None => {
+                let (runner, vocab) = runner.get()?;
                 let d =
-                    score_long_deployment(config, &runner, vocab, &data.long, &trained, progress)?;
+                    score_long_deployment(config, runner, vocab, &data.long, &trained, progress)?;
                 let seconds = t.elapsed().as_secs_f64();
                 cache.put("long", &key, &d, seconds)?;
                 let part = ScoredPart {
@@ -439,8 +443,15 @@ pub fn run_verified(
     let canary = match &config.canary {
         Some(plan) => {
             let t3 = Instant::now();
-            let audit = canary::canary_audit(config, plan, &tokenizer, &data, progress)?;
-            phases.push(("canary audit".to_string(), t3.elapsed().as_secs_f64()));
+            let (audit, part) = canary_part(config, plan, &tokenizer, &data, &cache, progress)?;
+            phases.push((
+                format!(
+                    "canary audit{}",
+                    if part.cached { " (from the cache)" } else { "" }
+                ),
+                t3.elapsed().as_secs_f64(),
+            ));
+            scored_parts.push(part);
             Some(audit)
         }
         None => None,
@@ -483,7 +494,44 @@ pub fn run_verified(
         studies,
         scored_parts,
         scored_check,
+        adapters_read: adapters::adapters_read() - read_before,
     })
+}
+
+/// The canary audit: its members trained or found in the cache, then its
+/// scoring read from the cache when an earlier run made it under the same key
+/// (the audit's plan, its members' cache keys, the canary tokens it scores),
+/// else computed (its members read) and kept.
+fn canary_part(
+    config: &ExperimentConfig,
+    plan: &canary::CanaryPlan,
+    tokenizer: &Tokenizer,
+    data: &ExperimentData,
+    cache: &scored_cache::ScoredCache,
+    progress: bool,
+) -> Result<(canary::CanaryAudit, ScoredPart), BenchError> {
+    let members = canary::audit_members(config, plan, tokenizer, data, progress)?;
+    let key = cache.key(
+        "canary",
+        config.seed,
+        &members.trained.adapter_keys,
+        serde_json::json!({ "canary": plan }),
+        &members.scored_tokens(),
+    )?;
+    let part = |cached, seconds, commit| ScoredPart {
+        part: "canary audit".into(),
+        cached,
+        seconds,
+        commit,
+    };
+    if let Some(hit) = cache.get::<canary::CanaryAudit>("canary", &key)? {
+        return Ok((hit.value, part(true, hit.seconds, hit.commit)));
+    }
+    let t = Instant::now();
+    let audit = members.score(config, plan)?;
+    let seconds = t.elapsed().as_secs_f64();
+    cache.put("canary", &key, &audit, seconds)?;
+    Ok((audit, part(false, seconds, None)))
 }
 
 /// `--verify-cache` for the scored parts: `again`, seed row 0 scored now, must

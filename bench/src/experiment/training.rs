@@ -5,8 +5,9 @@
 
 use crate::Backend;
 use privmix_ensemble::runner::EnsembleRunner;
-use privmix_models::{LoadOptions, Model};
+use privmix_models::{LanguageModel, LoadOptions, Model};
 
+use super::adapters::load_all;
 use super::config::ExperimentConfig;
 use super::data::ExperimentData;
 use super::members::{TrainedMembers, train_members};
@@ -77,8 +78,9 @@ pub fn seed_row_config(
     c
 }
 
-/// The runner over the public model and every adapter of `trained`, in the
-/// order scoring reads them: members, DP-SGD models, the fine-tuned model.
+/// The runner over the public model and every adapter of `trained` (those
+/// cached read now), in the order scoring reads them: members, DP-SGD models,
+/// the fine-tuned model.
 pub fn runner_for(
     config: &ExperimentConfig,
     trained: &TrainedMembers,
@@ -87,7 +89,59 @@ pub fn runner_for(
     let mut adapters = trained.members.clone();
     adapters.extend(trained.dp_sgd.iter().map(|(_, a)| a.clone()));
     adapters.extend(trained.fine_tuned.iter().cloned());
-    Ok(EnsembleRunner::new(model, &adapters)?)
+    Ok(EnsembleRunner::new(model, &load_all(&adapters)?)?)
+}
+
+/// The runner over a training's adapters, built (its cached adapters read)
+/// when a part that is not cached first needs it, so that a run whose parts
+/// are all cached reads no adapter.
+pub(crate) struct LazyRunner<'a> {
+    config: &'a ExperimentConfig,
+    trained: &'a TrainedMembers,
+    /// The tokenizer's vocabulary, which the model's must hold.
+    tokenizer_vocab: usize,
+    runner: Option<EnsembleRunner<Backend, Model<Backend>>>,
+}
+
+impl<'a> LazyRunner<'a> {
+    /// The runner of `trained` (trained with `config`), not built yet.
+    pub fn new(
+        config: &'a ExperimentConfig,
+        trained: &'a TrainedMembers,
+        tokenizer_vocab: usize,
+    ) -> Self {
+        Self {
+            config,
+            trained,
+            tokenizer_vocab,
+            runner: None,
+        }
+    }
+
+    /// The runner ([`runner_for`], built on the first call) and the model's
+    /// vocabulary.
+    ///
+    /// Errors: an adapter or the model cannot be read; the tokenizer has more
+    /// tokens than the model.
+    pub fn get(&mut self) -> Result<(&EnsembleRunner<Backend, Model<Backend>>, usize), BenchError> {
+        let runner = match self.runner.take() {
+            Some(runner) => runner,
+            None => {
+                let runner = runner_for(self.config, self.trained)?;
+                let vocab = runner.model().vocab_size();
+                if self.tokenizer_vocab > vocab {
+                    return Err(BenchError::Config(format!(
+                        "the tokenizer has {} tokens, the model only {vocab}",
+                        self.tokenizer_vocab,
+                    )));
+                }
+                runner
+            }
+        };
+        let runner = self.runner.insert(runner);
+        let vocab = runner.model().vocab_size();
+        Ok((runner, vocab))
+    }
 }
 
 #[cfg(test)]
