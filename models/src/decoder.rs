@@ -16,15 +16,15 @@ mod block;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
-pub(crate) use block::{Block, BlockSites, Mlp};
+pub(crate) use block::{Block, BlockAt, BlockSites, Mlp};
 
 use crate::error::ModelError;
 use crate::layers::activation::soft_cap;
 use crate::layers::{
-    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Norm, Projection, QkvProjections,
-    RmsNorm, Rope, RopeScaling, RopeStyle, Site,
+    Attention, AttentionConfig, KvCache, Linear, LinearDelta, Norm, QkvProjections, RmsNorm, Rope,
+    RopeScaling, RopeStyle, Site,
 };
-use crate::ops::{BlockOps, MlpActivation};
+use crate::ops::{BlockOps, Cached, MlpActivation};
 use crate::plan::ExecutionPlan;
 use crate::runtime::{Batch, LanguageModel, Step, start_step};
 use crate::weights::WeightSource;
@@ -336,6 +336,41 @@ impl<B: Backend, C> Decoder<B, C> {
         &self.lm_head
     }
 
+    /// The norm before block `layer`: its input norm, the final norm past
+    /// the last block.
+    pub fn input_norm(&self, layer: usize) -> &Norm<B> {
+        self.layers
+            .get(layer)
+            .map_or(&self.norm, |b| &b.input_layernorm)
+    }
+
+    /// Block `layer`'s forward in the block operations `ops`, the sequence
+    /// every forward of this decoder runs (inference's
+    /// [`LanguageModel::forward_hidden`] through either implementation of
+    /// [`BlockOps`], and a host training step's): from the block's input `x`
+    /// and its normed input `n` (`norm(x)` by [`Decoder::input_norm`]) to
+    /// its output and that output normed by the next block's input norm
+    /// (the final norm after the last block); attention over `context`.
+    ///
+    /// # Panics
+    /// Where `layer` is past the last block.
+    pub fn block_forward<O: BlockOps<B>>(
+        &self,
+        ops: &mut O,
+        layer: usize,
+        x: O::Rows,
+        n: O::Rows,
+        context: O::Context<'_>,
+    ) -> (O::Rows, O::Rows) {
+        let at = BlockAt {
+            layer,
+            sites: self.sites,
+            activation: self.variant.activation,
+            next_norm: self.input_norm(layer + 1),
+        };
+        self.layers[layer].forward(ops, at, x, n, context)
+    }
+
     /// The norms and projections of decoder block `layer`, for code that
     /// computes the same forward outside burn (a host trainer's forward and
     /// backward pass); the fields carry HF transformers' names. `None` past
@@ -463,7 +498,7 @@ impl<B: Backend, C> Decoder<B, C> {
 
     /// The decoder blocks and the final norm, in the block operations `ops`;
     /// `positions`: the learned position table and each token's row of it.
-    fn blocks<O: BlockOps<B>>(
+    fn blocks<O: for<'c> BlockOps<B, Context<'c> = Cached<'c, B>>>(
         &self,
         mut ops: O,
         Step { ids, positions }: Step<B>,
@@ -486,63 +521,19 @@ impl<B: Backend, C> Decoder<B, C> {
                 cache.step_mask(new_tokens, v.sliding_window, &self.device),
             )
         });
-        let sites = self.sites;
         let mut x = ops.embed(&self.embed_tokens, ids, v.embed_scale, learned)?;
-        let first = self.layers.first();
-        let mut n = ops.norm(first.map_or(&self.norm, |b| &b.input_layernorm), &x);
+        let mut n = ops.norm(self.input_norm(0), &x);
         for (i, block) in self.layers.iter().enumerate() {
-            let site = |module| Site { layer: i, module };
-            let (attn, mlp) = (&block.attn, &block.mlp);
             let (angles, mask) = match &local {
                 Some(local) if block.sliding => local,
                 _ => &global,
             };
-            let qkv = match &attn.qkv {
-                QkvProjections::Separate([q, k, v]) => ops.project(
-                    &n,
-                    [
-                        (q, site(Projection::Q)),
-                        (k, site(Projection::K)),
-                        (v, site(Projection::V)),
-                    ],
-                ),
-                QkvProjections::Fused(qkv) => {
-                    let [fused] = ops.project(&n, [(qkv, site(sites.fused_qkv))]);
-                    ops.split(fused, attn.qkv_widths())
-                }
+            let context = Cached {
+                angles: angles.as_ref(),
+                mask,
+                cache: &mut *cache,
             };
-            let heads = ops.attend(attn, i, qkv, angles.as_ref(), mask, cache);
-            let [o] = ops.project(&heads, [(&attn.o_proj, site(sites.o))]);
-            // Sandwich norms: norm the attention output, then pre-norm the
-            // MLP input; else the post-attention norm is the MLP's pre-norm.
-            (x, n) = match &block.feedforward_norms {
-                Some((pre, _)) => ops.residual(x, o, Some(&block.post_attention_layernorm), pre),
-                None => ops.residual(x, o, None, &block.post_attention_layernorm),
-            };
-            let act = match &mlp.gate {
-                Some(gate) => {
-                    let [gate, up] = ops.project(
-                        &n,
-                        [(gate, site(Projection::Gate)), (&mlp.up, site(sites.up))],
-                    );
-                    ops.gated(v.activation, gate, up)
-                }
-                None => {
-                    let [up] = ops.project(&n, [(&mlp.up, site(sites.up))]);
-                    ops.activate(v.activation, up)
-                }
-            };
-            let [down] = ops.project(&act, [(&mlp.down, site(sites.down))]);
-            // The residual add (with sandwich norms, of the normed MLP
-            // output), then the next block's input norm (the final norm
-            // after the last block).
-            let next = self.layers.get(i + 1);
-            (x, n) = ops.residual(
-                x,
-                down,
-                block.feedforward_norms.as_ref().map(|(_, post)| post),
-                next.map_or(&self.norm, |b| &b.input_layernorm),
-            );
+            (x, n) = self.block_forward(&mut ops, i, x, n, context);
         }
         drop(x);
         ops.finish(n)

@@ -1,8 +1,10 @@
-//! One decoder block's modules, and which LoRA site each projection is.
+//! One decoder block's modules, which LoRA site each projection is, and the
+//! block's forward in the block operations ([`Block::forward`]).
 
 use burn::tensor::backend::Backend;
 
-use crate::layers::{Attention, Linear, Norm, Projection, QkvProjections};
+use crate::layers::{Attention, Linear, Norm, Projection, QkvProjections, Site};
+use crate::ops::{BlockOps, MlpActivation};
 
 /// The MLP: `down(act(gate(x)) · up(x))` with a gate (Llama's SwiGLU,
 /// Gemma's GeGLU), `down(act(up(x)))` without one (GPT-2).
@@ -86,4 +88,83 @@ impl BlockSites {
         up: Projection::CFc,
         down: Projection::MlpCProj,
     };
+}
+
+/// Where a block sits in its decoder, for its forward ([`Block::forward`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockAt<'a, B: Backend> {
+    /// The block's layer (its projections' LoRA sites).
+    pub layer: usize,
+    /// The sites of its projections.
+    pub sites: BlockSites,
+    /// The MLP's activation.
+    pub activation: MlpActivation,
+    /// The norm after the block: the next block's input norm, the final
+    /// norm after the last block.
+    pub next_norm: &'a Norm<B>,
+}
+
+impl<B: Backend> Block<B> {
+    /// The block's forward in the block operations `ops`, the sequence
+    /// every forward of a decoder runs: from the block's input `x` and its
+    /// normed input `n` to its output and that output normed by
+    /// `at.next_norm`. The query, key and value projections, attention over
+    /// `context`, the output projection and its residual add (with sandwich
+    /// norms, of the normed attention output), the MLP's pre-norm, gate and
+    /// up projections, activation and down projection, and the second
+    /// residual add (with sandwich norms, of the normed MLP output).
+    pub fn forward<O: BlockOps<B>>(
+        &self,
+        ops: &mut O,
+        at: BlockAt<'_, B>,
+        x: O::Rows,
+        n: O::Rows,
+        context: O::Context<'_>,
+    ) -> (O::Rows, O::Rows) {
+        let (layer, sites) = (at.layer, at.sites);
+        let site = |module| Site { layer, module };
+        let (attn, mlp) = (&self.attn, &self.mlp);
+        let qkv = match &attn.qkv {
+            QkvProjections::Separate([q, k, v]) => ops.project(
+                &n,
+                [
+                    (q, site(Projection::Q)),
+                    (k, site(Projection::K)),
+                    (v, site(Projection::V)),
+                ],
+            ),
+            QkvProjections::Fused(qkv) => {
+                let [fused] = ops.project(&n, [(qkv, site(sites.fused_qkv))]);
+                ops.split(fused, attn.qkv_widths())
+            }
+        };
+        drop(n);
+        let heads = ops.attend(attn, layer, qkv, context);
+        let [o] = ops.project(&heads, [(&attn.o_proj, site(sites.o))]);
+        drop(heads);
+        // Sandwich norms: norm the attention output, then pre-norm the
+        // MLP input; else the post-attention norm is the MLP's pre-norm.
+        let (x, n) = match &self.feedforward_norms {
+            Some((pre, _)) => ops.residual(x, o, Some(&self.post_attention_layernorm), pre),
+            None => ops.residual(x, o, None, &self.post_attention_layernorm),
+        };
+        let act = match &mlp.gate {
+            Some(gate) => {
+                let [gate, up] = ops.project(
+                    &n,
+                    [(gate, site(Projection::Gate)), (&mlp.up, site(sites.up))],
+                );
+                ops.gated(at.activation, gate, up)
+            }
+            None => {
+                let [up] = ops.project(&n, [(&mlp.up, site(sites.up))]);
+                ops.activate(at.activation, up)
+            }
+        };
+        drop(n);
+        let [down] = ops.project(&act, [(&mlp.down, site(sites.down))]);
+        drop(act);
+        let post = self.feedforward_norms.as_ref().map(|(_, post)| post);
+        ops.residual(x, down, post, at.next_norm)
+    }
 }

@@ -33,9 +33,10 @@ impl<B: Backend> Norm<B> {
     }
 
     /// [`Norm::forward`] of the rows of `x` (row-major) in host memory, into
-    /// `out` (as long as `x`), with the same f32 steps.
+    /// `out` (as long as `x`), with the same f32 steps (the host block
+    /// operations' norm, and the host training step's).
     #[cfg(feature = "flex")]
-    pub(crate) fn forward_host_into(&self, x: &[f32], out: &mut [f32]) {
+    pub fn forward_host_into(&self, x: &[f32], out: &mut [f32]) {
         match self {
             Norm::Rms(n) => n.forward_host_into(x, out),
             Norm::Layer(n) => n.forward_host_into(x, out),

@@ -34,13 +34,11 @@ use std::sync::Arc;
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding};
 
-use super::{BlockOps, MlpActivation};
+use super::{BlockOps, Cached, MlpActivation};
 use crate::cpu::{Q8Row, Q8Rows};
 use crate::error::ModelError;
 use crate::layers::kv_cache::HostShape;
-use crate::layers::{
-    Attention, KvCache, Linear, LinearDelta, Norm, RopeAngles, Scoring, Site, StepMask,
-};
+use crate::layers::{Attention, Linear, LinearDelta, Norm, Scoring, Site};
 use crate::runtime::to_vec;
 
 /// Rows of activations in host memory, `[rows, width]` row-major, with
@@ -162,6 +160,7 @@ impl<'d, B: Backend> HostOps<'d, B> {
 impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
     type Rows = Arc<HostRows>;
     type Product = HostProduct;
+    type Context<'c> = Cached<'c, B>;
 
     fn embed(
         &mut self,
@@ -271,9 +270,11 @@ impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
         attn: &Attention<B>,
         layer: usize,
         [q, k, v]: [HostProduct; 3],
-        angles: Option<&RopeAngles<B>>,
-        mask: &StepMask<B>,
-        cache: &mut KvCache<B>,
+        Cached {
+            angles,
+            mask,
+            cache,
+        }: Cached<'_, B>,
     ) -> Arc<HostRows> {
         let c = &attn.config;
         let shape = HostShape {

@@ -2,8 +2,13 @@
 //! implementations: [`tensor`] (burn's tensor ops, every backend) and
 //! [`host`] (fused per-row passes in host memory, plain burn-flex with
 //! quantised weights). Each architecture writes its forward once, generic
-//! over [`BlockOps`]; the model's [`crate::plan::ExecutionPlan`] picks the
-//! implementation for each step.
+//! over [`BlockOps`] (a decoder block's sequence is
+//! [`crate::decoder::Decoder::block_forward`]); the model's
+//! [`crate::plan::ExecutionPlan`] picks the implementation for each step.
+//! A third implementation outside this crate, the host training step of
+//! `privmix-ensemble`, runs the same block sequence over host rows with no
+//! KV cache ([`BlockOps::Context`]), keeping what its backward pass (built
+//! from [`backward`] and [`attention_backward`]) reads.
 //!
 //! Why operations this coarse: the host implementation fuses what follows a
 //! product (its LoRA update, the residual add, the next norm, the 8-bit
@@ -40,6 +45,19 @@ pub enum MlpActivation {
     GeluTanh,
     /// Exact GELU.
     Gelu,
+}
+
+/// What a decode step's attention reads besides its own keys and values
+/// ([`BlockOps::Context`] of [`tensor::TensorOps`] and `host::HostOps`): the
+/// KV cache its keys and values are appended to, the cache's step mask and
+/// the step's RoPE angles (`None`: positions were added at embedding).
+pub struct Cached<'c, B: Backend> {
+    /// The RoPE angles of the step's positions.
+    pub angles: Option<&'c RopeAngles<B>>,
+    /// The causal, padding and window mask of the step over the cache.
+    pub mask: &'c StepMask<B>,
+    /// The cache.
+    pub cache: &'c mut KvCache<B>,
 }
 
 /// The operations of a pre-norm decoder block, on activations of
@@ -83,20 +101,26 @@ pub trait BlockOps<B: Backend> {
         widths: [usize; N],
     ) -> [Self::Product; N];
 
-    /// Attention of this step's queries over the cache of `layer` and this
-    /// step's keys and values (appended to the cache): the per-head q/k
-    /// norms if `attn` has them, rotation by `angles` (none: positions
-    /// were added at embedding), `mask`'s causal,
-    /// padding and window mask, scores scaled and soft-capped as `attn`
-    /// says. `[batch, seq, heads · head_dim]`.
+    /// What [`BlockOps::attend`] attends over besides the step's own keys
+    /// and values, and how it rotates positions: a KV cache, its mask and
+    /// the step's RoPE angles ([`Cached`]) for a decode step; an
+    /// implementation without a cache (the host training step: causal
+    /// attention inside each row, its own RoPE tables) states its own.
+    type Context<'c>;
+
+    /// Attention of this step's queries over what `context` holds for
+    /// `layer` and this step's keys and values: with [`Cached`], the cache
+    /// of `layer` (this step's keys and values appended to it), rotation by
+    /// its angles (none: positions were added at embedding), its mask's
+    /// causal, padding and window mask; the per-head q/k norms if `attn`
+    /// has them, scores scaled and soft-capped as `attn` says.
+    /// `[batch, seq, heads · head_dim]`.
     fn attend(
         &mut self,
         attn: &Attention<B>,
         layer: usize,
         qkv: [Self::Product; 3],
-        angles: Option<&RopeAngles<B>>,
-        mask: &StepMask<B>,
-        cache: &mut KvCache<B>,
+        context: Self::Context<'_>,
     ) -> Self::Rows;
 
     /// `act(gate) · up` (a gated MLP).

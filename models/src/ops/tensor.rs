@@ -5,12 +5,10 @@
 
 use burn::tensor::{Int, Tensor, backend::Backend, module::embedding};
 
-use super::{BlockOps, MlpActivation};
+use super::{BlockOps, Cached, MlpActivation};
 use crate::error::ModelError;
 use crate::layers::activation::{gelu, gelu_tanh, silu};
-use crate::layers::{
-    Attention, KvCache, Linear, LinearDelta, Norm, RopeAngles, Scoring, Site, StepMask,
-};
+use crate::layers::{Attention, Linear, LinearDelta, Norm, Scoring, Site};
 
 /// The tensor implementation of one forward step.
 pub struct TensorOps<'d, B: Backend> {
@@ -30,6 +28,7 @@ impl<'d, B: Backend> TensorOps<'d, B> {
 impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
     type Rows = Tensor<B, 3>;
     type Product = Tensor<B, 3>;
+    type Context<'c> = Cached<'c, B>;
 
     fn embed(
         &mut self,
@@ -79,9 +78,11 @@ impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
         attn: &Attention<B>,
         layer: usize,
         [q, k, v]: [Tensor<B, 3>; 3],
-        angles: Option<&RopeAngles<B>>,
-        mask: &StepMask<B>,
-        cache: &mut KvCache<B>,
+        Cached {
+            angles,
+            mask,
+            cache,
+        }: Cached<'_, B>,
     ) -> Tensor<B, 3> {
         let c = &attn.config;
         let [b, s, _] = q.dims();
