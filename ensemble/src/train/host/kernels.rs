@@ -1,6 +1,7 @@
 //! The host step's element-wise building blocks on row-major `f32`
-//! slices: RMSNorm, RoPE and the SiLU-gated product with their backward
-//! passes, each the models' own host kernel
+//! slices: RoPE and the SiLU-gated product with their backward passes, and
+//! RMSNorm's backward pass (its forward is the norm's own host form,
+//! `Norm::forward_host_into`), each the models' own host kernel
 //! ([`privmix_models::ops::backward`] and the forward kernels it names)
 //! with its rows split over rayon's threads. The products are the models'
 //! ([`privmix_models::cpu::strided`]), as is the attention
@@ -9,7 +10,6 @@
 use privmix_models::cpu::strided::rows_per_task;
 use privmix_models::cpu::vexp::silu_in_place;
 use privmix_models::layers::Rope;
-use privmix_models::layers::rms_norm::rms_norm_host;
 use privmix_models::layers::rope::rotate_host;
 use privmix_models::ops::backward;
 use rayon::prelude::*;
@@ -17,15 +17,6 @@ use rayon::prelude::*;
 /// Rows of `width` values per parallel task of a pass over `rows` rows.
 fn rows_chunk(rows: usize, width: usize) -> usize {
     rows_per_task(rows) * width.max(1)
-}
-
-/// RMSNorm of each `gain`-wide row of `x` into `out`: the models' host
-/// kernel ([`rms_norm_host`]), rows split over rayon's threads.
-pub(crate) fn rms_norm(x: &[f32], gain: &[f32], eps: f32, out: &mut [f32]) {
-    let per = rows_chunk(x.len() / gain.len().max(1), gain.len());
-    out.par_chunks_mut(per)
-        .zip(x.par_chunks(per))
-        .for_each(|(o, x)| rms_norm_host(x, gain, eps, o));
 }
 
 /// Adds to `dx` the gradient of RMSNorm's input given `dy`: the models'

@@ -7,10 +7,17 @@
 //!
 //! Design:
 //!
-//! - **The models' operations.** RMSNorm, RoPE and the SiLU-gated product
-//!   run the inference host kernels of `privmix-models`, and their backward
-//!   passes sit beside those kernels ([`privmix_models::ops::backward`]):
-//!   the forward is written once. The products are the models' strided
+//! - **The models' forward.** A training forward is the decoder's own block
+//!   sequence, the one inference runs
+//!   ([`privmix_models::decoder::Decoder::block_forward`], generic over
+//!   [`privmix_models::ops::BlockOps`]), in the training step's block
+//!   operations (`block::TrainOps`): host rows, each group's LoRA factors
+//!   and dropout, causal attention with no KV cache, and a tape of what each
+//!   block's backward pass reads (beside them, `Ctx::block_backward`,
+//!   walking that tape in reverse). RMSNorm is the norm's own host form,
+//!   RoPE and the SiLU-gated product run the inference host kernels of
+//!   `privmix-models`, and their backward passes sit beside those kernels
+//!   ([`privmix_models::ops::backward`]): the forward is written once. The products are the models' strided
 //!   f32 products ([`privmix_models::cpu::strided`], see below), and the
 //!   causal attention that keeps every head's softmax probabilities, with
 //!   its backward pass, is the models' too
@@ -38,7 +45,7 @@
 //! - **Attention saved, not recomputed**: the softmax probabilities of every
 //!   head (`rows × heads × seq²` per layer) are kept for the backward pass.
 //! - **Memory bounded by a budget.** A step's rows run in chunks whose saved
-//!   activations fit [`HostLlama::activation_budget`]; where one row's do
+//!   activations fit [`weights::HostLlama::activation_budget`]; where one row's do
 //!   not (long blocks), each layer's input alone is kept and the layer's
 //!   forward pass runs again before its backward pass. The logits are
 //!   formed a slice of tokens at a time. The embedding table and the
@@ -47,25 +54,24 @@
 //! - **Rows in groups** ([`Group`]): each group of rows has its own adapter,
 //!   dropout pass, mean loss and gradient — one group for a trainer's batch,
 //!   one per example for DP-SGD, one per member for members trained together.
-//! - **Buffers reused** across steps ([`HostLlama`] keeps a pool), so a step
+//! - **Buffers reused** across steps ([`weights::HostLlama`] keeps a pool), so a step
 //!   does not pay page faults on hundreds of MB of fresh allocations.
 
+mod block;
+mod chunk;
 mod kernels;
 mod pool;
+mod slot;
 mod step;
 #[cfg(test)]
 mod tests;
 mod weights;
 
-pub(crate) use step::Group;
-pub(crate) use weights::HostLlama;
+pub(crate) use chunk::Group;
+pub(crate) use slot::HostSlot;
 
-use std::sync::{Arc, OnceLock};
-
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use privmix_models::{Gemma, LanguageModel, Llama, Model};
-
-use super::error::TrainError;
+use burn::tensor::backend::Backend;
+use privmix_models::{Gemma, Llama, Model};
 
 /// Which implementation computes a trainer's losses and gradients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,49 +114,5 @@ impl<B: Backend> HostTrainable<B> for Model<B> {
             Model::Llama(m) => Some(m),
             _ => None,
         }
-    }
-}
-
-/// A trainer's host copy of the model, built on first use; clones share
-/// one copy (members trained together read one set of weights).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct HostSlot {
-    path: StepPath,
-    copy: Arc<OnceLock<Option<HostLlama>>>,
-}
-
-impl HostSlot {
-    /// A slot for `path`.
-    pub fn new(path: StepPath) -> Self {
-        Self {
-            path,
-            copy: Arc::new(OnceLock::new()),
-        }
-    }
-
-    /// The path asked for.
-    pub fn path(&self) -> StepPath {
-        self.path
-    }
-
-    /// The host copy of `model` when its execution plan runs training steps
-    /// on host vectors (built on the first call), `None` when burn autodiff
-    /// must run.
-    pub fn get<B: AutodiffBackend, M: LanguageModel<B> + HostTrainable<B>>(
-        &self,
-        model: &M,
-    ) -> Result<Option<&HostLlama>, TrainError> {
-        if self.path == StepPath::Autodiff || !model.plan().host_training {
-            return Ok(None);
-        }
-        if let Some(c) = self.copy.get() {
-            return Ok(c.as_ref());
-        }
-        let built = match model.host_training_decoder() {
-            Some(decoder) => Some(HostLlama::from_llama(decoder)?),
-            None => None,
-        };
-        let _ = self.copy.set(built);
-        Ok(self.copy.get().and_then(Option::as_ref))
     }
 }

@@ -14,23 +14,22 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
+use burn::tensor::backend::AutodiffBackend;
+use privmix_models::Llama;
+use privmix_models::Site;
+use privmix_models::cpu::strided::{Mat, matmul};
 use privmix_models::cpu::vexp::exp_shifted_in_place;
-use privmix_models::{Projection, Site};
 use rayon::prelude::*;
 
-use privmix_models::cpu::strided::{Mat, matmul};
-use privmix_models::ops::attention_backward::{
-    CausalShape, causal_attention, causal_attention_backward,
-};
-
-use super::kernels::{StepRope, rms_norm, rms_norm_backward, silu_gated, silu_gated_backward};
-use super::weights::{HostLinear, HostLlama, PROJECTIONS};
+use super::block::{Rows, TrainOps, TrainingBlocks, release};
+use super::chunk::{Ctx, Group, Segment};
+use super::kernels::{StepRope, rms_norm_backward};
+use super::pool::Pool;
+use super::weights::HostLlama;
 use crate::train::error::TrainError;
-use crate::train::params::{LoraParams, SiteLayout};
-use crate::train::trainable::{Dropout, dropout_mask};
-
-pub(crate) use super::pool::Pool;
+use crate::train::params::SiteLayout;
 
 /// Tokens whose logits are formed at a time (`HEAD_TOKENS × vocab` floats).
 const HEAD_TOKENS: usize = 256;
@@ -39,82 +38,35 @@ const HEAD_TOKENS: usize = 256;
 /// fast on this many rows as on more).
 const RECOMPUTE_TOKENS: usize = 2048;
 
-/// One gradient group of a host step: `rows` consecutive blocks through one
-/// adapter, with one dropout pass over them (its mask laid out over the
-/// group's `[rows, seq, width]` as [`dropout_mask`] draws it), and one mean
-/// loss and gradient.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Group<'a> {
-    /// The adapter of the group's rows.
-    pub params: &'a LoraParams,
-    /// How many consecutive blocks.
-    pub rows: usize,
-    /// The dropout pass (`None`, or one with `p > 0`).
-    pub dropout: Option<Dropout>,
+/// A trainer's host copy of a Llama-family model: its weights in host
+/// memory, and the decoder itself (sharing its tensors), whose block
+/// sequence is the step's forward pass.
+#[derive(Debug)]
+pub(crate) struct HostModel {
+    /// The frozen weights and shapes in host memory.
+    pub llama: HostLlama,
+    decoder: Box<dyn TrainingBlocks>,
 }
 
-impl<'a> Group<'a> {
-    /// A group of `rows` blocks through `params`; a pass with `p = 0` is none.
-    pub fn new(params: &'a LoraParams, rows: usize, dropout: Option<Dropout>) -> Self {
-        Self {
-            params,
-            rows,
-            dropout: dropout.filter(|d| d.p > 0.0),
-        }
+impl HostModel {
+    /// The host copy of `m` ([`HostLlama::from_llama`], which says when it
+    /// errors).
+    pub fn from_llama<B: AutodiffBackend>(m: &Llama<B>) -> Result<Self, TrainError> {
+        Ok(Self {
+            llama: HostLlama::from_llama(m)?,
+            decoder: Box::new(m.clone()),
+        })
     }
-}
 
-/// The rows of one group inside a chunk.
-struct Segment {
-    /// Index into the step's groups.
-    group: usize,
-    /// The rows, counted in the chunk.
-    rows: Range<usize>,
-    /// The first row's index inside its group.
-    group_row: usize,
-}
-
-/// What the forward pass keeps of one LoRA site for the backward pass.
-struct LoraSaved {
-    /// The adapter's input after dropout (`None`: no dropout, the
-    /// projection's input itself).
-    dropped: Option<Vec<f32>>,
-    /// The mask (with dropout).
-    mask: Option<Vec<f32>>,
-    /// `x̃ · A`, `[tokens, r]`.
-    xa: Vec<f32>,
-}
-
-/// What the forward pass keeps of one block.
-struct Saved {
-    x: Vec<f32>,
-    n1: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    probs: Vec<f32>,
-    attn: Vec<f32>,
-    x2: Vec<f32>,
-    n2: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    act: Vec<f32>,
-    lora: HashMap<Projection, LoraSaved>,
-}
-
-impl Saved {
-    fn give(self, pool: &mut Pool) {
-        for b in [
-            self.x, self.n1, self.q, self.k, self.v, self.probs, self.attn, self.x2, self.n2,
-            self.gate, self.up, self.act,
-        ] {
-            pool.give(b);
-        }
-        for (_, l) in self.lora {
-            pool.give(l.xa);
-            for b in [l.dropped, l.mask].into_iter().flatten() {
-                pool.give(b);
-            }
+    /// The host copy of `model` where it is a Llama (tests build it
+    /// directly; trainers go through the execution plan).
+    #[cfg(test)]
+    pub fn from_model<B: AutodiffBackend>(
+        model: &privmix_models::Model<B>,
+    ) -> Result<Option<Self>, TrainError> {
+        match model {
+            privmix_models::Model::Llama(m) => Self::from_llama(m).map(Some),
+            _ => Ok(None),
         }
     }
 }
@@ -122,6 +74,7 @@ impl Saved {
 /// What a step shares across its chunks.
 struct Step<'a> {
     m: &'a HostLlama,
+    decoder: &'a dyn TrainingBlocks,
     seq: usize,
     r: usize,
     scale: f32,
@@ -129,20 +82,7 @@ struct Step<'a> {
     groups: &'a [Group<'a>],
 }
 
-/// One chunk's shapes and groups.
-struct Ctx<'a> {
-    m: &'a HostLlama,
-    rows: usize,
-    seq: usize,
-    tokens: usize,
-    r: usize,
-    scale: f32,
-    layouts: &'a HashMap<Site, SiteLayout>,
-    groups: &'a [Group<'a>],
-    segments: Vec<Segment>,
-}
-
-impl HostLlama {
+impl HostModel {
     /// Each group's mean loss and LoRA gradient on `blocks` (all of one
     /// length ≥ 2; the groups' rows in order, covering every block): the
     /// loss of a group is the mean next-token loss over its rows' predicted
@@ -183,9 +123,10 @@ impl HostLlama {
     }
 
     fn with_pool<T>(&self, f: impl FnOnce(&mut Pool) -> T) -> T {
-        let mut pool = std::mem::take(&mut *self.pool.lock().unwrap_or_else(|e| e.into_inner()));
+        let slot = &self.llama.pool;
+        let mut pool = std::mem::take(&mut *slot.lock().unwrap_or_else(|e| e.into_inner()));
         let out = f(&mut pool);
-        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = pool;
         out
     }
 
@@ -223,15 +164,16 @@ impl HostLlama {
         if let Some(bad) = blocks
             .iter()
             .flat_map(|b| b.iter())
-            .find(|&&t| t as usize >= self.vocab)
+            .find(|&&t| t as usize >= self.llama.vocab)
         {
             return Err(TrainError::BadData(format!(
                 "token {bad} outside the vocabulary of {}",
-                self.vocab
+                self.llama.vocab
             )));
         }
         Ok(Step {
-            m: self,
+            m: &self.llama,
+            decoder: self.decoder.as_ref(),
             seq: len - 1,
             r: first.config().r,
             scale: first.config().scale() as f32,
@@ -239,7 +181,9 @@ impl HostLlama {
             groups,
         })
     }
+}
 
+impl HostLlama {
     /// Floats one row of `seq` tokens keeps for the backward pass: every
     /// layer's saved activations (`full`), or only every layer's input plus
     /// one layer's saved activations (`checkpointed`).
@@ -294,8 +238,8 @@ impl Step<'_> {
             let ctx = self.chunk(first..end);
             let chunk = &blocks[first..end];
             match grads.as_deref_mut() {
-                Some(g) => ctx.run(chunk, g, &mut sums, recompute, pool),
-                None => ctx.forward_losses(chunk, &mut sums, pool),
+                Some(g) => ctx.run(self.decoder, chunk, g, &mut sums, recompute, pool),
+                None => ctx.forward_losses(self.decoder, chunk, &mut sums, pool),
             }
             first = end;
         }
@@ -424,29 +368,39 @@ impl Ctx<'_> {
         }
     }
 
-    /// The chunk's losses only (nothing saved).
-    fn forward_losses(&self, blocks: &[&Vec<u32>], sums: &mut [f64], pool: &mut Pool) {
+    /// The chunk's losses only (nothing saved): the decoder's block
+    /// sequence in the training operations ([`TrainOps`]), then the head.
+    fn forward_losses(
+        &self,
+        decoder: &dyn TrainingBlocks,
+        blocks: &[&Vec<u32>],
+        sums: &mut [f64],
+        pool: &mut Pool,
+    ) {
         let m = self.m;
         let tables = StepRope::new(&m.rope, self.seq);
-        let mut x = self.embed(blocks, pool);
+        let mut x: Rows = Arc::new(self.embed(blocks, pool));
+        let mut n = decoder.input_norm(&mut TrainOps::new(self, &tables, pool, false), 0, &x);
         for layer in 0..m.blocks.len() {
-            let (s, next) = self.block_forward(layer, x, &tables, pool);
-            s.give(pool);
-            x = next;
+            let mut ops = TrainOps::new(self, &tables, pool, false);
+            let (next_x, next_n) = decoder.forward(&mut ops, layer, x, n);
+            (x, n) = (next_x, next_n);
         }
-        let mut nf = pool.take(self.tokens * m.hidden);
-        rms_norm(&x, &m.norm, m.eps, &mut nf);
-        self.head(blocks, &nf, None, sums, pool);
-        pool.give(x);
-        pool.give(nf);
+        // `n`: the final norm's output.
+        self.head(blocks, &n, None, sums, pool);
+        for rows in [x, n] {
+            release(rows, pool);
+        }
     }
 
     /// The chunk's forward and backward passes: adds each token's loss into
     /// its group's sum and each group's gradient into `grads`; with
     /// `recompute`, only each layer's input is kept and the layer's forward
-    /// pass runs again before its backward pass.
+    /// pass runs again before its backward pass. Every forward is the
+    /// decoder's block sequence in the training operations ([`TrainOps`]).
     fn run(
         &self,
+        decoder: &dyn TrainingBlocks,
         blocks: &[&Vec<u32>],
         grads: &mut [Vec<f32>],
         sums: &mut [f64],
@@ -454,40 +408,45 @@ impl Ctx<'_> {
         pool: &mut Pool,
     ) {
         let m = self.m;
-        let (h, n) = (m.hidden, self.tokens);
+        let (h, n_len) = (m.hidden, self.tokens);
         let tables = StepRope::new(&m.rope, self.seq);
-        let mut x = self.embed(blocks, pool);
+        let mut x: Rows = Arc::new(self.embed(blocks, pool));
+        let mut n = decoder.input_norm(&mut TrainOps::new(self, &tables, pool, false), 0, &x);
         let mut saved = Vec::with_capacity(m.blocks.len());
         let mut inputs = Vec::with_capacity(m.blocks.len());
         for layer in 0..m.blocks.len() {
             if recompute {
-                let mut keep = pool.take(n * h);
+                let mut keep = pool.take(n_len * h);
                 keep.copy_from_slice(&x);
-                let (s, next) = self.block_forward(layer, x, &tables, pool);
-                s.give(pool);
                 inputs.push(keep);
-                x = next;
-            } else {
-                let (s, next) = self.block_forward(layer, x, &tables, pool);
-                saved.push(s);
-                x = next;
+            }
+            let mut ops = TrainOps::new(self, &tables, pool, !recompute);
+            let (next_x, next_n) = decoder.forward(&mut ops, layer, x, n);
+            (x, n) = (next_x, next_n);
+            if !recompute {
+                saved.push(ops.into_saved());
             }
         }
-        // Final norm, head, cross-entropy.
-        let mut nf = pool.take(n * h);
-        rms_norm(&x, &m.norm, m.eps, &mut nf);
-        let mut dnf = pool.take(n * h);
-        self.head(blocks, &nf, Some(&mut dnf), sums, pool);
-        let mut dx = pool.take(n * h);
+        // `n`: the final norm's output; the head and cross-entropy, then
+        // the final norm's backward pass.
+        let mut dnf = pool.take(n_len * h);
+        self.head(blocks, &n, Some(&mut dnf), sums, pool);
+        let mut dx = pool.take(n_len * h);
         rms_norm_backward(&x, &m.norm, m.eps, &dnf, &mut dx);
-        for b in [x, nf, dnf] {
-            pool.give(b);
+        pool.give(dnf);
+        for rows in [x, n] {
+            release(rows, pool);
         }
         for layer in (0..m.blocks.len()).rev() {
             let s = if recompute {
-                let input = inputs.pop().expect("one input per layer");
-                let (s, out) = self.block_forward(layer, input, &tables, pool);
-                pool.give(out);
+                let input = Arc::new(inputs.pop().expect("one input per layer"));
+                let mut ops = TrainOps::new(self, &tables, pool, true);
+                let n = decoder.input_norm(&mut ops, layer, &input);
+                let (out, next_n) = decoder.forward(&mut ops, layer, input, n);
+                let s = ops.into_saved();
+                for rows in [out, next_n] {
+                    release(rows, pool);
+                }
                 s
             } else {
                 saved.pop().expect("one saved block per layer")
@@ -495,413 +454,6 @@ impl Ctx<'_> {
             dx = self.block_backward(layer, s, dx, &tables, grads, pool);
         }
         pool.give(dx);
-    }
-
-    /// Each segment's token range in the chunk.
-    fn tokens_of(&self, s: &Segment) -> Range<usize> {
-        s.rows.start * self.seq..s.rows.end * self.seq
-    }
-
-    /// `out = input · W (+ bias)` for `out` sized `[tokens, fan_out]`, plus
-    /// the adapter's `s · x̃ A B` at `site` when it has one, each segment's
-    /// rows through its group's factors (returning what the backward pass
-    /// needs).
-    fn project(
-        &self,
-        lin: &HostLinear,
-        site: Option<Site>,
-        input: &[f32],
-        out: &mut [f32],
-        pool: &mut Pool,
-    ) -> Option<LoraSaved> {
-        let n = self.tokens;
-        matmul(
-            out,
-            n,
-            lin.fan_out,
-            lin.fan_in,
-            false,
-            1.0,
-            Mat::rows(input, lin.fan_in),
-            Mat::rows(&lin.w_t, lin.fan_out),
-        );
-        if let Some(bias) = &lin.bias {
-            out.par_chunks_mut(lin.fan_out).for_each(|row| {
-                for (y, b) in row.iter_mut().zip(bias) {
-                    *y += b;
-                }
-            });
-        }
-        let l = self.layouts.get(&site?)?;
-        let (fan_in, fan_out, r) = (l.fan_in, l.fan_out, self.r);
-        let dropout = self
-            .segments
-            .iter()
-            .any(|s| self.groups[s.group].dropout.is_some());
-        let (dropped, mask) = if dropout {
-            let mut mask = pool.take(0);
-            for s in &self.segments {
-                let len = s.rows.len() * self.seq * fan_in;
-                match &self.groups[s.group].dropout {
-                    Some(d) => {
-                        let skip = s.group_row * self.seq * fan_in;
-                        mask.extend_from_slice(&dropout_mask(d, l.site, skip + len)[skip..]);
-                    }
-                    None => mask.extend(std::iter::repeat_n(1.0, len)),
-                }
-            }
-            let mut dropped = pool.take(n * fan_in);
-            for ((d, x), k) in dropped.iter_mut().zip(input).zip(&mask) {
-                *d = x * k;
-            }
-            (Some(dropped), Some(mask))
-        } else {
-            (None, None)
-        };
-        let x_in = dropped.as_deref().unwrap_or(input);
-        let mut xa = pool.take(n * r);
-        for s in &self.segments {
-            let (a, b) = self.groups[s.group].params.factors(l);
-            let t = self.tokens_of(s);
-            matmul(
-                &mut xa[t.start * r..t.end * r],
-                t.len(),
-                r,
-                fan_in,
-                false,
-                1.0,
-                Mat::rows(&x_in[t.start * fan_in..t.end * fan_in], fan_in),
-                Mat::rows(a, r),
-            );
-            matmul(
-                &mut out[t.start * fan_out..t.end * fan_out],
-                t.len(),
-                fan_out,
-                r,
-                true,
-                self.scale,
-                Mat::rows(&xa[t.start * r..t.end * r], r),
-                Mat::rows(b, fan_out),
-            );
-        }
-        Some(LoraSaved { dropped, mask, xa })
-    }
-
-    /// The adapters' gradients at `site` given `dy` (the gradient of the
-    /// projection's output) and its input `input`, each segment's added to
-    /// its group's gradient in `grads`; and, with `dx`, the adapters' part
-    /// of the input gradient added to it.
-    #[allow(clippy::too_many_arguments)]
-    fn lora_backward(
-        &self,
-        site: Site,
-        saved: &LoraSaved,
-        input: &[f32],
-        dy: &[f32],
-        mut dx: Option<&mut [f32]>,
-        grads: &mut [Vec<f32>],
-        pool: &mut Pool,
-    ) {
-        let Some(l) = self.layouts.get(&site) else {
-            return;
-        };
-        let (n, r, s) = (self.tokens, self.r, self.scale);
-        let (fan_in, fan_out) = (l.fan_in, l.fan_out);
-        let x_in = saved.dropped.as_deref().unwrap_or(input);
-        let mut dxa = pool.take(n * r);
-        let mut through_a = match (&saved.mask, &dx) {
-            (Some(_), Some(_)) => Some(pool.take(n * fan_in)),
-            _ => None,
-        };
-        for seg in &self.segments {
-            let (a, b) = self.groups[seg.group].params.factors(l);
-            let t = self.tokens_of(seg);
-            let dy_t = &dy[t.start * fan_out..t.end * fan_out];
-            // dxa = s · dy Bᵀ.
-            let dxa_t = &mut dxa[t.start * r..t.end * r];
-            matmul(
-                dxa_t,
-                t.len(),
-                r,
-                fan_out,
-                false,
-                s,
-                Mat::rows(dy_t, fan_out),
-                Mat::transposed(b, fan_out),
-            );
-            let dxa_t = &dxa[t.start * r..t.end * r];
-            // dB = s · (x̃A)ᵀ dy; dA = x̃ᵀ dxa.
-            let grad = &mut grads[seg.group];
-            matmul(
-                &mut grad[l.b_offset..l.b_offset + r * fan_out],
-                r,
-                fan_out,
-                t.len(),
-                true,
-                s,
-                Mat::transposed(&saved.xa[t.start * r..t.end * r], r),
-                Mat::rows(dy_t, fan_out),
-            );
-            matmul(
-                &mut grad[l.a_offset..l.b_offset],
-                fan_in,
-                r,
-                t.len(),
-                true,
-                1.0,
-                Mat::transposed(&x_in[t.start * fan_in..t.end * fan_in], fan_in),
-                Mat::rows(dxa_t, r),
-            );
-            // dx += dxa Aᵀ (masked with dropout).
-            let target = match (&mut through_a, dx.as_deref_mut()) {
-                (Some(tmp), _) => Some((&mut tmp[t.start * fan_in..t.end * fan_in], false)),
-                (None, Some(dx)) => Some((&mut dx[t.start * fan_in..t.end * fan_in], true)),
-                (None, None) => None,
-            };
-            if let Some((dst, accumulate)) = target {
-                matmul(
-                    dst,
-                    t.len(),
-                    fan_in,
-                    r,
-                    accumulate,
-                    1.0,
-                    Mat::rows(dxa_t, r),
-                    Mat::transposed(a, r),
-                );
-            }
-        }
-        if let (Some(tmp), Some(mask), Some(dx)) = (through_a, &saved.mask, dx) {
-            for ((d, t), k) in dx.iter_mut().zip(&tmp).zip(mask) {
-                *d += t * k;
-            }
-            pool.give(tmp);
-        }
-        pool.give(dxa);
-    }
-
-    /// `dx (+)= dy · Wᵀ` through a frozen projection (`dx` sized
-    /// `[tokens, fan_in]`).
-    fn project_back(&self, lin: &HostLinear, dy: &[f32], dx: &mut [f32], accumulate: bool) {
-        matmul(
-            dx,
-            self.tokens,
-            lin.fan_in,
-            lin.fan_out,
-            accumulate,
-            1.0,
-            Mat::rows(dy, lin.fan_out),
-            Mat::rows(lin.w.as_slice(), lin.fan_in),
-        );
-    }
-
-    fn block_forward(
-        &self,
-        layer: usize,
-        x: Vec<f32>,
-        tables: &StepRope<'_>,
-        pool: &mut Pool,
-    ) -> (Saved, Vec<f32>) {
-        let m = self.m;
-        let blk = &m.blocks[layer];
-        let (h, n, hd) = (m.hidden, self.tokens, m.head_dim);
-        let (qw, kw) = (m.heads * hd, m.kv_heads * hd);
-        let site = |module| Some(Site { layer, module });
-        let mut lora = HashMap::new();
-        let mut n1 = pool.take(n * h);
-        rms_norm(&x, &blk.norm1, m.eps, &mut n1);
-        let mut q = pool.take(n * qw);
-        let mut k = pool.take(n * kw);
-        let mut v = pool.take(n * kw);
-        for (i, out) in [(0, &mut q), (1, &mut k), (2, &mut v)] {
-            if let Some(s) = self.project(&blk.proj[i], site(PROJECTIONS[i]), &n1, out, pool) {
-                lora.insert(PROJECTIONS[i], s);
-            }
-        }
-        tables.apply(&mut q, m.heads, false);
-        tables.apply(&mut k, m.kv_heads, false);
-        let mut probs = pool.take(self.rows * m.heads * self.seq * self.seq);
-        let mut attn = pool.take(n * qw);
-        causal_attention(self.attention_shape(), &q, &k, &v, &mut probs, &mut attn);
-        let mut o = pool.take(n * h);
-        if let Some(s) = self.project(&blk.proj[3], site(Projection::O), &attn, &mut o, pool) {
-            lora.insert(Projection::O, s);
-        }
-        let mut x2 = pool.take(n * h);
-        for ((y, a), b) in x2.iter_mut().zip(&x).zip(&o) {
-            *y = a + b;
-        }
-        pool.give(o);
-        let mut n2 = pool.take(n * h);
-        rms_norm(&x2, &blk.norm2, m.eps, &mut n2);
-        let inter = blk.proj[4].fan_out;
-        let mut gate = pool.take(n * inter);
-        let mut up = pool.take(n * inter);
-        for (i, out) in [(4, &mut gate), (5, &mut up)] {
-            if let Some(s) = self.project(&blk.proj[i], site(PROJECTIONS[i]), &n2, out, pool) {
-                lora.insert(PROJECTIONS[i], s);
-            }
-        }
-        let mut act = pool.take(n * inter);
-        silu_gated(&gate, &up, &mut act);
-        let mut down = pool.take(n * h);
-        if let Some(s) = self.project(&blk.proj[6], site(Projection::Down), &act, &mut down, pool) {
-            lora.insert(Projection::Down, s);
-        }
-        for (d, a) in down.iter_mut().zip(&x2) {
-            *d += a;
-        }
-        let saved = Saved {
-            x,
-            n1,
-            q,
-            k,
-            v,
-            probs,
-            attn,
-            x2,
-            n2,
-            gate,
-            up,
-            act,
-            lora,
-        };
-        (saved, down)
-    }
-
-    /// The chunk's attention shape.
-    fn attention_shape(&self) -> CausalShape {
-        CausalShape {
-            seq: self.seq,
-            heads: self.m.heads,
-            kv_heads: self.m.kv_heads,
-            head_dim: self.m.head_dim,
-        }
-    }
-
-    /// The backward pass of block `layer` from `dx` (the gradient of its
-    /// output) to the gradient of its input (not formed for layer 0, where
-    /// nothing below needs it; the buffer is returned as it is).
-    fn block_backward(
-        &self,
-        layer: usize,
-        s: Saved,
-        mut dx: Vec<f32>,
-        tables: &StepRope<'_>,
-        grads: &mut [Vec<f32>],
-        pool: &mut Pool,
-    ) -> Vec<f32> {
-        let m = self.m;
-        let blk = &m.blocks[layer];
-        let (h, n, hd) = (m.hidden, self.tokens, m.head_dim);
-        let (qw, kw) = (m.heads * hd, m.kv_heads * hd);
-        let site = |module| Site { layer, module };
-        let Saved {
-            x,
-            n1,
-            q,
-            k,
-            v,
-            probs,
-            attn,
-            x2,
-            n2,
-            mut gate,
-            mut up,
-            act,
-            lora,
-        } = s;
-        let inter = blk.proj[4].fan_out;
-        // MLP: down, SiLU-gated product, gate and up.
-        let mut dact = pool.take(n * inter);
-        self.project_back(&blk.proj[6], &dx, &mut dact, false);
-        if let Some(l) = lora.get(&Projection::Down) {
-            self.lora_backward(
-                site(Projection::Down),
-                l,
-                &act,
-                &dx,
-                Some(&mut dact),
-                grads,
-                pool,
-            );
-        }
-        silu_gated_backward(&dact, &mut gate, &mut up);
-        pool.give(dact);
-        let mut dn2 = pool.take(n * h);
-        self.project_back(&blk.proj[4], &gate, &mut dn2, false);
-        self.project_back(&blk.proj[5], &up, &mut dn2, true);
-        for (i, dy) in [(4, &gate), (5, &up)] {
-            if let Some(l) = lora.get(&PROJECTIONS[i]) {
-                self.lora_backward(
-                    site(PROJECTIONS[i]),
-                    l,
-                    &n2,
-                    dy,
-                    Some(&mut dn2),
-                    grads,
-                    pool,
-                );
-            }
-        }
-        rms_norm_backward(&x2, &blk.norm2, m.eps, &dn2, &mut dx);
-        pool.give(dn2);
-        // Attention: o, softmax, RoPE, q/k/v.
-        let mut da = pool.take(n * qw);
-        self.project_back(&blk.proj[3], &dx, &mut da, false);
-        if let Some(l) = lora.get(&Projection::O) {
-            self.lora_backward(
-                site(Projection::O),
-                l,
-                &attn,
-                &dx,
-                Some(&mut da),
-                grads,
-                pool,
-            );
-        }
-        let mut dq = pool.take(n * qw);
-        let mut dk = pool.take(n * kw);
-        let mut dv = pool.take(n * kw);
-        causal_attention_backward(
-            self.attention_shape(),
-            (&q, &k, &v, &probs),
-            &da,
-            &mut dq,
-            &mut dk,
-            &mut dv,
-        );
-        pool.give(da);
-        tables.apply(&mut dq, m.heads, true);
-        tables.apply(&mut dk, m.kv_heads, true);
-        let need_dx = layer > 0;
-        let mut dn1 = pool.take(if need_dx { n * h } else { 0 });
-        if need_dx {
-            self.project_back(&blk.proj[0], &dq, &mut dn1, false);
-            self.project_back(&blk.proj[1], &dk, &mut dn1, true);
-            self.project_back(&blk.proj[2], &dv, &mut dn1, true);
-        }
-        for (i, dy) in [(0, &dq), (1, &dk), (2, &dv)] {
-            if let Some(l) = lora.get(&PROJECTIONS[i]) {
-                let dx1 = need_dx.then_some(dn1.as_mut_slice());
-                self.lora_backward(site(PROJECTIONS[i]), l, &n1, dy, dx1, grads, pool);
-            }
-        }
-        if need_dx {
-            rms_norm_backward(&x, &blk.norm1, m.eps, &dn1, &mut dx);
-        }
-        for b in [
-            dn1, dq, dk, dv, x, n1, q, k, v, probs, attn, x2, n2, gate, up, act,
-        ] {
-            pool.give(b);
-        }
-        for (_, l) in lora {
-            pool.give(l.xa);
-            for b in [l.dropped, l.mask].into_iter().flatten() {
-                pool.give(b);
-            }
-        }
-        dx
     }
 }
 

@@ -16,7 +16,9 @@ use privmix_models::{LoadOptions, Model};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{Group, HostLlama};
+use super::Group;
+use super::step::HostModel;
+use super::weights::HostLlama;
 use crate::lora::{LoraBase, LoraConfig};
 use crate::train::params::LoraParams;
 use crate::train::trainable::{Dropout, loss_and_gradient};
@@ -91,7 +93,7 @@ fn assert_close(what: &str, (l, g): &(f64, Vec<f32>), (l_ref, g_ref): &(f64, Vec
 #[test]
 fn host_step_matches_autodiff_batched_with_and_without_dropout() {
     for (name, model) in models() {
-        let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+        let host = HostModel::from_model(&model).unwrap().expect("a Llama");
         let p = params(&model, 7);
         let data = blocks(3, 9, 256);
         let refs: Vec<&Vec<u32>> = data.iter().collect();
@@ -116,7 +118,7 @@ fn host_step_matches_autodiff_batched_with_and_without_dropout() {
 #[test]
 fn host_step_per_block_matches_autodiff_one_block_at_a_time() {
     for (name, model) in models().into_iter().take(2) {
-        let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+        let host = HostModel::from_model(&model).unwrap().expect("a Llama");
         let p = params(&model, 9);
         let data = blocks(3, 7, 256);
         let refs: Vec<&Vec<u32>> = data.iter().collect();
@@ -150,7 +152,7 @@ fn host_step_per_block_matches_autodiff_one_block_at_a_time() {
 #[test]
 fn host_gradient_matches_finite_differences() {
     let (_, model) = models().remove(1);
-    let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let host = HostModel::from_model(&model).unwrap().expect("a Llama");
     let mut p = params(&model, 3);
     let data = blocks(2, 8, 256);
     let refs: Vec<&Vec<u32>> = data.iter().collect();
@@ -183,7 +185,7 @@ fn host_gradient_matches_finite_differences() {
 #[test]
 fn tokens_outside_the_vocabulary_are_an_error() {
     let (_, model) = models().remove(0);
-    let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let host = HostModel::from_model(&model).unwrap().expect("a Llama");
     let p = params(&model, 1);
     let bad = [vec![1, 2, 999]];
     let refs: Vec<&Vec<u32>> = bad.iter().collect();
@@ -199,7 +201,7 @@ fn tokens_outside_the_vocabulary_are_an_error() {
 #[test]
 fn chunked_and_recomputed_steps_match_the_one_pass_step() {
     for (name, model) in models().into_iter().take(2) {
-        let mut host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+        let mut host = HostModel::from_model(&model).unwrap().expect("a Llama");
         let p = params(&model, 11);
         let data = blocks(5, 8, 256);
         let refs: Vec<&Vec<u32>> = data.iter().collect();
@@ -212,12 +214,12 @@ fn chunked_and_recomputed_steps_match_the_one_pass_step() {
         let one_pass = host.losses_and_gradients(&refs, &groups).unwrap();
         // Saved floats per token of the adapters with dropout: x̃A, x̃ and the mask.
         let lora_per_token: usize = p.layout().iter().map(|l| 4 + 2 * l.fan_in).sum();
-        let (full, checkpointed) = host.row_floats(7, lora_per_token);
+        let (full, checkpointed) = host.llama.row_floats(7, lora_per_token);
         assert!(full > checkpointed, "{name}: {full} vs {checkpointed}");
         let bytes = std::mem::size_of::<f32>();
         let mut seen = Vec::new();
         for budget in [2 * full * bytes, full * bytes, bytes] {
-            host.activation_budget = budget;
+            host.llama.activation_budget = budget;
             let mode = host.chunking_of(&refs, &groups).unwrap();
             seen.push(mode);
             let what = format!("{mode:?}");
@@ -246,7 +248,7 @@ fn chunked_and_recomputed_steps_match_the_one_pass_step() {
 #[test]
 fn groups_of_different_adapters_match_each_alone() {
     let (_, model) = models().remove(0);
-    let mut host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let mut host = HostModel::from_model(&model).unwrap().expect("a Llama");
     let adapters: Vec<LoraParams> = (0..3).map(|k| params(&model, 20 + k)).collect();
     let data = blocks(6, 8, 256);
     let refs: Vec<&Vec<u32>> = data.iter().collect();
@@ -263,7 +265,7 @@ fn groups_of_different_adapters_match_each_alone() {
         .map(|(k, (p, r))| Group::new(p, r, Some(pass(k as u64))))
         .collect();
     for budget in [usize::MAX, 4] {
-        host.activation_budget = budget;
+        host.llama.activation_budget = budget;
         let together = host.losses_and_gradients(&refs, &groups).unwrap();
         let mut first = 0;
         for (k, g) in groups.iter().enumerate() {
@@ -283,7 +285,7 @@ fn groups_of_different_adapters_match_each_alone() {
 #[test]
 fn groups_that_do_not_cover_the_blocks_or_differ_in_shape_are_refused() {
     let (_, model) = models().remove(0);
-    let host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let host = HostModel::from_model(&model).unwrap().expect("a Llama");
     let p = params(&model, 1);
     let data = blocks(3, 6, 256);
     let refs: Vec<&Vec<u32>> = data.iter().collect();
@@ -308,7 +310,7 @@ fn groups_that_do_not_cover_the_blocks_or_differ_in_shape_are_refused() {
 #[test]
 fn a_groups_gradient_comes_from_its_own_rows_only() {
     let (_, model) = models().remove(0);
-    let mut host = HostLlama::from_model(&model).unwrap().expect("a Llama");
+    let mut host = HostModel::from_model(&model).unwrap().expect("a Llama");
     let adapters: Vec<LoraParams> = (0..3).map(|k| params(&model, 30 + k)).collect();
     let rows = [2, 2, 2];
     let groups: Vec<Group> = adapters
@@ -324,7 +326,7 @@ fn a_groups_gradient_comes_from_its_own_rows_only() {
         .collect();
     other[2..4].clone_from_slice(&data[2..4]);
     for budget in [usize::MAX, 4] {
-        host.activation_budget = budget;
+        host.llama.activation_budget = budget;
         let run = |d: &[Vec<u32>]| {
             let refs: Vec<&Vec<u32>> = d.iter().collect();
             host.losses_and_gradients(&refs, &groups).unwrap()
@@ -475,7 +477,7 @@ fn the_step_keeps_its_bits() {
     let digests: Vec<u64> = models()
         .iter()
         .map(|(_, model)| {
-            let host = HostLlama::from_model(model).unwrap().expect("a Llama");
+            let host = HostModel::from_model(model).unwrap().expect("a Llama");
             let (p1, p2) = (params(model, 3), params(model, 4));
             let data = blocks(3, 9, 256);
             let refs: Vec<&Vec<u32>> = data.iter().collect();
