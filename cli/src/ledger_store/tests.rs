@@ -6,7 +6,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
 
 use privmix_accountant::{Orders, PrivacyBudget, ProtectedSet, RdpCurve};
@@ -19,23 +18,19 @@ use super::test_cluster::{TestSchema, server_url};
 use super::*;
 
 /// A fresh folder under the system temp dir, removed at drop.
-struct TempDir(PathBuf);
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new(tag: &str) -> Self {
-        static COUNT: AtomicU32 = AtomicU32::new(0);
-        let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("privmix-store-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("privmix-store-{tag}-"))
+            .tempdir()
+            .unwrap();
         Self(dir)
     }
-}
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+    fn join(&self, p: &str) -> PathBuf {
+        self.0.path().join(p)
     }
 }
 
@@ -116,7 +111,7 @@ fn charge_until_refused(
 #[test]
 fn file_store_tenant_spending_survives_reopen() {
     let dir = TempDir::new("tenants");
-    let path = dir.0.join("ledger");
+    let path = dir.join("ledger");
     let o = orders();
     let alice = tenant("alice", Some(1.0));
     let bob = tenant("bob@example.org", None);
@@ -200,7 +195,7 @@ fn file_store_tenant_spending_survives_reopen() {
 #[test]
 fn file_store_refusals_and_bad_input_write_nothing() {
     let dir = TempDir::new("refusals");
-    let path = dir.0.join("ledger");
+    let path = dir.join("ledger");
     let o = orders();
     let mut store = FileStore::create(&path, o.clone(), Some(budget(1.0)), set(&["m"])).unwrap();
     let big = gaussian(&o, 8.0);
@@ -323,7 +318,7 @@ fn step_commits_check_budgets_in_order(store: &mut dyn LedgerStore) {
 #[test]
 fn file_step_commits_check_budgets_in_order_and_read_back() {
     let dir = TempDir::new("step");
-    let path = dir.0.join("ledger");
+    let path = dir.join("ledger");
     let o = orders();
     let mut store = FileStore::create(&path, o.clone(), Some(budget(8.0)), set(&["m"])).unwrap();
     step_commits_check_budgets_in_order(&mut store);
@@ -517,13 +512,8 @@ fn pg_and_file_stores_record_the_same_bits() {
         Some(protected.clone()),
     )
     .unwrap();
-    let mut file = FileStore::create(
-        dir.0.join("ledger"),
-        o.clone(),
-        Some(budget(50.0)),
-        protected,
-    )
-    .unwrap();
+    let mut file =
+        FileStore::create(dir.join("ledger"), o.clone(), Some(budget(50.0)), protected).unwrap();
     let t = tenant("t", None);
     // Curves whose sums round: the compositions must round the same way.
     for (i, sigma) in [3.0, 7.0 / 3.0, 1.1, 9.7, 0.3e1].iter().enumerate() {
@@ -872,7 +862,7 @@ fn pg_a_killed_process_leaves_the_ledger_consistent() {
 fn ledger_commands_read_both_stores() {
     let schema = TestSchema::new("commands");
     let dir = TempDir::new("commands");
-    let file = dir.0.join("ledger");
+    let file = dir.join("ledger");
     let o = orders();
     let t = tenant("alice", Some(1.0));
     let step = gaussian(&o, 9.0);

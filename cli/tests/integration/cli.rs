@@ -4,66 +4,23 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::backend::Flex;
 use privmix_models::{LoadOptions, Model};
 use serde_json::Value;
 
 use crate::serve_support::write_adapters_with_std;
+use crate::support::{TempDir, fixture, llama, privmix, s};
 
 type B = Flex;
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn llama() -> PathBuf {
-    fixture("../models/tests/fixtures/hf/llama")
-}
 
 fn tokenizer() -> PathBuf {
     fixture("tests/fixtures/tokenizer/tokenizer.json")
 }
 
-/// A fresh empty folder under the system temp dir (removed at drop).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static COUNT: AtomicU32 = AtomicU32::new(0);
-        let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("privmix-cli-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Writes `n` random rank-2 adapters (fixed seeds) for the model at `model` into `dir`.
 fn write_adapters(model: &Path, dir: &TempDir, n: usize) -> Vec<PathBuf> {
-    write_adapters_with_std(model, &dir.0, "adapter", n, 0.3)
-}
-
-fn privmix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(args)
-        .output()
-        .expect("privmix runs")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+    write_adapters_with_std(model, dir.path(), "adapter", n, 0.3)
 }
 
 fn stderr(o: &Output) -> String {
@@ -1421,8 +1378,8 @@ fn chat_renders_the_template_and_stops_at_the_end_of_turn() {
 #[test]
 fn adapmixed_publishes_the_same_epsilon_for_every_member_set() {
     let dir = TempDir::new("ada-eps");
-    let public_like = write_adapters_with_std(&llama(), &dir.0, "near", 2, 1e-4);
-    let far = write_adapters_with_std(&llama(), &dir.0, "far", 2, 2.0);
+    let public_like = write_adapters_with_std(&llama(), dir.path(), "near", 2, 1e-4);
+    let far = write_adapters_with_std(&llama(), dir.path(), "far", 2, 2.0);
     let run = |adapters: &[PathBuf], ledger: &str| -> (Vec<f64>, Value) {
         let ledger = dir.join(ledger);
         let out = generate(

@@ -3,37 +3,12 @@
 //! themselves, PostgreSQL included, are tested beside their code in
 //! `src/ledger_store/tests.rs`.)
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use privmix_accountant::{Ledger, Orders, PrivacyBudget, ProtectedSet, RdpCurve};
 use serde_json::Value;
 
-/// A fresh empty folder under the system temp dir (removed at drop).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("privmix-cli-store-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn privmix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use crate::support::{TempDir, privmix};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -61,7 +36,7 @@ fn ledger_with_tenants(path: &Path) -> RdpCurve {
 #[test]
 fn show_json_reports_tenants_and_export_splits_labels() {
     let dir = TempDir::new("json");
-    let path = dir.0.join("ledger");
+    let path = dir.join("ledger");
     let step = ledger_with_tenants(&path);
     let p = path.to_str().unwrap();
 

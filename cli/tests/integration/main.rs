@@ -2,6 +2,7 @@
 //! binary: each file under `tests/` would be its own crate linked on its own.
 
 mod serve_support;
+mod support;
 
 mod cli;
 mod leaks;

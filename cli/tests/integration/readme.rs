@@ -3,12 +3,10 @@
 //! tiny Llama test model, `TOKENIZER` its byte tokenizer and `users.jsonl` the
 //! training fixture.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
+use crate::support::fixture;
 
 /// The first ```sh block of the README, its lines joined where they end in `\`.
 fn quick_start() -> Vec<String> {

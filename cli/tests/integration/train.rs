@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use burn::backend::Flex;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase};
@@ -18,15 +17,9 @@ use privmix_models::{LoadOptions, Model};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::support::{TempDir, fixture, llama, privmix, s};
+
 type B = Flex;
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn llama() -> PathBuf {
-    fixture("../models/tests/fixtures/hf/llama")
-}
 
 fn tokenizer() -> PathBuf {
     fixture("tests/fixtures/tokenizer/tokenizer.json")
@@ -42,41 +35,6 @@ fn peft_checked() -> PathBuf {
 }
 
 const USERS: [&str; 6] = ["alice", "bob", "carol", "dave", "erin", "frank"];
-
-/// A fresh empty folder under the system temp dir (removed at drop).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static COUNT: AtomicU32 = AtomicU32::new(0);
-        let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("privmix-train-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn privmix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_privmix"))
-        .args(args)
-        .output()
-        .expect("privmix runs")
-}
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -228,7 +186,7 @@ fn assert_peft_format(member: &Path, rank: u64) {
     let (_, shapes) = base();
     let adapter = LoraAdapter::<B>::load_peft(member, &shapes, &Default::default()).unwrap();
     let again = TempDir::new("resave");
-    adapter.save_peft(&again.0).unwrap();
+    adapter.save_peft(again.path()).unwrap();
     for f in ["adapter_config.json", "adapter_model.safetensors"] {
         assert_eq!(
             std::fs::read(member.join(f)).unwrap(),

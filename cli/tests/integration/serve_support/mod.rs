@@ -6,7 +6,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use burn::backend::Flex;
@@ -14,33 +13,8 @@ use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_models::{LoadOptions, Model};
 use serde_json::Value;
 
-/// A fresh empty folder under the system temp dir (removed at drop).
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        static COUNT: AtomicU32 = AtomicU32::new(0);
-        let n = COUNT.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("privmix-serve-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    pub fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
+pub use crate::support::TempDir;
+use crate::support::fixture;
 
 /// The tiny Llama fixture with the byte-level tokenizer and a ChatML chat template
 /// (`tokenizer_config.json`), copied into `dir/model`.
