@@ -5,7 +5,9 @@
 //! on `PYTHONPATH` for `xtask/scripts/llama_cpp_speed.py`.
 //!
 //! The version is the one the llama.cpp fixtures of `privmix-models` were made
-//! with. The install is skipped when pip's record of that version is there.
+//! with. The install is skipped when pip's record of that version is there (a
+//! folder installed before the build flags below were added is kept: delete it to
+//! rebuild).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,8 +31,17 @@ pub(crate) fn ensure(cache: &Path, python: &str) -> Result<PathBuf, String> {
         .args(["-m", "pip", "install", "--upgrade", "--target"])
         .arg(&target)
         .arg(SPEC)
-        // llama.cpp's CPU backend only, built for this machine.
-        .env("CMAKE_ARGS", "-DGGML_NATIVE=ON -DLLAMA_CURL=OFF")
+        // llama.cpp's CPU backend only, built for this machine, with the flags that
+        // keep its AMX tile configuration (as the llama-server build of
+        // `serve_load.rs`; scikit-build-core splits CMAKE_ARGS as a shell would).
+        .env(
+            "CMAKE_ARGS",
+            format!(
+                "-DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_C_FLAGS='{flags}' \
+                 -DCMAKE_CXX_FLAGS='{flags}'",
+                flags = crate::serve_load::BUILD_FLAGS
+            ),
+        )
         .status()
         .map_err(|e| format!("could not start `{python} -m pip`: {e}"))?;
     if status.success() && target.join(DIST_INFO).is_dir() {

@@ -38,7 +38,7 @@ const SDIST_SHA256: &str = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a3637
 /// with SIGILL (seen in its disassembly and under gdb; ggml does ask for, and get, the
 /// tile state). Without dead-store elimination the stores stay. A binary whose
 /// `build/CMakeCache.txt` holds other flags is rebuilt.
-const BUILD_FLAGS: &str = "-fno-tree-dse -fno-dse";
+pub(crate) const BUILD_FLAGS: &str = "-fno-tree-dse -fno-dse";
 /// Members of the served ensemble.
 const MEMBERS: usize = 8;
 /// Concurrent clients measured.
