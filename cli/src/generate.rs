@@ -43,7 +43,7 @@ use privmix_mechanisms::step_loop::{AlreadyCharged, Drawn, Settled, commit_one};
 use privmix_mechanisms::{
     Ensemble, EnsembleMechanism, MechanismError, PrivacyRng, Rows, StepOutcome, Unbudgeted,
 };
-use privmix_models::{LanguageModel, Tokenizer};
+use privmix_models::{LanguageModel, ModelBackend, Tokenizer};
 use serde_json::json;
 
 use crate::args::{GenerateArgs, MechanismKind};
@@ -176,7 +176,7 @@ struct Generation<'a> {
 }
 
 impl BackendFn<RunEnd> for Generation<'_> {
-    fn run<B: Backend>(self, device: B::Device) -> Result<RunEnd, CliError> {
+    fn run<B: ModelBackend>(self, device: B::Device) -> Result<RunEnd, CliError> {
         let Generation {
             args,
             inputs,
@@ -296,7 +296,7 @@ struct Session<'a, B: Backend> {
     out: StdoutLock<'static>,
 }
 
-impl<B: Backend> Session<'_, B> {
+impl<B: ModelBackend> Session<'_, B> {
     /// Generates the answer to prompt `index` (token ids `prompt`), printing each
     /// token as it is released and then the prompt's summary; `many`: the run has
     /// several prompts (the stderr summary names the prompt). A budget exhausted

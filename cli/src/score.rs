@@ -28,11 +28,11 @@
 //! mechanism (`temper.rs`). A progress bar on stderr counts the blocks. Nothing derived from the steps' diagnostics (λ, losses, how many
 //! answers fell back to the public model) is printed.
 
-use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::Orders;
 use privmix_mechanisms::step_loop::settle_charged;
 use privmix_mechanisms::{Ensemble, PrivacyRng, Rows, Unbudgeted};
+use privmix_models::ModelBackend;
 use serde_json::json;
 
 use crate::args::{MechanismKind, ScoreArgs};
@@ -80,7 +80,7 @@ struct Scoring<'a> {
 }
 
 impl BackendFn<()> for Scoring<'_> {
-    fn run<B: Backend>(self, device: B::Device) -> Result<(), CliError> {
+    fn run<B: ModelBackend>(self, device: B::Device) -> Result<(), CliError> {
         let Scoring { args, inputs } = self;
         let kind = args.model.mechanism;
         let private = !args.no_privacy;

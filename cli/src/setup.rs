@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use burn::backend::Flex;
-use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_accountant::{Orders, RdpCurve};
 use privmix_ensemble::lora::{LoraAdapter, LoraBase};
@@ -18,7 +17,8 @@ use privmix_mechanisms::{
 };
 use privmix_models::gguf::GgufFile;
 use privmix_models::{
-    ChatTemplate, DecodeProducts, KvPrecision, LanguageModel, LoadOptions, Model, Tokenizer,
+    ChatTemplate, DecodeProducts, KvPrecision, LanguageModel, LoadOptions, Model, ModelBackend,
+    Tokenizer,
 };
 
 use crate::args::{BackendKind, MechanismKind, MechanismParams, ModelArgs};
@@ -28,7 +28,7 @@ use crate::error::CliError;
 /// picked at run time (a trait because a closure cannot be generic over a type).
 pub trait BackendFn<R> {
     /// Runs on backend `B`, whose device [`with_backend`] opened.
-    fn run<B: Backend>(self, device: B::Device) -> Result<R, CliError>;
+    fn run<B: ModelBackend>(self, device: B::Device) -> Result<R, CliError>;
 }
 
 /// Runs `f` on the backend `kind` names, opening its device once: burn-flex on
@@ -89,7 +89,7 @@ fn spinner(message: String) -> ProgressBar {
 
 /// Loads the base model and every adapter (each checked against the model's
 /// shapes) on `device`, with a spinner naming what is loading.
-pub fn load_runner<B: Backend>(
+pub fn load_runner<B: ModelBackend>(
     args: &ModelArgs,
     device: &B::Device,
 ) -> Result<Runner<B>, CliError> {
@@ -103,7 +103,7 @@ pub fn load_runner<B: Backend>(
     result
 }
 
-fn load_runner_inner<B: Backend>(
+fn load_runner_inner<B: ModelBackend>(
     args: &ModelArgs,
     device: &B::Device,
     bar: &ProgressBar,
@@ -210,7 +210,7 @@ pub fn load_chat_template(args: &ModelArgs) -> Result<ChatTemplate, CliError> {
 }
 
 /// Checks that the tokenizer's ids fit the model's vocabulary.
-pub fn check_vocab<B: Backend>(
+pub fn check_vocab<B: ModelBackend>(
     tokenizer: &Tokenizer,
     runner: &Runner<B>,
     path: &Path,

@@ -23,6 +23,7 @@
 use std::time::Instant;
 
 use burn::tensor::backend::Backend;
+use privmix_models::ModelBackend;
 use privmix_models::gguf::GgufFile;
 use privmix_models::runtime::to_vec;
 use privmix_models::{Batch, LanguageModel, LoadOptions, Model};
@@ -142,7 +143,7 @@ fn dispatch_seconds<B: Backend>(device: &B::Device) -> Result<f64, String> {
     median_after_warmup(1, 11, once)
 }
 
-fn run<B: Backend>(
+fn run<B: ModelBackend>(
     device: B::Device,
     path: &str,
     backend: &str,

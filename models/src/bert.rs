@@ -22,6 +22,7 @@ pub use sentence::SentenceEncoder;
 
 use burn::tensor::{Bool, Int, Tensor, TensorData, activation::softmax, backend::Backend};
 
+use crate::backend::ModelBackend;
 use crate::error::ModelError;
 use crate::layers::LayerNorm;
 use crate::layers::activation::gelu;
@@ -55,7 +56,7 @@ pub struct Bert<B: Backend> {
     device: B::Device,
 }
 
-impl<B: Backend> Bert<B> {
+impl<B: ModelBackend> Bert<B> {
     /// Builds the encoder from `weights` (HF `BertModel` names,
     /// `embeddings.word_embeddings.weight`, `encoder.layer.N...`; a `bert.`
     /// prefix, as in `BertFor*` checkpoints, is accepted too), checking every

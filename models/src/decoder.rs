@@ -18,6 +18,7 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
 pub(crate) use block::{Block, BlockAt, BlockSites, Mlp};
 
+use crate::backend::ModelBackend;
 use crate::error::ModelError;
 use crate::layers::activation::soft_cap;
 use crate::layers::{
@@ -78,7 +79,7 @@ pub(crate) trait DecoderConfig: Clone {
     /// `plan` with the host training step decided for backend `B`
     /// ([`ExecutionPlan::with_host_training`]); unchanged (never planned)
     /// where the architecture has no host training step.
-    fn with_host_training<B: Backend>(&self, plan: ExecutionPlan) -> ExecutionPlan {
+    fn with_host_training<B: ModelBackend>(&self, plan: ExecutionPlan) -> ExecutionPlan {
         plan
     }
 }
@@ -87,7 +88,7 @@ pub(crate) trait DecoderConfig: Clone {
 /// [`WeightSource`]), checking every tensor's shape, with `plan`'s
 /// load-time choices ([`crate::LoadOptions::plan`]); completes the plan from
 /// the projections it loaded. Reached through [`crate::Model::load`].
-pub(crate) fn load<B: Backend, C: DecoderConfig>(
+pub(crate) fn load<B: ModelBackend, C: DecoderConfig>(
     config: &C,
     weights: &WeightSource,
     plan: ExecutionPlan,
@@ -161,7 +162,7 @@ pub(crate) struct DecoderModules<B: Backend> {
     pub sites: BlockSites,
 }
 
-impl<B: Backend, C> Decoder<B, C> {
+impl<B: ModelBackend, C> Decoder<B, C> {
     /// Builds the decoder `shape` and `variant` describe from `weights` (HF
     /// names), checking every tensor's shape, with `plan`'s load-time
     /// choices; completes the plan from the projections it loaded.
@@ -421,7 +422,7 @@ pub struct DecoderBlockParts<'a, B: Backend> {
     pub down_proj: &'a Linear<B>,
 }
 
-impl<B: Backend, C: Sync> LanguageModel<B> for Decoder<B, C> {
+impl<B: ModelBackend, C: Sync> LanguageModel<B> for Decoder<B, C> {
     fn vocab_size(&self) -> usize {
         self.vocab_size
     }
@@ -475,7 +476,7 @@ impl<B: Backend, C: Sync> LanguageModel<B> for Decoder<B, C> {
     }
 }
 
-impl<B: Backend, C> Decoder<B, C> {
+impl<B: ModelBackend, C> Decoder<B, C> {
     /// Rejects a step that would take some row past the learned positions
     /// (before the cache is touched).
     fn check_positions(&self, batch: &Batch, cache: &KvCache<B>) -> Result<(), ModelError> {
@@ -544,7 +545,7 @@ impl<B: Backend, C> Decoder<B, C> {
 /// position in its row (real tokens numbered from 0, as the cache numbers
 /// them). A padding token's output is never read and its key is masked: it
 /// looks up position 0, so that no padding can index past the table.
-fn position_ids<B: Backend>(
+fn position_ids<B: ModelBackend>(
     batch: &Batch,
     positions: &[Vec<usize>],
     device: &B::Device,

@@ -26,8 +26,9 @@ mod config;
 
 pub use config::{Gpt2Activation, Gpt2Config};
 
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::Tensor;
 
+use crate::backend::ModelBackend;
 use crate::decoder::{Block, BlockSites, Decoder, DecoderModules, DecoderVariant, Mlp};
 use crate::error::ModelError;
 use crate::layers::{Attention, AttentionConfig, LayerNorm, Linear, Norm, QkvProjections};
@@ -53,7 +54,7 @@ impl Gpt2Config {
     }
 }
 
-impl<B: Backend> Decoder<B, Gpt2Config> {
+impl<B: ModelBackend> Decoder<B, Gpt2Config> {
     /// Builds the model from `weights`, checking every tensor's shape against
     /// `config`, with `plan`'s load-time choices ([`crate::LoadOptions::plan`]);
     /// completes the plan from the projections it loaded. HF names are

@@ -15,6 +15,9 @@
 //!   [`decoder`]: the one decoder Llama and Gemma share, [`DecoderVariant`]
 //!   stating what Gemma changes.
 //! - [`layers`]: linear + LoRA hook, RMSNorm, LayerNorm, RoPE, attention, KV cache.
+//! - [`backend`]: [`ModelBackend`], what the plan needs to know about a
+//!   burn backend (where its tensors live, a host view of their values),
+//!   implemented per backend type.
 //! - [`ops`]: the block operations each forward is written in, with a tensor
 //!   and a host implementation; [`plan`]: [`ExecutionPlan`], which of them
 //!   (and which CPU kernels) run, chosen once at load and printable.
@@ -35,6 +38,7 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod backend;
 pub mod bert;
 pub mod chat_template;
 pub mod config;
@@ -60,6 +64,7 @@ pub mod weights;
 #[cfg(feature = "wgpu")]
 pub mod wgpu_device;
 
+pub use backend::{HostF32, ModelBackend, SharedF32};
 pub use bert::{Bert, BertConfig, SentenceEncoder};
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use config::ModelConfig;

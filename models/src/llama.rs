@@ -3,8 +3,7 @@
 //! and a SwiGLU MLP. Follows HF transformers' `modeling_llama.py`; the
 //! forward is the shared [`crate::decoder`] with [`DecoderVariant::LLAMA`].
 
-use burn::tensor::backend::Backend;
-
+use crate::backend::ModelBackend;
 use crate::decoder::{Decoder, DecoderBlockParts, DecoderConfig, DecoderShape, DecoderVariant};
 use crate::layers::{AttentionConfig, RopeStyle};
 use crate::plan::ExecutionPlan;
@@ -51,7 +50,7 @@ impl DecoderConfig for LlamaConfig {
         DecoderVariant::LLAMA
     }
 
-    fn with_host_training<B: Backend>(&self, plan: ExecutionPlan) -> ExecutionPlan {
+    fn with_host_training<B: ModelBackend>(&self, plan: ExecutionPlan) -> ExecutionPlan {
         // The host training step rotates halves (HF's pairing) only.
         plan.with_host_training::<B>(
             (self.rope_style != RopeStyle::RotateHalf)

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::backend::ModelBackend;
 use crate::config::ModelConfig;
 use crate::decoder;
 use crate::error::ModelError;
@@ -70,7 +71,7 @@ pub struct LoadOptions<'a, B: Backend> {
     pub device: B::Device,
 }
 
-impl<'a, B: Backend> LoadOptions<'a, B> {
+impl<'a, B: ModelBackend> LoadOptions<'a, B> {
     /// A GGUF file, or an HF folder (`config.json` + safetensors), loaded to
     /// `device` with the default route and decode products.
     pub fn path(path: impl AsRef<Path>, device: &B::Device) -> Self {
@@ -112,7 +113,7 @@ impl<'a, B: Backend> LoadOptions<'a, B> {
     }
 }
 
-impl<B: Backend> Model<B> {
+impl<B: ModelBackend> Model<B> {
     /// Loads the model `options` describe: its configuration (`config.json`
     /// or the GGUF metadata) picks the architecture, and every weight's
     /// shape is checked against it.
@@ -148,7 +149,7 @@ impl<B: Backend> Model<B> {
     }
 }
 
-impl<B: Backend> Model<B> {
+impl<B: ModelBackend> Model<B> {
     /// The model inside, whatever its architecture.
     fn inner(&self) -> &(dyn LanguageModel<B> + Sync) {
         match self {
@@ -174,7 +175,7 @@ impl<B: Backend> Model<B> {
     }
 }
 
-impl<B: Backend> LanguageModel<B> for Model<B> {
+impl<B: ModelBackend> LanguageModel<B> for Model<B> {
     fn vocab_size(&self) -> usize {
         self.inner().vocab_size()
     }

@@ -18,61 +18,17 @@
 //!
 //! The plan is printable (`privmix … --verbose`, the speed report) and can be
 //! chosen in tests through [`Route`] without changing the backend type.
-//! [`BackendKind::of`] is the only place the backend's type is inspected.
+//! The backend's kind is read here only, from its [`ModelBackend`] impl.
 
 use std::fmt;
 
-use burn::tensor::backend::Backend;
+pub use crate::backend::BackendKind;
+use crate::backend::ModelBackend;
 
 /// Steps of at most this many new tokens per row are attended in host
 /// memory where the KV cache keeps its keys and values there (decoding);
 /// longer ones (prefill) use gemm through burn's ops.
 pub const HOST_QUERIES_MAX: usize = 8;
-
-/// What the forwards need to know about a backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// burn-flex without autodiff: tensors are host memory that the CPU
-    /// kernels may read and write directly.
-    HostMemory,
-    /// Any other backend (wgpu, cuda, autodiff): burn's tensor ops only.
-    Device,
-}
-
-impl BackendKind {
-    /// The kind of `B`: [`BackendKind::HostMemory`] exactly for plain
-    /// burn-flex.
-    #[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
-    pub fn of<B: Backend>() -> Self {
-        #[cfg(feature = "flex")]
-        if core::any::TypeId::of::<B>() == core::any::TypeId::of::<burn::backend::Flex>() {
-            return Self::HostMemory;
-        }
-        Self::Device
-    }
-
-    /// Whether the CPU kernels may read this backend's tensors in place.
-    pub fn is_host_memory(self) -> bool {
-        self == Self::HostMemory
-    }
-
-    /// Whether `B` is burn autodiff over burn-flex: tensors in host memory
-    /// under the autodiff graph, where a training step may run on host
-    /// vectors (see [`ExecutionPlan::host_training`]).
-    #[cfg_attr(
-        not(all(feature = "flex", feature = "autodiff")),
-        allow(clippy::extra_unused_type_parameters)
-    )]
-    fn is_autodiff_over_host_memory<B: Backend>() -> bool {
-        #[cfg(all(feature = "flex", feature = "autodiff"))]
-        if core::any::TypeId::of::<B>()
-            == core::any::TypeId::of::<burn::backend::Autodiff<burn::backend::Flex>>()
-        {
-            return true;
-        }
-        false
-    }
-}
 
 /// Which implementations a plan may use: the default takes the fastest the
 /// backend allows; tests pick the others to compare paths on one backend.
@@ -149,8 +105,8 @@ pub struct ProductPlan {
 
 impl ProductPlan {
     /// Products of plain burn-flex read host memory; others use burn's matmul.
-    pub fn for_backend<B: Backend>() -> Self {
-        Self::with_cpu_kernels(BackendKind::of::<B>().is_host_memory())
+    pub fn for_backend<B: ModelBackend>() -> Self {
+        Self::with_cpu_kernels(B::KIND.is_host_memory())
     }
 
     /// The thresholds with or without the CPU kernels.
@@ -263,8 +219,8 @@ impl ExecutionPlan {
     /// The plan's parts that do not depend on the weights: which
     /// implementations `route` allows on backend `B`. A model completes it
     /// with [`ExecutionPlan::with_projections`].
-    pub fn for_backend<B: Backend>(route: Route) -> Self {
-        let backend = BackendKind::of::<B>();
+    pub fn for_backend<B: ModelBackend>(route: Route) -> Self {
+        let backend = B::KIND;
         let host = backend.is_host_memory() && route != Route::BurnOpsOnly;
         Self {
             backend,
@@ -282,7 +238,7 @@ impl ExecutionPlan {
             kernels: Vec::new(),
             cpu: if host { CpuChoices::detected() } else { None },
             host_training: false,
-            host_training_declined: Some(if BackendKind::is_autodiff_over_host_memory::<B>() {
+            host_training_declined: Some(if B::AUTODIFF_OVER_HOST_MEMORY {
                 "the architecture has no host training step".into()
             } else {
                 "the backend is not burn autodiff over burn-flex".into()
@@ -293,8 +249,8 @@ impl ExecutionPlan {
     /// Decides the host training step for backend `B`: allowed where `B`
     /// is burn autodiff over burn-flex, unless `declined` names a part of
     /// the architecture the host training step lacks.
-    pub fn with_host_training<B: Backend>(mut self, declined: Option<&str>) -> Self {
-        let reason = if !BackendKind::is_autodiff_over_host_memory::<B>() {
+    pub fn with_host_training<B: ModelBackend>(mut self, declined: Option<&str>) -> Self {
+        let reason = if !B::AUTODIFF_OVER_HOST_MEMORY {
             Some("the backend is not burn autodiff over burn-flex".to_string())
         } else {
             declined.map(|part| format!("the host training step lacks {part}"))

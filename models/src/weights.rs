@@ -19,8 +19,9 @@
 
 use std::path::Path;
 
-use burn::tensor::{Tensor, TensorData, backend::Backend};
+use burn::tensor::{Tensor, TensorData};
 
+use crate::backend::ModelBackend;
 use crate::error::ModelError;
 use crate::gguf::GgufFile;
 use crate::layers::{Linear, RmsNorm};
@@ -222,7 +223,7 @@ fn missing(e: SafetensorsError, name: &str) -> ModelError {
 /// Typed tensor builders on top of [`WeightSource::tensor`].
 impl WeightSource {
     /// A 1-D tensor `[n]`.
-    pub fn tensor1<B: Backend>(
+    pub fn tensor1<B: ModelBackend>(
         &self,
         name: &str,
         n: usize,
@@ -233,7 +234,7 @@ impl WeightSource {
     }
 
     /// A 2-D tensor `[rows, cols]`.
-    pub fn tensor2<B: Backend>(
+    pub fn tensor2<B: ModelBackend>(
         &self,
         name: &str,
         rows: usize,
@@ -257,7 +258,7 @@ impl WeightSource {
     /// if `bias`, computing its products as `products` says: where that
     /// plan uses the CPU kernels, a GGUF Q4_1/Q8_0 weight is kept in its
     /// blocks too, in the form [`ProductPlan::decode_products`] asks for.
-    pub fn linear<B: Backend>(
+    pub fn linear<B: ModelBackend>(
         &self,
         prefix: &str,
         (in_features, out_features): (usize, usize),
@@ -297,7 +298,7 @@ impl WeightSource {
     /// `[out, in]` already, so a GGUF Q4_1/Q8_0 one is kept in its blocks
     /// too where the plan uses the CPU kernels, as [`WeightSource::linear`]
     /// keeps them.
-    pub fn conv1d<B: Backend>(
+    pub fn conv1d<B: ModelBackend>(
         &self,
         prefix: &str,
         (in_features, out_features): (usize, usize),
@@ -324,7 +325,7 @@ impl WeightSource {
     /// A head tied to the token embedding `embed_tokens` (`[vocab, hidden]`),
     /// computing its products as `products` says; where that plan uses the
     /// CPU kernels, it reads the embedding's GGUF blocks when decoding.
-    pub fn tied_head<B: Backend>(
+    pub fn tied_head<B: ModelBackend>(
         &self,
         embed_tokens: &Tensor<B, 2>,
         products: ProductPlan,
@@ -400,7 +401,7 @@ impl WeightSource {
     }
 
     /// The RMSNorm `name` (see [`WeightSource::norm_gain`] for `one_plus`).
-    pub fn rms_norm<B: Backend>(
+    pub fn rms_norm<B: ModelBackend>(
         &self,
         name: &str,
         dim: usize,
@@ -418,7 +419,7 @@ impl WeightSource {
 
 /// `linear` with its quantised copy in the form `products` asks for.
 #[cfg(feature = "flex")]
-fn decode_form<B: Backend>(linear: Linear<B>, products: ProductPlan) -> Linear<B> {
+fn decode_form<B: ModelBackend>(linear: Linear<B>, products: ProductPlan) -> Linear<B> {
     match products.decode_products {
         DecodeProducts::F32Activations => linear,
         DecodeProducts::Int8Activations => linear.with_int8_activations(),

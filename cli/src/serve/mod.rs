@@ -52,8 +52,7 @@ use std::sync::atomic::AtomicU64;
 use clap::Args;
 use tokio::sync::Semaphore;
 
-use burn::tensor::backend::Backend;
-use privmix_models::{ChatTemplate, Tokenizer};
+use privmix_models::{ChatTemplate, ModelBackend, Tokenizer};
 
 use crate::args::ModelArgs;
 use crate::error::CliError;
@@ -278,7 +277,7 @@ struct Serving<'a> {
 }
 
 impl BackendFn<()> for Serving<'_> {
-    fn run<B: Backend>(self, device: B::Device) -> Result<(), CliError> {
+    fn run<B: ModelBackend>(self, device: B::Device) -> Result<(), CliError> {
         let Serving {
             args,
             model,
@@ -330,7 +329,7 @@ impl BackendFn<()> for Serving<'_> {
 
 /// Listens, runs the engine beside the HTTP server, and drains on shutdown.
 #[allow(clippy::too_many_arguments)]
-fn serve<B: Backend>(
+fn serve<B: ModelBackend>(
     args: &ServeArgs,
     keys: Option<keys::ApiKeys>,
     store: &mut dyn LedgerStore,

@@ -24,6 +24,7 @@ use super::host::HostTrainable;
 use super::params::LoraParams;
 use super::trainer::{History, Trainer};
 use crate::lora::{LoraAdapter, LoraBase};
+use privmix_models::ModelBackend;
 
 const STATE: &str = "trainer.json";
 const OPTIMIZER: &str = "optimizer.safetensors";
@@ -161,7 +162,9 @@ pub(super) fn read_latest<S: DeserializeOwned>(
     Ok((here, state_path, state))
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>> Trainer<'m, B, M> {
+impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+    Trainer<'m, B, M>
+{
     /// Writes a checkpoint of the current state into `dir` (see the module
     /// doc for the layout) and returns the checkpoint's own folder.
     pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainError> {

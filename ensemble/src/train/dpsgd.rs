@@ -40,6 +40,7 @@ const HOST_EXAMPLES: usize = 8;
 /// the factors; bounds the pass's memory).
 const AUTODIFF_EXAMPLES: usize = 16;
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase, LoraConfig};
+use privmix_models::ModelBackend;
 
 /// Where the privacy-relevant coins (Poisson sampling and Gaussian noise) come
 /// from; see the module docs.
@@ -180,7 +181,7 @@ pub struct DpSgdTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> 
     pub(crate) host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
     DpSgdTrainer<'m, B, M>
 {
     /// A fresh run (PEFT initialisation from [`DpSgdConfig::seed`], sampling

@@ -33,6 +33,7 @@ use super::error::TrainError;
 use super::host::HostTrainable;
 use super::params::LoraParams;
 use crate::lora::{LoraAdapter, LoraBase};
+use privmix_models::ModelBackend;
 
 const STATE: &str = "dpsgd.json";
 const FORMAT: u32 = 1;
@@ -70,7 +71,7 @@ impl DpSgdConfig {
     }
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
     DpSgdTrainer<'m, B, M>
 {
     /// Writes a checkpoint of the current state into `dir` (layout in the

@@ -27,6 +27,7 @@ use super::host::{Group, HostSlot, HostTrainable};
 use super::trainable::Dropout;
 use super::trainer::{TrainReport, Trainer, accumulate};
 use crate::lora::LoraBase;
+use privmix_models::ModelBackend;
 
 /// Members trained together (see the module docs).
 pub struct JointTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
@@ -34,7 +35,7 @@ pub struct JointTrainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> 
     host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
     JointTrainer<'m, B, M>
 {
     /// The members (fresh or resumed [`Trainer`]s) of one base model, all

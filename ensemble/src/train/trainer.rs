@@ -20,6 +20,7 @@ use super::loss::{check_blocks, mean_nll};
 use super::params::LoraParams;
 use super::trainable::{Dropout, loss_and_gradient};
 use crate::lora::{BaseShapes, LoraAdapter, LoraBase};
+use privmix_models::ModelBackend;
 
 /// Losses seen so far.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -69,7 +70,9 @@ pub struct Trainer<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase> {
     pub(crate) host: HostSlot,
 }
 
-impl<'m, B: AutodiffBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>> Trainer<'m, B, M> {
+impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
+    Trainer<'m, B, M>
+{
     /// A fresh run: adapter initialised as PEFT does from the seed.
     ///
     /// Errors: bad configuration, no training block or blocks of unequal

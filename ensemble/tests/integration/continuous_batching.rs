@@ -22,11 +22,11 @@
 use crate::lora_support;
 
 use burn::backend::{Autodiff, Flex};
-use burn::tensor::backend::Backend;
 use lora_support::*;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{Decoder, EnsembleError, EnsembleRunner};
+use privmix_models::ModelBackend;
 use privmix_models::{KvPrecision, LanguageModel, LoadOptions, Model};
 use proptest::prelude::*;
 
@@ -74,7 +74,7 @@ fn tokens(id: usize, rows: usize, step: usize, vocab: usize) -> Vec<u32> {
 type Runner<B> = EnsembleRunner<B, Model<B>>;
 
 /// Request `id` decoded alone: its prefill's rows, then each step's.
-fn alone<B: Backend>(runner: &Runner<B>, id: usize, req: &Request) -> Vec<LogProbRows> {
+fn alone<B: ModelBackend>(runner: &Runner<B>, id: usize, req: &Request) -> Vec<LogProbRows> {
     let vocab = runner.model().vocab_size();
     let mut d = runner.decoder(req.layout.clone()).unwrap();
     let mut out = vec![d.prefill(&req.prompt).unwrap()];
@@ -126,7 +126,7 @@ const PREFILLINGS: [Prefilling; 4] = [
 /// one's prefill rows to `out`, and returns the decoders to join the batch
 /// (in that order, each request's rows in the order of `arriving`; a
 /// request of no steps is dropped before it joins).
-fn prefill_arrivals<'r, B: Backend>(
+fn prefill_arrivals<'r, B: ModelBackend>(
     runner: &'r Runner<B>,
     reqs: &[Request],
     arriving: &[usize],
@@ -194,7 +194,7 @@ fn prefill_arrivals<'r, B: Backend>(
 /// and step rows. Checks on the way that the cache holds as many slots per
 /// row as the longest context in the batch (padding left by rows that left
 /// is gone), or with `Decoder::leave` at most twice as many (or 16).
-fn batched<B: Backend>(
+fn batched<B: ModelBackend>(
     runner: &Runner<B>,
     reqs: &[Request],
     leaving: Leaving,
@@ -272,7 +272,7 @@ fn batched<B: Backend>(
 
 /// The largest difference between joined and alone over every request,
 /// step and row, and whether all were equal bit for bit.
-fn compare<B: Backend>(
+fn compare<B: ModelBackend>(
     runner: &Runner<B>,
     reqs: &[Request],
     leaving: Leaving,
@@ -296,7 +296,7 @@ fn compare<B: Backend>(
 
 /// Three members over `model`: on the tiny Llama the PEFT fixtures and a
 /// random adapter; on other bases random adapters only.
-fn members<B: Backend>(model: &Model<B>, llama: bool) -> Vec<LoraAdapter<B>> {
+fn members<B: ModelBackend>(model: &Model<B>, llama: bool) -> Vec<LoraAdapter<B>> {
     let base = model.base_shapes().unwrap();
     let device = model.device();
     let random = |r: usize, targets: &[&str], seed: u64| {
@@ -320,7 +320,7 @@ fn members<B: Backend>(model: &Model<B>, llama: bool) -> Vec<LoraAdapter<B>> {
     }
 }
 
-fn runner<B: Backend>(model: Model<B>, llama: bool, kv: KvPrecision) -> Runner<B> {
+fn runner<B: ModelBackend>(model: Model<B>, llama: bool, kv: KvPrecision) -> Runner<B> {
     let ms = members(&model, llama);
     EnsembleRunner::new(model, &ms)
         .unwrap()
@@ -356,11 +356,11 @@ fn schedule() -> Vec<Request> {
     ]
 }
 
-fn check_schedule<B: Backend>(runner: &Runner<B>, expect: Expect, what: &str) {
+fn check_schedule<B: ModelBackend>(runner: &Runner<B>, expect: Expect, what: &str) {
     check_schedule_leaving(runner, expect, what, Leaving::Retain);
 }
 
-fn check_schedule_leaving<B: Backend>(
+fn check_schedule_leaving<B: ModelBackend>(
     runner: &Runner<B>,
     expect: Expect,
     what: &str,

@@ -9,12 +9,12 @@
 use crate::lora_support;
 
 use burn::backend::{Autodiff, Flex};
-use burn::tensor::backend::Backend;
 use lora_support::*;
 use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig, LoraError};
 use privmix_ensemble::rows::{LogProbRows, RowLayout};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
 use privmix_ensemble::stacked::FactorPrecision;
+use privmix_models::ModelBackend;
 use privmix_models::runtime::to_vec;
 use privmix_models::{
     Batch, KvPrecision, LanguageModel, LinearDelta, LoadOptions, Model, log_softmax,
@@ -24,7 +24,7 @@ const TOL: f32 = 1e-4;
 
 /// Three members: PEFT fixtures (plain and rsLoRA scaling) and a random
 /// rank-3 adapter on five projections.
-fn members<B: Backend>(model: &Model<B>, device: &B::Device) -> Vec<LoraAdapter<B>> {
+fn members<B: ModelBackend>(model: &Model<B>, device: &B::Device) -> Vec<LoraAdapter<B>> {
     let base = model.base_shapes().unwrap();
     let c = LoraConfig::new(
         3,
@@ -43,7 +43,7 @@ fn members<B: Backend>(model: &Model<B>, device: &B::Device) -> Vec<LoraAdapter<
 /// `m` with its scale folded into `B` (as stacking folds it, in f32) and
 /// every entry rounded to the nearest f16, and a scale of exactly 1: the
 /// adapter that f16-held factors apply.
-fn rounded_twin<B: Backend>(
+fn rounded_twin<B: ModelBackend>(
     m: &LoraAdapter<B>,
     model: &Model<B>,
     device: &B::Device,
@@ -70,7 +70,7 @@ fn rounded_twin<B: Backend>(
 }
 
 /// Prefill of two contexts' rows then two steps, public row first.
-fn decode<B: Backend>(
+fn decode<B: ModelBackend>(
     model: &Model<B>,
     members: &[LoraAdapter<B>],
     precision: FactorPrecision,
@@ -102,7 +102,7 @@ fn max_diff(a: &[LogProbRows], b: &[LogProbRows]) -> f32 {
 
 /// F16-held factors against the f32 runner over the rounded twins, and
 /// against the f32 runner over the members themselves.
-fn check<B: Backend>(model: &Model<B>, device: &B::Device, what: &str) {
+fn check<B: ModelBackend>(model: &Model<B>, device: &B::Device, what: &str) {
     let ms = members(model, device);
     let twins: Vec<_> = ms.iter().map(|m| rounded_twin(m, model, device)).collect();
     let half = decode(model, &ms, FactorPrecision::F16);

@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokenizers::{TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::{Bert, BertConfig};
+use crate::backend::ModelBackend;
 use crate::error::ModelError;
 use crate::weights::WeightSource;
 
@@ -24,7 +25,7 @@ pub struct SentenceEncoder<B: Backend> {
     normalize: bool,
 }
 
-impl<B: Backend> SentenceEncoder<B> {
+impl<B: ModelBackend> SentenceEncoder<B> {
     /// Loads the folder `dir`: `config.json`, `model.safetensors`,
     /// `tokenizer.json`, `modules.json`, `1_Pooling/config.json` (or the
     /// pooling module's own path) and `sentence_bert_config.json`.

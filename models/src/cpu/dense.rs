@@ -21,7 +21,7 @@
 //! `unsafe` here. The product itself is `cpu::gemm`'s
 //! `few_rows_matmul`.
 
-use burn_flex::FlexTensor;
+use crate::backend::HostF32;
 use pulp::{Simd, WithSimd};
 
 /// Output columns per parallel task (a multiple of the SIMD width; 64 rows of
@@ -29,19 +29,11 @@ use pulp::{Simd, WithSimd};
 pub(crate) const DENSE_BLOCK: usize = 64;
 
 /// The `[out, in]` rows behind an `[in, out]` view with strides `[1, in]`.
-pub(crate) fn weight_rows(t: &FlexTensor, k: usize, out: usize) -> Option<&[f32]> {
-    if t.dtype() != burn::tensor::DType::F32 {
+pub(crate) fn weight_rows(t: &HostF32, k: usize, out: usize) -> Option<&[f32]> {
+    if t.shape() != [k, out] {
         return None;
     }
-    let layout = t.layout();
-    let strides = layout.strides();
-    let in_stride = isize::try_from(k).ok()?;
-    if strides.len() != 2 || strides[0] != 1 || strides[1] != in_stride {
-        return None;
-    }
-    let start = layout.start_offset();
-    t.storage::<f32>()
-        .get(start..start.checked_add(out.checked_mul(k)?)?)
+    t.values_with_strides(&[1, k])
 }
 
 /// `y` (`[rows, out]`, row-major) from `yt` (`[out, rows]`), the layout in which

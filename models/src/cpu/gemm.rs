@@ -3,11 +3,10 @@
 //! [`super::dispatch`] chooses for the weight's and the activations'
 //! formats (looked up once per product).
 
-use std::any::Any;
-
-use burn::tensor::{Tensor, TensorData, TensorPrimitive, backend::Backend};
-use burn_flex::FlexTensor;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use rayon::prelude::*;
+
+use crate::backend::ModelBackend;
 
 use super::dense::{DENSE_BLOCK, untranspose, weight_rows};
 use super::dispatch::{self, ActivationFormat, Isa, Kernel, KernelEntry, WeightFormat};
@@ -233,26 +232,29 @@ fn quantize(entry: &KernelEntry, x: &[f32], parts: Q8Parts<'_>) {
     }
 }
 
-/// `x Wᵀ` (`[rows, in]` → `[rows, out]`) where `weight_t` is the `[in, out]`
-/// transposed view of a contiguous f32 `[out, in]` burn-flex tensor, or
-/// `None` where that does not hold (another backend, autodiff, another
-/// layout or dtype): the caller then uses burn's matmul. See
-/// [`super::dense`].
-pub(crate) fn few_rows_matmul<B: Backend>(
+/// `x Wᵀ` (`[rows, in]` → `[rows, out]`) where `B` keeps tensors in host
+/// memory and `weight_t` is the `[in, out]` transposed view of a contiguous
+/// f32 `[out, in]` tensor there (read in place through
+/// [`ModelBackend::host_f32`]), or `None` where that does not hold (another
+/// backend, autodiff, another layout or dtype): the caller then uses burn's
+/// matmul. See [`super::dense`].
+pub(crate) fn few_rows_matmul<B: ModelBackend>(
     x: &Tensor<B, 2>,
     weight_t: &Tensor<B, 2>,
 ) -> Option<Tensor<B, 2>> {
     let [rows, k] = x.dims();
     let [k_w, out] = weight_t.dims();
-    if k != k_w || rows == 0 || k == 0 || out == 0 {
+    // The product is a new tensor: only where the backend's tensors are
+    // plain host memory (under autodiff it would leave the graph).
+    if !B::KIND.is_host_memory() || k != k_w || rows == 0 || k == 0 || out == 0 {
         return None;
     }
     let w_prim = match weight_t.clone().into_primitive() {
         TensorPrimitive::Float(p) => p,
         TensorPrimitive::QFloat(_) => return None,
     };
-    let w_flex = (&w_prim as &dyn Any).downcast_ref::<FlexTensor>()?;
-    let w = weight_rows(w_flex, k, out)?;
+    let w_host = B::host_f32(&w_prim)?;
+    let w = weight_rows(&w_host, k, out)?;
     let xs = crate::runtime::to_vec(x.clone()).ok()?;
     if xs.len() != rows * k {
         return None;

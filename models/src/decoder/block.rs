@@ -3,6 +3,7 @@
 
 use burn::tensor::backend::Backend;
 
+use crate::backend::ModelBackend;
 use crate::layers::{Attention, Linear, Norm, Projection, QkvProjections, Site};
 use crate::ops::{BlockOps, MlpActivation};
 
@@ -31,7 +32,7 @@ pub(crate) struct Block<B: Backend> {
     pub sliding: bool,
 }
 
-impl<B: Backend> Block<B> {
+impl<B: ModelBackend> Block<B> {
     /// The block's projections, with the module each is at.
     pub fn projections(&self, sites: BlockSites) -> Vec<(&Linear<B>, Projection)> {
         let mut all = match &self.attn.qkv {

@@ -7,6 +7,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 #[cfg(feature = "flex")]
+use crate::backend::ModelBackend;
 use crate::cpu::CpuWeight;
 #[cfg(feature = "flex")]
 use crate::cpu::Q8Rows;
@@ -132,7 +133,7 @@ pub struct Linear<B: Backend> {
     plan: ProductPlan,
 }
 
-impl<B: Backend> Linear<B> {
+impl<B: ModelBackend> Linear<B> {
     /// A projection from a PyTorch-layout `[out, in]` weight and optional `[out]` bias.
     pub fn new(weight: Tensor<B, 2>, bias: Option<Tensor<B, 1>>) -> Self {
         Self {

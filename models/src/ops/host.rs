@@ -35,6 +35,7 @@ use std::sync::Arc;
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend, module::embedding};
 
 use super::{BlockOps, Cached, MlpActivation};
+use crate::backend::ModelBackend;
 use crate::cpu::{Q8Row, Q8Rows};
 use crate::error::ModelError;
 use crate::layers::kv_cache::HostShape;
@@ -71,7 +72,7 @@ pub struct HostOps<'d, B: Backend> {
     device: B::Device,
 }
 
-impl<'d, B: Backend> HostOps<'d, B> {
+impl<'d, B: ModelBackend> HostOps<'d, B> {
     /// The operations of a step of `batch` rows × `seq` new tokens, adding
     /// `delta`'s updates; `quantize`: the products take 8-bit activations.
     pub fn new(
@@ -157,7 +158,7 @@ impl<'d, B: Backend> HostOps<'d, B> {
     }
 }
 
-impl<B: Backend> BlockOps<B> for HostOps<'_, B> {
+impl<B: ModelBackend> BlockOps<B> for HostOps<'_, B> {
     type Rows = Arc<HostRows>;
     type Product = HostProduct;
     type Context<'c> = Cached<'c, B>;

@@ -6,6 +6,7 @@
 use burn::tensor::{Int, Tensor, backend::Backend, module::embedding};
 
 use super::{BlockOps, Cached, MlpActivation};
+use crate::backend::ModelBackend;
 use crate::error::ModelError;
 use crate::layers::activation::{gelu, gelu_tanh, silu};
 use crate::layers::{Attention, Linear, LinearDelta, Norm, Scoring, Site};
@@ -17,7 +18,7 @@ pub struct TensorOps<'d, B: Backend> {
     host_silu: bool,
 }
 
-impl<'d, B: Backend> TensorOps<'d, B> {
+impl<'d, B: ModelBackend> TensorOps<'d, B> {
     /// Block operations adding `delta`'s updates to the projections;
     /// `host_silu`: SiLU computed in host memory (tensors there).
     pub fn new(delta: Option<&'d dyn LinearDelta<B>>, host_silu: bool) -> Self {
@@ -25,7 +26,7 @@ impl<'d, B: Backend> TensorOps<'d, B> {
     }
 }
 
-impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
+impl<B: ModelBackend> BlockOps<B> for TensorOps<'_, B> {
     type Rows = Tensor<B, 3>;
     type Product = Tensor<B, 3>;
     type Context<'c> = Cached<'c, B>;
@@ -140,7 +141,7 @@ impl<B: Backend> BlockOps<B> for TensorOps<'_, B> {
 
 /// SiLU vectorised in host memory (burn-flex takes each exponential through
 /// libm, one element at a time); burn's op where the data cannot be read.
-fn host_silu<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
+fn host_silu<B: ModelBackend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
     #[cfg(feature = "flex")]
     {
         let (dims, device) = (x.shape(), x.device());

@@ -12,7 +12,7 @@
 use crate::runtime_support;
 
 use burn::backend::{Autodiff, Flex};
-use burn::tensor::backend::Backend;
+use privmix_models::ModelBackend;
 use privmix_models::runtime::to_vec;
 use privmix_models::{Batch, KvPrecision, LanguageModel, LoadOptions, Model};
 use runtime_support::{fixture, max_abs_diff};
@@ -20,7 +20,7 @@ use runtime_support::{fixture, max_abs_diff};
 /// Logits of a left-padded prefill of two rows (12 and 9 tokens: longer
 /// than a host step), then of four decode steps, through a cache in
 /// `precision`.
-fn steps<B: Backend>(model: &Model<B>, precision: KvPrecision) -> Vec<Vec<f32>> {
+fn steps<B: ModelBackend>(model: &Model<B>, precision: KvPrecision) -> Vec<Vec<f32>> {
     let rows: Vec<Vec<u32>> = vec![
         (0..12).map(|i| (3 + 7 * i) % 97).collect(),
         (0..9).map(|i| (50 + 5 * i) % 97).collect(),

@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, module::embedding};
 use privmix_models::cpu::strided::rows_per_task;
 use privmix_models::error::ModelError;
@@ -32,6 +31,7 @@ use super::chunk::{Ctx, LoraSaved};
 use super::kernels::{StepRope, rms_norm_backward, silu_gated, silu_gated_backward};
 use super::pool::Pool;
 use super::weights::PROJECTIONS;
+use privmix_models::ModelBackend;
 
 /// Rows of activations of a chunk, `[tokens, width]` row-major, shared
 /// between the block sequence and the tape.
@@ -151,7 +151,7 @@ impl<'a> TrainOps<'a> {
 
     /// RMSNorm of `x`'s rows by `norm`'s host form, rows split over rayon's
     /// threads as the step's other row passes are.
-    fn normed<B: Backend>(&mut self, norm: &Norm<B>, x: &[f32]) -> Rows {
+    fn normed<B: ModelBackend>(&mut self, norm: &Norm<B>, x: &[f32]) -> Rows {
         assert!(norm.as_rms().is_some(), "{LLAMA_ONLY}");
         let width = x.len() / self.ctx.tokens.max(1);
         let per = rows_per_task(self.ctx.tokens) * width.max(1);
@@ -163,7 +163,7 @@ impl<'a> TrainOps<'a> {
     }
 }
 
-impl<B: Backend> BlockOps<B> for TrainOps<'_> {
+impl<B: ModelBackend> BlockOps<B> for TrainOps<'_> {
     type Rows = Rows;
     type Product = Product;
     /// Nothing: attention is causal inside each row of the chunk, rotated
@@ -321,7 +321,7 @@ pub(super) trait TrainingBlocks: Send + Sync + std::fmt::Debug {
     fn forward(&self, ops: &mut TrainOps<'_>, layer: usize, x: Rows, n: Rows) -> (Rows, Rows);
 }
 
-impl<B: Backend> TrainingBlocks for Llama<B>
+impl<B: ModelBackend> TrainingBlocks for Llama<B>
 where
     Llama<B>: Send + Sync,
 {

@@ -9,6 +9,7 @@ use privmix_models::LanguageModel;
 use super::step::HostModel;
 use super::{HostTrainable, StepPath};
 use crate::train::error::TrainError;
+use privmix_models::ModelBackend;
 
 /// A trainer's host copy of the model, built on first use; clones share
 /// one copy (members trained together read one set of weights).
@@ -35,7 +36,7 @@ impl HostSlot {
     /// The host copy of `model` when its execution plan runs training steps
     /// on host vectors (built on the first call), `None` when burn autodiff
     /// must run.
-    pub fn get<B: AutodiffBackend, M: LanguageModel<B> + HostTrainable<B>>(
+    pub fn get<B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + HostTrainable<B>>(
         &self,
         model: &M,
     ) -> Result<Option<&HostModel>, TrainError> {

@@ -30,6 +30,7 @@ use super::pool::Pool;
 use super::weights::HostLlama;
 use crate::train::error::TrainError;
 use crate::train::params::SiteLayout;
+use privmix_models::ModelBackend;
 
 /// Tokens whose logits are formed at a time (`HEAD_TOKENS × vocab` floats).
 const HEAD_TOKENS: usize = 256;
@@ -51,7 +52,7 @@ pub(crate) struct HostModel {
 impl HostModel {
     /// The host copy of `m` ([`HostLlama::from_llama`], which says when it
     /// errors).
-    pub fn from_llama<B: AutodiffBackend>(m: &Llama<B>) -> Result<Self, TrainError> {
+    pub fn from_llama<B: AutodiffBackend + ModelBackend>(m: &Llama<B>) -> Result<Self, TrainError> {
         Ok(Self {
             llama: HostLlama::from_llama(m)?,
             decoder: Box::new(m.clone()),
@@ -61,7 +62,7 @@ impl HostModel {
     /// The host copy of `model` where it is a Llama (tests build it
     /// directly; trainers go through the execution plan).
     #[cfg(test)]
-    pub fn from_model<B: AutodiffBackend>(
+    pub fn from_model<B: AutodiffBackend + ModelBackend>(
         model: &privmix_models::Model<B>,
     ) -> Result<Option<Self>, TrainError> {
         match model {

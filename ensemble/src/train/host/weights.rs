@@ -3,30 +3,25 @@
 
 use std::sync::Mutex;
 
-use burn::tensor::Tensor;
 use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorPrimitive};
 #[cfg(test)]
 use privmix_models::Model;
 use privmix_models::layers::{Linear, RmsNorm, Rope, RopeStyle};
 use privmix_models::runtime::to_vec;
-use privmix_models::{Llama, Projection};
+use privmix_models::{Llama, ModelBackend, Projection, SharedF32};
 
 use super::pool::Pool;
 use crate::lora::transpose;
 use crate::train::error::TrainError;
 
-/// A weight's row-major values: burn-flex's own storage where the model's
-/// tensor lies that way (shared, not copied: the trainer's model keeps it
-/// anyway), else a copy.
+/// A weight's row-major values: the model's own storage where its tensor
+/// lies that way in host memory (shared, not copied: the trainer's model
+/// keeps it anyway), else a copy.
 #[derive(Debug)]
 pub(crate) enum HostRows {
-    /// A view into a burn-flex tensor's storage.
-    #[cfg(feature = "flex")]
-    Shared {
-        tensor: burn::backend::flex::FlexTensor,
-        start: usize,
-        len: usize,
-    },
+    /// A run of the model tensor's storage.
+    Shared(SharedF32),
     /// A copy.
     Owned(Vec<f32>),
 }
@@ -35,48 +30,29 @@ impl HostRows {
     /// The values.
     pub fn as_slice(&self) -> &[f32] {
         match self {
-            #[cfg(feature = "flex")]
-            Self::Shared { tensor, start, len } => &tensor.storage::<f32>()[*start..*start + *len],
+            Self::Shared(values) => values.as_slice(),
             Self::Owned(v) => v,
         }
     }
 
     /// `t` (`[rows, cols]` logically, read through `strides`) as row-major
-    /// `[r, c]` values where its storage lies so, with `strides` the
+    /// `[r, c]` values where the backend shows its storage in host memory
+    /// ([`ModelBackend::host_f32`]) and it lies so, with `strides` the
     /// expected element strides of its two dimensions; else a copy of
     /// `to_vec(t)` rearranged by `copy`.
-    fn read<B: AutodiffBackend>(
+    fn read<B: AutodiffBackend + ModelBackend>(
         t: &Tensor<B, 2>,
         strides: [usize; 2],
         copy: impl FnOnce(Vec<f32>) -> Vec<f32>,
     ) -> Result<Self, TrainError> {
-        #[cfg(feature = "flex")]
-        if let Some(shared) = Self::share(t, strides) {
-            return Ok(shared);
+        let shared = match t.clone().into_primitive() {
+            TensorPrimitive::Float(p) => B::host_f32(&p),
+            TensorPrimitive::QFloat(_) => None,
         }
-        #[cfg(not(feature = "flex"))]
-        let _ = strides;
-        Ok(Self::Owned(copy(to_vec(t.clone())?)))
-    }
-
-    #[cfg(feature = "flex")]
-    fn share<B: AutodiffBackend>(t: &Tensor<B, 2>, strides: [usize; 2]) -> Option<Self> {
-        use burn::tensor::TensorPrimitive;
-        let TensorPrimitive::Float(p) = t.clone().inner().into_primitive() else {
-            return None;
-        };
-        let flex = (&p as &dyn std::any::Any).downcast_ref::<burn::backend::flex::FlexTensor>()?;
-        let layout = flex.layout();
-        let ok = flex.dtype() == burn::tensor::DType::F32
-            && layout.strides().len() == 2
-            && layout.strides()[0] == strides[0] as isize
-            && layout.strides()[1] == strides[1] as isize;
-        let len = t.dims().iter().product::<usize>();
-        let start = layout.start_offset();
-        (ok && flex.storage::<f32>().len() >= start + len).then(|| Self::Shared {
-            tensor: flex.clone(),
-            start,
-            len,
+        .and_then(|view| view.into_values_with_strides(&strides));
+        Ok(match shared {
+            Some(values) => Self::Shared(values),
+            None => Self::Owned(copy(to_vec(t.clone())?)),
         })
     }
 }
@@ -99,7 +75,7 @@ pub(crate) struct HostLinear {
 }
 
 impl HostLinear {
-    fn read<B: AutodiffBackend>(l: &Linear<B>) -> Result<Self, TrainError> {
+    fn read<B: AutodiffBackend + ModelBackend>(l: &Linear<B>) -> Result<Self, TrainError> {
         let (fan_in, fan_out) = (l.in_features(), l.out_features());
         let w_t = to_vec(l.weight_t().clone())?;
         if w_t.len() != fan_in * fan_out {
@@ -179,7 +155,9 @@ impl HostLlama {
     /// The host copy of `model` where it has a Llama-family decoder (tests
     /// build it directly; trainers go through the execution plan).
     #[cfg(test)]
-    pub fn from_model<B: AutodiffBackend>(model: &Model<B>) -> Result<Option<Self>, TrainError> {
+    pub fn from_model<B: AutodiffBackend + ModelBackend>(
+        model: &Model<B>,
+    ) -> Result<Option<Self>, TrainError> {
         use super::HostTrainable;
         model
             .host_training_decoder()
@@ -190,7 +168,7 @@ impl HostLlama {
     /// The host copy of `m`. Errors where `m` pairs its RoPE dimensions as
     /// llama.cpp does (the host step rotates halves; the execution plan
     /// declines the host step for such a model, so trainers never ask).
-    pub fn from_llama<B: AutodiffBackend>(m: &Llama<B>) -> Result<Self, TrainError> {
+    pub fn from_llama<B: AutodiffBackend + ModelBackend>(m: &Llama<B>) -> Result<Self, TrainError> {
         let c = &m.config;
         if c.rope_style != RopeStyle::RotateHalf {
             return Err(TrainError::BadData(

@@ -88,4 +88,10 @@ fn tensor_path_takes_flex_views_and_declines_other_layouts() {
         40,
         &y.into_data().to_vec::<f32>().unwrap(),
     );
+    // Under autodiff the weight has a host view too, but a product made
+    // outside the graph would lose its gradients: burn's matmul takes it.
+    type Ad = burn::backend::Autodiff<Flex>;
+    let ad_weight = Tensor::<Ad, 2>::from_inner(weight).transpose();
+    let ad_x = Tensor::<Ad, 2>::from_inner(x).require_grad();
+    assert!(few_rows_matmul(&ad_x, &ad_weight).is_none());
 }

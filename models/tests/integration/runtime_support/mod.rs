@@ -170,7 +170,7 @@ pub fn check_real_reference(model: &Model<B>, json: &str, tol: f32) -> (Vec<u32>
 
 /// Logits of a left-padded prefill of `count` rows (≤ 8 tokens: a host
 /// step too), then of four decode steps.
-pub fn prefill_and_decode_steps<B: burn::tensor::backend::Backend>(
+pub fn prefill_and_decode_steps<B: privmix_models::ModelBackend>(
     model: &Model<B>,
     count: u32,
 ) -> Vec<Vec<f32>> {
