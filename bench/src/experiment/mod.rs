@@ -24,9 +24,9 @@
 //! 6. [`studies`]: optionally, the queries curve and the attribution ablation,
 //!    scored on each seed's forwards beside the main table.
 //!
-//! Each scored part (a seed row with its study rows, the long deployment, and
-//! so each run the ablation and the user-level table make) is cached when it
-//! is done (`scored_cache.rs`), so that a run stopped part-way resumes at the
+//! Each scored part (a seed row with its study rows, the long deployment, the
+//! canary audit, and so each run the ablation and the user-level table make)
+//! is cached when it is done (`scored_cache.rs`), so that a run stopped part-way resumes at the
 //! first part not done.
 
 pub mod adapters;
@@ -291,7 +291,11 @@ pub fn run_verified(
         .map(|e| e.iter().map(|b| b.len() as u64 - 1).sum::<u64>())
         .min()
         .unwrap_or(0);
-    let (mut study_keys, mut study_seeds) = (Vec::new(), Vec::new());
+    let study_keys = match &config.studies {
+        Some(plan) => studies::study_keys(config, plan, seed_queries, &orders)?,
+        None => Vec::new(),
+    };
+    let mut study_seeds = Vec::new();
     let cache = scored_cache::ScoredCache::new(config)?;
     let (mut scored_parts, mut scored_check) = (Vec::new(), None);
     for (s, eval) in data.eval.iter().enumerate() {
@@ -371,7 +375,6 @@ pub fn run_verified(
         };
         seeds.push(main);
         study_seeds.push(studied);
-        study_keys = studies()?.1;
     }
     let mut studies = studies::summarise_studies(&study_keys, &study_seeds)?;
     if row_training_seconds > 0.0 {

@@ -1,5 +1,5 @@
 //! Resuming the perplexity experiment: each scored part (a seed row's
-//! mechanisms with its study rows, the long deployment) is written to the
+//! mechanisms with its study rows, the long deployment, the canary audit) is written to the
 //! cache folder when it is done, with the seconds it took, and read back by a
 //! later run of the same configuration. A run stopped part-way (the default
 //! report takes longer than any session) resumes at the first part not done,
@@ -10,7 +10,7 @@
 //! configuration as canonical JSON with what does not decide a part left out
 //! (the files' paths, which enter by their contents; the number of seeds and
 //! the long deployment's queries, which its blocks and its part say; the
-//! canary audit; the ensemble sizes of the ablation's other runs, which are
+//! canary audit's plan, which only its own part's key holds; the ensemble sizes of the ablation's other runs, which are
 //! runs of their own); the part's name and seed; the queries the studies are
 //! sized to; the cache keys of the adapters it reads; the SHA-256 of the base
 //! model and of the blocks it scores. Scoring is deterministic given these

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::config::ExperimentConfig;
 pub use super::contenders::PMIXED_PAPER;
 use super::contenders::{
-    MechanismResult, pmixed_contender, pmixed_paper_contender, reference_contenders,
+    Contender, MechanismResult, pmixed_contender, pmixed_paper_contender, reference_contenders,
 };
 use super::scoring::{StudyContender, StudyScorer};
 use crate::error::BenchError;
@@ -78,35 +78,57 @@ pub(crate) fn study_contenders(
     seed_queries: u64,
     orders: &Orders,
 ) -> Result<(Vec<StudyContender>, Vec<StudyKey>), BenchError> {
+    study_rows(config, plan, seed_queries, orders, true)
+}
+
+/// What each row of [`study_contenders`] is, without calibrating any
+/// contender (what a run whose scored parts are all cached needs).
+pub(crate) fn study_keys(
+    config: &ExperimentConfig,
+    plan: &StudyPlan,
+    seed_queries: u64,
+    orders: &Orders,
+) -> Result<Vec<StudyKey>, BenchError> {
+    Ok(study_rows(config, plan, seed_queries, orders, false)?.1)
+}
+
+/// The study rows' keys and, with `build`, their contenders.
+fn study_rows(
+    config: &ExperimentConfig,
+    plan: &StudyPlan,
+    seed_queries: u64,
+    orders: &Orders,
+    build: bool,
+) -> Result<(Vec<StudyContender>, Vec<StudyKey>), BenchError> {
     let mut contenders = Vec::new();
     let mut keys = Vec::new();
-    let mut push = |scorer, key: StudyKey| {
-        contenders.push(StudyContender {
-            limit: key.queries,
-            scorer,
-        });
+    let mut push = |scorer: Option<StudyScorer>, key: StudyKey| {
+        if let Some(scorer) = scorer {
+            contenders.push(StudyContender {
+                limit: key.queries,
+                scorer,
+            });
+        }
         keys.push(key);
     };
+    let mechanism = |c: Result<Contender, BenchError>| -> Result<StudyScorer, BenchError> {
+        Ok(StudyScorer::Mechanism(Box::new(c?)))
+    };
+    let alpha_c = config.scoring.pmixed_alpha_c;
     for &k in plan.query_counts.iter().filter(|&&k| k <= seed_queries) {
-        let key = |change: String| StudyKey {
+        let key = || StudyKey {
             study: QUERIES.into(),
-            change,
+            change: format!("{k} queries"),
             queries: k,
         };
         for c in reference_contenders(config, orders) {
-            push(
-                StudyScorer::Mechanism(Box::new(c)),
-                key(format!("{k} queries")),
-            );
+            push(build.then(|| StudyScorer::Mechanism(Box::new(c))), key());
         }
         for &eps in &plan.query_epsilons {
-            let alpha_c = config.scoring.pmixed_alpha_c;
-            push(
-                StudyScorer::Mechanism(Box::new(pmixed_contender(
-                    config, eps, k, alpha_c, orders,
-                )?)),
-                key(format!("{k} queries")),
-            );
+            let c = build
+                .then(|| mechanism(pmixed_contender(config, eps, k, alpha_c, orders)))
+                .transpose()?;
+            push(c, key());
         }
         // DP-SGD on the same queries, where the table trained it at that ε:
         // the curve's comparison is then like for like.
@@ -115,13 +137,11 @@ pub(crate) fn study_contenders(
             .iter()
             .filter(|e| has_dp_sgd(config, **e))
         {
-            push(
-                StudyScorer::DpSgd {
-                    target_epsilon: eps,
-                    score: Default::default(),
-                },
-                key(format!("{k} queries")),
-            );
+            let scorer = StudyScorer::DpSgd {
+                target_epsilon: eps,
+                score: Default::default(),
+            };
+            push(build.then_some(scorer), key());
         }
     }
     let top = config.largest_epsilon();
@@ -131,27 +151,16 @@ pub(crate) fn study_contenders(
         queries: seed_queries,
     };
     if plan.paper_accounting {
-        push(
-            StudyScorer::Mechanism(Box::new(pmixed_paper_contender(
-                config,
-                top,
-                seed_queries,
-                orders,
-            )?)),
-            key("the paper's accounting (not a DP guarantee)".into()),
-        );
+        let c = build
+            .then(|| mechanism(pmixed_paper_contender(config, top, seed_queries, orders)))
+            .transpose()?;
+        push(c, key("the paper's accounting (not a DP guarantee)".into()));
     }
     for &alpha_c in &plan.alpha_cs {
-        push(
-            StudyScorer::Mechanism(Box::new(pmixed_contender(
-                config,
-                top,
-                seed_queries,
-                alpha_c,
-                orders,
-            )?)),
-            key(format!("α_c = {alpha_c}")),
-        );
+        let c = build
+            .then(|| mechanism(pmixed_contender(config, top, seed_queries, alpha_c, orders)))
+            .transpose()?;
+        push(c, key(format!("α_c = {alpha_c}")));
     }
     Ok((contenders, keys))
 }
