@@ -1,6 +1,8 @@
-//! Checkpoints of a [`DpSgdTrainer`]: the adapter in PEFT format, AdamW's
-//! moments and the step count, so that an interrupted DP-SGD run continues
-//! instead of starting again.
+//! What the checkpoints of a [`DpSgdTrainer`] hold (the one format of
+//! `checkpoint.rs`): the adapter in PEFT format, AdamW's moments, the step
+//! count and the configuration's fingerprint, so that an interrupted DP-SGD
+//! run continues instead of starting again; no loss (those are not
+//! privatised).
 //!
 //! The Poisson-sampling and noise generator is not saved. A resumed run draws
 //! the remaining steps' coins from a fresh generator ([`NoiseSource::Os`]:
@@ -15,37 +17,16 @@
 //! seeded generator: reproducible, but not the trajectory of an uninterrupted
 //! run.
 //!
-//! Layout: `dir/step-NNNNNNNN/{adapter/, optimizer.safetensors, dpsgd.json}`
-//! and `dir/latest` naming the newest complete one (written last, by rename).
+//! Layout: `dir/step-NNNNNNNN/{adapter/, optimizer.safetensors, trainer.json}`
+//! and `dir/latest` naming the newest complete one (written last, by rename);
+//! checkpoints written before the trainers were merged hold `dpsgd.json`
+//! (the same fields) instead of `trainer.json`, and resume as they are.
 
-use std::path::{Path, PathBuf};
-
-use burn::tensor::backend::AutodiffBackend;
-use privmix_models::LanguageModel;
-use rand::SeedableRng;
-use rand_chacha::ChaCha20Rng;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::checkpoint::{commit, read_latest, read_moments, write_moments};
-use super::dpsgd::{DpSgdConfig, DpSgdTrainer, NoiseSource};
-use super::error::TrainError;
-use super::host::HostTrainable;
-use super::params::LoraParams;
-use crate::lora::{LoraAdapter, LoraBase};
-use privmix_models::ModelBackend;
-
-const STATE: &str = "dpsgd.json";
-const FORMAT: u32 = 1;
-
-/// `dpsgd.json`.
-#[derive(Serialize, Deserialize)]
-struct State {
-    format: u32,
-    step: usize,
-    adam_t: u64,
-    config: Value,
-}
+#[cfg(doc)]
+use super::dpsgd::DpSgdTrainer;
+use super::dpsgd::{DpSgdConfig, NoiseSource};
 
 impl DpSgdConfig {
     /// Everything that decides the run and its guarantee, as JSON (a
@@ -71,86 +52,16 @@ impl DpSgdConfig {
     }
 }
 
-impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + HostTrainable<B>>
-    DpSgdTrainer<'m, B, M>
-{
-    /// Writes a checkpoint of the current state into `dir` (layout in the
-    /// module doc) and returns the checkpoint's own folder; older ones are removed.
-    pub fn save_checkpoint(&self, dir: impl AsRef<Path>) -> Result<PathBuf, TrainError> {
-        let dir = dir.as_ref();
-        let name = format!("step-{:08}", self.step);
-        let here = dir.join(&name);
-        let io = |p: &Path, e: std::io::Error| TrainError::checkpoint(p, e);
-        std::fs::create_dir_all(&here).map_err(|e| io(&here, e))?;
-        let adapter: LoraAdapter<B::InnerBackend> =
-            self.params.to_adapter(&self.base, &self.device)?;
-        adapter.save_peft(here.join("adapter"))?;
-        write_moments(&here, &self.opt.exp_avg, &self.opt.exp_avg_sq)?;
-        let state = State {
-            format: FORMAT,
-            step: self.step,
-            adam_t: self.opt.t,
-            config: self.config.fingerprint(),
-        };
-        commit(dir, &here, STATE, &state)?;
-        Ok(here)
-    }
-
-    /// A trainer restored from the checkpoint `dir/latest` names, for the same
-    /// model, data and configuration (another configuration is a
-    /// [`TrainError::Checkpoint`]), with fresh sampling and noise coins (see
-    /// the module doc).
-    pub fn resume(
-        model: &'m M,
-        data: Vec<Vec<u32>>,
-        config: DpSgdConfig,
-        dir: impl AsRef<Path>,
-    ) -> Result<Self, TrainError> {
-        let (here, state_path, state): (_, _, State) = read_latest(dir.as_ref(), STATE)?;
-        let bad = |m: String| Err(TrainError::checkpoint(&state_path, m));
-        if state.format != FORMAT {
-            return bad(format!("format {} (expected {FORMAT})", state.format));
-        }
-        if state.config != config.fingerprint() {
-            return bad("saved under another DP-SGD configuration".into());
-        }
-        if state.step > config.total_steps {
-            return bad(format!(
-                "step {} is past the run's {} steps",
-                state.step, config.total_steps
-            ));
-        }
-        let noise = config.noise;
-        let mut t = Self::new(model, data, config)?;
-        let adapter: LoraAdapter<B::InnerBackend> =
-            LoraAdapter::load_peft(here.join("adapter"), &t.base, &t.device)?;
-        t.params = LoraParams::from_adapter(&adapter, &t.base)?;
-        if t.params.config() != &t.config.lora {
-            return bad("the adapter's configuration differs from the run's".into());
-        }
-        (t.opt.exp_avg, t.opt.exp_avg_sq) = read_moments(&here, t.params.len())?;
-        t.opt.t = state.adam_t;
-        t.step = state.step;
-        t.private_rng = match noise {
-            NoiseSource::Os => noise.rng()?,
-            NoiseSource::Seeded(seed) => {
-                let mut rng = ChaCha20Rng::seed_from_u64(seed);
-                rng.set_stream(state.step as u64);
-                rng
-            }
-        };
-        Ok(t)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use burn::backend::{Autodiff, Flex};
     use privmix_models::{LoadOptions, Model};
 
+    use std::path::Path;
+
     use super::*;
     use crate::lora::LoraConfig;
-    use crate::train::AdamWConfig;
+    use crate::train::{AdamWConfig, DpSgdTrainer, TrainError};
 
     type AB = Autodiff<Flex>;
 
@@ -216,6 +127,45 @@ mod tests {
             DpSgdTrainer::<AB, _>::resume(&model, data(), config(NoiseSource::Seeded(1)), &dir),
             Err(TrainError::Checkpoint { .. })
         ));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// A DP-SGD checkpoint holds neither the sampling and noise generator nor
+    /// any loss; one written before the trainers were merged (`dpsgd.json`
+    /// with format, step, AdamW's step count and the fingerprint) resumes to
+    /// the same state as the current format, from the seeded stream `step`.
+    #[test]
+    fn holds_no_coins_and_reads_the_earlier_format() {
+        let model = model();
+        let dir = std::env::temp_dir().join(format!("privmix-dpsgd-legacy-{}", std::process::id()));
+        std::fs::remove_dir_all(&dir).ok();
+        let config = || config(NoiseSource::Seeded(7));
+        let mut first = DpSgdTrainer::<AB, _>::new(&model, data(), config()).unwrap();
+        first.step().unwrap();
+        let here = first.save_checkpoint(&dir).unwrap();
+        let text = std::fs::read_to_string(here.join("trainer.json")).unwrap();
+        let state: Value = serde_json::from_str(&text).unwrap();
+        for key in ["rng_seed", "rng_stream", "rng_word_pos"] {
+            assert!(state.get(key).is_none(), "{key} in {text}");
+        }
+        assert_eq!(state["history"]["train_loss"], json!([]), "{text}");
+        let mut current = DpSgdTrainer::<AB, _>::resume(&model, data(), config(), &dir).unwrap();
+
+        let legacy = json!({
+            "format": 1,
+            "step": state["step"],
+            "adam_t": state["adam_t"],
+            "config": state["config"],
+        });
+        std::fs::remove_file(here.join("trainer.json")).unwrap();
+        std::fs::write(here.join("dpsgd.json"), legacy.to_string()).unwrap();
+        let mut earlier = DpSgdTrainer::<AB, _>::resume(&model, data(), config(), &dir).unwrap();
+        assert_eq!(earlier.step_count(), 1);
+        assert_eq!(earlier.params().values(), first.params().values());
+        assert_eq!(earlier.opt, first.opt);
+        current.run().unwrap();
+        earlier.run().unwrap();
+        assert_eq!(earlier.params().values(), current.params().values());
         std::fs::remove_dir_all(&dir).ok();
     }
 }

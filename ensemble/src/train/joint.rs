@@ -24,8 +24,9 @@ use privmix_models::LanguageModel;
 
 use super::error::TrainError;
 use super::host::{Group, HostSlot, HostTrainable};
+use super::mean::{Trainer, accumulate};
+use super::report::TrainReport;
 use super::trainable::Dropout;
-use super::trainer::{TrainReport, Trainer, accumulate};
 use crate::lora::LoraBase;
 use privmix_models::ModelBackend;
 
@@ -50,10 +51,10 @@ impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + Hos
             .first()
             .ok_or_else(|| TrainError::BadData("no member to train".into()))?;
         let host = HostSlot::new(first.host.path());
-        let (model, lora) = (first.model, first.config.lora.clone());
+        let (model, lora) = (first.model, first.rule.config.lora.clone());
         let len = first.train.first().map_or(0, Vec::len);
         let same_shape = |t: &Trainer<'m, B, M>| {
-            let (a, b) = (&t.config.lora, &lora);
+            let (a, b) = (&t.rule.config.lora, &lora);
             a.r == b.r && a.scale() == b.scale() && a.target_modules == b.target_modules
         };
         if let Some(k) = members
@@ -114,14 +115,14 @@ impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + Hos
             .collect();
         let most = which
             .iter()
-            .map(|&k| self.members[k].config.grad_accum)
+            .map(|&k| self.members[k].rule.config.grad_accum)
             .max()
             .unwrap_or(0);
         for micro in 0..most {
             // Each member's draw from its own stream, as alone.
             let mut draws: Vec<(usize, Vec<usize>, Dropout)> = Vec::new();
             for (slot, &k) in which.iter().enumerate() {
-                if micro < self.members[k].config.grad_accum {
+                if micro < self.members[k].rule.config.grad_accum {
                     let (picked, dropout) = self.members[k].draw(micro);
                     draws.push((slot, picked, dropout));
                 }
@@ -130,14 +131,14 @@ impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + Hos
             let mut groups = Vec::with_capacity(draws.len());
             for (slot, picked, dropout) in &draws {
                 let t = &self.members[which[*slot]];
-                blocks.extend(picked.iter().map(|&i| t.train_block(i)));
+                blocks.extend(picked.iter().map(|&i| &t.train[i]));
                 groups.push(Group::new(&t.params, picked.len(), Some(*dropout)));
             }
             let out = privmix_models::threads::on_hot_pool(|| {
                 host.losses_and_gradients(&blocks, &groups)
             })?;
             for ((slot, _, _), (l, g)) in draws.iter().zip(out) {
-                let accum = self.members[which[*slot]].config.grad_accum;
+                let accum = self.members[which[*slot]].rule.config.grad_accum;
                 let (loss, grad) = &mut sums[*slot];
                 accumulate(loss, grad, l, &g, accum);
             }
@@ -161,7 +162,7 @@ impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + Hos
     /// checkpoint at the end.
     pub fn run_until(&mut self, until: usize) -> Result<Vec<TrainReport>, TrainError> {
         let multi = MultiProgress::with_draw_target(
-            if self.members.iter().any(|t| t.config.progress) && std::io::stderr().is_terminal() {
+            if self.members.iter().any(|t| t.progress) && std::io::stderr().is_terminal() {
                 ProgressDrawTarget::stderr()
             } else {
                 ProgressDrawTarget::hidden()
@@ -181,12 +182,18 @@ impl<'m, B: AutodiffBackend + ModelBackend, M: LanguageModel<B> + LoraBase + Hos
             }
             let losses = self.step(&which)?;
             for (&k, loss) in which.iter().zip(losses) {
-                self.members[k].after_step(loss, &bars[k])?;
+                self.members[k].after_step(&loss, &bars[k])?;
             }
         }
         for bar in &bars {
             bar.finish_and_clear();
         }
-        self.members.iter().map(Trainer::finish).collect()
+        self.members
+            .iter()
+            .map(|t| {
+                t.finish()?;
+                Ok(t.report())
+            })
+            .collect()
     }
 }
