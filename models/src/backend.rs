@@ -237,13 +237,14 @@ where
     }
 }
 
-/// wgpu: a device, burn's ops only.
+/// wgpu (its default element types, the ones the models use): a device,
+/// burn's ops only.
 #[cfg(feature = "wgpu")]
-impl<F, I, BT> ModelBackend for burn::backend::Wgpu<F, I, BT> where Self: Backend {}
+impl ModelBackend for burn::backend::Wgpu {}
 
-/// CUDA: a device, burn's ops only.
+/// CUDA (its default element types): a device, burn's ops only.
 #[cfg(feature = "cuda")]
-impl<F, I> ModelBackend for burn::backend::Cuda<F, I> where Self: Backend {}
+impl ModelBackend for burn::backend::Cuda {}
 
 #[cfg(test)]
 mod tests;

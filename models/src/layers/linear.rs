@@ -6,8 +6,8 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
-#[cfg(feature = "flex")]
 use crate::backend::ModelBackend;
+#[cfg(feature = "flex")]
 use crate::cpu::CpuWeight;
 #[cfg(feature = "flex")]
 use crate::cpu::Q8Rows;

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use burn::backend::{Flex, Wgpu};
-use burn::tensor::backend::Backend;
+use privmix_models::ModelBackend;
 use privmix_models::runtime::to_vec;
 use privmix_models::{Batch, LanguageModel, LoadOptions, Model, open_wgpu_device};
 use serde_json::Value;
@@ -40,7 +40,7 @@ fn reference(name: &str) -> (Vec<Vec<u32>>, Vec<f32>) {
     (ids, logits.into_iter().flatten().flatten().collect())
 }
 
-fn load<B: Backend>(name: &str, device: &B::Device) -> Model<B> {
+fn load<B: ModelBackend>(name: &str, device: &B::Device) -> Model<B> {
     Model::load(LoadOptions::path(fixture(&format!("hf/{name}")), device)).expect("load fixture")
 }
 
