@@ -12,31 +12,25 @@
 //! checkpointed under `checkpoints/dp-sgd/` and a rerun continues it, the
 //! remaining steps drawing fresh coins from the operating system (see
 //! `privmix_ensemble::train::DpSgdTrainer::resume`: the accounting is that of
-//! one run of the planned steps).
-
-use std::io::IsTerminal;
+//! one run of the planned steps). The trainer, its checkpoints, progress and
+//! output files go the members' road (`driver.rs`).
 
 use burn::backend::Flex;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use privmix_ensemble::lora::LoraAdapter;
 use privmix_ensemble::train::{
-    AdamWConfig, DpSgdConfig, DpSgdTrainer, NoiseSource, TrainError, dp_sgd_sigma, mean_nll,
+    AdamWConfig, DpSgdConfig, DpSgdTrainer, NoiseSource, dp_sgd_sigma, mean_nll,
 };
 use privmix_models::Model;
 use privmix_models::runtime::to_vec;
 
 use super::card::dp_sgd_card;
-use super::error::TrainCmdError;
-use super::manifest::{
-    DataSummary, DpSgdRecord, MANIFEST_FILE, MANIFEST_FORMAT, RunKind, TrainManifest, derive_seed,
-    write_json_atomic,
+use super::driver::{
+    fmt_loss, open, stopped, training_failed, write_adapter, write_card, write_manifest,
 };
-use super::members::{fmt_loss, lora_config};
-use super::prepared::{
-    CHECKPOINTS, LATEST_FILE, Prepared, TrainBackend, shard_blocks, split_holdout,
-};
+use super::manifest::{DpSgdRecord, RunKind, derive_seed};
+use super::members::lora_config;
+use super::prepared::{CHECKPOINTS, Prepared, TrainBackend, shard_blocks, split_holdout};
 use crate::error::CliError;
-use crate::protected::adapter_identity;
 
 /// δ when `--delta` is not given.
 pub const DEFAULT_DELTA: f64 = 1e-5;
@@ -60,10 +54,7 @@ pub(crate) fn train(
     let Some(dp) = &c.dp_sgd else {
         return Err(CliError::arg("--dp-sgd", "no DP-SGD parameters were set"));
     };
-    let fail = |source: TrainError| TrainCmdError::Training {
-        member: DP_DIR.into(),
-        source,
-    };
+    let fail = training_failed(DP_DIR);
     let mut users: Vec<String> = p.corpus.users().iter().map(|u| u.id.clone()).collect();
     users.sort();
     let shard = shard_blocks(p, &users, DP_DIR)?;
@@ -74,7 +65,7 @@ pub(crate) fn train(
         .steps
         .unwrap_or_else(|| (c.epochs / q).ceil() as usize)
         .max(1);
-    let sigma = dp_sgd_sigma(dp.epsilon, dp.delta, steps as u64, q).map_err(fail)?;
+    let sigma = dp_sgd_sigma(dp.epsilon, dp.delta, steps as u64, q).map_err(&fail)?;
     let config = DpSgdConfig {
         lora: lora_config(p)?,
         learning_rate: c.learning_rate,
@@ -96,70 +87,43 @@ pub(crate) fn train(
         dp.epsilon, dp.delta
     );
     let checkpoints = p.out.join(CHECKPOINTS).join(DP_DIR);
-    let mut trainer = if checkpoints.join(LATEST_FILE).is_file() {
-        let t = DpSgdTrainer::<TrainBackend, _>::resume(model, train, config, &checkpoints)
-            .map_err(fail)?;
-        eprintln!(
-            "{DP_DIR}: resuming from the checkpoint at step {} of {steps}",
-            t.step_count()
-        );
-        t
-    } else {
-        DpSgdTrainer::<TrainBackend, _>::new(model, train, config).map_err(fail)?
-    };
     let every = checkpoint_every.unwrap_or(steps.div_ceil(10).max(1));
-    let until = stop_at_step.unwrap_or(steps).min(steps);
-    let bar = progress_bar(steps as u64);
-    bar.set_position(trainer.step_count() as u64);
-    while trainer.step_count() < until {
-        let s = trainer.step().map_err(fail)?;
-        bar.inc(1);
-        bar.set_message(format!("batch {} loss {:.4}", s.batch, s.mean_loss));
-        if trainer.step_count().is_multiple_of(every) && trainer.step_count() < until {
-            trainer.save_checkpoint(&checkpoints).map_err(fail)?;
-        }
-    }
-    bar.finish_and_clear();
+    let mut trainer = open(DP_DIR, &checkpoints, every, steps, |resume| match resume {
+        Some(dir) => DpSgdTrainer::<TrainBackend, _>::resume(model, train, config, dir),
+        None => DpSgdTrainer::<TrainBackend, _>::new(model, train, config),
+    })?;
+    trainer
+        .run_until(stop_at_step.unwrap_or(steps))
+        .map_err(&fail)?;
     if trainer.step_count() < steps {
-        trainer.save_checkpoint(&checkpoints).map_err(fail)?;
-        eprintln!(
-            "{DP_DIR}: stopped at step {} of {steps} (--stop-at-step); checkpoint in {}",
-            trainer.step_count(),
-            checkpoints.display()
-        );
+        stopped(DP_DIR, trainer.step_count(), steps, &checkpoints);
         eprintln!("privmix: rerun the same command without --stop-at-step to continue");
         return Ok(false);
     }
-    let spent = trainer.epsilon().map_err(fail)?;
+    let spent = trainer.epsilon().map_err(&fail)?;
 
     // The held-out loss is for the provider: it reads the held-out data
     // outside DP-SGD's accounting, so it goes to the manifest, not the card.
     let held_out_loss = if held.is_empty() {
         None
     } else {
-        let adapter: LoraAdapter<TrainBackend> = trainer.adapter().map_err(fail)?;
+        let adapter: LoraAdapter<TrainBackend> = trainer.adapter().map_err(&fail)?;
         let take = held.len().min(c.eval_blocks);
         let mut total = 0.0;
         for chunk in held[..take].chunks(c.batch_size) {
             let refs: Vec<&Vec<u32>> = chunk.iter().collect();
-            let l = mean_nll(model, &refs, Some(&adapter)).map_err(fail)?;
+            let l = mean_nll(model, &refs, Some(&adapter)).map_err(&fail)?;
             let v = to_vec(l).map_err(|e| fail(e.into()))?;
             total += f64::from(v[0]) * chunk.len() as f64;
         }
         Some(total / take as f64)
     };
 
-    let adapter: LoraAdapter<Flex> = trainer.adapter().map_err(fail)?;
-    let dir = p.out.join(DP_DIR);
-    adapter
-        .save_peft(&dir)
-        .map_err(|source| TrainCmdError::AdapterWrite {
-            path: dir.clone(),
-            source,
-        })?;
+    let adapter: LoraAdapter<Flex> = trainer.adapter().map_err(&fail)?;
+    let (dir, adapter_sha256) = write_adapter(p, DP_DIR, &adapter)?;
     let record = DpSgdRecord {
         path: DP_DIR.into(),
-        adapter_sha256: adapter_identity(&dir)?,
+        adapter_sha256,
         target_epsilon: dp.epsilon,
         epsilon: spent.epsilon,
         delta: dp.delta,
@@ -173,28 +137,8 @@ pub(crate) fn train(
         held_out_blocks: held.len(),
         held_out_loss,
     };
-    let readme = dir.join("README.md");
-    std::fs::write(&readme, dp_sgd_card(&record, c, &p.base)).map_err(|source| CliError::Io {
-        what: format!("writing {}", readme.display()),
-        source,
-    })?;
-    let manifest = TrainManifest {
-        format: MANIFEST_FORMAT.into(),
-        privmix_version: env!("CARGO_PKG_VERSION").into(),
-        kind: RunKind::DpSgd,
-        base_model: p.base.clone(),
-        tokenizer: p.tokenizer_identity.clone(),
-        data: DataSummary {
-            users: p.corpus.len(),
-            sha256: p.data_sha256.clone(),
-        },
-        partition: None,
-        config: c.clone(),
-        members: Vec::new(),
-        dp_sgd: Some(record),
-    };
-    let path = p.out.join(MANIFEST_FILE);
-    write_json_atomic(&path, &manifest)?;
+    write_card(&dir, &dp_sgd_card(&record, c, &p.base))?;
+    let path = write_manifest(p, RunKind::DpSgd, None, Vec::new(), Some(record))?;
     eprintln!(
         "{DP_DIR}: ε = {} at δ = {} (asked for ε = {}) after {steps} steps, per training block; held-out loss {}",
         spent.epsilon,
@@ -204,21 +148,4 @@ pub(crate) fn train(
     );
     eprintln!("privmix: {} and {} written", dir.display(), path.display());
     Ok(true)
-}
-
-/// A progress bar on stderr when it is a terminal, hidden otherwise.
-fn progress_bar(len: u64) -> ProgressBar {
-    let bar = ProgressBar::new(len);
-    if std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "{prefix}{bar:40} {pos}/{len} {elapsed_precise} eta {eta} {msg}",
-        ) {
-            bar.set_style(style);
-        }
-        bar.set_prefix(format!("{DP_DIR} "));
-    } else {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar
 }

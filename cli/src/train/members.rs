@@ -9,21 +9,20 @@ use std::collections::BTreeMap;
 use burn::backend::Flex;
 use privmix_ensemble::data::{Corpus, HASH_PARTITION_RULE, hash_partition};
 use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
-use privmix_ensemble::train::{AdamWConfig, JointTrainer, TrainConfig, TrainError, Trainer};
+use privmix_ensemble::train::{AdamWConfig, JointTrainer, TrainConfig, Trainer};
 use privmix_models::Model;
 
 use super::args::TrainArgs;
 use super::card::member_card;
+use super::driver::{
+    fmt_loss, open, stopped, training_failed, write_adapter, write_card, write_manifest,
+};
 use super::error::TrainCmdError;
 use super::manifest::{
-    DataSummary, MANIFEST_FILE, MANIFEST_FORMAT, MemberRecord, PartitionRecord, RunKind,
-    TrainManifest, data_hash, derive_seed, read_json, write_json_atomic,
+    MemberRecord, PartitionRecord, RunKind, data_hash, derive_seed, read_json, write_json_atomic,
 };
-use super::prepared::{
-    CHECKPOINTS, LATEST_FILE, Prepared, TrainBackend, shard_blocks, split_holdout,
-};
+use super::prepared::{CHECKPOINTS, Prepared, TrainBackend, shard_blocks, split_holdout};
 use crate::error::CliError;
-use crate::protected::adapter_identity;
 
 /// A member this run trains: what its record needs beside the trainer.
 struct Pending {
@@ -139,10 +138,6 @@ pub(crate) fn train(
             records[k] = Some(record);
             continue;
         }
-        let fail = |source: TrainError| TrainCmdError::Training {
-            member: name.clone(),
-            source,
-        };
         let shard = shard_blocks(p, users, &name)?;
         let (train, held) = split_holdout(
             shard.blocks,
@@ -153,22 +148,17 @@ pub(crate) fn train(
         let config = train_config(p, args, k, train_blocks, held_out_blocks > 0)?;
         let total = config.total_steps;
         let train_seed = config.seed;
-        let trainer = if checkpoints.join(LATEST_FILE).is_file() {
-            let t = Trainer::<TrainBackend, _>::resume(model, train, held, config, &checkpoints)
-                .map_err(fail)?;
-            eprintln!(
-                "{name}: resuming from the checkpoint at step {} of {total}",
-                t.step_count()
-            );
-            t
-        } else {
-            Trainer::<TrainBackend, _>::new(model, train, held, config).map_err(fail)?
-        };
-        trainers.push(
-            trainer
-                .with_checkpoints(&checkpoints)
-                .with_progress_label(&name),
-        );
+        let every = config.checkpoint_every;
+        trainers.push(open(
+            &name,
+            &checkpoints,
+            every,
+            total,
+            |resume| match resume {
+                Some(dir) => Trainer::<TrainBackend, _>::resume(model, train, held, config, dir),
+                None => Trainer::<TrainBackend, _>::new(model, train, held, config),
+            },
+        )?);
         pending.push(Pending {
             k,
             name,
@@ -181,38 +171,31 @@ pub(crate) fn train(
         });
     }
     // Every unfinished member in one batched step over the shared base.
-    let names = || {
-        pending
-            .iter()
-            .map(|m| m.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let joint_fail = |source: TrainError| TrainCmdError::Training {
-        member: names(),
-        source,
-    };
+    let names = pending
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let joint_fail = training_failed(&names);
     let (trainers, reports) = if trainers.is_empty() {
         (Vec::new(), Vec::new())
     } else {
-        let mut joint = JointTrainer::new(trainers).map_err(joint_fail)?;
+        let mut joint = JointTrainer::new(trainers).map_err(&joint_fail)?;
         let reports = joint
             .run_until(args.stop_at_step.unwrap_or(usize::MAX))
-            .map_err(joint_fail)?;
+            .map_err(&joint_fail)?;
         (joint.into_members(), reports)
     };
     for ((m, trainer), report) in pending.iter().zip(&trainers).zip(reports) {
         let (k, name, total) = (m.k, &m.name, m.total);
         let users = &shards[k];
-        let fail = |source: TrainError| TrainCmdError::Training {
-            member: name.clone(),
-            source,
-        };
+        let fail = training_failed(name);
         if report.steps < total && !report.stopped_early {
-            eprintln!(
-                "{name}: stopped at step {} of {total} (--stop-at-step); checkpoint in {}",
+            stopped(
+                name,
                 report.steps,
-                p.out.join(CHECKPOINTS).join(name).display()
+                total,
+                &p.out.join(CHECKPOINTS).join(name),
             );
             unfinished += 1;
             continue;
@@ -222,25 +205,19 @@ pub(crate) fn train(
         let (adapter, adapter_step, held_out_loss): (LoraAdapter<Flex>, usize, Option<f64>) =
             match (report.stopped_early, report.best) {
                 (true, Some((step, loss))) => {
-                    (trainer.best_adapter().map_err(fail)?, step, Some(loss))
+                    (trainer.best_adapter().map_err(&fail)?, step, Some(loss))
                 }
                 _ => (
-                    trainer.adapter().map_err(fail)?,
+                    trainer.adapter().map_err(&fail)?,
                     report.steps,
-                    trainer.evaluate().map_err(fail)?,
+                    trainer.evaluate().map_err(&fail)?,
                 ),
             };
-        let dir = p.out.join(name);
-        adapter
-            .save_peft(&dir)
-            .map_err(|source| TrainCmdError::AdapterWrite {
-                path: dir.clone(),
-                source,
-            })?;
+        let (dir, adapter_sha256) = write_adapter(p, name, &adapter)?;
         let record = MemberRecord {
             index: k,
             path: name.clone(),
-            adapter_sha256: adapter_identity(&dir)?,
+            adapter_sha256,
             users: users.len(),
             tokens: m.tokens,
             train_blocks: m.train_blocks,
@@ -257,15 +234,10 @@ pub(crate) fn train(
             train_loss: report.history.train_loss.last().copied(),
             held_out_loss,
         };
-        let readme = dir.join("README.md");
-        std::fs::write(
-            &readme,
-            member_card(&record, shards.len(), &p.config, &p.base),
-        )
-        .map_err(|source| CliError::Io {
-            what: format!("writing {}", readme.display()),
-            source,
-        })?;
+        write_card(
+            &dir,
+            &member_card(&record, shards.len(), &p.config, &p.base),
+        )?;
         write_json_atomic(&m.done, &record)?;
         eprintln!(
             "{name}: {} users, {} tokens, {} training / {} held-out blocks; {} of {total} steps{}, training loss {}, held-out loss {}",
@@ -296,37 +268,18 @@ pub(crate) fn train(
             assignment.insert(u.clone(), k);
         }
     }
-    let manifest = TrainManifest {
-        format: MANIFEST_FORMAT.into(),
-        privmix_version: env!("CARGO_PKG_VERSION").into(),
-        kind: RunKind::Members,
-        base_model: p.base.clone(),
-        tokenizer: p.tokenizer_identity.clone(),
-        data: DataSummary {
-            users: p.corpus.len(),
-            sha256: p.data_sha256.clone(),
-        },
-        partition: Some(PartitionRecord {
-            seed: p.config.seed,
-            members: shards.len(),
-            hash: HASH_PARTITION_RULE.into(),
-            users: assignment,
-        }),
-        config: p.config.clone(),
-        members: records.into_iter().flatten().collect(),
-        dp_sgd: None,
+    let partition = PartitionRecord {
+        seed: p.config.seed,
+        members: shards.len(),
+        hash: HASH_PARTITION_RULE.into(),
+        users: assignment,
     };
-    let path = p.out.join(MANIFEST_FILE);
-    write_json_atomic(&path, &manifest)?;
+    let members = records.into_iter().flatten().collect();
+    let path = write_manifest(p, RunKind::Members, Some(partition), members, None)?;
     eprintln!(
         "privmix: {} members and {} written; they and the figures above (users, tokens, losses) are computed from the private data and are NOT private: release only through a private mechanism (privmix generate/serve)",
         shards.len(),
         path.display()
     );
     Ok(true)
-}
-
-/// A loss for messages.
-pub(crate) fn fmt_loss(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_string(), |v| format!("{v:.4}"))
 }

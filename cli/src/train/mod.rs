@@ -21,6 +21,7 @@
 mod args;
 mod card;
 mod dp;
+mod driver;
 pub(crate) mod error;
 mod input;
 pub mod manifest;
