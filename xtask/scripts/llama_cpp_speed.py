@@ -13,10 +13,9 @@ logits (after a warm-up of 4 steps). n_threads and n_threads_batch are both
 {"engine": "llama.cpp", "error": "..."} and exits 0: the report states the
 reason instead of a number.
 
-The wheel's CPU library was built with AMX tile kernels ("extra buffer
-types") that fault with SIGILL where the kernel does not grant AMX tile state;
-they are turned off (model param use_extra_bufts = false), which leaves
-llama.cpp's plain AVX2/AVX-512 CPU kernels (weight repacking is off too).
+llama.cpp runs with its default model parameters, so on a CPU with AMX int8
+tiles its AMX buffer type serves the quantised products (the wheel is built by
+`xtask/src/llama_cpp.rs` with the flags that keep ggml's tile configuration).
 """
 import json
 import statistics
@@ -35,18 +34,9 @@ def main():
     try:
         import numpy as np
         import llama_cpp
-        import llama_cpp.llama_cpp as lib
     except Exception as e:  # noqa: BLE001 (any import failure is reported)
         print(json.dumps({"engine": "llama.cpp", "error": f"cannot import llama_cpp: {e!r}"}))
         return
-    default_params = lib.llama_model_default_params
-
-    def without_extra_buffers():
-        params = default_params()
-        params.use_extra_bufts = False
-        return params
-
-    lib.llama_model_default_params = without_extra_buffers
     try:
         llm = llama_cpp.Llama(
             model_path=path, n_ctx=prompt_len + decode_len + 16, n_batch=512,

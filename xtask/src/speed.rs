@@ -329,8 +329,9 @@ fn render(s: &mut String, rows: &[Row], prompt: usize, decode: usize, load: &str
         }
     }
     notes.push(
-        "- llama.cpp runs with `use_extra_bufts = false`: the wheel's AMX tile kernels fault \
-         (SIGILL) where the kernel grants no AMX state; its plain AVX2/AVX-512 kernels remain."
+        "- llama.cpp runs with its default model parameters: on a CPU with AMX int8 tiles its \
+         AMX buffer type serves the quantised products (the wheel is built with \
+         `-fno-tree-dse -fno-dse`, see `xtask/src/llama_cpp.rs`)."
             .into(),
     );
     let _ = writeln!(s, "{}\n", notes.join("\n"));
