@@ -31,8 +31,8 @@ pub enum Rows<'a> {
     /// Unnormalised scores (logits) in f32, widened to f64 and turned into
     /// probabilities by a log-softmax in f64 (`x − max − ln Σ exp(x − max)`, so
     /// nothing overflows whatever the scale). −∞ masks a token (probability 0);
-    /// NaN or +∞ is [`MechanismError::NonFinite`], a row of −∞ only is
-    /// [`MechanismError::NoFiniteLogit`].
+    /// NaN or +∞ is [`MechanismError::NonFinite`](crate::MechanismError::NonFinite), a row of −∞ only is
+    /// [`MechanismError::NoFiniteLogit`](crate::MechanismError::NoFiniteLogit).
     LogitsF32(&'a [f32]),
     /// Unnormalised scores (logits) in f64, as [`Rows::LogitsF32`].
     LogitsF64(&'a [f64]),
