@@ -1304,6 +1304,7 @@ pub(crate) mod tests {
                 corpus_dir: "c".into(),
                 user_unit: "record".into(),
                 cache_dir: "x".into(),
+                results_dir: "unused".into(),
                 members: 16,
                 held_out_fraction: 0.1,
                 block: 128,
@@ -1353,6 +1354,8 @@ pub(crate) mod tests {
             scored_parts: Vec::new(),
             scored_check: None,
             adapters_read: 0,
+            adapters_trained: 0,
+            validation_check: None,
         }
     }
 

@@ -41,9 +41,17 @@ struct Args {
     /// Skip the user-level table.
     #[arg(long)]
     skip_user_level: bool,
-    /// Adapter cache.
+    /// Adapter cache (the trained adapters: large, never committed).
     #[arg(long, default_value = "models-cache/experiment")]
     cache: PathBuf,
+    /// Results cache: the scored parts, validation losses and ICL parts, each
+    /// entry small. Default: `reports/privacy-utility/cache`, which is
+    /// committed, so that a fresh machine resumes the report where an earlier
+    /// session left it, training only what a part not yet in it needs; with
+    /// `--quick` (a smoke run, whose entries are not worth committing),
+    /// `results` in the adapter cache.
+    #[arg(long)]
+    results_cache: Option<PathBuf>,
     /// Report folder.
     #[arg(long, default_value = "reports/bench/privacy-utility")]
     out: PathBuf,
@@ -206,8 +214,8 @@ struct Args {
     embedding_model: PathBuf,
     /// Recompute one seeded part of each cache (member 0's adapter, the
     /// smallest scored part: seed row 0 of the user-level table, or of the
-    /// record level without it; the ICL's seed 0) and compare it with its
-    /// entry; the run stops with an error if they differ (the Run section says
+    /// record level without it, with its members' validation losses; the
+    /// ICL's seed 0) and compare it with its entry; the run stops with an error if they differ (the Run section says
     /// what was checked).
     #[arg(long)]
     verify_cache: bool,
@@ -288,6 +296,13 @@ fn main() -> ExitCode {
         tokenizer: a.tokenizer,
         corpus_dir: a.corpus,
         user_unit: "record".into(),
+        results_dir: a.results_cache.unwrap_or_else(|| {
+            if a.quick {
+                a.cache.join("results")
+            } else {
+                PathBuf::from("reports/privacy-utility/cache")
+            }
+        }),
         cache_dir: a.cache,
         members: a.members,
         held_out_fraction: 0.1,
@@ -383,7 +398,7 @@ fn main() -> ExitCode {
         },
         esa_shots: a.esa_shots,
         esa_candidates: a.esa_candidates,
-        cache_dir: Some(config.cache_dir.clone()),
+        cache_dir: Some(config.results_dir.clone()),
     };
     let mut info = RunInfo::collect();
     let mut phases = Phases::new();
@@ -441,6 +456,7 @@ fn main() -> ExitCode {
                         .iter()
                         .map(|p| (format!("{name} level: {}", p.part), p.cached, p.seconds)),
                 );
+                info.cache_checks.extend(r.validation_check.clone());
                 info.cache_checks.extend(r.scored_check.clone());
             }
         }

@@ -22,6 +22,12 @@ pub struct ExperimentConfig {
     pub user_unit: String,
     /// Where fine-tuned adapters are cached between runs.
     pub cache_dir: PathBuf,
+    /// Where the run's small results are cached between runs (its scored
+    /// parts and validation losses): a folder that can be committed, so that
+    /// a machine without the adapters resumes the run where it stopped. Not
+    /// serialised: where an entry lies decides none of it.
+    #[serde(skip)]
+    pub results_dir: PathBuf,
     /// Number of members N (even: N/2 SubMix parts of two halves).
     pub members: usize,
     /// Fraction of users held out for evaluation.

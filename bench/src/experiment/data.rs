@@ -308,6 +308,7 @@ mod tests {
             corpus_dir: "unused".into(),
             user_unit: "speaker".into(),
             cache_dir: "unused".into(),
+            results_dir: "unused".into(),
             members,
             held_out_fraction: 0.3,
             block: 16,

@@ -7,7 +7,7 @@
 //! folder's metadata as provenance, outside the key.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::rc::Rc;
 
 use burn::backend::Autodiff;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -19,7 +19,10 @@ use privmix_models::{LoadOptions, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::adapters::{Adapter, cached_validation_losses, validation_losses};
+use super::adapters::{
+    Adapter, cached_validation, cached_validation_losses, load_cached, validation_cached,
+    validation_losses,
+};
 use super::config::ExperimentConfig;
 pub use super::config::TrainingPlan;
 use super::data::ExperimentData;
@@ -67,6 +70,9 @@ pub struct TrainedMembers {
     pub member_steps: Vec<usize>,
     /// Validation loss of the public model and of each member (nats per token).
     pub validation: (f64, Vec<f64>),
+    /// Whether `validation` came from the results cache (an earlier run's, or
+    /// the learning-rate trial's of this run).
+    pub validation_cached: bool,
     /// The non-private model fine-tuned on every training record (when asked).
     pub fine_tuned: Option<Adapter>,
     /// `(run, adapter)` of each DP-SGD model of the table, one per target ε.
@@ -117,7 +123,10 @@ pub fn train_members(
     progress: bool,
 ) -> Result<TrainedMembers, BenchError> {
     let device = Default::default();
-    let model = Model::<Train>::load(LoadOptions::path(&config.model, &device))?;
+    let model = Rc::new(Model::<Train>::load(LoadOptions::path(
+        &config.model,
+        &device,
+    ))?);
     let base = model.base_shapes()?;
     let plan = &config.training;
     let lora = lora_config(plan)?;
@@ -129,18 +138,17 @@ pub fn train_members(
     let model_sha256 = vec![path_sha256(&config.model)?];
     for (i, blocks) in data.members.iter().enumerate() {
         let (key, dir, steps) = member_key(config, i, blocks, &model_sha256)?;
+        let train = member_training(
+            config,
+            &model,
+            &lora,
+            training_seed(config) + i as u64,
+            format!("fine-tune member {i}"),
+            blocks.clone(),
+            progress,
+        );
         let (adapter, reused) =
-            load_or_train(&dir, &base, json!({ "steps": steps, "key": key }), || {
-                train_member(
-                    config,
-                    &model,
-                    &lora,
-                    training_seed(config) + i as u64,
-                    &format!("fine-tune member {i}"),
-                    blocks,
-                    progress,
-                )
-            })?;
+            Adapter::cached_or_pending(&dir, &base, json!({ "steps": steps, "key": key }), train)?;
         match reused {
             Some(seconds) => reused_seconds += seconds,
             None => cached = false,
@@ -150,6 +158,7 @@ pub fn train_members(
         adapter_keys.push(key.digest());
     }
     let members_reused_seconds = reused_seconds;
+    let validation_cached = validation_cached(config, &adapter_keys, &data.validation)?;
     let validation = cached_validation_losses(config, &members, &adapter_keys, &data.validation)?;
     let fine_tuned = if config.fine_tuned {
         let all = data.all_records();
@@ -164,17 +173,17 @@ pub fn train_members(
             .cache_dir
             .join(format!("fine-tuned-{}", key.digest()));
         let digest = key.digest();
-        let (adapter, reused) = load_or_train(&dir, &base, json!({ "key": key }), || {
-            train_member(
-                config,
-                &model,
-                &lora,
-                seed,
-                "fine-tune on all",
-                &all,
-                progress,
-            )
-        })?;
+        let train = member_training(
+            config,
+            &model,
+            &lora,
+            seed,
+            "fine-tune on all".into(),
+            all,
+            progress,
+        );
+        let (adapter, reused) =
+            Adapter::cached_or_pending(&dir, &base, json!({ "key": key }), train)?;
         match reused {
             Some(seconds) => reused_seconds += seconds,
             None => cached = false,
@@ -187,7 +196,7 @@ pub fn train_members(
     let mut dp_sgd = Vec::new();
     let mut dp_sgd_sweep = Vec::new();
     if let Some(dp) = &config.dp_sgd {
-        let all = data.all_records();
+        let all = Rc::new(data.all_records());
         let q = (dp.batch as f64 / all.len() as f64).min(1.0);
         let sweep_target = config.largest_epsilon();
         let trainer = DpTraining {
@@ -254,6 +263,7 @@ pub fn train_members(
         members,
         member_steps,
         validation,
+        validation_cached,
         fine_tuned,
         dp_sgd,
         dp_sgd_sweep,
@@ -320,6 +330,21 @@ fn train_member(
     Ok(trainer.adapter::<Backend>()?)
 }
 
+/// What trains one member's adapter when a part first needs it
+/// ([`train_member`] on what it is given).
+fn member_training(
+    config: &ExperimentConfig,
+    model: &Rc<Model<Train>>,
+    lora: &LoraConfig,
+    seed: u64,
+    label: String,
+    blocks: Vec<Vec<u32>>,
+    progress: bool,
+) -> super::adapters::TrainFn {
+    let (config, model, lora) = (config.clone(), Rc::clone(model), lora.clone());
+    Box::new(move || train_member(&config, &model, &lora, seed, &label, &blocks, progress))
+}
+
 /// Relative difference of validation losses below which a recomputed adapter
 /// counts as its cached one where their bytes differ.
 pub const VERIFY_TOLERANCE: f64 = 1e-6;
@@ -342,42 +367,76 @@ pub fn verify_member_cache(
     let model = Model::<Train>::load(LoadOptions::path(&config.model, &Default::default()))?;
     let base = model.base_shapes()?;
     let lora = lora_config(&config.training)?;
-    let (_, dir, _) = member_key(config, 0, blocks, &[path_sha256(&config.model)?])?;
-    let Some((cached, meta)) = load_cached(&dir, &base)? else {
-        return Err(BenchError::Config(format!(
-            "--verify-cache: member 0 is not in the cache ({})",
-            dir.display()
-        )));
+    let model_sha256 = [path_sha256(&config.model)?];
+    let (_, dir, _) = member_key(config, 0, blocks, &model_sha256)?;
+    let fresh = || {
+        train_member(
+            config,
+            &model,
+            &lora,
+            training_seed(config),
+            "verify member 0",
+            blocks,
+            progress,
+        )
     };
-    let fresh = train_member(
-        config,
-        &model,
-        &lora,
-        training_seed(config),
-        "verify member 0",
-        blocks,
-        progress,
-    )?;
+    let Some((cached, meta)) = load_cached(&dir, &base)? else {
+        // A machine without the adapter: member 0 retrained, checked against
+        // its validation loss in the results cache.
+        let keys = data
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Ok(member_key(config, i, b, &model_sha256)?.0.digest()))
+            .collect::<Result<Vec<_>, BenchError>>()?;
+        let Some((_, entry)) = cached_validation(config, &keys, &data.validation)? else {
+            return Err(BenchError::Config(format!(
+                "--verify-cache: member 0 is neither in the adapter cache ({}) nor are its \
+                 validation losses in the results cache",
+                dir.display()
+            )));
+        };
+        let (_, losses) = validation_losses(&config.model, &[fresh()?], &data.validation)?;
+        return compare_losses(
+            "not in the adapter cache; validation loss".into(),
+            entry[0],
+            losses[0],
+            false,
+        );
+    };
+    let fresh = fresh()?;
     let scratch = config.cache_dir.join("verify-member-0.partial");
     let _ = std::fs::remove_dir_all(&scratch);
     fresh.save_peft(&scratch)?;
     let same_bytes = same_files(&dir, &scratch)?;
     let _ = std::fs::remove_dir_all(&scratch);
     let (_, losses) = validation_losses(&config.model, &[cached, fresh], &data.validation)?;
-    let relative = (losses[0] - losses[1]).abs() / losses[0].abs().max(f64::MIN_POSITIVE);
     let made_by = meta["commit"].as_str().unwrap_or("an unrecorded commit");
-    let found = format!(
-        "member 0 retrained: {} its cached adapter (made by {made_by}); validation loss \
-         {:.6} cached, {:.6} recomputed",
+    let what = format!(
+        "{} its cached adapter (made by {made_by}); validation loss",
         if same_bytes {
             "byte for byte equal to"
         } else {
             "not byte for byte equal to"
         },
-        losses[0],
-        losses[1]
     );
-    if !same_bytes && relative > VERIFY_TOLERANCE {
+    compare_losses(what, losses[0], losses[1], same_bytes)
+}
+
+/// Member 0 retrained, `what` it was compared with: its validation loss
+/// `cached` (the cache's, or its cached adapter's) against `fresh`; an error
+/// when they differ by more than [`VERIFY_TOLERANCE`] of the loss and the
+/// adapters are not `same_bytes` (a cache entry that its key no longer
+/// describes).
+fn compare_losses(
+    what: String,
+    cached: f64,
+    fresh: f64,
+    same_bytes: bool,
+) -> Result<String, BenchError> {
+    let relative = (cached - fresh).abs() / cached.abs().max(f64::MIN_POSITIVE);
+    let found = format!("member 0 retrained: {what} {cached:.6} cached, {fresh:.6} recomputed");
+    if !same_bytes && (relative.is_nan() || relative > VERIFY_TOLERANCE) {
         return Err(BenchError::Config(format!(
             "--verify-cache: {found}: the cache holds results its key no longer describes \
              (bump RESULTS_VERSION in bench/src/cache_key.rs)"
@@ -403,10 +462,10 @@ fn same_files(a: &Path, b: &Path) -> Result<bool, BenchError> {
 /// What every DP-SGD model of a run shares.
 struct DpTraining<'a> {
     config: &'a ExperimentConfig,
-    model: &'a Model<Train>,
+    model: &'a Rc<Model<Train>>,
     base: &'a privmix_ensemble::lora::BaseShapes,
     lora: &'a LoraConfig,
-    records: &'a [Vec<u32>],
+    records: &'a Rc<Vec<Vec<u32>>>,
     q: f64,
     clip: f64,
     progress: bool,
@@ -458,20 +517,25 @@ impl DpTraining<'_> {
                 "noise_seed": dp_noise_seed,
             }),
             vec![path_sha256(&config.model)?],
-            data_sha256(&self.records)?,
+            data_sha256(&**self.records)?,
         )?;
         let dir = config
             .cache_dir
             .join(format!("dp-sgd-{target}-{}", key.digest()));
         let digest = key.digest();
         let meta = json!({ "sigma": sigma, "q": self.q, "key": key });
-        let (adapter, reused) = load_or_train(&dir, self.base, meta, || {
+        let (model, records, progress) = (
+            Rc::clone(self.model),
+            Rc::clone(self.records),
+            self.progress,
+        );
+        let train: super::adapters::TrainFn = Box::new(move || {
             let mut trainer =
-                DpSgdTrainer::<Train, _>::new(self.model, self.records.to_vec(), dp_config)?;
+                DpSgdTrainer::<Train, _>::new(&*model, records.to_vec(), dp_config.clone())?;
             let pb = bar(
                 steps as u64,
                 &format!("DP-SGD ε {target} lr {lr} ep {epochs}"),
-                self.progress,
+                progress,
             );
             for _ in 0..steps {
                 trainer.step()?;
@@ -479,7 +543,8 @@ impl DpTraining<'_> {
             }
             pb.finish_and_clear();
             Ok(trainer.adapter::<Backend>()?)
-        })?;
+        });
+        let (adapter, reused) = Adapter::cached_or_pending(&dir, self.base, meta, train)?;
         // The accountant's ε for the steps the plan runs (whether trained now or
         // loaded: the cache key holds σ, q and the step count).
         let spent = dp_sgd_epsilon(self.q, sigma, steps as u64, config.delta)?;
@@ -508,80 +573,4 @@ impl DpTraining<'_> {
             digest,
         ))
     }
-}
-
-/// Written last into a cached adapter's folder: a folder without it is an
-/// interrupted save, and is redone.
-const META_FILE: &str = "privmix_meta.json";
-
-/// The metadata key of the seconds an adapter took to train.
-const TRAIN_SECONDS: &str = "train_seconds";
-
-/// The training seconds a cached adapter's metadata records (0 where an
-/// older run did not record them).
-fn train_seconds(meta: &serde_json::Value) -> f64 {
-    meta[TRAIN_SECONDS].as_f64().unwrap_or(0.0)
-}
-
-/// The adapter cached at `dir` with the seconds its training took when it was
-/// made; else the one `train` makes (and None), saved at `dir` with `meta` (its
-/// key and what the entry records) plus its training time and the commit that
-/// made it (provenance only, never part of the key).
-fn load_or_train(
-    dir: &Path,
-    base: &privmix_ensemble::lora::BaseShapes,
-    mut meta: serde_json::Value,
-    train: impl FnOnce() -> Result<LoraAdapter<Backend>, BenchError>,
-) -> Result<(Adapter, Option<f64>), BenchError> {
-    if let Some(meta) = cached_meta(dir)? {
-        let adapter = Adapter::Cached {
-            dir: dir.to_path_buf(),
-            base: base.clone(),
-        };
-        return Ok((adapter, Some(train_seconds(&meta))));
-    }
-    let started = Instant::now();
-    let adapter = train()?;
-    meta[TRAIN_SECONDS] = json!(started.elapsed().as_secs_f64());
-    meta["commit"] = json!(crate::run_info::commit());
-    save_cached(dir, &adapter, meta)?;
-    Ok((Adapter::Trained(adapter), None))
-}
-
-/// The metadata of the complete adapter entry at `dir` (None: no entry, or
-/// an interrupted one).
-fn cached_meta(dir: &Path) -> Result<Option<serde_json::Value>, BenchError> {
-    let meta: PathBuf = dir.join(META_FILE);
-    if !meta.is_file() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(&meta).map_err(|e| BenchError::io(&meta, e))?;
-    let value = serde_json::from_str(&text)
-        .map_err(|e| BenchError::Config(format!("{}: {e}", meta.display())))?;
-    Ok(Some(value))
-}
-
-/// The adapter cached at `dir` with its metadata (None: not cached).
-fn load_cached(
-    dir: &Path,
-    base: &privmix_ensemble::lora::BaseShapes,
-) -> Result<Option<(LoraAdapter<Backend>, serde_json::Value)>, BenchError> {
-    let Some(meta) = cached_meta(dir)? else {
-        return Ok(None);
-    };
-    let adapter = Adapter::Cached {
-        dir: dir.to_path_buf(),
-        base: base.clone(),
-    };
-    Ok(Some((adapter.load()?, meta)))
-}
-
-fn save_cached(
-    dir: &Path,
-    adapter: &LoraAdapter<Backend>,
-    meta: serde_json::Value,
-) -> Result<(), BenchError> {
-    adapter.save_peft(dir)?;
-    // The metadata, written last and atomically, marks a complete entry.
-    crate::cache_key::write_entry(&dir.join(META_FILE), meta.to_string().as_bytes())
 }

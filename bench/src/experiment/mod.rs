@@ -153,10 +153,19 @@ pub struct ExperimentResults {
     /// with the cache (None: not asked, or the part was not cached).
     #[serde(default)]
     pub scored_check: Option<String>,
+    /// What `--verify-cache` recomputed of the validation entries (seed row
+    /// 0's members') and how it compared (None: not asked, or the entry was
+    /// made by this run).
+    #[serde(default)]
+    pub validation_check: Option<String>,
     /// Adapters this run read from the cache (0 where every part it needed
     /// was cached: it trained nothing and scored nothing).
     #[serde(default)]
     pub adapters_read: usize,
+    /// Adapters this run trained (0 where every part it needed was in the
+    /// results cache, whatever the adapter cache held).
+    #[serde(default)]
+    pub adapters_trained: usize,
 }
 
 impl ExperimentResults {
@@ -245,7 +254,7 @@ pub fn run_verified(
     }
     let mut phases = Vec::new();
     let t0 = Instant::now();
-    let read_before = adapters::adapters_read();
+    let (read_before, trained_before) = (adapters::adapters_read(), adapters::adapters_trained());
     let tokenizer = load_tokenizer(config)?;
     if let Some(plan) = &config.canary {
         canary::check_canaries(plan, config.seed, &tokenizer)?;
@@ -297,7 +306,7 @@ pub fn run_verified(
     };
     let mut study_seeds = Vec::new();
     let cache = scored_cache::ScoredCache::new(config)?;
-    let (mut scored_parts, mut scored_check) = (Vec::new(), None);
+    let (mut scored_parts, mut scored_check, mut validation_check) = (Vec::new(), None, None);
     for (s, eval) in data.eval.iter().enumerate() {
         // The study contenders of a scoring (fresh for each: they keep accounts).
         let studies = || match &config.studies {
@@ -350,6 +359,16 @@ pub fn run_verified(
             Some(hit) => {
                 if verify_cache && s == 0 {
                     scored_check = Some(verify_scored_seed(&hit, score()?)?);
+                    if trained.validation_cached {
+                        let n = trained.members.len();
+                        validation_check = Some(adapters::verify_validation(
+                            config,
+                            "seed row 0's members",
+                            &trained.members,
+                            &trained.adapter_keys[..n],
+                            &data.validation,
+                        )?);
+                    }
                 }
                 scored_parts.push(ScoredPart {
                     part: format!("seed row {s}"),
@@ -497,7 +516,9 @@ pub fn run_verified(
         studies,
         scored_parts,
         scored_check,
+        validation_check,
         adapters_read: adapters::adapters_read() - read_before,
+        adapters_trained: adapters::adapters_trained() - trained_before,
     })
 }
 

@@ -1,7 +1,8 @@
 //! Resuming the perplexity experiment: each scored part (a seed row's
-//! mechanisms with its study rows, the long deployment, the canary audit) is written to the
-//! cache folder when it is done, with the seconds it took, and read back by a
-//! later run of the same configuration. A run stopped part-way (the default
+//! mechanisms with its study rows, the long deployment, the canary audit) is
+//! written to the results cache (`--results-cache`, committed) when it is
+//! done, with the seconds it took, and read back by a later run of the same
+//! configuration, on this machine or a fresh one. A run stopped part-way (the default
 //! report takes longer than any session) resumes at the first part not done,
 //! and its Run section says which parts it read and what they cost when made.
 //!
@@ -70,12 +71,12 @@ pub(crate) struct ScoredCache {
 }
 
 impl ScoredCache {
-    /// The cache of `config`'s run, in its cache folder.
+    /// The cache of `config`'s run, in its results cache folder.
     ///
     /// Errors: the base model cannot be read.
     pub fn new(config: &ExperimentConfig) -> Result<Self, BenchError> {
         Ok(Self {
-            dir: config.cache_dir.clone(),
+            dir: config.results_dir.clone(),
             config: keyed_config(config)?,
             model_sha256: vec![path_sha256(&config.model)?],
         })
@@ -168,6 +169,7 @@ fn keyed_config(config: &ExperimentConfig) -> Result<serde_json::Value, BenchErr
         tokenizer: config.tokenizer.as_ref().map(|_| PathBuf::new()),
         corpus_dir: PathBuf::new(),
         cache_dir: PathBuf::new(),
+        results_dir: PathBuf::new(),
         seeds: 0,
         long_queries: 0,
         canary: None,
