@@ -44,7 +44,10 @@ use crate::error::BenchError;
 /// - 1: the first scored parts.
 /// - 2: a seed row's queries curve also reads the DP-SGD models on the same
 ///   first queries.
-pub const SCORED_VERSION: u32 = 2;
+/// - 3: the mechanisms exponentiate log-probability rows by their own
+///   vectorised `exp` (within 2 ulp of libm's), which can move a seeded draw
+///   and changes the perplexities' last bits.
+pub const SCORED_VERSION: u32 = 3;
 
 /// One part's result, the seconds it took when it was computed, and (as
 /// provenance, outside the key) the commit that computed it.
