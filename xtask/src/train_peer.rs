@@ -192,7 +192,7 @@ pub(crate) fn section(quick: bool) -> String {
          timing {steps} steps after one warm-up step; tokens/s = 4 × 128 / step time. \
          The ceiling row times only the LoRA step's products with the frozen weights \
          (forward and backward, head included; `train_speed --mode products`), through \
-         the same `gemm` kernels split by rows over the same threads: no f32 step on \
+         the same `gemm` kernels split the same way over the same threads: no f32 step on \
          this machine runs faster than it, so its ratio to the peer bounds ours. \
          Load average at the start: {}.\n",
         load.trim()

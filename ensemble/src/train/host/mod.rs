@@ -41,7 +41,8 @@
 //!   reading the weights, so 4-bit blocks would save no time; the `gemm`
 //!   crate's packed kernels (the ones burn-flex's matmul uses) run them
 //!   through [`privmix_models::cpu::strided::matmul`], each product split
-//!   by output rows over rayon's threads.
+//!   over rayon's threads by output columns, so that each thread packs only
+//!   its part of the weight (by rows where the output is narrow).
 //! - **Attention saved, not recomputed**: the softmax probabilities of every
 //!   head (`rows × heads × seq²` per layer) are kept for the backward pass.
 //! - **Memory bounded by a budget.** A step's rows run in chunks whose saved
