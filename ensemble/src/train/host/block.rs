@@ -155,7 +155,7 @@ impl<'a> TrainOps<'a> {
         assert!(norm.as_rms().is_some(), "{LLAMA_ONLY}");
         let width = x.len() / self.ctx.tokens.max(1);
         let per = rows_per_task(self.ctx.tokens) * width.max(1);
-        let mut out = self.pool.take(x.len());
+        let mut out = self.pool.take_for_overwrite(x.len());
         out.par_chunks_mut(per)
             .zip(x.par_chunks(per))
             .for_each(|(o, x)| norm.forward_host_into(x, o));
@@ -204,7 +204,7 @@ impl<B: ModelBackend> BlockOps<B> for TrainOps<'_> {
                 (lin.fan_in, lin.fan_out),
                 "the host copy of the projection at {site:?}"
             );
-            let mut y = self.pool.take(self.ctx.tokens * lin.fan_out);
+            let mut y = self.pool.take_for_overwrite(self.ctx.tokens * lin.fan_out);
             let lora = self.ctx.project(lin, Some(site), x, &mut y, self.pool);
             match &mut self.tape {
                 Some(tape) => {
@@ -249,10 +249,10 @@ impl<B: ModelBackend> BlockOps<B> for TrainOps<'_> {
         self.rope.apply(&mut q, shape.heads, false);
         self.rope.apply(&mut k, shape.kv_heads, false);
         let (rows, seq) = (self.ctx.rows, self.ctx.seq);
-        let mut probs = self.pool.take(rows * shape.heads * seq * seq);
+        let mut probs = self.pool.take_for_overwrite(rows * shape.heads * seq * seq);
         let mut out = self
             .pool
-            .take(self.ctx.tokens * shape.heads * shape.head_dim);
+            .take_for_overwrite(self.ctx.tokens * shape.heads * shape.head_dim);
         causal_attention(shape, &q, &k, &v, &mut probs, &mut out);
         match &mut self.tape {
             Some(tape) => tape.attention = Some([q, k, v, probs]),
@@ -263,7 +263,7 @@ impl<B: ModelBackend> BlockOps<B> for TrainOps<'_> {
 
     fn gated(&mut self, act: MlpActivation, gate: Product, up: Product) -> Rows {
         assert_eq!(act, MlpActivation::Silu, "{LLAMA_ONLY}");
-        let mut out = self.pool.take(gate.y.len());
+        let mut out = self.pool.take_for_overwrite(gate.y.len());
         silu_gated(&gate.y, &up.y, &mut out);
         match &mut self.tape {
             Some(tape) => tape.gated = Some([gate.y, up.y]),
@@ -369,7 +369,7 @@ impl Ctx<'_> {
         } = s;
         let inter = blk.proj[4].fan_out;
         // MLP: down, SiLU-gated product, gate and up.
-        let mut dact = pool.take(n * inter);
+        let mut dact = pool.take_for_overwrite(n * inter);
         self.project_back(&blk.proj[6], &dx, &mut dact, false);
         if let Some(l) = lora.get(&Projection::Down) {
             self.lora_backward(
@@ -384,7 +384,7 @@ impl Ctx<'_> {
         }
         silu_gated_backward(&dact, &mut gate, &mut up);
         pool.give(dact);
-        let mut dn2 = pool.take(n * h);
+        let mut dn2 = pool.take_for_overwrite(n * h);
         self.project_back(&blk.proj[4], &gate, &mut dn2, false);
         self.project_back(&blk.proj[5], &up, &mut dn2, true);
         for (i, dy) in [(4, &gate), (5, &up)] {
@@ -403,7 +403,7 @@ impl Ctx<'_> {
         rms_norm_backward(&x2, &blk.norm2, m.eps, &dn2, &mut dx);
         pool.give(dn2);
         // Attention: o, softmax, RoPE, q/k/v.
-        let mut da = pool.take(n * qw);
+        let mut da = pool.take_for_overwrite(n * qw);
         self.project_back(&blk.proj[3], &dx, &mut da, false);
         if let Some(l) = lora.get(&Projection::O) {
             self.lora_backward(
@@ -416,9 +416,9 @@ impl Ctx<'_> {
                 pool,
             );
         }
-        let mut dq = pool.take(n * qw);
-        let mut dk = pool.take(n * kw);
-        let mut dv = pool.take(n * kw);
+        let mut dq = pool.take_for_overwrite(n * qw);
+        let mut dk = pool.take_for_overwrite(n * kw);
+        let mut dv = pool.take_for_overwrite(n * kw);
         causal_attention_backward(
             self.attention_shape(),
             (&q, &k, &v, &probs),
@@ -431,7 +431,7 @@ impl Ctx<'_> {
         tables.apply(&mut dq, m.heads, true);
         tables.apply(&mut dk, m.kv_heads, true);
         let need_dx = layer > 0;
-        let mut dn1 = pool.take(if need_dx { n * h } else { 0 });
+        let mut dn1 = pool.take_for_overwrite(if need_dx { n * h } else { 0 });
         if need_dx {
             self.project_back(&blk.proj[0], &dq, &mut dn1, false);
             self.project_back(&blk.proj[1], &dk, &mut dn1, true);

@@ -148,7 +148,7 @@ impl Ctx<'_> {
                     None => mask.extend(std::iter::repeat_n(1.0, len)),
                 }
             }
-            let mut dropped = pool.take(n * fan_in);
+            let mut dropped = pool.take_for_overwrite(n * fan_in);
             for ((d, x), k) in dropped.iter_mut().zip(input).zip(&mask) {
                 *d = x * k;
             }
@@ -157,7 +157,7 @@ impl Ctx<'_> {
             (None, None)
         };
         let x_in = dropped.as_deref().unwrap_or(input);
-        let mut xa = pool.take(n * r);
+        let mut xa = pool.take_for_overwrite(n * r);
         for s in &self.segments {
             let (a, b) = self.groups[s.group].params.factors(l);
             let t = self.tokens_of(s);
@@ -206,9 +206,9 @@ impl Ctx<'_> {
         let (n, r, s) = (self.tokens, self.r, self.scale);
         let (fan_in, fan_out) = (l.fan_in, l.fan_out);
         let x_in = saved.dropped.as_deref().unwrap_or(input);
-        let mut dxa = pool.take(n * r);
+        let mut dxa = pool.take_for_overwrite(n * r);
         let mut through_a = match (&saved.mask, &dx) {
-            (Some(_), Some(_)) => Some(pool.take(n * fan_in)),
+            (Some(_), Some(_)) => Some(pool.take_for_overwrite(n * fan_in)),
             _ => None,
         };
         for seg in &self.segments {

@@ -20,6 +20,35 @@ const SLACK: usize = 2;
 impl Pool {
     /// A zeroed buffer of `n` entries.
     pub(crate) fn take(&mut self, n: usize) -> Vec<f32> {
+        let mut v = self.pick(n);
+        v.clear();
+        v.resize(n, 0.0);
+        v
+    }
+
+    /// A buffer of `n` entries that the caller overwrites in full before it
+    /// reads any (the output of a product that does not accumulate, of a
+    /// norm, a copy): a kept buffer's old values are left in place, not
+    /// zeroed, since the step's buffers add up to hundreds of MB, zeroed
+    /// on one thread while the others wait. In builds with debug
+    /// assertions (the tests) every entry is NaN instead, so a read before
+    /// the write shows in the losses and gradients.
+    pub(crate) fn take_for_overwrite(&mut self, n: usize) -> Vec<f32> {
+        let mut v = self.pick(n);
+        if cfg!(debug_assertions) {
+            v.clear();
+            v.resize(n, f32::NAN);
+        } else if v.len() >= n {
+            v.truncate(n);
+        } else {
+            v.resize(n, 0.0);
+        }
+        v
+    }
+
+    /// The kept buffer that serves a request for `n` entries (see the type's
+    /// docs), or a new empty one.
+    fn pick(&mut self, n: usize) -> Vec<f32> {
         let cap = |i: usize| self.0[i].capacity();
         let best = (0..self.0.len())
             .filter(|&i| cap(i) >= n && cap(i) <= n.saturating_mul(SLACK))
@@ -29,10 +58,7 @@ impl Pool {
                     .filter(|&i| cap(i) < n)
                     .max_by_key(|&i| cap(i))
             });
-        let mut v = best.map(|i| self.0.swap_remove(i)).unwrap_or_default();
-        v.clear();
-        v.resize(n, 0.0);
-        v
+        best.map(|i| self.0.swap_remove(i)).unwrap_or_default()
     }
 
     pub(crate) fn give(&mut self, v: Vec<f32>) {
@@ -72,6 +98,27 @@ mod tests {
             pool.give(v);
         }
         assert_eq!(pool.kept_bytes(), 4 * (layers * small + large));
+    }
+
+    /// A buffer taken for overwriting has its `n` entries and comes from
+    /// the same kept buffers as a zeroed one; in builds with debug
+    /// assertions every entry is NaN.
+    #[test]
+    fn a_buffer_for_overwriting_is_reused_and_poisoned_in_tests() {
+        let mut pool = Pool::default();
+        let mut v = pool.take(100);
+        v.iter_mut().for_each(|x| *x = 1.0);
+        let ptr = v.as_ptr();
+        pool.give(v);
+        let w = pool.take_for_overwrite(80);
+        assert_eq!((w.len(), w.as_ptr()), (80, ptr));
+        if cfg!(debug_assertions) {
+            assert!(w.iter().all(|x| x.is_nan()));
+        }
+        pool.give(w);
+        let grown = pool.take_for_overwrite(150);
+        assert_eq!(grown.len(), 150);
+        assert_eq!(pool.0.len(), 0, "the kept buffer was grown");
     }
 
     #[test]

@@ -284,7 +284,7 @@ impl Ctx<'_> {
     fn embed(&self, blocks: &[&Vec<u32>], pool: &mut Pool) -> Vec<f32> {
         let (m, h) = (self.m, self.m.hidden);
         let table = m.embedding();
-        let mut x = pool.take(self.tokens * h);
+        let mut x = pool.take_for_overwrite(self.tokens * h);
         for (row, b) in blocks.iter().enumerate() {
             for (i, &id) in b[..self.seq].iter().enumerate() {
                 let at = (row * self.seq + i) * h;
@@ -330,7 +330,7 @@ impl Ctx<'_> {
         while first < self.tokens {
             let end = (first + HEAD_TOKENS).min(self.tokens);
             let n = end - first;
-            let mut logits = pool.take(n * v);
+            let mut logits = pool.take_for_overwrite(n * v);
             matmul(
                 &mut logits,
                 n,
@@ -417,7 +417,7 @@ impl Ctx<'_> {
         let mut inputs = Vec::with_capacity(m.blocks.len());
         for layer in 0..m.blocks.len() {
             if recompute {
-                let mut keep = pool.take(n_len * h);
+                let mut keep = pool.take_for_overwrite(n_len * h);
                 keep.copy_from_slice(&x);
                 inputs.push(keep);
             }
@@ -430,7 +430,7 @@ impl Ctx<'_> {
         }
         // `n`: the final norm's output; the head and cross-entropy, then
         // the final norm's backward pass.
-        let mut dnf = pool.take(n_len * h);
+        let mut dnf = pool.take_for_overwrite(n_len * h);
         self.head(blocks, &n, Some(&mut dnf), sums, pool);
         let mut dx = pool.take(n_len * h);
         rms_norm_backward(&x, &m.norm, m.eps, &dnf, &mut dx);
