@@ -401,3 +401,121 @@ proptest! {
         prop_assert_eq!(exact_verdict(&q, &m, k, b), Verdict::Within, "{:?}", sol);
     }
 }
+
+/// Entries `10^{−spread·u}` for uniform u (xorshift on `seed`), with the entry at `zero`
+/// set to 0, then one entry `10^{−spread}` times smaller than the rest at `planted`:
+/// ratios between two such rows reach `10^{±2·spread}`.
+fn wide_distribution(
+    len: usize,
+    seed: u64,
+    spread: f64,
+    planted: usize,
+    zero: Option<usize>,
+) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut v: Vec<f64> = (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            10f64.powf(-spread * ((state >> 11) as f64 / (1u64 << 53) as f64))
+        })
+        .collect();
+    v[planted % len] *= 10f64.powf(-spread);
+    if let Some(z) = zero {
+        v[z % len] = 0.0;
+    }
+    let s: f64 = v.iter().sum();
+    v.iter_mut().for_each(|x| *x /= s);
+    v
+}
+
+/// `ln n` for a positive integer, enclosed: `n ∈ [m·2^s, (m+1)·2^s)` for its top 53 bits
+/// `m`, each end's logarithm rounded outward with `privmix_renyi::round`.
+fn ln_enclosure(n: &BigInt) -> (f64, f64) {
+    let shift = n.bits().saturating_sub(53);
+    let m: BigInt = n >> shift;
+    let m = m.to_string().parse::<f64>().expect("53 bits");
+    let s = shift as f64;
+    (
+        add_down(ln_down(m), mul_down(s, ln_down(2.0))),
+        add_up(ln_up(m + 1.0), mul_up(s, ln_up(2.0))),
+    )
+}
+
+/// `D_k(p/Σp ‖ q/Σq)`, enclosed from its exact rational `e^{(k−1)D}`; `None` where it
+/// is `+∞`.
+fn exact_enclosure(p: &[f64], q: &[f64], k: u32) -> Option<(f64, f64)> {
+    if p.iter().zip(q).any(|(&x, &y)| x > 0.0 && y == 0.0) {
+        return None;
+    }
+    let (sp, sq) = (
+        p.iter().fold(BigRational::zero(), |s, &x| s + rat(x)),
+        q.iter().fold(BigRational::zero(), |s, &x| s + rat(x)),
+    );
+    let mut s = BigRational::zero();
+    for (&x, &z) in p.iter().zip(q) {
+        if x > 0.0 {
+            s += num_traits::pow(rat(x), k as usize) / num_traits::pow(rat(z), k as usize - 1);
+        }
+    }
+    let value = s * num_traits::pow(sq, k as usize - 1) / num_traits::pow(sp, k as usize);
+    let (num, den) = (ln_enclosure(value.numer()), ln_enclosure(value.denom()));
+    let e = f64::from(k - 1);
+    Some((
+        privmix_renyi::round::div_down(add_down(num.0, -den.1), e),
+        div_up(add_up(num.1, -den.0), e),
+    ))
+}
+
+/// Whether `|D̂ − D| ≤ ρ·D + A` for the exact `D` (enclosed to about `2⁻⁵²` absolute):
+/// `D ≤ (D̂ + A)/(1 − ρ)` and `D ≥ (D̂ − A)/(1 + ρ)`.
+fn within_the_model(p: &[f64], q: &[f64], k: u32, value: f64, error: EvaluatorError) -> bool {
+    let (rho, a) = (error.relative, error.absolute);
+    let Some((lo, hi)) = exact_enclosure(p, q, k) else {
+        return value == f64::INFINITY;
+    };
+    let upper = div_up(add_up(value, a), sub_down(1.0, rho));
+    let lower = privmix_renyi::round::div_down(add_down(value, -a), add_up(1.0, rho));
+    hi <= upper && lo >= lower
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// At λ = 1 the closed-form path answers from its ratio pass's sums, scaled by
+    /// powers of two that follow the ratios' extremes: on rows whose ratios reach far
+    /// beyond `e^{±600/α}` (up to `10^{±100}`), with a zero in p (the reverse divergence
+    /// is `+∞`) or in q (the forward one is), both directions are within the error
+    /// model of `evaluator_error` of the exact divergence.
+    #[test]
+    fn lambda_one_values_are_within_the_error_model_at_extreme_ratios(
+        len in 2..24usize,
+        seeds in (any::<u64>(), any::<u64>()),
+        spread in 1.0..50.0_f64,
+        planted in (0..24usize, 0..24usize),
+        zero in prop_oneof![Just(None), Just(Some(0)), Just(Some(1))],
+        zero_at in 0..24usize,
+        k in prop::sample::select(vec![2u32, 3, 7, 18, 36, 64]),
+    ) {
+        let p = wide_distribution(len, seeds.0, spread, planted.0, (zero == Some(0)).then_some(zero_at));
+        let q = wide_distribution(len, seeds.1, spread, planted.1, (zero == Some(1)).then_some(zero_at));
+        let order = order_of(Some(k));
+        let value = privmix_renyi::SymmetricMixture::new(&p, &q, order)
+            .unwrap()
+            .evaluate(1.0)
+            .unwrap();
+        let error = evaluator_error(order, len).unwrap();
+        prop_assert!(within_the_model(&p, &q, k, value.forward.value, error), "forward {:?}", value);
+        prop_assert!(within_the_model(&q, &p, k, value.reverse.value, error), "reverse {:?}", value);
+        // The check has teeth: a value off by 4A is outside the model.
+        for (a, b, v) in [(&p, &q, value.forward.value), (&q, &p, value.reverse.value)] {
+            if v.is_finite() {
+                prop_assert!(!within_the_model(a, b, k, v + 4.0 * error.absolute, error));
+                if v > 8.0 * error.absolute {
+                    prop_assert!(!within_the_model(a, b, k, v - 4.0 * error.absolute, error));
+                }
+            }
+        }
+    }
+}

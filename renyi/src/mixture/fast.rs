@@ -18,10 +18,10 @@
 //! and an element that underflows is below `2^-1022` of the largest term. Powers are
 //! repeated squaring on blocks of [`PW`] elements in independent lanes.
 //!
-//! The pass that forms `r` also forms the four sums at λ = 1 (`t = r`), unscaled: they
-//! are used where `α·|ln r|` stays below 600 for the extreme ratios (every term is
-//! then representable, and the largest ones are ≥ 1 since `min r ≤ 1 ≤ max r`), so a
-//! solve's first probe rides on the table's construction.
+//! The pass that forms `r` (`ratio_pass.rs`) also forms the four sums at λ = 1 (`t = r`),
+//! scaled by powers of two that follow the running extremes of r, so a solve's first
+//! probe rides on the table's construction whatever the ratios' range (for orders up to
+//! 256; above, only where `α·|ln r|` stays below 600 for the extreme ratios).
 //!
 //! Only used where every non-zero entry of p and q is at least `RATIO_PATH_MIN` (so
 //! `r ∈ [0, 1e150]`) and `2 ≤ α ≤ MAX_ORDER`; otherwise, and at λ = 0, the general
@@ -30,6 +30,7 @@
 //! positive value is rounded up by one ulp so that rounding errs on the safe side.
 //! The derivation and the scaling argument are in `proof.md` beside this file (P5).
 
+use super::ratio_pass::{AtOneSums, MIN_SCALED_SUM, Ratios, SCALED_MAX_ORDER, pow2};
 use crate::kernel::{LANES, PW, RATIO_PATH_MIN, combine, non_negative, pow8, powi_u32};
 use crate::round::step_up;
 use crate::validate::ProbSummary;
@@ -56,136 +57,6 @@ pub(crate) struct RatioTable {
     /// Both directions at λ = 1, from the sums the ratio pass formed on the way
     /// (see [`RatioTable::new`]); `None` where they could not be trusted.
     at_one: Option<Pair>,
-}
-
-/// The pass of [`RatioTable::new`] as a `pulp` operation: writes `r` and returns
-/// `(min r, max r, Σ p off q's support, check)` and the λ = 1 sums
-/// `[Σ q·r^k, Σ q·r^{k−1}·d, Σ q·r·r^{−k}, Σ q·r^{−k}·d]` (`d = r − 1`, unscaled).
-///
-/// Two variants. The quick one (`careful = false`) assumes q > 0 everywhere: it
-/// divides without masks, and `check` (the sum of the ratios) comes out non-finite
-/// exactly when some `q_x = 0` (a ratio `p/0` is `+∞` or NaN; every other ratio is at
-/// most `1/RATIO_PATH_MIN`), in which case the caller runs the careful one, which
-/// masks those entries (`r = 1`, weight 0, excluded from the extremes) and sums the
-/// mass of p there.
-struct Ratios<'a> {
-    p: &'a [f64],
-    q: &'a [f64],
-    r: &'a mut [f64],
-    k: u32,
-    careful: bool,
-}
-
-/// How far ahead of the ratio pass `p` is prefetched, in entries (8 KB: about the
-/// DRAM latency's worth of the pass's arithmetic, with room). Prefetching in the pass
-/// instead of a separate warming loop before it overlaps the row's fetch with the
-/// pass's arithmetic.
-const AHEAD: usize = 1024;
-
-/// What [`Ratios`] returns.
-type RatioSums = ((f64, f64, f64, f64), [f64; 4]);
-
-impl pulp::WithSimd for Ratios<'_> {
-    type Output = RatioSums;
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, simd: S) -> Self::Output {
-        let Ratios {
-            p,
-            q,
-            r,
-            k,
-            careful,
-        } = self;
-        let (pv, p_tail) = S::as_simd_f64s(p);
-        let (qv, q_tail) = S::as_simd_f64s(q);
-        let (rv, r_tail) = S::as_mut_simd_f64s(r);
-        let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
-        let (inf, neg_inf) = (
-            simd.splat_f64s(f64::INFINITY),
-            simd.splat_f64s(f64::NEG_INFINITY),
-        );
-        let (mut lo, mut hi, mut off, mut check) = (inf, neg_inf, zero, zero);
-        let mut at_one = [zero; 4];
-        // Blocks of `U` vectors, so that the powers run in `U` independent chains,
-        // then the remaining vectors one at a time.
-        let blocks = pv.len() / U;
-        let (p_blocks, p_rest) = pv.split_at(blocks * U);
-        let (q_blocks, q_rest) = qv.split_at(blocks * U);
-        let (r_blocks, r_rest) = rv.split_at_mut(blocks * U);
-        let groups = p_blocks
-            .chunks_exact(U)
-            .zip(q_blocks.chunks_exact(U))
-            .zip(r_blocks.chunks_exact_mut(U))
-            .map(|((p, q), r)| (p, q, r))
-            .chain(
-                p_rest
-                    .chunks(1)
-                    .zip(q_rest.chunks(1))
-                    .zip(r_rest.chunks_mut(1))
-                    .map(|((p, q), r)| (p, q, r)),
-            );
-        let prefetch = crate::simd::Prefetch::new();
-        let lanes = size_of::<S::f64s>() / size_of::<f64>();
-        for (g, (pb, qb, rb)) in groups.enumerate() {
-            // `p` is usually a fresh row (a member's) coming from memory: ask for it
-            // well ahead, one line per vector (`q` is shared and in cache).
-            for j in 0..U {
-                prefetch.line(p, (g * U + j) * lanes + AHEAD);
-            }
-            let mut ratio = [one; U];
-            for j in 0..pb.len() {
-                let (p, q) = (pb[j], qb[j]);
-                if careful {
-                    let on = simd.greater_than_f64s(q, zero);
-                    ratio[j] = simd.select_f64s(on, simd.div_f64s(p, q), one);
-                    lo = simd.min_f64s(lo, simd.select_f64s(on, ratio[j], inf));
-                    hi = simd.max_f64s(hi, simd.select_f64s(on, ratio[j], neg_inf));
-                    off = simd.add_f64s(off, simd.select_f64s(on, zero, p));
-                } else {
-                    ratio[j] = simd.div_f64s(p, q);
-                    lo = simd.min_f64s(lo, ratio[j]);
-                    hi = simd.max_f64s(hi, ratio[j]);
-                    check = simd.add_f64s(check, ratio[j]);
-                }
-                rb[j] = ratio[j];
-            }
-            // λ = 1: t = r (the careful pass's masked entries have r = 1 and weight 0;
-            // unused lanes of a short group are 1 with no weight read).
-            let rk1 = crate::simd::pow_vectors(simd, ratio, k - 1);
-            for j in 0..pb.len() {
-                let (q, d) = (qb[j], simd.sub_f64s(ratio[j], one));
-                let qk1 = simd.mul_f64s(q, rk1[j]);
-                let qz = simd.div_f64s(q, simd.mul_f64s(rk1[j], ratio[j]));
-                at_one[0] = simd.mul_add_f64s(qk1, ratio[j], at_one[0]);
-                at_one[1] = simd.mul_add_f64s(qk1, d, at_one[1]);
-                at_one[2] = simd.mul_add_f64s(qz, ratio[j], at_one[2]);
-                at_one[3] = simd.mul_add_f64s(qz, d, at_one[3]);
-            }
-        }
-        let mut at_one = at_one.map(|v| simd.reduce_sum_f64s(v));
-        let (mut lo, mut hi) = (simd.reduce_min_f64s(lo), simd.reduce_max_f64s(hi));
-        let (mut off, mut check) = (simd.reduce_sum_f64s(off), simd.reduce_sum_f64s(check));
-        for ((&p, &q), r) in p_tail.iter().zip(q_tail).zip(r_tail.iter_mut()) {
-            if q > 0.0 || !careful {
-                *r = p / q;
-                check += *r;
-                lo = lo.min(*r);
-                hi = hi.max(*r);
-                let (ratio, d) = (*r, *r - 1.0);
-                let rk1 = powi_u32(ratio, k - 1);
-                let (qk1, qz) = (q * rk1, q / (rk1 * ratio));
-                at_one[0] += qk1 * ratio;
-                at_one[1] += qk1 * d;
-                at_one[2] += qz * ratio;
-                at_one[3] += qz * d;
-            } else {
-                *r = 1.0;
-                off += p;
-            }
-        }
-        ((lo, hi, off, check), at_one)
-    }
 }
 
 impl Drop for RatioTable {
@@ -257,7 +128,7 @@ impl RatioTable {
             return None;
         }
         let mut r = spare::take(p.len());
-        let ratios = |careful, r: &mut Vec<f64>| {
+        let pass = |careful, r: &mut Vec<f64>| {
             pulp::Arch::new().dispatch(Ratios {
                 p,
                 q,
@@ -266,13 +137,12 @@ impl RatioTable {
                 careful,
             })
         };
-        let mut sums = ratios(false, &mut r);
-        if !sums.0.3.is_finite() {
+        let mut out = pass(false, &mut r);
+        if !out.check.is_finite() {
             // Some q_x = 0.
-            sums = ratios(true, &mut r);
+            out = pass(true, &mut r);
         }
-        let ((lo, hi, off, _), [a, b, c, d]) = sums;
-        let (r_min, r_max) = (lo, hi);
+        let (r_min, r_max) = (out.r_min, out.r_max);
         if !(r_min.is_finite() && r_max.is_finite()) {
             return None;
         }
@@ -283,28 +153,76 @@ impl RatioTable {
             r_max,
             p_total: sp.sum,
             q_total: sq.sum,
-            off_support: off > 0.0,
+            off_support: out.off > 0.0,
             at_one: None,
         };
-        // The λ = 1 sums are unscaled (t = r): trusted where every power of every
-        // ratio stays within e^{±600} (so no term overflows and the largest terms,
-        // which are ≥ 1 since min r ≤ 1 ≤ max r, keep full precision), as the scaled
-        // passes guarantee by construction.
-        let alpha = f64::from(k);
-        let in_range = r_min > 0.0
-            && alpha * r_max.ln() < MIN_SCALED_LOG_RANGE
-            && -alpha * r_min.ln() < MIN_SCALED_LOG_RANGE;
-        if in_range
-            && a > 0.0
-            && c > 0.0
-            && a.is_finite()
-            && c.is_finite()
-            && b.is_finite()
-            && d.is_finite()
-        {
-            table.at_one = Some(table.pair(1.0, a.ln(), b / a, c.ln(), d / c));
-        }
+        table.at_one = table.at_one(&out.at_one);
         Some(table)
+    }
+
+    /// Both directions at λ = 1 from the pass's sums (see `ratio_pass.rs`), or `None`
+    /// where they cannot be trusted.
+    fn at_one(&self, at: &AtOneSums) -> Option<Pair> {
+        if at.failed {
+            return None;
+        }
+        let (k, alpha) = (self.k, f64::from(self.k));
+        let scaled = k <= SCALED_MAX_ORDER;
+        let [a_s, b_s, c_s, d_s] = at.sums;
+        // Scaled sums this small could carry the roundings of subnormal results (an
+        // infinite direction's sums are not used).
+        let forward_ok = self.off_support || a_s >= MIN_SCALED_SUM;
+        let reverse_ok = self.r_min == 0.0 || c_s >= MIN_SCALED_SUM;
+        if scaled && !(forward_ok && reverse_ok) {
+            return None;
+        }
+        // Where every power of every ratio stays within e^{±600}, the unscaled sums
+        // are representable (and the largest terms, ≥ 1 since min r ≤ 1 ≤ max r, keep
+        // full precision): formed from them, the values are those of the unscaled
+        // pass the scaled one multiplies by powers of two.
+        let in_range = self.r_min > 0.0
+            && alpha * self.r_max.ln() < MIN_SCALED_LOG_RANGE
+            && -alpha * self.r_min.ln() < MIN_SCALED_LOG_RANGE;
+        if in_range {
+            let [a, b, c, d] = at.unscaled(k);
+            if a > 0.0
+                && c > 0.0
+                && a.is_finite()
+                && c.is_finite()
+                && b.is_finite()
+                && d.is_finite()
+            {
+                return Some(self.pair(1.0, a.ln(), b / a, c.ln(), d / c));
+            }
+        }
+        if !(scaled && a_s.is_finite() && b_s.is_finite()) {
+            return None;
+        }
+        // Scaled by 2^E (forward) and 2^F (reverse), as `evaluate` scales by the
+        // extremes of t: Σ q·r^k = 2^{Ek}·a_s, Σ q·r^{1−k} = 2^{−Fk}·c_s.
+        let (hi, lo) = (pow2(at.e_hi.into()), pow2(at.e_lo.into()));
+        let log_sf = alpha * hi.ln() + a_s.ln();
+        let forward_rate = b_s / (hi * a_s);
+        if self.r_min == 0.0 {
+            // p = 0 < q somewhere: the reverse divergence at λ = 1 is +∞ (what the
+            // general kernels return there), whatever the reverse sums hold.
+            let (forward, _) = self.pair(1.0, log_sf, forward_rate, 0.0, 0.0);
+            let infinite = ValueAndSlope {
+                value: f64::INFINITY,
+                slope: f64::INFINITY,
+            };
+            return Some((forward, infinite));
+        }
+        if !(c_s.is_finite() && d_s.is_finite()) {
+            return None;
+        }
+        Some(self.pair(
+            1.0,
+            log_sf,
+            forward_rate,
+            -alpha * lo.ln() + c_s.ln(),
+            d_s / c_s,
+        ))
     }
 
     /// Both directions at `lambda ∈ (0, 1]` (the caller checks the range), or `None`
@@ -624,3 +542,6 @@ fn round_up(value: f64) -> f64 {
     let v = non_negative(value);
     if v > 0.0 { step_up(v) } else { v }
 }
+
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,8 @@
 //! The modules below this one form a tree with no cycle: [`kernel`] holds the shared
 //! types (chunks, endpoints, sums, [`ValueAndSlope`]) and the ratio accumulator;
 //! `log` and `max` hold the log-space and order-∞ accumulators, built on the kernel's
-//! types; `fast` holds the integer-order fast path. This module picks the accumulator
+//! types; `fast` holds the integer-order fast path, and `ratio_pass` the pass that
+//! builds its table (the ratios and the λ = 1 sums). This module picks the accumulator
 //! for each evaluation ([`PathAcc`]); `rows` holds validated rows ([`ValidatedRow`],
 //! [`ValidatedRows`]), which the constructors take.
 
@@ -16,6 +17,7 @@ mod fast;
 mod kernel;
 mod log;
 mod max;
+mod ratio_pass;
 mod rows;
 
 use crate::kernel::{CHUNK, RATIO_PATH_MIN};
@@ -204,8 +206,9 @@ impl SymmetricValue {
 /// that vector and q (see `fast.rs` and `proof.md` beside this file, P5): equal to [`MixturePath::forward`] and
 /// [`MixturePath::reverse`] to rounding (relative ~1e-14), with each positive value
 /// rounded up one ulp. The pass that forms the ratios also forms the sums at λ = 1
-/// (where the mixture is p), so `evaluate(1.0)`, the first point every λ search
-/// probes, costs no further pass. Elsewhere (other orders, tiny entries, λ = 0, or a
+/// (where the mixture is p), scaled by powers of two that follow the ratios' range, so
+/// `evaluate(1.0)`, the first point every λ search probes, costs no further pass (for
+/// orders up to 256; above, where every ratio stays within `e^{±600/α}`). Elsewhere (other orders, tiny entries, λ = 0, or a
 /// scale that cannot keep every term representable) it is exactly those two paths
 /// evaluated together (same formulas, same summation order), at half the memory traffic.
 #[derive(Debug, Clone)]

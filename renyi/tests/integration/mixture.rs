@@ -556,3 +556,26 @@ proptest! {
         prop_assert!(close(both.reverse.slope, rev.slope, 1e-12), "{:?} vs {:?}", both, rev);
     }
 }
+
+proptest! {
+    /// At λ = 1 the closed-form path answers from its ratio pass, scaled by powers of
+    /// two that follow the ratios' range: on rows whose ratios reach `10^{±140}` (far
+    /// beyond `e^{±600/α}`), with zeros on either side, it agrees with the two separate
+    /// paths to rounding, and is `+∞` exactly where they are.
+    #[test]
+    fn lambda_one_agrees_with_both_paths_at_extreme_ratios(
+        (p, q) in (2..80usize).prop_flat_map(|n| (distribution(n, -140.0, true), distribution(n, -140.0, true))),
+        k in prop_oneof![2..20u32, Just(36), Just(64), Just(256)],
+    ) {
+        let alpha = Order::new(f64::from(k)).unwrap();
+        let both = SymmetricMixture::new(&p, &q, alpha).unwrap().evaluate(1.0).unwrap();
+        let fwd = MixturePath::forward(&p, &q, alpha).unwrap().evaluate(1.0).unwrap();
+        let rev = MixturePath::reverse(&p, &q, alpha).unwrap().evaluate(1.0).unwrap();
+        for (got, want) in [(both.forward, fwd), (both.reverse, rev)] {
+            prop_assert!(!got.value.is_nan() && !got.slope.is_nan(), "{:?}", got);
+            prop_assert_eq!(got.value == f64::INFINITY, want.value == f64::INFINITY);
+            prop_assert!(close(got.value, want.value, 1e-13), "{:?} vs {:?}", got, want);
+            prop_assert!(close(got.slope, want.slope, 1e-9), "{:?} vs {:?}", got, want);
+        }
+    }
+}
