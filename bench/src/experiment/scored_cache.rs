@@ -47,7 +47,11 @@ use crate::error::BenchError;
 /// - 3: the mechanisms exponentiate log-probability rows by their own
 ///   vectorised `exp` (within 2 ulp of libm's), which can move a seeded draw
 ///   and changes the perplexities' last bits.
-pub const SCORED_VERSION: u32 = 3;
+/// - 4: the symmetric mixture divergence answers λ = 1 from its ratio pass
+///   whatever the ratios' range (scaled sums), where a second pass answered
+///   it before: equal to ~1e-14 relative, but a λ search that goes on past
+///   λ = 1 may end on a λ whose last bits differ, and so a seeded draw.
+pub const SCORED_VERSION: u32 = 4;
 
 /// One part's result, the seconds it took when it was computed, and (as
 /// provenance, outside the key) the commit that computed it.
