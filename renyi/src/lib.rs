@@ -94,6 +94,8 @@ mod order;
 pub mod proofs;
 pub mod round;
 pub mod simd;
+#[cfg(any(test, feature = "test-rows"))]
+pub mod test_rows;
 mod validate;
 
 pub use divergence::{

@@ -412,22 +412,12 @@ fn wide_distribution(
     planted: usize,
     zero: Option<usize>,
 ) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v: Vec<f64> = (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            10f64.powf(-spread * ((state >> 11) as f64 / (1u64 << 53) as f64))
-        })
-        .collect();
-    v[planted % len] *= 10f64.powf(-spread);
-    if let Some(z) = zero {
-        v[z % len] = 0.0;
-    }
-    let s: f64 = v.iter().sum();
-    v.iter_mut().for_each(|x| *x /= s);
-    v
+    privmix_renyi::test_rows::wide_row(len, seed, spread, |w| {
+        w[planted % len] *= 10f64.powf(-spread);
+        if let Some(z) = zero {
+            w[z % len] = 0.0;
+        }
+    })
 }
 
 /// `ln n` for a positive integer, enclosed: `n ∈ [m·2^s, (m+1)·2^s)` for its top 53 bits

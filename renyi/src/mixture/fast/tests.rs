@@ -8,24 +8,14 @@ use crate::{MixturePath, validate};
 /// A distribution of `len` entries `10^{−spread·u}` (xorshift on `seed`), normalised,
 /// with every `zero_every`-th entry (from `first_zero`) set to 0.
 fn row(len: usize, seed: u64, spread: f64, zeros: Option<(usize, usize)>) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v: Vec<f64> = (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            10f64.powf(-spread * ((state >> 11) as f64 / (1u64 << 53) as f64))
-        })
-        .collect();
-    if let Some((first, every)) = zeros {
-        v.iter_mut()
-            .skip(first)
-            .step_by(every)
-            .for_each(|x| *x = 0.0);
-    }
-    let s: f64 = v.iter().sum();
-    v.iter_mut().for_each(|x| *x /= s);
-    v
+    crate::test_rows::wide_row(len, seed, spread, |w| {
+        if let Some((first, every)) = zeros {
+            w.iter_mut()
+                .skip(first)
+                .step_by(every)
+                .for_each(|x| *x = 0.0);
+        }
+    })
 }
 
 fn table(p: &[f64], q: &[f64], k: u32) -> RatioTable {
