@@ -5,27 +5,37 @@
 //! rows whose entries span many orders of magnitude, where the scaled ratio pass and the
 //! error model matter. Both draw them here, so one generator decides what "a wide row" is.
 
+/// Uniform draws on `[0, 1)` with 53 random bits each, from a xorshift64 stream seeded by
+/// `seed` (any seed: it is mixed and made odd, so the stream never sticks at zero).
+///
+/// Exact integer arithmetic and one exact conversion: the same seed gives the same
+/// draws on every machine.
+pub fn uniforms(seed: u64) -> impl Iterator<Item = f64> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    std::iter::repeat_with(move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
 /// A distribution over `len` outcomes whose unnormalised weights are `10^(−spread·u)`,
-/// `u` uniform on `[0, 1)` from a xorshift64 stream seeded by `seed`; `shape` may then
+/// `u` the first `len` of [`uniforms`]`(seed)`; `shape` may then
 /// change the weights (plant a small entry, zero some) before they are normalised to sum
 /// to 1.
 ///
-/// The same `(len, seed, spread, shape)` gives the same bits on every machine: xorshift is
-/// exact integer arithmetic and `powf`, the sum and the division are the only roundings.
+/// The same `(len, seed, spread, shape)` gives the same bits on every machine: `powf`,
+/// the sum and the division are the only roundings.
 ///
 /// # Panics
 /// If `len` is 0 or `shape` leaves every weight zero (the row cannot be normalised): a
 /// test's own mistake, not an input to report.
 pub fn wide_row(len: usize, seed: u64, spread: f64, shape: impl FnOnce(&mut [f64])) -> Vec<f64> {
     assert!(len > 0, "a row needs at least one outcome");
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut weights: Vec<f64> = (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            10f64.powf(-spread * ((state >> 11) as f64 / (1u64 << 53) as f64))
-        })
+    let mut weights: Vec<f64> = uniforms(seed)
+        .take(len)
+        .map(|u| 10f64.powf(-spread * u))
         .collect();
     shape(&mut weights);
     let total: f64 = weights.iter().sum();

@@ -1,19 +1,15 @@
 use super::*;
 use crate::LAMBDA_TOLERANCE;
+use privmix_renyi::test_rows::uniforms;
 
 fn order(a: f64) -> Order {
     Order::new(a).unwrap()
 }
 
 fn logits(len: usize, seed: u64, scale: f64) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            scale * ((state >> 11) as f64 / (1u64 << 53) as f64 - 0.5)
-        })
+    uniforms(seed)
+        .take(len)
+        .map(|u| scale * (u - 0.5))
         .collect()
 }
 

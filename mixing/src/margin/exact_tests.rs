@@ -107,15 +107,10 @@ fn order_of(k: Option<u32>) -> Order {
 /// profile, with `tiny` entries scaled down to 1e-200 and below (the log-space kernels)
 /// and `zeros` entries set to 0.
 fn distribution(len: usize, seed: u64, tiny: usize, zeros: usize) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let mut v: Vec<f64> = (0..len)
-        .map(|i| (0.2 + next()) / (i as f64 + 1.0))
+    let mut v: Vec<f64> = privmix_renyi::test_rows::uniforms(seed)
+        .take(len)
+        .enumerate()
+        .map(|(i, u)| (0.2 + u) / (i as f64 + 1.0))
         .collect();
     for (j, x) in v.iter_mut().rev().take(tiny).enumerate() {
         *x *= [1e-200, 1e-300, 1e-310][j % 3];

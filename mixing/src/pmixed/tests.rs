@@ -1,5 +1,6 @@
 use super::*;
 use crate::LAMBDA_TOLERANCE;
+use privmix_renyi::test_rows::uniforms;
 
 fn order(a: f64) -> Order {
     Order::new(a).unwrap()
@@ -7,15 +8,10 @@ fn order(a: f64) -> Order {
 
 /// Pseudo-random distribution with a Zipf-like profile, perturbed by `seed`.
 fn distribution(len: usize, seed: u64, skew: f64) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut v: Vec<f64> = (0..len)
-        .map(|i| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let u = (state >> 11) as f64 / (1u64 << 53) as f64;
-            (1.0 + u * skew) / (i as f64 + 1.0)
-        })
+    let mut v: Vec<f64> = uniforms(seed)
+        .take(len)
+        .enumerate()
+        .map(|(i, u)| (1.0 + u * skew) / (i as f64 + 1.0))
         .collect();
     let s: f64 = v.iter().sum();
     v.iter_mut().for_each(|x| *x /= s);

@@ -190,14 +190,10 @@ mod tests {
     #[test]
     fn rows_divided_while_validated_equal_rows_divided_first() {
         for row_len in [3, 1000, 5003] {
-            let mut state = 0x9e37_79b9_7f4a_7c15_u64 ^ row_len as u64;
-            let mut next = || {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 11) as f64 / (1u64 << 53) as f64
-            };
-            let mut data: Vec<f64> = (0..4 * row_len).map(|_| next().powi(6)).collect();
+            let mut data: Vec<f64> = crate::test_rows::uniforms(row_len as u64)
+                .take(4 * row_len)
+                .map(|u| u.powi(6))
+                .collect();
             data[1] = 0.0;
             let sums: Vec<f64> = data.chunks(row_len).map(|r| r.iter().sum()).collect();
             let divided: Vec<f64> = data
