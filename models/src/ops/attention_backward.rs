@@ -13,8 +13,25 @@
 //! The backward pass is the softmax's Jacobian product
 //! (`dS = P ⊙ (dP − rowsum(P ⊙ dP))`, `dP = dO vᵀ`) and the three products'
 //! transposes: `dq = scale · dS k`, `dk = scale · dSᵀ q`, `dv = Pᵀ dO`.
+//!
+//!
+//! Causal tiles: every product runs on tiles of `TILE` query rows (the
+//! last tile takes the remainder), each reaching only the keys at or below
+//! its last row, so the blocks wholly above the diagonal, where `P` and
+//! `dS` are zero, are neither formed nor summed. This keeps every bit of
+//! the full `seq × seq` products where every value is finite: `gemm`'s
+//! packed kernels sum each element in order of `k` from `+0`, in one block
+//! where `k ≤ 512` (so blocks of up to `seq ≤ 512` tokens are tiled, longer
+//! ones are not), and a term `±0 · x` leaves such a sum as it was, whether
+//! it comes before the first other term or after the last. Every tile is
+//! at least `TILE × TILE`, so no tile takes `gemm`'s paths for a few rows
+//! or columns (another order of the sum).
+//!
 //! The tests beside this file check the forward against an f64 reference and
-//! the backward against central differences of that reference.
+//! the backward against central differences of that reference, and the
+//! tiled passes against the full products bit for bit.
+
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -47,6 +64,32 @@ impl CausalShape {
     /// Floats of the saved probabilities of `rows` rows.
     pub fn probs_len(&self, rows: usize) -> usize {
         rows * self.heads * self.seq * self.seq
+    }
+}
+
+/// Query rows per causal tile (see the module docs): a multiple of 8,
+/// `gemm`'s row tile, and large enough that a tile's products keep to
+/// `gemm`'s packed kernels (`TILE²` elements, more than the 256 below which
+/// it sums another way).
+const TILE: usize = 32;
+
+/// The longest sum `gemm` runs in one block: longer blocks of tokens are
+/// not tiled (a shorter sum would be blocked another way).
+const ONE_BLOCK: usize = 512;
+
+/// The causal tiles of a block of `t` tokens: `TILE` rows each, the last
+/// taking the remainder (so `TILE` to `2 · TILE - 1` rows); one tile of all
+/// `t` rows where `t < 2 · TILE` or `t > ONE_BLOCK`.
+fn tiles(t: usize) -> impl Iterator<Item = Range<usize>> {
+    let n = if t > ONE_BLOCK { 1 } else { (t / TILE).max(1) };
+    (0..n).map(move |b| b * TILE..if b + 1 == n { t } else { (b + 1) * TILE })
+}
+
+/// `m` from element `(row, col)` on.
+fn from(m: Mat<'_>, row: usize, col: usize) -> Mat<'_> {
+    Mat {
+        data: &m.data[row * m.rs + col * m.cs..],
+        ..m
     }
 }
 
@@ -90,7 +133,22 @@ pub fn causal_attention(
                     rs: 1,
                     cs: kw,
                 };
-                gemm_into(p, t, t, t, hd, false, scale, qh, kt);
+                // Scores of each tile's rows against the keys up to its last
+                // row; the rest of a row is zeroed below.
+                for r in tiles(t) {
+                    let dst = &mut p[r.start * t..];
+                    gemm_into(
+                        dst,
+                        t,
+                        r.len(),
+                        r.end,
+                        hd,
+                        false,
+                        scale,
+                        from(qh, r.start, 0),
+                        kt,
+                    );
+                }
                 for (i, row) in p.chunks_mut(t).enumerate() {
                     let max = row[..=i].iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let inv = (1.0 / exp_shifted_in_place(&mut row[..=i], max)) as f32;
@@ -104,17 +162,19 @@ pub fn causal_attention(
                     rs: kw,
                     cs: 1,
                 };
-                gemm_into(
-                    &mut out[head * hd..],
-                    qw,
-                    t,
-                    hd,
-                    t,
-                    false,
-                    1.0,
-                    Mat::rows(p, t),
-                    vh,
-                );
+                for r in tiles(t) {
+                    gemm_into(
+                        &mut out[r.start * qw + head * hd..],
+                        qw,
+                        r.len(),
+                        hd,
+                        r.end,
+                        false,
+                        1.0,
+                        from(Mat::rows(p, t), r.start, 0),
+                        vh,
+                    );
+                }
             }
         });
 }
@@ -159,73 +219,90 @@ pub fn causal_attention_backward(
                     rs: qw,
                     cs: 1,
                 };
-                // dP = dO vᵀ; dv += Pᵀ dO.
-                gemm_into(
-                    &mut ds,
-                    t,
-                    t,
-                    t,
-                    hd,
-                    false,
-                    1.0,
-                    doh,
-                    Mat {
-                        data: &v[g..],
-                        rs: 1,
-                        cs: kw,
-                    },
-                );
-                gemm_into(
-                    &mut dv[g..],
-                    kw,
-                    t,
-                    hd,
-                    t,
-                    true,
-                    1.0,
-                    Mat::transposed(p, t),
-                    doh,
-                );
-                // dS = P ⊙ (dP − Σ_u P dP).
-                for (prow, drow) in p.chunks(t).zip(ds.chunks_mut(t)) {
-                    let dot: f32 = prow.iter().zip(drow.iter()).map(|(a, b)| a * b).sum();
-                    for (d, p) in drow.iter_mut().zip(prow) {
-                        *d = p * (*d - dot);
-                    }
-                }
-                // dq = scale · dS k; dk += scale · dSᵀ q.
+                let vt = Mat {
+                    data: &v[g..],
+                    rs: 1,
+                    cs: kw,
+                };
                 let kh = Mat {
                     data: &k[g..],
                     rs: kw,
                     cs: 1,
                 };
-                gemm_into(
-                    &mut dq[head * hd..],
-                    qw,
-                    t,
-                    hd,
-                    t,
-                    false,
-                    scale,
-                    Mat::rows(&ds, t),
-                    kh,
-                );
                 let qh = Mat {
                     data: &q[head * hd..],
                     rs: qw,
                     cs: 1,
                 };
-                gemm_into(
-                    &mut dk[g..],
-                    kw,
-                    t,
-                    hd,
-                    t,
-                    true,
-                    scale,
-                    Mat::transposed(&ds, t),
-                    qh,
-                );
+                // dP = dO vᵀ, each tile's rows up to its last row's key.
+                for r in tiles(t) {
+                    let dst = &mut ds[r.start * t..];
+                    gemm_into(
+                        dst,
+                        t,
+                        r.len(),
+                        r.end,
+                        hd,
+                        false,
+                        1.0,
+                        from(doh, r.start, 0),
+                        vt,
+                    );
+                }
+                // dv += Pᵀ dO: each tile's keys from the queries at or
+                // after its first row.
+                for c in tiles(t) {
+                    gemm_into(
+                        &mut dv[c.start * kw + g..],
+                        kw,
+                        c.len(),
+                        hd,
+                        t - c.start,
+                        true,
+                        1.0,
+                        from(Mat::transposed(p, t), c.start, c.start),
+                        from(doh, c.start, 0),
+                    );
+                }
+                // dS = P ⊙ (dP − Σ_u P dP) at and below the diagonal, zero
+                // above it to the end of the row's tile (the part of the
+                // row the products below read).
+                for (i, (prow, drow)) in p.chunks(t).zip(ds.chunks_mut(t)).enumerate() {
+                    let (prow, (drow, above)) = (&prow[..=i], drow.split_at_mut(i + 1));
+                    let dot: f32 = prow.iter().zip(drow.iter()).map(|(a, b)| a * b).sum();
+                    for (d, p) in drow.iter_mut().zip(prow) {
+                        *d = p * (*d - dot);
+                    }
+                    above.fill(0.0);
+                }
+                // dq = scale · dS k; dk += scale · dSᵀ q, tiled as P v and
+                // Pᵀ dO.
+                for r in tiles(t) {
+                    gemm_into(
+                        &mut dq[r.start * qw + head * hd..],
+                        qw,
+                        r.len(),
+                        hd,
+                        r.end,
+                        false,
+                        scale,
+                        from(Mat::rows(&ds, t), r.start, 0),
+                        kh,
+                    );
+                }
+                for c in tiles(t) {
+                    gemm_into(
+                        &mut dk[c.start * kw + g..],
+                        kw,
+                        c.len(),
+                        hd,
+                        t - c.start,
+                        true,
+                        scale,
+                        from(Mat::transposed(&ds, t), c.start, c.start),
+                        from(qh, c.start, 0),
+                    );
+                }
             }
         });
 }
