@@ -215,59 +215,76 @@ impl Ctx<'_> {
             let (a, b) = self.groups[seg.group].params.factors(l);
             let t = self.tokens_of(seg);
             let dy_t = &dy[t.start * fan_out..t.end * fan_out];
-            // dxa = s · dy Bᵀ.
+            let xa_t = &saved.xa[t.start * r..t.end * r];
+            let x_t = &x_in[t.start * fan_in..t.end * fan_in];
             let dxa_t = &mut dxa[t.start * r..t.end * r];
-            matmul(
-                dxa_t,
-                t.len(),
-                r,
-                fan_out,
-                false,
-                s,
-                Mat::rows(dy_t, fan_out),
-                Mat::transposed(b, fan_out),
+            let (grad_a, grad_b) = grads[seg.group][l.a_offset..l.b_offset + r * fan_out]
+                .split_at_mut(l.b_offset - l.a_offset);
+            // dxa = s · dy Bᵀ beside dB = s · (x̃A)ᵀ dy, which does not read
+            // it: dB's product, `r` rows, is one task, which so runs while
+            // dxa's parts do rather than alone. Each product is the same
+            // calls as one after the other, so the same bits.
+            rayon::join(
+                || {
+                    matmul(
+                        dxa_t,
+                        t.len(),
+                        r,
+                        fan_out,
+                        false,
+                        s,
+                        Mat::rows(dy_t, fan_out),
+                        Mat::transposed(b, fan_out),
+                    )
+                },
+                || {
+                    matmul(
+                        grad_b,
+                        r,
+                        fan_out,
+                        t.len(),
+                        true,
+                        s,
+                        Mat::transposed(xa_t, r),
+                        Mat::rows(dy_t, fan_out),
+                    )
+                },
             );
-            let dxa_t = &dxa[t.start * r..t.end * r];
-            // dB = s · (x̃A)ᵀ dy; dA = x̃ᵀ dxa.
-            let grad = &mut grads[seg.group];
-            matmul(
-                &mut grad[l.b_offset..l.b_offset + r * fan_out],
-                r,
-                fan_out,
-                t.len(),
-                true,
-                s,
-                Mat::transposed(&saved.xa[t.start * r..t.end * r], r),
-                Mat::rows(dy_t, fan_out),
-            );
-            matmul(
-                &mut grad[l.a_offset..l.b_offset],
-                fan_in,
-                r,
-                t.len(),
-                true,
-                1.0,
-                Mat::transposed(&x_in[t.start * fan_in..t.end * fan_in], fan_in),
-                Mat::rows(dxa_t, r),
-            );
-            // dx += dxa Aᵀ (masked with dropout).
+            let dxa_t = &*dxa_t;
+            // dA = x̃ᵀ dxa beside dx += dxa Aᵀ (masked with dropout).
             let target = match (&mut through_a, dx.as_deref_mut()) {
                 (Some(tmp), _) => Some((&mut tmp[t.start * fan_in..t.end * fan_in], false)),
                 (None, Some(dx)) => Some((&mut dx[t.start * fan_in..t.end * fan_in], true)),
                 (None, None) => None,
             };
-            if let Some((dst, accumulate)) = target {
-                matmul(
-                    dst,
-                    t.len(),
-                    fan_in,
-                    r,
-                    accumulate,
-                    1.0,
-                    Mat::rows(dxa_t, r),
-                    Mat::transposed(a, r),
-                );
-            }
+            rayon::join(
+                || {
+                    matmul(
+                        grad_a,
+                        fan_in,
+                        r,
+                        t.len(),
+                        true,
+                        1.0,
+                        Mat::transposed(x_t, fan_in),
+                        Mat::rows(dxa_t, r),
+                    )
+                },
+                || {
+                    if let Some((dst, accumulate)) = target {
+                        matmul(
+                            dst,
+                            t.len(),
+                            fan_in,
+                            r,
+                            accumulate,
+                            1.0,
+                            Mat::rows(dxa_t, r),
+                            Mat::transposed(a, r),
+                        );
+                    }
+                },
+            );
         }
         if let (Some(tmp), Some(mask), Some(dx)) = (through_a, &saved.mask, dx) {
             for ((d, t), k) in dx.iter_mut().zip(&tmp).zip(mask) {
