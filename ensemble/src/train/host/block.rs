@@ -5,9 +5,10 @@
 //! backward pass, which walks that tape in reverse through the models'
 //! backward kernels.
 //!
-//! Each product is the frozen weight's f32 product plus, per group of rows
-//! (`Group`), that group's LoRA update after its dropout pass (the step's
-//! `Ctx::project`); attention is causal inside each row of the chunk, with
+//! Each product is the frozen weight's f32 product (`Ctx::frozen`; the
+//! products of one input, such as the query, key and value projections',
+//! run side by side) plus, per group of rows (`Group`), that group's LoRA
+//! update after its dropout pass (`Ctx::lora_forward`); attention is causal inside each row of the chunk, with
 //! no KV cache, its queries and keys rotated by the step's RoPE tables, and
 //! every head's softmax probabilities kept. The operations run the Llama
 //! family's block (the execution plan runs the host step on nothing else):
@@ -197,15 +198,29 @@ impl<B: ModelBackend> BlockOps<B> for TrainOps<'_> {
         x: &Rows,
         projections: [(&Linear<B>, Site); N],
     ) -> [Product; N] {
-        projections.map(|(linear, site)| {
-            let lin = self.ctx.projection(site);
+        let ctx = self.ctx;
+        let lins = projections.map(|(linear, site)| {
+            let lin = ctx.projection(site);
             assert_eq!(
                 (linear.in_features(), linear.out_features()),
                 (lin.fan_in, lin.fan_out),
                 "the host copy of the projection at {site:?}"
             );
-            let mut y = self.pool.take_for_overwrite(self.ctx.tokens * lin.fan_out);
-            let lora = self.ctx.project(lin, Some(site), x, &mut y, self.pool);
+            lin
+        });
+        let mut ys = lins.map(|lin| self.pool.take_for_overwrite(ctx.tokens * lin.fan_out));
+        // The frozen products of this input side by side, each split over
+        // rayon's threads as it would be alone (the same calls, so the same
+        // bits): one join for all of them rather than one each, and a
+        // thread done with its part of one takes a part of another.
+        lins[..]
+            .par_iter()
+            .zip(ys[..].par_iter_mut())
+            .for_each(|(lin, y)| Ctx::frozen(ctx.tokens, lin, x, y));
+        let mut ys = ys.into_iter();
+        projections.map(|(_, site)| {
+            let mut y = ys.next().expect("one output per projection");
+            let lora = ctx.lora_forward(site, x, &mut y, self.pool);
             match &mut self.tape {
                 Some(tape) => {
                     tape.inputs.insert(site.module, Arc::clone(x));

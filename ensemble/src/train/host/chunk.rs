@@ -100,22 +100,13 @@ impl Ctx<'_> {
         s.rows.start * self.seq..s.rows.end * self.seq
     }
 
-    /// `out = input · W (+ bias)` for `out` sized `[tokens, fan_out]`, plus
-    /// the adapter's `s · x̃ A B` at `site` when it has one, each segment's
-    /// rows through its group's factors (returning what the backward pass
-    /// needs).
-    pub(super) fn project(
-        &self,
-        lin: &HostLinear,
-        site: Option<Site>,
-        input: &[f32],
-        out: &mut [f32],
-        pool: &mut Pool,
-    ) -> Option<LoraSaved> {
-        let n = self.tokens;
+    /// `out = input · W (+ bias)` for `out` sized `[tokens, fan_out]`: a
+    /// frozen projection's product (the adapter's update is
+    /// [`Ctx::lora_forward`]'s).
+    pub(super) fn frozen(tokens: usize, lin: &HostLinear, input: &[f32], out: &mut [f32]) {
         matmul(
             out,
-            n,
+            tokens,
             lin.fan_out,
             lin.fan_in,
             false,
@@ -130,7 +121,21 @@ impl Ctx<'_> {
                 }
             });
         }
-        let l = self.layouts.get(&site?)?;
+    }
+
+    /// Adds to `out` (the frozen product of `input`, [`Ctx::frozen`]) the
+    /// adapter's `s · x̃ A B` at `site` when it has one, each segment's rows
+    /// through its group's factors (returning what the backward pass
+    /// needs).
+    pub(super) fn lora_forward(
+        &self,
+        site: Site,
+        input: &[f32],
+        out: &mut [f32],
+        pool: &mut Pool,
+    ) -> Option<LoraSaved> {
+        let n = self.tokens;
+        let l = self.layouts.get(&site)?;
         let (fan_in, fan_out, r) = (l.fan_in, l.fan_out, self.r);
         let dropout = self
             .segments
