@@ -93,6 +93,81 @@ fn from(m: Mat<'_>, row: usize, col: usize) -> Mat<'_> {
     }
 }
 
+/// `dst = beta · a b` at and below the diagonal of a block of `t` tokens,
+/// tile by tile (`dst` row-major `t × t`, `a` a `[t, hd]` operand, `b` a
+/// `[hd, t]` one): each tile's rows against the keys up to its last row.
+/// What lies beyond a tile's last key is left unwritten.
+fn below_diagonal_product(dst: &mut [f32], t: usize, hd: usize, beta: f32, a: Mat<'_>, b: Mat<'_>) {
+    for r in tiles(t) {
+        gemm_into(
+            &mut dst[r.start * t..],
+            t,
+            r.len(),
+            r.end,
+            hd,
+            false,
+            beta,
+            from(a, r.start, 0),
+            b,
+        );
+    }
+}
+
+/// `dst = beta · c x` for `c` a row-major `t × t` matrix zero above the
+/// diagonal and `x` a `[t, hd]` operand, into `dst`'s first `hd` columns
+/// (row stride `dst_rs`): each tile's rows summed over the keys up to its
+/// last row.
+fn causal_product(
+    dst: &mut [f32],
+    dst_rs: usize,
+    t: usize,
+    hd: usize,
+    beta: f32,
+    c: &[f32],
+    x: Mat<'_>,
+) {
+    for r in tiles(t) {
+        gemm_into(
+            &mut dst[r.start * dst_rs..],
+            dst_rs,
+            r.len(),
+            hd,
+            r.end,
+            false,
+            beta,
+            from(Mat::rows(c, t), r.start, 0),
+            x,
+        );
+    }
+}
+
+/// `dst += beta · cᵀ x` for `c` and `x` as in [`causal_product`]: each
+/// tile's keys summed over the queries from its first row on (the rows of
+/// `c` before it are zero in the tile's columns).
+fn from_diagonal_product(
+    dst: &mut [f32],
+    dst_rs: usize,
+    t: usize,
+    hd: usize,
+    beta: f32,
+    c: &[f32],
+    x: Mat<'_>,
+) {
+    for r in tiles(t) {
+        gemm_into(
+            &mut dst[r.start * dst_rs..],
+            dst_rs,
+            r.len(),
+            hd,
+            t - r.start,
+            true,
+            beta,
+            from(Mat::transposed(c, t), r.start, r.start),
+            from(x, r.start, 0),
+        );
+    }
+}
+
 /// Causal attention of every row and head into `out`, with
 /// `probs[row, head]` (`seq × seq`, zero above the diagonal) the softmax
 /// probabilities, kept for [`causal_attention_backward`]. Rows split over
@@ -133,22 +208,9 @@ pub fn causal_attention(
                     rs: 1,
                     cs: kw,
                 };
-                // Scores of each tile's rows against the keys up to its last
-                // row; the rest of a row is zeroed below.
-                for r in tiles(t) {
-                    let dst = &mut p[r.start * t..];
-                    gemm_into(
-                        dst,
-                        t,
-                        r.len(),
-                        r.end,
-                        hd,
-                        false,
-                        scale,
-                        from(qh, r.start, 0),
-                        kt,
-                    );
-                }
+                // Scores up to the diagonal; the rest of a row is zeroed
+                // below.
+                below_diagonal_product(p, t, hd, scale, qh, kt);
                 for (i, row) in p.chunks_mut(t).enumerate() {
                     let max = row[..=i].iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let inv = (1.0 / exp_shifted_in_place(&mut row[..=i], max)) as f32;
@@ -162,19 +224,7 @@ pub fn causal_attention(
                     rs: kw,
                     cs: 1,
                 };
-                for r in tiles(t) {
-                    gemm_into(
-                        &mut out[r.start * qw + head * hd..],
-                        qw,
-                        r.len(),
-                        hd,
-                        r.end,
-                        false,
-                        1.0,
-                        from(Mat::rows(p, t), r.start, 0),
-                        vh,
-                    );
-                }
+                causal_product(&mut out[head * hd..], qw, t, hd, 1.0, p, vh);
             }
         });
 }
@@ -234,36 +284,9 @@ pub fn causal_attention_backward(
                     rs: qw,
                     cs: 1,
                 };
-                // dP = dO vᵀ, each tile's rows up to its last row's key.
-                for r in tiles(t) {
-                    let dst = &mut ds[r.start * t..];
-                    gemm_into(
-                        dst,
-                        t,
-                        r.len(),
-                        r.end,
-                        hd,
-                        false,
-                        1.0,
-                        from(doh, r.start, 0),
-                        vt,
-                    );
-                }
-                // dv += Pᵀ dO: each tile's keys from the queries at or
-                // after its first row.
-                for c in tiles(t) {
-                    gemm_into(
-                        &mut dv[c.start * kw + g..],
-                        kw,
-                        c.len(),
-                        hd,
-                        t - c.start,
-                        true,
-                        1.0,
-                        from(Mat::transposed(p, t), c.start, c.start),
-                        from(doh, c.start, 0),
-                    );
-                }
+                // dP = dO vᵀ up to the diagonal; dv += Pᵀ dO.
+                below_diagonal_product(&mut ds, t, hd, 1.0, doh, vt);
+                from_diagonal_product(&mut dv[g..], kw, t, hd, 1.0, p, doh);
                 // dS = P ⊙ (dP − Σ_u P dP) at and below the diagonal, zero
                 // above it to the end of the row's tile (the part of the
                 // row the products below read).
@@ -275,34 +298,9 @@ pub fn causal_attention_backward(
                     }
                     above.fill(0.0);
                 }
-                // dq = scale · dS k; dk += scale · dSᵀ q, tiled as P v and
-                // Pᵀ dO.
-                for r in tiles(t) {
-                    gemm_into(
-                        &mut dq[r.start * qw + head * hd..],
-                        qw,
-                        r.len(),
-                        hd,
-                        r.end,
-                        false,
-                        scale,
-                        from(Mat::rows(&ds, t), r.start, 0),
-                        kh,
-                    );
-                }
-                for c in tiles(t) {
-                    gemm_into(
-                        &mut dk[c.start * kw + g..],
-                        kw,
-                        c.len(),
-                        hd,
-                        t - c.start,
-                        true,
-                        scale,
-                        from(Mat::transposed(&ds, t), c.start, c.start),
-                        from(qh, c.start, 0),
-                    );
-                }
+                // dq = scale · dS k; dk += scale · dSᵀ q.
+                causal_product(&mut dq[head * hd..], qw, t, hd, scale, &ds, kh);
+                from_diagonal_product(&mut dk[g..], kw, t, hd, scale, &ds, qh);
             }
         });
 }
