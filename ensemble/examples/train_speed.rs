@@ -17,8 +17,8 @@
 //! attention, norms, loss, LoRA factors or optimizer): each of the
 //! forward's `tokens × fan_in · fan_in × fan_out` products and the
 //! backward's transposed ones, with the head, through the step's own
-//! product (the `gemm` crate's packed kernels split by columns or rows over
-//! rayon's threads, `privmix_models::cpu::strided::matmul`). No step can beat that time with these kernels, so its tokens/s is
+//! product (the `gemm` crate's packed kernels on tiles of the output that
+//! rayon's threads share, `privmix_models::cpu::strided::matmul`). No step can beat that time with these kernels, so its tokens/s is
 //! the ceiling of any f32 step on this machine's arithmetic.
 //!
 //! `shapes` times each projection's product on its own, the forward and the
@@ -375,9 +375,9 @@ fn product_shapes(config: &LlamaConfig, tokens: usize) -> serde_json::Value {
 }
 
 /// `out[m, n] = lhs[m, k] · rhs`, `rhs[l, j]` at `rhs[l · strides.0 + j · strides.1]`:
-/// the step's own product ([`privmix_models::cpu::strided::matmul`], split
-/// by columns or rows over rayon's threads, each part one single-threaded
-/// `gemm` call).
+/// the step's own product ([`privmix_models::cpu::strided::matmul`], cut
+/// into tiles by its shape that rayon's threads share, each tile one
+/// single-threaded `gemm` call).
 fn rows_split_product(
     out: &mut [f32],
     m: usize,

@@ -489,3 +489,37 @@ fn epsilon_agrees_with_dp_accounting_at_integer_orders() {
         assert_eq!(ours.order, f("order"));
     }
 }
+
+/// A seeded run releases the same adapter bit for bit in pools of 1, 2 and
+/// 3 threads: the step's products are partitioned by their shapes, not by
+/// the thread count (`privmix_models::cpu::strided::matmul`). Blocks of 100
+/// tokens make each example's rank-4 products run `gemm`'s packed kernels
+/// unsplit but its small-product kernels split in two, the case where the
+/// bits used to follow the threads.
+#[test]
+fn the_released_adapter_does_not_depend_on_the_thread_count() {
+    let model: Model<AB> = Model::load(LoadOptions::path(
+        lora_support::llama_dir(),
+        &Default::default(),
+    ))
+    .unwrap();
+    let data = blocks(3, 100);
+    let mut cfg = config(2, 1.0);
+    cfg.sampling_rate = 1.0;
+    let bits: Vec<Vec<u32>> = [1, 2, 3]
+        .into_iter()
+        .map(|threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut t = DpSgdTrainer::<AB, _>::new(&model, data.clone(), cfg.clone()).unwrap();
+                t.run().unwrap();
+                t.params().values().iter().map(|x| x.to_bits()).collect()
+            })
+        })
+        .collect();
+    assert_eq!(bits[0], bits[1], "1 and 2 threads");
+    assert_eq!(bits[1], bits[2], "2 and 3 threads");
+}

@@ -9,18 +9,33 @@
 //! `dA = x̃ᵀ · …`, attention's `Pᵀ · dO`). An operand here is any strided
 //! view ([`Mat`]), so no transpose is ever copied.
 //!
-//! Determinism: [`matmul`] splits the output over rayon's threads, by
-//! columns where every part keeps more than [`MIN_TASK_COLS`] of them, else
-//! by rows, each part one single-threaded `gemm` call. Every output element
-//! is computed by one call; where every part runs `gemm`'s packed kernels
-//! (not its paths for a few rows and columns), in one order of its sum
-//! whichever way the product is split, since `gemm` blocks the sum by `k`
-//! alone there.
+//! Determinism: [`matmul`]'s result has the same bits at every thread
+//! count and from run to run. Its partition of the output into tiles is a
+//! function of the product's shape alone, never of the thread count: the
+//! output is halved (by columns, or by rows where it is narrow) and each
+//! half cut into tiles of at most [`TILE_ROWS`] × [`TILE_COLS`]; rayon only schedules the fixed tiles, and every output
+//! element is computed by one single-threaded `gemm` call.
+//!
+//! Why the partition has to be fixed: an element's bits depend on the shape
+//! of the `gemm` call that computes it. `gemm` 0.19 blocks a sum of more
+//! than 512 terms into `kc`-term blocks, and chooses `kc` by the call's
+//! shape: a call of at most 64 rows and 64 columns takes blocks of 512
+//! terms and then the rest, a larger one blocks `k` evenly (a `kc` from
+//! `k` and the L1 cache's geometry). A call of at most 256 elements (with
+//! some layouts), a single row or column, or a sum of at most 2 terms takes
+//! yet other kernels. So a half is cut only into tiles of its own class
+//! (a half of another kernel stays whole), and the tiles' bits are the
+//! half's bits.
+//!
+//! The bits still depend on the CPU: `gemm`'s kernels follow the
+//! instruction set, and its even `kc` follows the L1 cache's geometry.
 //!
 //! Why columns first: `gemm` packs the right-hand operand (the weight, in
 //! the step's products) into panels before it multiplies. Split by rows,
-//! every thread packs all of it for its share of the rows; split by
-//! columns, each packs only its own columns, once for all the rows.
+//! every tile packs all of its columns for its share of the rows; split by
+//! columns, each packs only its own columns.
+
+use std::ops::Range;
 
 use rayon::prelude::*;
 
@@ -71,35 +86,143 @@ impl<'a> Mat<'a> {
     }
 }
 
-/// Rows per parallel task of a product of `m` rows (a multiple of 8, the
-/// packed kernels' row tile, so every task but the last runs full tiles).
+/// Rows per parallel task of a pass over `m` rows (a multiple of 8): the
+/// rows split evenly over rayon's threads. The split follows the thread
+/// count, so it serves only passes whose rows are computed independently
+/// (a row's bits do not depend on the rows beside it); [`matmul`]'s
+/// partition does not use it.
 pub fn rows_per_task(m: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     m.div_ceil(threads).next_multiple_of(8).max(8)
 }
 
-/// Columns per parallel task below which [`matmul`] splits by rows instead:
-/// a part this narrow would leave `gemm`'s packed kernels for its
-/// small-product paths (another blocking of the sum), and saves little
-/// packing.
+/// Columns per half below which [`matmul`] halves a product by rows
+/// instead: a half this narrow would leave `gemm`'s packed kernels for its
+/// small-product paths, and saves little packing.
 pub const MIN_TASK_COLS: usize = 64;
 
-/// Columns per task of a column split of `n` columns over `threads`
-/// threads (a multiple of 16, one vector of f32 lanes), where there are at
-/// least two tasks and every task gets more than [`MIN_TASK_COLS`].
-fn cols_per_task(n: usize, threads: usize) -> Option<usize> {
-    if threads < 2 {
-        return None;
+/// Rows of a tile of [`matmul`]'s partition, at most (a multiple of 8,
+/// the packed kernels' row tile); a last run of fewer rows joins the tile
+/// before it.
+pub const TILE_ROWS: usize = 256;
+
+/// Columns of a tile of [`matmul`]'s partition, at most (a multiple of 16,
+/// one vector of f32 lanes, and more than [`MIN_TASK_COLS`]); a last run
+/// of [`MIN_TASK_COLS`] columns or fewer joins the tile before it.
+pub const TILE_COLS: usize = 128;
+
+/// The most rows and columns of a `gemm` call that blocks its sum by 512
+/// terms and then the rest, rather than evenly.
+const SMALL_SIDE: usize = 64;
+
+/// The most elements of a `gemm` call that may take its horizontal
+/// kernels (another order of the sum).
+const HORIZONTAL_MAX: usize = 256;
+
+/// A block of a product's output: rows `rows`, columns `cols`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tile {
+    rows: Range<usize>,
+    cols: Range<usize>,
+}
+
+/// Columns per half of a column split of `n` columns (a multiple of 16),
+/// where the second half gets more than [`MIN_TASK_COLS`].
+fn cols_per_half(n: usize) -> Option<usize> {
+    let per = n.div_ceil(2).next_multiple_of(16);
+    (per < n && n - per > MIN_TASK_COLS).then_some(per)
+}
+
+/// The halves of an `[m, n]` output: by columns where `m ≥ 16` and each
+/// half keeps more than [`MIN_TASK_COLS`] columns, else by rows (halves of
+/// a multiple of 8 rows; one part where `m ≤ 8`).
+fn halves(m: usize, n: usize) -> Vec<Tile> {
+    if let Some(per) = cols_per_half(n).filter(|_| m >= 16) {
+        return vec![
+            Tile {
+                rows: 0..m,
+                cols: 0..per,
+            },
+            Tile {
+                rows: 0..m,
+                cols: per..n,
+            },
+        ];
     }
-    let per = n.div_ceil(threads).next_multiple_of(16);
-    let tasks = n.div_ceil(per);
-    let last = n - (tasks - 1) * per;
-    (tasks >= 2 && last > MIN_TASK_COLS).then_some(per)
+    let per = m.div_ceil(2).next_multiple_of(8).max(8);
+    (0..m)
+        .step_by(per)
+        .map(|first| Tile {
+            rows: first..(first + per).min(m),
+            cols: 0..n,
+        })
+        .collect()
+}
+
+/// `range` in runs of `size`, a last run shorter than `min` joined to the
+/// run before it.
+fn runs(range: Range<usize>, size: usize, min: usize) -> Vec<Range<usize>> {
+    let end = range.end;
+    let mut out: Vec<Range<usize>> = range
+        .step_by(size)
+        .map(|first| first..(first + size).min(end))
+        .collect();
+    if out.len() >= 2 && out.last().is_some_and(|r| r.len() < min) {
+        let last = out.pop().expect("two runs");
+        out.last_mut().expect("one run left").end = last.end;
+    }
+    out
+}
+
+/// The partition of an `[m, n]` output with sums of `k` terms into tiles,
+/// one single-threaded `gemm` call each: a function of `(m, n, k)` alone.
+///
+/// First the output is halved ([`halves`]). A half that runs `gemm`'s
+/// packed kernels (more than [`HORIZONTAL_MAX`] elements, at least 2 rows
+/// and 2 columns, `k > 2`) is then cut into tiles of the same class, so
+/// every element keeps its half's blocking of the sum:
+/// - more than [`SMALL_SIDE`] columns and at least 8 rows: tiles of up to
+///   [`TILE_ROWS`] rows (at least 8) by [`TILE_COLS`] columns (more than
+///   [`SMALL_SIDE`]);
+/// - else more than [`SMALL_SIDE`] rows and at least 4 columns: tiles of
+///   up to [`TILE_ROWS`] rows (more than [`SMALL_SIDE`]), all its columns.
+///
+/// Either way a tile has more than [`SMALL_SIDE`] rows or columns, like
+/// its half, and more than [`HORIZONTAL_MAX`] elements. Any other half
+/// (one of at most [`SMALL_SIDE`] rows and columns, or a small-product
+/// path's) is one tile.
+fn tiles(m: usize, n: usize, k: usize) -> Vec<Tile> {
+    let mut out = Vec::new();
+    for half in halves(m, n) {
+        let (rows, cols) = (half.rows.len(), half.cols.len());
+        let packed = k > 2 && rows >= 2 && cols >= 2 && rows * cols > HORIZONTAL_MAX;
+        if packed && cols > SMALL_SIDE && rows >= 8 {
+            for r in runs(half.rows.clone(), TILE_ROWS, 8) {
+                for c in runs(half.cols.clone(), TILE_COLS, SMALL_SIDE + 1) {
+                    out.push(Tile {
+                        rows: r.clone(),
+                        cols: c,
+                    });
+                }
+            }
+        } else if packed && rows > SMALL_SIDE && cols >= 4 {
+            for r in runs(half.rows.clone(), TILE_ROWS, SMALL_SIDE + 1) {
+                out.push(Tile {
+                    rows: r,
+                    cols: half.cols.clone(),
+                });
+            }
+        } else {
+            out.push(half);
+        }
+    }
+    out
 }
 
 /// `dst[m, n] (+)= beta · lhs[m, k] · rhs[k, n]`, `dst` row-major and
-/// contiguous; split over rayon's threads by columns or rows (see the
-/// module docs), each part one single-threaded [`gemm_into`] call.
+/// contiguous; its tiles (fixed by the shape, see the module docs) run over rayon's
+/// threads, each one single-threaded [`gemm_into`] call, so the result has
+/// the same bits at every thread count (see the module docs).
 ///
 /// # Panics
 /// Where `dst` is shorter than `m · n` or an operand does not reach its
@@ -119,88 +242,86 @@ pub fn matmul(
     if m == 0 || n == 0 {
         return;
     }
-    if let Some(per) = cols_per_task(n, rayon::current_num_threads()).filter(|_| m >= 16) {
-        let dst = &mut dst[..m * n];
-        let parts = column_blocks(dst, m, n, per);
-        parts.into_par_iter().for_each(|part| {
-            let first = part.first;
-            part.gemm(k, accumulate, beta, lhs, rhs.skip_cols(first));
-        });
+    let dst = &mut dst[..m * n];
+    let blocks = dst_blocks(dst, n, tiles(m, n, k));
+    if let [one] = &blocks[..] {
+        one.gemm(k, accumulate, beta, lhs, rhs);
         return;
     }
-    let per = rows_per_task(m);
-    dst[..m * n]
-        .par_chunks_mut(per * n)
-        .enumerate()
-        .for_each(|(i, part)| {
-            let rows = part.len() / n;
-            gemm_into(
-                part,
-                n,
-                rows,
-                n,
-                k,
-                accumulate,
-                beta,
-                lhs.skip_rows(i * per),
-                rhs,
-            );
-        });
+    blocks
+        .into_par_iter()
+        .for_each(|block| block.gemm(k, accumulate, beta, lhs, rhs));
 }
 
-/// One block of columns `first..first + cols` of a row-major `[m, n]`
-/// destination, written by one task: blocks of one destination touch
-/// disjoint elements, so tasks write them in parallel.
-struct ColumnBlock<'a> {
-    /// The destination from its column `first` of row 0 to its end.
+/// One tile of a row-major `[m, n]` destination, written by one task:
+/// tiles of one destination touch disjoint elements, so tasks write them in
+/// parallel.
+struct DstBlock<'a> {
+    /// The destination's first element.
     base: *mut f32,
-    /// Elements from `base` to the destination's end.
+    /// The destination's elements.
     len: usize,
-    m: usize,
     n: usize,
-    first: usize,
-    cols: usize,
+    tile: Tile,
     _dst: std::marker::PhantomData<&'a mut [f32]>,
 }
 
-// SAFETY: a block writes only its own columns of a destination that its
+// SAFETY: a block writes only its own tile of a destination that its
 // lifetime borrows mutably; no two blocks share an element.
 #[allow(unsafe_code)]
-unsafe impl Send for ColumnBlock<'_> {}
+unsafe impl Send for DstBlock<'_> {}
 
-/// `dst` (`[m, n]` row-major) as blocks of `per` columns.
-fn column_blocks(dst: &mut [f32], m: usize, n: usize, per: usize) -> Vec<ColumnBlock<'_>> {
-    assert!(dst.len() == m * n, "destination of m · n elements");
+/// `dst` (`[.., n]` row-major) as blocks of the given tiles, which must be
+/// disjoint and lie inside it.
+fn dst_blocks(dst: &mut [f32], n: usize, tiles: Vec<Tile>) -> Vec<DstBlock<'_>> {
+    let m = dst.len() / n;
     let base = dst.as_mut_ptr();
-    (0..n)
-        .step_by(per)
-        .map(|first| ColumnBlock {
-            // In bounds: `first < n ≤ m · n`.
-            base: base.wrapping_add(first),
-            len: m * n - first,
-            m,
-            n,
-            first,
-            cols: per.min(n - first),
-            _dst: std::marker::PhantomData,
+    tiles
+        .into_iter()
+        .map(|tile| {
+            assert!(
+                tile.rows.end <= m && tile.cols.end <= n,
+                "tile inside the destination"
+            );
+            DstBlock {
+                base,
+                len: dst.len(),
+                n,
+                tile,
+                _dst: std::marker::PhantomData,
+            }
         })
         .collect()
 }
 
-impl ColumnBlock<'_> {
-    /// `gemm_into`'s product into this block's columns.
-    fn gemm(self, k: usize, accumulate: bool, beta: f32, lhs: Mat<'_>, rhs: Mat<'_>) {
-        // The block's last element, `(m − 1) · n + cols − 1` past `base`,
-        // lies inside the destination.
-        assert!((self.m - 1) * self.n + self.cols <= self.len);
-        // SAFETY: `base..base + len` is the tail of a destination borrowed
-        // mutably for this block's lifetime; this block's elements (rows of
-        // `cols` from `base`, `n` apart) are written by no other block, and
-        // nothing reads them while the blocks live.
+impl DstBlock<'_> {
+    /// `gemm_into`'s product of this block's rows of `lhs` and columns of
+    /// `rhs` into its tile.
+    fn gemm(&self, k: usize, accumulate: bool, beta: f32, lhs: Mat<'_>, rhs: Mat<'_>) {
+        let Tile { rows, cols } = &self.tile;
+        if rows.is_empty() || cols.is_empty() {
+            return;
+        }
+        let first = rows.start * self.n + cols.start;
+        // The tile's last element lies inside the destination.
+        assert!((rows.end - 1) * self.n + cols.end <= self.len);
+        // SAFETY: `base..base + len` is a destination borrowed mutably for
+        // this block's lifetime; this block's elements (rows `rows`,
+        // columns `cols`, checked above to lie inside it) are written by no
+        // other block (the tiles are disjoint), and nothing reads them while
+        // the blocks live.
         #[allow(unsafe_code)]
         unsafe {
             gemm_raw(
-                self.base, self.n, self.m, self.cols, k, accumulate, beta, lhs, rhs,
+                self.base.add(first),
+                self.n,
+                rows.len(),
+                cols.len(),
+                k,
+                accumulate,
+                beta,
+                lhs.skip_rows(rows.start),
+                rhs.skip_cols(cols.start),
             );
         }
     }
@@ -310,123 +431,4 @@ unsafe fn gemm_raw(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn naive(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
-        let mut out = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                out[i * n + j] = (0..k).map(|l| a[i * k + l] * b[l * n + j]).sum();
-            }
-        }
-        out
-    }
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
-            })
-            .collect()
-    }
-
-    #[test]
-    fn matmul_matches_the_naive_product_in_every_layout() {
-        let (m, n, k) = (37, 13, 21);
-        let a = values(m * k, 1);
-        let b = values(k * n, 2);
-        let want = naive(&a, &b, m, n, k);
-        let mut bt = vec![0.0; k * n];
-        for l in 0..k {
-            for j in 0..n {
-                bt[j * k + l] = b[l * n + j];
-            }
-        }
-        for (rhs, name) in [
-            (Mat::rows(&b, n), "rows"),
-            (Mat::transposed(&bt, k), "transposed"),
-        ] {
-            let mut got = vec![1.0; m * n];
-            matmul(&mut got, m, n, k, true, 2.0, Mat::rows(&a, k), rhs);
-            for (g, w) in got.iter().zip(&want) {
-                assert!((g - (1.0 + 2.0 * w)).abs() < 1e-4, "{name}: {g} vs {w}");
-            }
-        }
-    }
-
-    /// A split product has the bits of one unsplit `gemm` call, whichever
-    /// way (columns or rows) and into however many parts it is split, on
-    /// shapes whose parts all run `gemm`'s packed kernels (a part of a few
-    /// rows and columns takes its small-product paths, which sum in
-    /// another order).
-    #[test]
-    fn a_split_product_keeps_the_unsplit_bits() {
-        // (m, n, k): column splits with one or more blocks of the sum
-        // (k > 512), row splits (n too narrow), and an uneven last part.
-        for (m, n, k) in [
-            (48, 300, 600),
-            (512, 192, 70),
-            (16, 130, 1500),
-            (100, 40, 300),
-            (24, 128, 9),
-            (200, 150, 40),
-        ] {
-            let a = values(m * k, 3);
-            let b = values(k * n, 4);
-            let mut bt = vec![0.0; k * n];
-            for l in 0..k {
-                for j in 0..n {
-                    bt[j * k + l] = b[l * n + j];
-                }
-            }
-            for rhs in [Mat::rows(&b, n), Mat::transposed(&bt, k)] {
-                let mut want = values(m * n, 5);
-                gemm_into(&mut want, n, m, n, k, true, 0.5, Mat::rows(&a, k), rhs);
-                for threads in 1..=3 {
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .build()
-                        .unwrap();
-                    let mut got = values(m * n, 5);
-                    pool.install(|| {
-                        matmul(&mut got, m, n, k, true, 0.5, Mat::rows(&a, k), rhs);
-                    });
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&got), bits(&want), "{m}×{n}×{k} on {threads} threads");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn columns_split_only_into_wide_parts() {
-        assert_eq!(cols_per_task(576, 2), Some(288));
-        assert_eq!(cols_per_task(49_152, 2), Some(24_576));
-        assert_eq!(cols_per_task(300, 3), Some(112));
-        assert_eq!(cols_per_task(200, 3), None);
-        // A part of 64 columns or fewer, or one thread: rows instead.
-        assert_eq!(cols_per_task(128, 2), None);
-        assert_eq!(cols_per_task(140, 2), None);
-        assert_eq!(cols_per_task(576, 1), None);
-    }
-
-    #[test]
-    #[should_panic(expected = "rhs out of range")]
-    fn an_operand_too_short_is_refused_before_the_kernel_runs() {
-        let a = values(4 * 3, 1);
-        let b = values(3 * 2, 2);
-        let mut dst = vec![0.0; 4 * 3];
-        gemm_into(
-            &mut dst,
-            3,
-            4,
-            3,
-            3,
-            false,
-            1.0,
-            Mat::rows(&a, 3),
-            Mat::rows(&b, 3),
-        );
-    }
-}
+mod tests;

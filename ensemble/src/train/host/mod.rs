@@ -40,9 +40,11 @@
 //!   benchmark's 4 × 128): the products are bound by arithmetic, not by
 //!   reading the weights, so 4-bit blocks would save no time; the `gemm`
 //!   crate's packed kernels (the ones burn-flex's matmul uses) run them
-//!   through [`privmix_models::cpu::strided::matmul`], each product split
-//!   over rayon's threads by output columns, so that each thread packs only
-//!   its part of the weight (by rows where the output is narrow).
+//!   through [`privmix_models::cpu::strided::matmul`], each product cut
+//!   into tiles of output columns and rows that rayon's threads share, so
+//!   that each tile packs only its part of the weight. The tiles follow the
+//!   product's shape, not the thread count, so the step has the same bits
+//!   at every thread count.
 //! - **Attention saved, not recomputed**: the softmax probabilities of every
 //!   head (`rows × heads × seq²` per layer) are kept for the backward pass.
 //! - **Memory bounded by a budget.** A step's rows run in chunks whose saved
