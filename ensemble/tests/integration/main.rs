@@ -12,4 +12,5 @@ mod partition_props;
 mod peft;
 mod runner;
 mod shakespeare;
+mod thread_count;
 mod train;
