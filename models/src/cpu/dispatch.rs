@@ -551,8 +551,27 @@ fn dense_f32_fallback(w: &[f32], k: usize, x: &[f32], rows: usize, yt: &mut [f32
     pulp::Arch::new().dispatch(block);
 }
 
+/// From [`arch::x86::avx512_vnni_rows::MIN_ROWS`] rows on, the tiles
+/// prepared once for all rows; fewer rows in groups over the tiles as they
+/// stream in. The same bits either way.
 #[cfg(target_arch = "x86_64")]
 fn tiles_q8_avx512_vnni(w: &TiledWeight, xq: &Q8Rows, first: usize, y: &mut [&mut [f32]]) {
+    if y.len() >= arch::x86::avx512_vnni_rows::MIN_ROWS {
+        let kernel = arch::x86::avx512_vnni::Kernel::new(w.is_q4_1(), xq).expect("chosen for VNNI");
+        return arch::x86::avx512_vnni_rows::tiles(&kernel, w, first, y);
+    }
+    tiles_q8_avx512_vnni_groups(w, xq, first, y);
+}
+
+/// VNNI's row groups over the tiles as they stream in, at any row count
+/// (the tests compare the two VNNI kernels at every row count).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tiles_q8_avx512_vnni_groups(
+    w: &TiledWeight,
+    xq: &Q8Rows,
+    first: usize,
+    y: &mut [&mut [f32]],
+) {
     let kernel = arch::x86::avx512_vnni::Kernel::new(w.is_q4_1(), xq).expect("chosen for VNNI");
     let simd = kernel.v4();
     pulp::Simd::vectorize(

@@ -10,7 +10,8 @@
 //!   which every instruction set's kernel follows step for step (the
 //!   fallback where no instruction set below has a kernel);
 //! - `arch`: one file per instruction set (`arch/x86/avx512.rs`,
-//!   `avx512_vnni.rs`, `avx2.rs`);
+//!   `avx512_vnni.rs`, `avx2.rs`; `avx512_vnni_rows.rs`: VNNI's kernel for
+//!   many rows);
 //! - [`blocks_f32`], [`tiles_f32`], [`tiles_q8`]: blocks × f32, tiles ×
 //!   f32 and tiles × 8-bit activations; [`dense`]: f32 burn-flex weights ×
 //!   a few rows (`blocks_f32` and `dense` are generic over pulp's vectors, run

@@ -21,7 +21,9 @@
 //! [`crate::plan::DecodeProducts::Int8Activations`].
 //!
 //! Kernels ([`super::dispatch`]): AVX-512 with VNNI, whose `vpdpbusd` does
-//! the 8-bit multiply and both sums in one instruction; AVX-512 without it
+//! the 8-bit multiply and both sums in one instruction (from 16 rows on,
+//! each tile prepared once for all rows and the rows laid out for it:
+//! `arch/x86/avx512_vnni_rows.rs`); AVX-512 without it
 //! (16 outputs per register); AVX2 (two halves of 8); and the portable
 //! definition (`cpu::reference`).
 //!

@@ -317,3 +317,54 @@ fn widths_that_are_not_whole_tiles_are_declined() {
         .unwrap();
     assert!(TiledWeight::from_blocks(&w).is_none());
 }
+
+/// VNNI's kernel for many rows (each tile prepared once for all rows) gives
+/// the bits of VNNI's row groups over the streamed tiles, at every row count
+/// from 1 to 300 (below, at and past its smallest row count, every group
+/// size and ragged last group), for both formats, tile and block counts odd
+/// and even, and weights of every byte value (Q8_0's −128 included); and
+/// the portable definition's at row counts that give every group size.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vnni_many_rows_gives_the_row_groups_bits() {
+    use crate::cpu::dispatch::tiles_q8_avx512_vnni_groups;
+    if !Isa::Avx512Vnni.available() {
+        return;
+    }
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for q8 in [false, true] {
+        for (tiles, nb, all_rows) in [(3, 5, true), (2, 4, true), (1, 1, true), (2, 48, false)] {
+            let (out, inp) = (tiles * TILE, nb * QK);
+            let bytes: Vec<u8> = (0..=255u8).map(|i| i.wrapping_mul(167) ^ 0x5a).collect();
+            let (_, int8) = weight(q8, out, inp, &bytes);
+            let vnni = int8.q8_kernel_for(Isa::Avx512Vnni);
+            let counts: Vec<usize> = if all_rows {
+                (1..=300).collect()
+            } else {
+                vec![1, 15, 16, 17, 24, 25, 72, 288, 299]
+            };
+            for rows in counts {
+                let x: Vec<f32> = (0..rows * inp)
+                    .map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 1e-2 * (1.0 + (i % 29) as f32))
+                    .collect();
+                let got = bits(&int8.matmul_with(&x, rows, vnni));
+                let xq = Q8Rows::new(&x, rows, inp);
+                let mut want = vec![0.0f32; rows * out];
+                let mut views: Vec<&mut [f32]> = want.chunks_mut(out).collect();
+                tiles_q8_avx512_vnni_groups(&int8, &xq, 0, &mut views);
+                assert_eq!(
+                    got,
+                    bits(&want),
+                    "q8 {q8}, {tiles} tiles, {nb} blocks, {rows} rows"
+                );
+                if rows <= 24 || rows == 288 {
+                    assert_eq!(
+                        got,
+                        bits(&portable(&int8, &x, rows)),
+                        "q8 {q8}, {tiles} tiles, {nb} blocks, {rows} rows"
+                    );
+                }
+            }
+        }
+    }
+}

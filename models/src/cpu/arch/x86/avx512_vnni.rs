@@ -41,6 +41,11 @@ impl<'a> Kernel<'a> {
         std::arch::is_x86_feature_detected!("avx512vnni").then_some(Kernel { v4, q4_1, xq })
     }
 
+    /// The rows of `x` it multiplies.
+    pub(crate) fn rows(&self) -> &'a Q8Rows {
+        self.xq
+    }
+
     /// The SIMD token whose frame the tile loop runs in.
     pub(crate) fn v4(&self) -> pulp::x86::V4 {
         self.v4

@@ -1,6 +1,6 @@
 //! x86-64 kernels: AVX-512 (through pulp's safe intrinsics), AVX-512 with
-//! VNNI and AMX int8 tiles (the crate's `unsafe`, see [`avx512_vnni`] and
-//! [`amx_int8`]) and AVX2.
+//! VNNI (for many rows: [`avx512_vnni_rows`]) and AMX int8 tiles (the
+//! crate's `unsafe`, see [`avx512_vnni`] and [`amx_int8`]) and AVX2.
 
 #[allow(unsafe_code)]
 pub(crate) mod amx_int8;
@@ -8,6 +8,8 @@ pub(crate) mod avx2;
 pub(crate) mod avx512;
 #[allow(unsafe_code)]
 pub(crate) mod avx512_vnni;
+#[allow(unsafe_code)]
+pub(crate) mod avx512_vnni_rows;
 
 /// The `Kernel` of a SIMD module: its `tile_rows::<Q4, R>` as a
 /// [`crate::cpu::tiles_q8::TileKernel`] for groups of at most `$group`
