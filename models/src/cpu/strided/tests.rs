@@ -21,6 +21,21 @@ fn values(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// A product's operands `a` (`[m, k]`) and `b` (`[k, n]`), and `b`'s
+/// transpose `bt` (`[n, k]`), so each test reads the right-hand operand in
+/// both layouts.
+fn operands(m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let a = values(m * k, 3);
+    let b = values(k * n, 4);
+    let mut bt = vec![0.0; k * n];
+    for l in 0..k {
+        for j in 0..n {
+            bt[j * k + l] = b[l * n + j];
+        }
+    }
+    (a, b, bt)
+}
+
 #[test]
 fn matmul_matches_the_naive_product_in_every_layout() {
     let (m, n, k) = (37, 13, 21);
@@ -62,14 +77,7 @@ fn a_split_product_keeps_the_unsplit_bits() {
         (24, 128, 9),
         (200, 150, 40),
     ] {
-        let a = values(m * k, 3);
-        let b = values(k * n, 4);
-        let mut bt = vec![0.0; k * n];
-        for l in 0..k {
-            for j in 0..n {
-                bt[j * k + l] = b[l * n + j];
-            }
-        }
+        let (a, b, bt) = operands(m, n, k);
         for rhs in [Mat::rows(&b, n), Mat::transposed(&bt, k)] {
             let mut want = values(m * n, 5);
             gemm_into(&mut want, n, m, n, k, true, 0.5, Mat::rows(&a, k), rhs);
@@ -209,14 +217,7 @@ fn every_thread_count_gives_the_same_bits() {
         })
         .collect();
     for (m, n, k) in shapes() {
-        let a = values(m * k, 3);
-        let b = values(k * n, 4);
-        let mut bt = vec![0.0; k * n];
-        for l in 0..k {
-            for j in 0..n {
-                bt[j * k + l] = b[l * n + j];
-            }
-        }
+        let (a, b, bt) = operands(m, n, k);
         for rhs in [Mat::rows(&b, n), Mat::transposed(&bt, k)] {
             let mut want = values(m * n, 5);
             for h in halves(m, n) {
