@@ -135,8 +135,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "4,8,18,36")]
     study_alpha_cs: Vec<f64>,
     /// Attribution ablation: ensemble sizes N, each a run of its own (members on
-    /// proportionally more records where the corpus allows; empty: none).
-    #[arg(long, value_delimiter = ',', default_value = "32,64,100")]
+    /// proportionally more records where the corpus allows; the flag alone,
+    /// with no value: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "32,64,100")]
     study_members: Vec<usize>,
     /// Attribution ablation: seeds of the runs at other N (the main table's first).
     #[arg(long, default_value_t = 3)]
