@@ -273,11 +273,45 @@ impl RunInfo {
     }
 }
 
-/// The first `model name` of a /proc/cpuinfo text.
+/// The first processor of a /proc/cpuinfo text: its `model name`, then its
+/// `cpu family` and `model` numbers and which of the instruction sets the
+/// kernels dispatch on it has (AVX-512, AVX-512 VNNI, AMX int8), since a
+/// model name such as "AMD EPYC" names neither the generation nor them.
 fn cpu_model(cpuinfo: &str) -> Option<String> {
-    cpuinfo.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        (key.trim() == "model name").then(|| value.trim().to_string())
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_string())
+        })
+    };
+    let model = field("model name")?;
+    let mut facts = Vec::new();
+    if let (Some(family), Some(number)) = (field("cpu family"), field("model")) {
+        facts.push(format!("family {family}, model {number}"));
+    }
+    if let Some(flags) = field("flags") {
+        let has = |flag: &str| flags.split_whitespace().any(|f| f == flag);
+        let isa = [
+            ("avx512f", "AVX-512"),
+            ("avx512_vnni", "AVX-512 VNNI"),
+            ("amx_int8", "AMX int8"),
+        ]
+        .iter()
+        .map(|&(flag, name)| {
+            if has(flag) {
+                name.to_string()
+            } else {
+                format!("no {name}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+        facts.push(isa);
+    }
+    Some(if facts.is_empty() {
+        model
+    } else {
+        format!("{model} ({})", facts.join("; "))
     })
 }
 
@@ -462,7 +496,10 @@ mod tests {
         let run = RunInfo {
             command: "cargo xtask bench --speed-only".into(),
             commit: Some(("abc123".into(), true)),
-            cpu: cpu_model("processor\t: 0\nmodel name\t: Example CPU @ 2.0GHz\nflags\t: x\n"),
+            cpu: cpu_model(
+                "processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: Example CPU @ 2.0GHz\n\
+                 flags\t\t: fpu avx512f avx512_vnni x\nprocessor\t: 1\nmodel name\t: Other\n",
+            ),
             threads: 2,
             rustc: Some("rustc 1.92.0".into()),
             unix_seconds: 951_782_400 + 13 * 3600 + 5 * 60,
@@ -470,8 +507,12 @@ mod tests {
         assert_eq!(
             run.line(),
             "Measured by `cargo xtask bench --speed-only` at commit `abc123` (with uncommitted \
-             changes), 2000-02-29 13:05 UTC, on Example CPU @ 2.0GHz (2 logical CPUs), \
-             rustc 1.92.0."
+             changes), 2000-02-29 13:05 UTC, on Example CPU @ 2.0GHz (family 26, model 2; \
+             AVX-512, AVX-512 VNNI, no AMX int8) (2 logical CPUs), rustc 1.92.0."
+        );
+        assert_eq!(
+            cpu_model("model name\t: Bare CPU\n").as_deref(),
+            Some("Bare CPU")
         );
         let section = with_run_line("## Speed\n\n| t |\n|---|\n\n\n", "unused", &run);
         assert_eq!(

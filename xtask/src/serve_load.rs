@@ -171,6 +171,7 @@ fn measure(quick: bool) -> Result<String, String> {
             }
         }
     }
+    s.push_str(&goal_table(&rows));
     s.push_str(
         "\nprivmix computes the public row and 8 member rows per request and mixes them under \
          PMixED (every token charged to the ledger before it is sent); llama.cpp computes one row \
@@ -189,6 +190,51 @@ fn measure(quick: bool) -> Result<String, String> {
         s.push_str("```\n\n");
     }
     Ok(s)
+}
+
+/// The serving goal's ratios at each client level measured for both servers:
+/// privmix's tokens/s over llama.cpp's (goal: at least 0.5×) and its p50 time
+/// to first token over llama.cpp's (goal: at most 3× at 8 clients). Empty when
+/// no level has both rows.
+fn goal_table(rows: &[Value]) -> String {
+    let row = |prefix: &str, clients: &Value| {
+        rows.iter().find(|r| {
+            r["label"].as_str().is_some_and(|l| l.starts_with(prefix)) && &r["clients"] == clients
+        })
+    };
+    let mut lines = Vec::new();
+    for ours in rows.iter().filter(|r| {
+        r["label"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("privmix"))
+    }) {
+        let clients = &ours["clients"];
+        let Some(theirs) = row("llama.cpp", clients) else {
+            continue;
+        };
+        let ratio = |key: &str| Some(ours[key].as_f64()? / theirs[key].as_f64()?);
+        let verdict = |met: bool| if met { "met" } else { "not met" };
+        let throughput = match ratio("tokens_per_s") {
+            Some(r) => format!("{r:.2}× ({})", verdict(r >= 0.5)),
+            None => "?".into(),
+        };
+        let first = match ratio("p50_ms_first_token") {
+            Some(r) if clients == &Value::from(8) => format!("{r:.2}× ({})", verdict(r <= 3.0)),
+            Some(r) => format!("{r:.2}×"),
+            None => "?".into(),
+        };
+        lines.push(format!("| {clients} | {throughput} | {first} |"));
+    }
+    if lines.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nThe goal, from the rows above: privmix's tokens/s at least 0.5× llama.cpp's at \
+         every level, and its p50 time to first token at most 3× llama.cpp's at 8 clients.\n\n\
+         | clients | tokens/s, privmix / llama.cpp | p50 time to first token, privmix / llama.cpp |\n\
+         |---|---|---|\n{}\n",
+        lines.join("\n")
+    )
 }
 
 /// llama-server's rows. A start failure is an error; an exit during the load keeps
@@ -486,6 +532,30 @@ mod tests {
             .collect();
         std::fs::write(dir.join("CMakeCache.txt"), text).unwrap();
         dir
+    }
+
+    #[test]
+    fn the_goal_table_divides_privmix_by_llama_cpp_at_each_level() {
+        let row = |label: &str, clients: u64, tps: f64, first: f64| {
+            serde_json::json!({"label": label, "clients": clients, "tokens_per_s": tps,
+                               "p50_ms_first_token": first})
+        };
+        let rows = vec![
+            row("privmix PMixED, 8 members", 1, 60.0, 5.0),
+            row("privmix PMixED, 8 members", 8, 40.0, 100.0),
+            row("privmix PMixED, 8 members", 32, 90.0, 130.0),
+            Value::String("a note".into()),
+            row("llama.cpp llama-server, no privacy", 1, 100.0, 4.0),
+            row("llama.cpp llama-server, no privacy", 8, 100.0, 25.0),
+        ];
+        let table = goal_table(&rows);
+        assert!(table.contains("| 1 | 0.60× (met) | 1.25× |"), "{table}");
+        assert!(
+            table.contains("| 8 | 0.40× (not met) | 4.00× (not met) |"),
+            "{table}"
+        );
+        assert!(!table.contains("| 32 |"), "{table}");
+        assert_eq!(goal_table(&rows[..3]), "");
     }
 
     #[test]
