@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::Tensor;
 use criterion::{Bencher, Criterion, criterion_group, criterion_main};
-use privmix_ensemble::lora::{LoraAdapter, LoraBase, LoraConfig};
+use privmix_ensemble::lora::{LLAMA_TARGET_MODULES, LoraAdapter, LoraBase, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::{Decoder, EnsembleRunner};
 use privmix_ensemble::stacked::FactorPrecision;
@@ -168,16 +168,7 @@ fn bench(c: &mut Criterion) {
 /// The group's rows for `model`.
 fn bench_group(c: &mut Criterion, group: &str, model: &Model<B>, device: &burn::tensor::Device<B>) {
     let base = model.base_shapes().unwrap();
-    let all = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
-    let config = LoraConfig::new(4, 8.0, &all).unwrap();
+    let config = LoraConfig::new(4, 8.0, &LLAMA_TARGET_MODULES).unwrap();
     let max_n = MEMBERS[MEMBERS.len() - 1];
     let adapters: Vec<LoraAdapter<B>> = (0..max_n as u64)
         .map(|s| LoraAdapter::random(config.clone(), &base, 0.02, s, device).unwrap())

@@ -6,8 +6,21 @@ use serde_json::{Map, Value, json};
 
 use super::error::LoraError;
 
+/// The seven projections of a Llama/Gemma block, as PEFT names them: the
+/// attention's `q_proj`, `k_proj`, `v_proj`, `o_proj` and the MLP's
+/// `gate_proj`, `up_proj`, `down_proj` (every site a LoRA can adapt there).
+pub const LLAMA_TARGET_MODULES: [&str; 7] = [
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+];
+
 /// Module names (as PEFT matches them, by the last path component) of the
-/// projections a LoRA may target: Llama/Gemma and GPT-2 (`c_proj` names both
+/// projections a LoRA may target: Llama/Gemma ([`LLAMA_TARGET_MODULES`]) and GPT-2 (`c_proj` names both
 /// GPT-2's attention and MLP output projections, as in PEFT).
 pub const KNOWN_TARGET_MODULES: [&str; 10] = [
     "q_proj",
@@ -253,6 +266,15 @@ mod tests {
         json!({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "lora_dropout": 0.05,
                "target_modules": ["q_proj", "v_proj"], "bias": "none", "use_rslora": false,
                "rank_pattern": {}, "alpha_pattern": {}, "use_dora": false})
+    }
+
+    #[test]
+    fn every_llama_projection_is_a_known_target() {
+        for m in LLAMA_TARGET_MODULES {
+            assert!(KNOWN_TARGET_MODULES.contains(&m), "{m}");
+        }
+        let c = LoraConfig::new(4, 8.0, &LLAMA_TARGET_MODULES).unwrap();
+        assert!(LLAMA_TARGET_MODULES.iter().all(|m| c.targets(m)));
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod peft;
 mod sites;
 
 pub use adapter::{LoraAdapter, LoraFactors};
-pub use config::{KNOWN_TARGET_MODULES, LoraConfig};
+pub use config::{KNOWN_TARGET_MODULES, LLAMA_TARGET_MODULES, LoraConfig};
 pub use error::LoraError;
 pub(crate) use peft::transpose;
 pub use peft::{ADAPTER_CONFIG, ADAPTER_WEIGHTS};

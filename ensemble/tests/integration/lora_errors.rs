@@ -8,7 +8,9 @@ use crate::lora_support;
 use std::path::Path;
 
 use lora_support::*;
-use privmix_ensemble::lora::{BaseShapes, LoraAdapter, LoraConfig, LoraError};
+use privmix_ensemble::lora::{
+    BaseShapes, LLAMA_TARGET_MODULES, LoraAdapter, LoraConfig, LoraError,
+};
 use privmix_ensemble::runner::{EnsembleError, EnsembleRunner};
 use privmix_ensemble::stacked::{FactorPrecision, StackedAdapters};
 use privmix_models::plan::{ExecutionPlan, Route};
@@ -218,16 +220,7 @@ fn bad_tensors() {
 /// heads of width 64; all seven projections targeted.
 #[test]
 fn memory_of_100_rank4_adapters_over_smollm2() {
-    let all = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
-    let c = LoraConfig::new(4, 8.0, &all).unwrap();
+    let c = LoraConfig::new(4, 8.0, &LLAMA_TARGET_MODULES).unwrap();
     // The formula agrees with the stacked tensors actually built (tiny model, 5 members).
     let tiny = base();
     let members: Vec<LoraAdapter<B>> = (0..5)

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use crate::lora_support;
 
 use lora_support::*;
-use privmix_ensemble::lora::{LoraAdapter, LoraConfig};
+use privmix_ensemble::lora::{LLAMA_TARGET_MODULES, LoraAdapter, LoraConfig};
 use privmix_ensemble::rows::RowLayout;
 use privmix_ensemble::runner::EnsembleRunner;
 use privmix_models::{LanguageModel, LoadOptions, Model};
@@ -95,16 +95,7 @@ fn block(len: usize, vocab: usize, seed: usize) -> Vec<u32> {
 
 /// Random members with every projection adapted (rank `r`, seeds from 11).
 fn random_members(model: &Model<B>, n: usize, r: usize) -> Vec<LoraAdapter<B>> {
-    let sites = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
-    let config = LoraConfig::new(r, 2.0 * r as f64, &sites).unwrap();
+    let config = LoraConfig::new(r, 2.0 * r as f64, &LLAMA_TARGET_MODULES).unwrap();
     (0..n)
         .map(|i| LoraAdapter::random(config.clone(), &base_of(model), 0.05, 11 + i as u64, &dev()))
         .collect::<Result<_, _>>()

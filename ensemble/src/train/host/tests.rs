@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 use super::Group;
 use super::step::HostModel;
 use super::weights::HostLlama;
-use crate::lora::{LoraBase, LoraConfig};
+use crate::lora::{LLAMA_TARGET_MODULES, LoraBase, LoraConfig};
 use crate::train::params::LoraParams;
 use crate::train::trainable::{Dropout, loss_and_gradient};
 
@@ -46,16 +46,7 @@ fn models() -> Vec<(&'static str, Model<AB>)> {
 /// Every projection targeted, factors drawn at random (B ≠ 0, so that every
 /// gradient is non-trivial).
 fn params(model: &Model<AB>, seed: u64) -> LoraParams {
-    let all = [
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    ];
-    let mut cfg = LoraConfig::new(4, 8.0, &all).unwrap();
+    let mut cfg = LoraConfig::new(4, 8.0, &LLAMA_TARGET_MODULES).unwrap();
     cfg.lora_dropout = 0.1;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut p = LoraParams::init(&cfg, &model.base_shapes().unwrap(), &mut rng).unwrap();
