@@ -15,7 +15,8 @@ pub struct RunInfo {
     /// `git rev-parse HEAD` of the working tree (with `-dirty` when it has
     /// uncommitted changes), or why it is unknown.
     pub commit: String,
-    /// The CPU model (`/proc/cpuinfo`'s `model name`), or `unknown`.
+    /// The CPU model (`/proc/cpuinfo`'s `model name`, family and model
+    /// numbers) and the instruction set the CPU kernels dispatch to.
     pub cpu: String,
     /// Logical CPUs the process may use.
     pub available_threads: usize,
@@ -203,15 +204,32 @@ pub(crate) fn commit() -> String {
 }
 
 fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("model name"))
-                .and_then(|rest| rest.split_once(':'))
-                .map(|(_, name)| name.trim().to_string())
+    let kernels = format!("{:?}", privmix_models::cpu::Isa::detected());
+    match std::fs::read_to_string("/proc/cpuinfo") {
+        Ok(text) => describe_cpu(&text, &kernels),
+        Err(_) => format!("unknown (kernels: {kernels})"),
+    }
+}
+
+/// The first processor of a /proc/cpuinfo text: its `model name`, its `cpu
+/// family` and `model` numbers (a name such as "AMD EPYC" names no
+/// generation), and the instruction set the CPU kernels dispatch to, since
+/// trained weights and scored parts can differ in their last bits between
+/// kinds of CPU.
+fn describe_cpu(cpuinfo: &str, kernels: &str) -> String {
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_string())
         })
-        .unwrap_or_else(|| "unknown".into())
+    };
+    let name = field("model name").unwrap_or_else(|| "unknown".into());
+    match (field("cpu family"), field("model")) {
+        (Some(family), Some(model)) => {
+            format!("{name} (family {family}, model {model}; kernels: {kernels})")
+        }
+        _ => format!("{name} (kernels: {kernels})"),
+    }
 }
 
 /// Now as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, H. Hinnant's algorithm).
@@ -240,6 +258,20 @@ fn utc_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_is_named_with_its_family_model_and_kernels() {
+        let text = "processor\t: 0\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n\
+                    processor\t: 1\nmodel name\t: Other\n";
+        assert_eq!(
+            describe_cpu(text, "Avx512Vnni"),
+            "AMD EPYC (family 26, model 2; kernels: Avx512Vnni)"
+        );
+        assert_eq!(
+            describe_cpu("model name\t: X\n", "Avx2"),
+            "X (kernels: Avx2)"
+        );
+    }
 
     #[test]
     fn collects_the_build_and_machine() {
