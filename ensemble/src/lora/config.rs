@@ -19,21 +19,26 @@ pub const LLAMA_TARGET_MODULES: [&str; 7] = [
     "down_proj",
 ];
 
+/// GPT-2's projections a LoRA may target, as PEFT names them (`c_proj`
+/// names both the attention's and the MLP's output projections).
+const GPT2_TARGET_MODULES: [&str; 3] = ["c_attn", "c_proj", "c_fc"];
+
 /// Module names (as PEFT matches them, by the last path component) of the
-/// projections a LoRA may target: Llama/Gemma ([`LLAMA_TARGET_MODULES`]) and GPT-2 (`c_proj` names both
-/// GPT-2's attention and MLP output projections, as in PEFT).
-pub const KNOWN_TARGET_MODULES: [&str; 10] = [
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-    "c_attn",
-    "c_proj",
-    "c_fc",
-];
+/// projections a LoRA may target: [`LLAMA_TARGET_MODULES`] (Llama/Gemma)
+/// followed by GPT-2's `c_attn`, `c_proj` and `c_fc`.
+pub const KNOWN_TARGET_MODULES: [&str; 10] = {
+    let mut all = [""; 10];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = if i < LLAMA_TARGET_MODULES.len() {
+            LLAMA_TARGET_MODULES[i]
+        } else {
+            GPT2_TARGET_MODULES[i - LLAMA_TARGET_MODULES.len()]
+        };
+        i += 1;
+    }
+    all
+};
 
 /// A LoRA adapter's hyper-parameters, named as in PEFT's `LoraConfig`.
 ///
