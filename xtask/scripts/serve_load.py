@@ -69,6 +69,7 @@ def one_request(url, model, key, prompt, max_tokens):
 
 
 def run_level(args, clients):
+    urls = args.url.split(",")
     lock = threading.Lock()
     gaps, ttfts, tokens, statuses = [], [], [0], {}
     deadline = [None]
@@ -79,7 +80,7 @@ def run_level(args, clients):
             if deadline[0] is not None and now > deadline[0]:
                 return
             start, arrivals, status = one_request(
-                args.url, args.model, args.key, args.prompt, args.max_tokens)
+                urls[i % len(urls)], args.model, args.key, args.prompt, args.max_tokens)
             with lock:
                 statuses[status] = statuses.get(status, 0) + 1
                 if status != 200:
@@ -111,7 +112,9 @@ def run_level(args, clients):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--url", required=True)
+    p.add_argument("--url", required=True,
+                   help="server URL, or several separated by commas: client i uses the "
+                        "i-th modulo their number")
     p.add_argument("--model", required=True)
     p.add_argument("--key", default=None)
     p.add_argument("--label", default="server")

@@ -32,6 +32,7 @@ mod performance;
 mod pip;
 mod publish;
 mod serve_load;
+mod serve_replicas;
 mod speed;
 mod steps;
 mod train_memory;

@@ -90,32 +90,8 @@ fn measure(quick: bool) -> Result<String, String> {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
 
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--model".into(),
-        gguf.display().to_string(),
-        "--ledger".into(),
-        tmp.join("ledger").display().to_string(),
-        "--epsilon".into(),
-        "1000000".into(),
-        "--no-auth".into(),
-        "--max-batch".into(),
-        "32".into(),
-        "--max-tokens".into(),
-        "32".into(),
-        "--model-name".into(),
-        "smollm2".into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        // The members are random adapters, not private data: their step timings
-        // may be printed.
-        "--phase-timings".into(),
-        "--unsafe-uncharged-timings".into(),
-    ];
-    for i in 0..MEMBERS {
-        args.push("--adapter".into());
-        args.push(members.join(format!("member-{i}")).display().to_string());
-    }
+    let ledger = tmp.join("ledger").display().to_string();
+    let args = serve_args(&gguf, &ledger, &members);
     let mut rows = Vec::new();
     let server = Server::start(Command::new(&privmix).args(&args), "http://")?;
     rows.extend(load(
@@ -124,6 +100,7 @@ fn measure(quick: bool) -> Result<String, String> {
         &server.url,
         "smollm2",
         "privmix PMixED, 8 members",
+        CLIENTS,
         seconds,
     )?);
     let phases = server.lines_containing("privmix: phases");
@@ -137,6 +114,11 @@ fn measure(quick: bool) -> Result<String, String> {
         Err(e) => rows.push(Value::String(format!("llama.cpp not measured: {e}"))),
     }
     let _ = std::fs::remove_dir_all(&tmp);
+    let replicas =
+        crate::serve_replicas::section(&privmix, &gguf, &members, &python, &script, seconds)
+            .unwrap_or_else(|e| {
+                format!("Replicas on one PostgreSQL ledger: not measured: {e}\n\n")
+            });
 
     let mut s = String::new();
     let _ = writeln!(
@@ -179,6 +161,7 @@ fn measure(quick: bool) -> Result<String, String> {
          through its AMX buffer type (`GGML_NATIVE`, with `-fno-tree-dse -fno-dse`, see \
          `xtask/src/serve_load.rs`), privmix for its products of 16 rows or more.\n\n",
     );
+    s.push_str(&replicas);
     if !phases.is_empty() {
         s.push_str(
             "Where privmix's decode loop spent its time (`privmix serve --phase-timings`, \
@@ -190,6 +173,39 @@ fn measure(quick: bool) -> Result<String, String> {
         s.push_str("```\n\n");
     }
     Ok(s)
+}
+
+/// `privmix serve`'s arguments in every serving row: PMixED over `gguf` with the
+/// bench's members, a budget no level spends, up to 32 requests per batch of up to 32
+/// tokens, on a free loopback port, charging `ledger` (a folder or a PostgreSQL URL).
+pub(crate) fn serve_args(gguf: &Path, ledger: &str, members: &Path) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--model".into(),
+        gguf.display().to_string(),
+        "--ledger".into(),
+        ledger.into(),
+        "--epsilon".into(),
+        "1000000".into(),
+        "--no-auth".into(),
+        "--max-batch".into(),
+        "32".into(),
+        "--max-tokens".into(),
+        "32".into(),
+        "--model-name".into(),
+        "smollm2".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        // The members are random adapters, not private data: their step timings
+        // may be printed.
+        "--phase-timings".into(),
+        "--unsafe-uncharged-timings".into(),
+    ];
+    for i in 0..MEMBERS {
+        args.push("--adapter".into());
+        args.push(members.join(format!("member-{i}")).display().to_string());
+    }
+    args
 }
 
 /// The serving goal's ratios at each client level measured for both servers:
@@ -267,7 +283,7 @@ fn measure_llama_server(
     let mut server = Server::start(&mut cmd, "listening on http://")?;
     let url = format!("http://127.0.0.1:{port}");
     let label = "llama.cpp llama-server, no privacy";
-    let rows = load(python, script, &url, "smollm2", label, seconds);
+    let rows = load(python, script, &url, "smollm2", label, CLIENTS, seconds);
     let Some(exit) = server.exited() else {
         return rows;
     };
@@ -282,12 +298,16 @@ fn measure_llama_server(
     Ok(rows)
 }
 
-fn load(
+/// The load script's rows: `clients` (comma-separated levels) streaming clients in
+/// turn, for `seconds` each, spread over `url` (comma-separated servers, client i on
+/// the i-th modulo their number).
+pub(crate) fn load(
     python: &str,
     script: &Path,
     url: &str,
     model: &str,
     label: &str,
+    clients: &str,
     seconds: &str,
 ) -> Result<Vec<Value>, String> {
     let out = Command::new(python)
@@ -300,7 +320,7 @@ fn load(
             "--label",
             label,
             "--clients",
-            CLIENTS,
+            clients,
         ])
         .args(["--seconds", seconds])
         .output()
@@ -319,9 +339,9 @@ fn load(
 }
 
 /// A server process, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     /// Every stderr line after the ready line.
     lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -329,7 +349,7 @@ struct Server {
 impl Server {
     /// Starts `cmd` and waits (up to 5 minutes) for a stderr line containing `ready`;
     /// a `http://…` address on that line is the URL.
-    fn start(cmd: &mut Command, ready: &str) -> Result<Self, String> {
+    pub(crate) fn start(cmd: &mut Command, ready: &str) -> Result<Self, String> {
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -381,7 +401,7 @@ impl Server {
 
 impl Server {
     /// How the process ended, if it has.
-    fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         self.child.try_wait().ok().flatten().map(|s| s.to_string())
     }
 

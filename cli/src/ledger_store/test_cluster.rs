@@ -11,11 +11,14 @@
 //! The server keeps `fsync` and `synchronous_commit` on, which the store requires.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+#[path = "pg_binaries.rs"]
+mod pg_binaries;
+use pg_binaries::{bindir, cluster_folder, initdb};
 
 /// The environment variable naming the server tests use.
 pub const ENV: &str = "PRIVMIX_TEST_POSTGRES";
@@ -87,113 +90,12 @@ impl Drop for TestSchema {
 /// exiting) tells the watcher to stop the server and delete its folder.
 static WATCHER: OnceLock<Mutex<(Child, ChildStdin)>> = OnceLock::new();
 
-/// The folder of PostgreSQL's server binaries: `pg_config --bindir`, else the newest
-/// `/usr/lib/postgresql/<version>/bin` (Debian), else the folder of `initdb` on PATH.
-fn bindir() -> Result<PathBuf, String> {
-    let has_initdb = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
-    if let Ok(out) = Command::new("pg_config").arg("--bindir").output()
-        && out.status.success()
-    {
-        let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        if has_initdb(&dir) {
-            return Ok(dir);
-        }
-    }
-    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-            Some((version, e.path().join("bin")))
-        })
-        .filter(|(_, dir)| has_initdb(dir))
-        .collect();
-    debian.sort();
-    if let Some((_, dir)) = debian.pop() {
-        return Ok(dir);
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            if has_initdb(&dir) {
-                return Ok(dir);
-            }
-        }
-    }
-    Err("no PostgreSQL server binaries (initdb, postgres) were found".into())
-}
-
-/// The output of `cmd args…`, trimmed, or why not.
-fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {cmd}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd} {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
 /// Starts a cluster in a new temporary folder; returns its URL.
 fn start_private_cluster() -> Result<String, String> {
     let bin = bindir()?;
-    let root = output("id", &["-u"])? == "0";
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!("privmix-pg-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    // As root, the cluster belongs to `postgres`, and every server command runs as it.
-    let as_owner: Vec<String> = if root {
-        let uid: u32 = output("id", &["-u", "postgres"])?
-            .parse()
-            .map_err(|_| "the postgres user's uid is not a number".to_string())?;
-        let gid: u32 = output("id", &["-g", "postgres"])?
-            .parse()
-            .map_err(|_| "the postgres user's gid is not a number".to_string())?;
-        std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
-            .map_err(|e| format!("cannot hand {} to postgres: {e}", dir.display()))?;
-        vec![
-            "setpriv".into(),
-            "--reuid=postgres".into(),
-            "--regid=postgres".into(),
-            "--init-groups".into(),
-            "--".into(),
-        ]
-    } else {
-        Vec::new()
-    };
+    let (dir, as_owner) = cluster_folder("privmix-pg")?;
     let data = dir.join("data");
-    let mut initdb = Command::new(as_owner.first().map_or(bin.join("initdb"), PathBuf::from));
-    if !as_owner.is_empty() {
-        initdb.args(&as_owner[1..]).arg(bin.join("initdb"));
-    }
-    let out = initdb
-        .args([
-            "-A",
-            "trust",
-            "-U",
-            "privmix",
-            "-E",
-            "UTF8",
-            "--no-sync",
-            "-D",
-        ])
-        .arg(&data)
-        .current_dir(&dir)
-        .output()
-        .map_err(|e| format!("cannot run initdb: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+    initdb(&bin, &as_owner, &data)?;
     // A fixed port is fine: the socket lives in this cluster's own folder.
     let port = 5432;
     let server = format!(
