@@ -465,6 +465,38 @@ fn joined_requests_equal_each_alone_through_the_host_step() {
     }
 }
 
+/// The server's default products: 8-bit activations
+/// (`DecodeProducts::Int8Activations`), which take every product through
+/// the same integer-sum kernel whatever its number of rows, so a row's
+/// log-probabilities do not depend on the rows beside it: joined requests
+/// equal each alone bit for bit through an f32 cache, and within the f16
+/// cache's tolerance through an f16 one (the cache the server's default
+/// `--f16-kv` keeps).
+#[test]
+fn joined_requests_equal_each_alone_with_int8_activations() {
+    use privmix_models::DecodeProducts;
+    let path = llama_dir().join("../../gguf/llama_q8_0.gguf");
+    for kv in [KvPrecision::F32, KvPrecision::F16] {
+        let model = Model::<Flex>::load(
+            LoadOptions::path(&path, &dev()).decode_products(DecodeProducts::Int8Activations),
+        )
+        .unwrap();
+        // The fixture's products really take 8-bit activations (their widths are
+        // multiples of 16; `runner.rs` shows they differ from the f32 path's).
+        assert!(model.plan().host_int8, "{}", model.plan());
+        let expect = if kv == KvPrecision::F16 {
+            Expect::Within(F16_TOL)
+        } else {
+            Expect::Exact
+        };
+        check_schedule(
+            &runner(model, true, kv),
+            expect,
+            &format!("tiny llama Q8_0 GGUF, 8-bit activations, {kv:?} cache"),
+        );
+    }
+}
+
 /// On `Autodiff<Flex>` the caches hold burn tensors and attention is
 /// burn's eager attention over the padded slots.
 #[test]
