@@ -287,12 +287,12 @@ pub fn run_icl_verified(
                         })
                 };
                 if !same(&done.0, &again.0) {
-                    return Err(BenchError::Config(
-                        "--verify-cache: ICL seed 0 recomputed differs from its cache entry: \
-                         the cache holds results its key no longer describes (bump \
-                         RESULTS_VERSION in bench/src/cache_key.rs)"
-                            .into(),
-                    ));
+                    return Err(BenchError::Config(format!(
+                        "--verify-cache: ICL seed 0 recomputed differs from its cache entry \
+                         ({}): the cache holds results its key no longer describes (bump \
+                         RESULTS_VERSION in bench/src/cache_key.rs)",
+                        first_difference(&done.0, &again.0)
+                    )));
                 }
                 cache_check = Some(format!(
                     "ICL seed 0 recomputed ({} methods): every answer and score equal to its \
@@ -546,10 +546,67 @@ fn run_seed(
     Ok((results, embedding_skipped))
 }
 
+/// Where two runs of one ICL seed first differ: the method and ε, then the query
+/// (its index and both scores) or the example, for `--verify-cache`'s error.
+fn first_difference(cached: &[IclResult], again: &[IclResult]) -> String {
+    if cached.len() != again.len() {
+        return format!(
+            "{} methods cached, {} recomputed",
+            cached.len(),
+            again.len()
+        );
+    }
+    for (x, y) in cached.iter().zip(again) {
+        let what = format!("{} at ε {:?}", y.method, y.target_epsilon);
+        if x.method != y.method {
+            return format!("method {} cached where {what} was recomputed", x.method);
+        }
+        if let Some(q) = (0..x.per_query.len().max(y.per_query.len()))
+            .find(|&q| x.per_query.get(q) != y.per_query.get(q))
+        {
+            return format!(
+                "{what}: query {q} scored {:?} cached, {:?} recomputed ({} of {} queries differ)",
+                x.per_query.get(q),
+                y.per_query.get(q),
+                x.per_query
+                    .iter()
+                    .zip(&y.per_query)
+                    .filter(|(a, b)| a != b)
+                    .count(),
+                x.per_query.len()
+            );
+        }
+        if let Some((a, b)) = x.examples.iter().zip(&y.examples).find(|(a, b)| a != b) {
+            return format!("{what}: example {a:?} cached, {b:?} recomputed");
+        }
+    }
+    "the examples' counts differ".into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::summary::test_result as result;
     use super::*;
+
+    #[test]
+    fn the_first_difference_names_the_method_the_query_and_both_scores() {
+        let cached = vec![
+            result("zero-shot", None, 0.2, Some(0.0)),
+            result("dps-mozo+on", Some(1.0), 0.3, Some(0.9)),
+        ];
+        let mut again = cached.clone();
+        again[1].per_query = vec![0.25];
+        let d = first_difference(&cached, &again);
+        assert!(d.contains("dps-mozo+on at ε Some(1.0): query 0"), "{d}");
+        assert!(
+            d.contains("Some(0.3) cached, Some(0.25) recomputed (1 of 1"),
+            "{d}"
+        );
+        assert_eq!(
+            first_difference(&cached, &again[..1]),
+            "2 methods cached, 1 recomputed"
+        );
+    }
 
     fn results() -> IclResults {
         let seeds: Vec<IclSeed> = [0.2, 0.3, 0.25, 0.22, 0.28]
