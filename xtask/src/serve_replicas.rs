@@ -52,20 +52,18 @@ impl PgCluster {
             "-k {} -p 5432 -c listen_addresses= -c fsync=on -c synchronous_commit=on",
             cluster.dir.display()
         );
-        let out = cluster
-            .pg_ctl()
-            .args(["start", "-w", "-t", "60", "-o", &options, "-l"])
-            .arg(cluster.dir.join("server.log"))
-            .output()
-            .map_err(|e| format!("cannot run pg_ctl: {e}"))?;
-        if !out.status.success() {
-            let log = std::fs::read_to_string(cluster.dir.join("server.log")).unwrap_or_default();
-            return Err(format!(
-                "PostgreSQL did not start: {}; its log: {}",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                log.trim()
-            ));
-        }
+        let log = cluster.dir.join("server.log");
+        pg_binaries::stdout_of(
+            cluster
+                .pg_ctl()
+                .args(["start", "-w", "-t", "60", "-o", &options, "-l"])
+                .arg(&log),
+            "pg_ctl start",
+        )
+        .map_err(|e| {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            format!("PostgreSQL did not start: {e}; its log: {}", log.trim())
+        })?;
         Ok(cluster)
     }
 
@@ -128,16 +126,10 @@ pub(crate) fn section(
             }
         }
         drop(servers);
-        let verify = Command::new(privmix)
-            .args(["ledger", "verify", &db.url])
-            .output()
-            .map_err(|e| format!("cannot run privmix ledger verify: {e}"))?;
-        if !verify.status.success() {
-            return Err(format!(
-                "privmix ledger verify failed after {replicas} replica(s): {}",
-                String::from_utf8_lossy(&verify.stderr).trim()
-            ));
-        }
+        pg_binaries::stdout_of(
+            Command::new(privmix).args(["ledger", "verify", &db.url]),
+            &format!("privmix ledger verify after {replicas} replica(s)"),
+        )?;
         rows.push((replicas, threads, measured));
     }
     Ok(table(&rows))

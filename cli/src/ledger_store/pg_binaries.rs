@@ -47,14 +47,21 @@ pub fn bindir() -> Result<PathBuf, String> {
 
 /// The output of `cmd args…`, trimmed, or why not.
 pub fn output(cmd: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(cmd)
-        .args(args)
+    stdout_of(
+        Command::new(cmd).args(args),
+        &format!("{cmd} {}", args.join(" ")),
+    )
+}
+
+/// The standard output of `cmd` (called `what` in errors), trimmed; an error
+/// naming `what` and giving its standard error when it cannot start or fails.
+pub fn stdout_of(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd
         .output()
-        .map_err(|e| format!("cannot run {cmd}: {e}"))?;
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "{cmd} {} failed: {}",
-            args.join(" "),
+            "{what} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -108,26 +115,18 @@ pub fn as_owner(prefix: &[String], program: &Path) -> Command {
 /// `initdb` of a UTF-8 cluster in `data` whose only role is `privmix`, trusted on
 /// its local socket.
 pub fn initdb(bin: &Path, prefix: &[String], data: &Path) -> Result<(), String> {
-    let out = as_owner(prefix, &bin.join("initdb"))
-        .args([
-            "-A",
-            "trust",
-            "-U",
-            "privmix",
-            "-E",
-            "UTF8",
-            "--no-sync",
-            "-D",
-        ])
-        .arg(data)
-        .current_dir(data.parent().unwrap_or(Path::new("/")))
-        .output()
-        .map_err(|e| format!("cannot run initdb: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
+    let mut cmd = as_owner(prefix, &bin.join("initdb"));
+    cmd.args([
+        "-A",
+        "trust",
+        "-U",
+        "privmix",
+        "-E",
+        "UTF8",
+        "--no-sync",
+        "-D",
+    ])
+    .arg(data)
+    .current_dir(data.parent().unwrap_or(Path::new("/")));
+    stdout_of(&mut cmd, "initdb").map(drop)
 }
