@@ -33,6 +33,7 @@ mod pip;
 mod publish;
 mod serve_load;
 mod serve_replicas;
+mod serve_server;
 mod speed;
 mod steps;
 mod train_memory;

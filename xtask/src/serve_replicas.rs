@@ -16,7 +16,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-use crate::serve_load::{Server, load, serve_args};
+use crate::serve_server::{Server, load, serve_args};
 
 #[path = "../../cli/src/ledger_store/pg_binaries.rs"]
 mod pg_binaries;
