@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 pub struct RunInfo {
     /// The command line the binary was started with.
     pub command: String,
-    /// `git rev-parse HEAD` of the working tree (with `-dirty` when it has
-    /// uncommitted changes), or why it is unknown.
+    /// The commit the binary was built from (with `-dirty` when tracked files
+    /// had uncommitted changes then), or why it is unknown.
     pub commit: String,
     /// The CPU model (`/proc/cpuinfo`'s `model name`, family and model
     /// numbers) and the instruction set the CPU kernels dispatch to.
@@ -182,25 +182,11 @@ impl Phases {
     }
 }
 
-/// `git args…`'s trimmed output, or None where git fails or is missing.
-fn git(args: &[&str]) -> Option<String> {
-    std::process::Command::new("git")
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-}
-
+/// The commit of the sources this binary was compiled from, `-dirty` where
+/// tracked files differed from it (read by `bench/build.rs` at build time, so a
+/// binary run while the tree moves on still names its own sources).
 pub(crate) fn commit() -> String {
-    match git(&["rev-parse", "HEAD"]) {
-        Some(head) => {
-            let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                .is_some_and(|s| !s.is_empty());
-            if dirty { format!("{head}-dirty") } else { head }
-        }
-        None => "unknown (not run inside a git checkout)".into(),
-    }
+    env!("PRIVMIX_BENCH_COMMIT").to_string()
 }
 
 fn cpu_model() -> String {
@@ -270,6 +256,19 @@ mod tests {
         assert_eq!(
             describe_cpu("model name\t: X\n", "Avx2"),
             "X (kernels: Avx2)"
+        );
+    }
+
+    /// The build's commit is a full hash (`-dirty` where the tree had changes)
+    /// or says why it is unknown.
+    #[test]
+    fn the_commit_is_the_builds() {
+        let c = commit();
+        let hash = c.strip_suffix("-dirty").unwrap_or(&c);
+        assert!(
+            c.starts_with("unknown (")
+                || (hash.len() == 40 && hash.chars().all(|ch| ch.is_ascii_hexdigit())),
+            "{c}"
         );
     }
 

@@ -4,7 +4,8 @@
 //! run stopped part-way (the default run takes hours) resumes at the first seed
 //! not done, and reports the compute it reused.
 //!
-//! The key ([`crate::cache_key`]) is the declared results version, the whole
+//! The key ([`crate::cache_key`]) is the declared results version and the ICL
+//! parts' own [`ICL_VERSION`], the whole
 //! configuration as canonical JSON (the cache folder and the files' paths aside),
 //! the part's name, and the SHA-256 of the model files (the language model, its
 //! tokenizer and the sentence encoder when given) and of WordNet's file. No source
@@ -20,6 +21,20 @@ use serde::de::DeserializeOwned;
 use super::common::IclConfig;
 use crate::cache_key::{CacheKey, path_sha256};
 use crate::error::BenchError;
+
+/// The version of the results the ICL parts hold, beside
+/// [`crate::cache_key::RESULTS_VERSION`] (which every cache's key holds): bump it
+/// in a commit that changes what an ICL part would be if recomputed while the
+/// perplexity experiment's parts stay as they are.
+///
+/// - 1: the parts before this version existed.
+/// - 2: every part recomputed. The version-1 entries were written by a binary
+///   built from uncommitted sources (seed 0's provenance `6bb9980…-dirty`):
+///   seed 0 recomputed from the committed sources differed from its entry in 3
+///   of 40 zero-shot answers, while two fresh processes of the committed
+///   sources agreed bit for bit. Entries now name the commit their binary was
+///   built from (`bench/build.rs`), not the tree's when they were written.
+pub const ICL_VERSION: u32 = 2;
 
 /// One part's cached result, the seconds it took when it was made, and (as
 /// provenance, outside the key) the commit that made it.
@@ -60,7 +75,8 @@ impl PartCache {
             cache_dir: None,
             ..config.clone()
         };
-        let key = CacheKey::new("icl", &keyed, models, path_sha256(&config.wordnet)?)?;
+        let versioned = serde_json::json!({ "icl_version": ICL_VERSION, "config": keyed });
+        let key = CacheKey::new("icl", &versioned, models, path_sha256(&config.wordnet)?)?;
         Ok(Self {
             dir: config.cache_dir.clone(),
             key,
@@ -121,6 +137,27 @@ mod tests {
             "mia_examples": 3, "cache_dir": dir,
         }))
         .unwrap()
+    }
+
+    /// The key holds the ICL parts' own version beside the shared one, and the
+    /// entry names the commit the binary was built from.
+    #[test]
+    fn the_key_holds_the_icl_version_and_the_entry_its_build() {
+        let root = std::env::temp_dir().join(format!("privmix-icl-version-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let (dir, model, wordnet) = (root.join("cache"), root.join("m.gguf"), root.join("noun"));
+        std::fs::write(&model, "weights").unwrap();
+        std::fs::write(&wordnet, "nouns").unwrap();
+        let cache = PartCache::new(&config(&dir, &model, &wordnet)).unwrap();
+        assert_eq!(cache.key.config["icl_version"], ICL_VERSION);
+        assert_eq!(cache.key.results_version, crate::cache_key::RESULTS_VERSION);
+        cache.put("seed-0", &1u32, 1.0).unwrap();
+        let path = cache.path("seed-0").unwrap();
+        let entry: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(entry["commit"], env!("PRIVMIX_BENCH_COMMIT"));
+        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]

@@ -290,7 +290,7 @@ pub fn run_icl_verified(
                     return Err(BenchError::Config(format!(
                         "--verify-cache: ICL seed 0 recomputed differs from its cache entry \
                          ({}): the cache holds results its key no longer describes (bump \
-                         RESULTS_VERSION in bench/src/cache_key.rs)",
+                         ICL_VERSION in bench/src/icl/cache.rs)",
                         first_difference(&done.0, &again.0)
                     )));
                 }
