@@ -189,6 +189,32 @@ pub(crate) fn commit() -> String {
     env!("PRIVMIX_BENCH_COMMIT").to_string()
 }
 
+/// The kind of machine a result's floating-point bits belong to: the CPU's
+/// model name, family and model numbers and the kernels' instruction set (the
+/// L1 data cache that sizes gemm's blocks follows the family and model).
+pub(crate) fn machine() -> String {
+    cpu_model()
+}
+
+/// How a recomputed part that differs from its entry is judged: a difference is
+/// an error (the cache holds results its key no longer describes) only where the
+/// entry names this kind of machine; an entry made on another kind, or whose
+/// machine is unrecorded, is expected to differ in its last bits (gemm blocks its
+/// sums by the L1 data cache, the quantised kernels run the CPU's instruction
+/// set), so the difference is stated, not failed. `Ok(None)`: an error is due.
+pub(crate) fn machine_difference(entry_machine: Option<&str>, what: &str) -> Option<String> {
+    let here = machine();
+    match entry_machine {
+        Some(m) if m == here => None,
+        other => Some(format!(
+            "{what} recomputed differs from its entry, made on {}, not this kind of \
+             machine ({here}): bits are expected to differ across machines, so this is \
+             no check of the code",
+            other.unwrap_or("an unrecorded machine")
+        )),
+    }
+}
+
 fn cpu_model() -> String {
     let kernels = format!("{:?}", privmix_models::cpu::Isa::detected());
     match std::fs::read_to_string("/proc/cpuinfo") {
@@ -257,6 +283,16 @@ mod tests {
             describe_cpu("model name\t: X\n", "Avx2"),
             "X (kernels: Avx2)"
         );
+    }
+
+    #[test]
+    fn a_difference_fails_only_on_the_machine_that_made_the_entry() {
+        let here = machine();
+        assert_eq!(machine_difference(Some(&here), "part"), None);
+        let other = machine_difference(Some("another CPU"), "part").unwrap();
+        assert!(other.contains("made on another CPU"), "{other}");
+        let unknown = machine_difference(None, "part").unwrap();
+        assert!(unknown.contains("an unrecorded machine"), "{unknown}");
     }
 
     /// The build's commit is a full hash (`-dirty` where the tree had changes)

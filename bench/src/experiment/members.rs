@@ -345,9 +345,7 @@ fn member_training(
     Box::new(move || train_member(&config, &model, &lora, seed, &label, &blocks, progress))
 }
 
-/// Relative difference of validation losses below which a recomputed adapter
-/// counts as its cached one where their bytes differ.
-pub const VERIFY_TOLERANCE: f64 = 1e-6;
+pub use super::adapters::VERIFY_TOLERANCE;
 
 /// `--verify-cache` for the adapters: trains member 0 afresh (its seed and
 /// data are the run's) and compares it with its cached adapter, byte for byte

@@ -560,7 +560,9 @@ fn canary_part(
 
 /// `--verify-cache` for the scored parts: `again`, seed row 0 scored now, must
 /// equal its cache entry `hit` bit for bit (the seconds each mechanism took
-/// aside). Returns what it found; an error when they differ.
+/// aside). Returns what it found; an error when they differ on the kind of
+/// machine that made the entry (elsewhere the difference is stated:
+/// [`crate::run_info::machine_difference`]).
 fn verify_scored_seed(
     hit: &scored_cache::Cached<ScoredSeed>,
     again: ScoredSeed,
@@ -575,6 +577,11 @@ fn verify_scored_seed(
     let made_by = hit.commit.as_deref().unwrap_or("an unrecorded commit");
     let rows = again.0.len() + again.1.len();
     if untimed(&hit.value)? != untimed(&again)? {
+        if let Some(elsewhere) =
+            crate::run_info::machine_difference(hit.machine.as_deref(), "scored seed row 0")
+        {
+            return Ok(format!("{elsewhere} (made by {made_by})"));
+        }
         return Err(BenchError::Config(format!(
             "--verify-cache: scored seed row 0 recomputed differs from its cache entry (made \
              by {made_by}): the cache holds results its key no longer describes (bump \

@@ -59,6 +59,9 @@ pub const SCORED_VERSION: u32 = 4;
 struct Entry<T> {
     seconds: f64,
     commit: Option<String>,
+    /// The kind of machine that computed it ([`crate::run_info::machine`]).
+    #[serde(default)]
+    machine: Option<String>,
     value: T,
 }
 
@@ -68,6 +71,8 @@ pub(crate) struct Cached<T> {
     pub value: T,
     pub seconds: f64,
     pub commit: Option<String>,
+    /// The kind of machine that computed it, where recorded.
+    pub machine: Option<String>,
 }
 
 /// The scored parts of one run of the experiment (one configuration).
@@ -139,6 +144,7 @@ impl ScoredCache {
             value: entry.value,
             seconds: entry.seconds,
             commit: entry.commit,
+            machine: entry.machine,
         }))
     }
 
@@ -153,6 +159,7 @@ impl ScoredCache {
         let entry = Entry {
             seconds,
             commit: Some(crate::run_info::commit()),
+            machine: Some(crate::run_info::machine()),
             value,
         };
         write_entry(&self.path(part, key), &encode(&entry)?)

@@ -43,6 +43,9 @@ struct Entry<T> {
     seconds: f64,
     #[serde(default)]
     commit: Option<String>,
+    /// The kind of machine that computed it ([`crate::run_info::machine`]).
+    #[serde(default)]
+    machine: Option<String>,
     value: T,
 }
 
@@ -94,6 +97,15 @@ impl PartCache {
 
     /// The cached value of `part` with its seconds, if a run made it.
     pub fn get<T: DeserializeOwned>(&self, part: &str) -> Result<Option<(T, f64)>, BenchError> {
+        Ok(self.get_with_machine(part)?.map(|(v, s, _)| (v, s)))
+    }
+
+    /// [`PartCache::get`] with the kind of machine that made the entry, where
+    /// it was recorded.
+    pub fn get_with_machine<T: DeserializeOwned>(
+        &self,
+        part: &str,
+    ) -> Result<Option<(T, f64, Option<String>)>, BenchError> {
         let Some(path) = self.path(part) else {
             return Ok(None);
         };
@@ -103,7 +115,7 @@ impl PartCache {
         let text = std::fs::read_to_string(&path).map_err(|e| BenchError::io(&path, e))?;
         let entry: Entry<T> = serde_json::from_str(&text)
             .map_err(|e| BenchError::Config(format!("{}: {e}", path.display())))?;
-        Ok(Some((entry.value, entry.seconds)))
+        Ok(Some((entry.value, entry.seconds, entry.machine)))
     }
 
     /// Keeps `value` of `part`, made in `seconds` (written whole, then renamed
@@ -115,6 +127,7 @@ impl PartCache {
         let entry = Entry {
             seconds,
             commit: Some(crate::run_info::commit()),
+            machine: Some(crate::run_info::machine()),
             value,
         };
         let text = serde_json::to_string(&entry)
@@ -162,6 +175,11 @@ mod tests {
         let entry: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         assert_eq!(entry["commit"], env!("PRIVMIX_BENCH_COMMIT"));
+        assert_eq!(entry["machine"], crate::run_info::machine());
+        assert_eq!(
+            cache.get_with_machine::<u32>("seed-0").unwrap(),
+            Some((1, 1.0, Some(crate::run_info::machine())))
+        );
         let _ = std::fs::remove_dir_all(root);
     }
 

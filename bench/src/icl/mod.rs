@@ -274,8 +274,9 @@ pub fn run_icl_verified(
     for (s, part) in split.seeds.iter().enumerate() {
         let seed = seed_of(config.seed, s);
         let name = format!("seed-{s}");
-        let (results, skipped) = match cache.get::<(Vec<IclResult>, Option<String>)>(&name)? {
-            Some((done, seconds)) if verify_cache && s == 0 => {
+        let cached = cache.get_with_machine::<(Vec<IclResult>, Option<String>)>(&name)?;
+        let (results, skipped) = match cached {
+            Some((done, seconds, machine)) if verify_cache && s == 0 => {
                 let label = format!("verify seed 1/{}", split.seeds.len());
                 let again = run_seed(&shared, &pick, part, seed, &radii, &label)?;
                 let same = |a: &[IclResult], b: &[IclResult]| {
@@ -286,23 +287,29 @@ pub fn run_icl_verified(
                                 && x.examples == y.examples
                         })
                 };
-                if !same(&done.0, &again.0) {
-                    return Err(BenchError::Config(format!(
-                        "--verify-cache: ICL seed 0 recomputed differs from its cache entry \
-                         ({}): the cache holds results its key no longer describes (bump \
-                         ICL_VERSION in bench/src/icl/cache.rs)",
-                        first_difference(&done.0, &again.0)
-                    )));
-                }
-                cache_check = Some(format!(
-                    "ICL seed 0 recomputed ({} methods): every answer and score equal to its \
-                     cache entry",
-                    again.0.len()
-                ));
+                cache_check = Some(if same(&done.0, &again.0) {
+                    format!(
+                        "ICL seed 0 recomputed ({} methods): every answer and score equal to \
+                         its cache entry",
+                        again.0.len()
+                    )
+                } else {
+                    let first = first_difference(&done.0, &again.0);
+                    match crate::run_info::machine_difference(machine.as_deref(), "ICL seed 0") {
+                        Some(elsewhere) => format!("{elsewhere} ({first})"),
+                        None => {
+                            return Err(BenchError::Config(format!(
+                                "--verify-cache: ICL seed 0 recomputed differs from its cache \
+                                 entry ({first}): the cache holds results its key no longer \
+                                 describes (bump ICL_VERSION in bench/src/icl/cache.rs)"
+                            )));
+                        }
+                    }
+                });
                 reused_seconds += seconds;
                 done
             }
-            Some((done, seconds)) => {
+            Some((done, seconds, _)) => {
                 reused_seconds += seconds;
                 done
             }
