@@ -201,7 +201,7 @@ pub(crate) fn machine() -> String {
 /// entry names this kind of machine; an entry made on another kind, or whose
 /// machine is unrecorded, is expected to differ in its last bits (gemm blocks its
 /// sums by the L1 data cache, the quantised kernels run the CPU's instruction
-/// set), so the difference is stated, not failed. `Ok(None)`: an error is due.
+/// set), so the difference is stated, not failed. `None`: an error is due.
 pub(crate) fn machine_difference(entry_machine: Option<&str>, what: &str) -> Option<String> {
     let here = machine();
     match entry_machine {

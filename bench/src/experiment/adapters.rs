@@ -225,6 +225,12 @@ pub fn validation_losses(
 /// (or validation entry) counts as its cached one where their bits differ.
 pub const VERIFY_TOLERANCE: f64 = 1e-6;
 
+/// The relative difference of a recomputed loss `fresh` from its `cached` one
+/// (NaN where either is NaN, which no tolerance admits).
+pub fn relative_difference(cached: f64, fresh: f64) -> f64 {
+    (cached - fresh).abs() / cached.abs().max(f64::MIN_POSITIVE)
+}
+
 /// The validation losses of the public model (first) and of each adapter.
 pub type ValidationLosses = (f64, Vec<f64>);
 
@@ -339,12 +345,13 @@ pub fn verify_validation(
         // VERIFY_TOLERANCE are stated, not failed.
         let flat =
             |l: &ValidationLosses| std::iter::once(l.0).chain(l.1.clone()).collect::<Vec<_>>();
-        let worst = flat(&cached)
+        let relative: Vec<f64> = flat(&cached)
             .iter()
             .zip(flat(&again))
-            .map(|(a, b)| ((a - b) / a.abs().max(f64::MIN_POSITIVE)).abs())
-            .fold(0.0_f64, f64::max);
-        if worst <= VERIFY_TOLERANCE {
+            .map(|(&a, b)| relative_difference(a, b))
+            .collect();
+        let worst = relative.iter().copied().fold(0.0_f64, f64::max);
+        if relative.iter().all(|&r| r <= VERIFY_TOLERANCE) {
             return Ok(format!(
                 "validation losses of {what} recomputed ({} adapters): not bit for bit but \
                  within a relative {worst:.1e} of their entry (at most {:e}; bits are \

@@ -432,7 +432,7 @@ fn compare_losses(
     fresh: f64,
     same_bytes: bool,
 ) -> Result<String, BenchError> {
-    let relative = (cached - fresh).abs() / cached.abs().max(f64::MIN_POSITIVE);
+    let relative = super::adapters::relative_difference(cached, fresh);
     let found = format!("member 0 retrained: {what} {cached:.6} cached, {fresh:.6} recomputed");
     if !same_bytes && (relative.is_nan() || relative > VERIFY_TOLERANCE) {
         return Err(BenchError::Config(format!(

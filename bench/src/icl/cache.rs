@@ -28,12 +28,11 @@ use crate::error::BenchError;
 /// perplexity experiment's parts stay as they are.
 ///
 /// - 1: the parts before this version existed.
-/// - 2: every part recomputed. The version-1 entries were written by a binary
-///   built from uncommitted sources (seed 0's provenance `6bb9980…-dirty`):
-///   seed 0 recomputed from the committed sources differed from its entry in 3
-///   of 40 zero-shot answers, while two fresh processes of the committed
-///   sources agreed bit for bit. Entries now name the commit their binary was
-///   built from (`bench/build.rs`), not the tree's when they were written.
+/// - 2: every part recomputed, each entry naming the commit its binary was
+///   built from (`bench/build.rs`) and its machine. The version-1 entries named
+///   the tree's commit when written (seed 0's `6bb9980…-dirty`), and another
+///   kind of CPU recomputed their embedding baseline differently (every private
+///   and zero-shot answer the same).
 pub const ICL_VERSION: u32 = 2;
 
 /// One part's cached result, the seconds it took when it was made, and (as
@@ -152,16 +151,23 @@ mod tests {
         .unwrap()
     }
 
-    /// The key holds the ICL parts' own version beside the shared one, and the
-    /// entry names the commit the binary was built from.
-    #[test]
-    fn the_key_holds_the_icl_version_and_the_entry_its_build() {
-        let root = std::env::temp_dir().join(format!("privmix-icl-version-{}", std::process::id()));
+    /// A fresh folder `name-<pid>` under the temporary directory with a model
+    /// file and a WordNet file: (the folder, its cache folder, the model, WordNet).
+    fn files(name: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+        let root = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
         let (dir, model, wordnet) = (root.join("cache"), root.join("m.gguf"), root.join("noun"));
         std::fs::write(&model, "weights").unwrap();
         std::fs::write(&wordnet, "nouns").unwrap();
+        (root, dir, model, wordnet)
+    }
+
+    /// The key holds the ICL parts' own version beside the shared one, and the
+    /// entry names the commit the binary was built from.
+    #[test]
+    fn the_key_holds_the_icl_version_and_the_entry_its_build() {
+        let (root, dir, model, wordnet) = files("privmix-icl-version");
         let cache = PartCache::new(&config(&dir, &model, &wordnet)).unwrap();
         // (A CUDA build wraps the configuration with its backend.)
         let config = cache.key.config.to_string();
@@ -185,12 +191,7 @@ mod tests {
 
     #[test]
     fn parts_come_back_for_the_same_configuration_model_and_data_only() {
-        let root = std::env::temp_dir().join(format!("privmix-icl-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        std::fs::create_dir_all(&root).unwrap();
-        let (dir, model, wordnet) = (root.join("cache"), root.join("m.gguf"), root.join("noun"));
-        std::fs::write(&model, "weights").unwrap();
-        std::fs::write(&wordnet, "nouns").unwrap();
+        let (root, dir, model, wordnet) = files("privmix-icl-cache");
         let cache = PartCache::new(&config(&dir, &model, &wordnet)).unwrap();
         assert!(cache.get::<Vec<u32>>("seed-0").unwrap().is_none());
         cache.put("seed-0", &vec![1u32, 2], 12.5).unwrap();
